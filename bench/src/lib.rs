@@ -1,0 +1,1 @@
+//! reef-bench (under construction: see the crate's issue).

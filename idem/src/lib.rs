@@ -1,0 +1,1 @@
+//! reef-idem (under construction: see the crate's issue).

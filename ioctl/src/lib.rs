@@ -1,0 +1,1 @@
+//! reef-ioctl (under construction: see the crate's issue).

@@ -1,0 +1,1 @@
+//! reef-model (under construction: see the crate's issue).

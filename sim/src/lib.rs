@@ -1,0 +1,1 @@
+//! reef-sim (under construction: see the crate's issue).

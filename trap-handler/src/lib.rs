@@ -1,0 +1,1 @@
+//! reef-trap (under construction: see the crate's issue).
