@@ -1,1 +1,4 @@
-//! reef-model (under construction: see the crate's issue).
+//! reef-model: the model layer (DESIGN.md layer 1). Pure data: kernels,
+//! buffers, measured profiles, idempotence metadata, and their loaders.
+
+pub mod idempotence;
