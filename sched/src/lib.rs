@@ -1,0 +1,1 @@
+//! reef-sched: the sans-IO scheduler core (under construction: issue 4).
