@@ -1,0 +1,1 @@
+//! reefd: the daemon, its client API and reefctl (under construction: issue 7).
