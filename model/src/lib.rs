@@ -2,3 +2,5 @@
 //! buffers, measured profiles, idempotence metadata, and their loaders.
 
 pub mod idempotence;
+pub mod schedule;
+pub use schedule::*;
