@@ -1,0 +1,349 @@
+//! `reefctl`: control and use a running reefd through its client API
+//! (REEF §3.1, Fig. 5: the RPC interface of the online part).
+
+use clap::{Parser, Subcommand};
+use reefd::client::Client;
+use reefd::metrics::summarize;
+use reefd::protocol::{PreemptTarget, Priority, StreamInfo};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "reefctl", version, about = "Control a running reefd")]
+struct Cli {
+    /// The daemon's socket.
+    #[arg(long, env = "REEF_SOCKET", default_value = reefd::config::DEFAULT_SOCKET, global = true)]
+    socket: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Daemon status: device, engine, policy, counts.
+    Status,
+    /// Load, list or unload models.
+    Models {
+        #[command(subcommand)]
+        cmd: ModelsCmd,
+    },
+    /// Run inferences and print their latencies.
+    Infer {
+        model: String,
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+        #[arg(long, default_value = "rt")]
+        priority: Priority,
+    },
+    /// Preempt one stream, or every best-effort stream you may preempt.
+    Preempt {
+        #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+        stream: Option<u64>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// List the registered streams.
+    Streams,
+    /// List the inferences in flight.
+    Tasks,
+    /// Counters and latency summaries.
+    Stats,
+    /// Switch the scheduling policy (root or the daemon's user).
+    Policy { name: String },
+    /// A live view of streams and latencies (Ctrl-C to leave).
+    Top {
+        /// Refresh period in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop after this many refreshes (default: run until interrupted).
+        #[arg(long)]
+        iterations: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsCmd {
+    /// Load a model by name from the daemon's models directory, or from --path.
+    Load {
+        name: String,
+        #[arg(long)]
+        path: Option<PathBuf>,
+    },
+    List,
+    Unload {
+        name: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reefctl: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn print_streams(streams: &[StreamInfo]) {
+    println!(
+        "{:>6} {:>4} {:>6} {:>8} {:>9} {:>6} {:>6} {:>9}  label",
+        "stream", "prio", "uid", "pid", "in-flight", "hostq", "devq", "completed"
+    );
+    for s in streams {
+        println!(
+            "{:>6} {:>4} {:>6} {:>8} {:>9} {:>6} {:>6} {:>9}  {}",
+            s.stream,
+            s.priority,
+            s.owner_uid,
+            s.owner_pid.map_or("-".into(), |p| p.to_string()),
+            s.tasks_in_flight,
+            s.host_queue,
+            s.device_queue,
+            s.completed,
+            s.label.as_deref().unwrap_or("")
+        );
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut c = Client::connect(&cli.socket)?;
+    match cli.cmd {
+        Cmd::Status => {
+            let s = c.status()?;
+            if cli.json {
+                return print_json(&s);
+            }
+            println!("reefd {} (pid {})", s.daemon_version, s.pid);
+            println!("  device      {}", s.device);
+            println!("  engine      {}", s.engine);
+            println!("  policy      {}", s.policy);
+            println!("  preemption  levels {:?}", s.preemption_levels);
+            println!("  uptime      {:.1} s", s.uptime_s);
+            println!(
+                "  {} models, {} streams, {} tasks in flight, {} connections",
+                s.models, s.streams, s.tasks_in_flight, s.connections
+            );
+        }
+        Cmd::Models { cmd } => match cmd {
+            ModelsCmd::Load { name, path } => {
+                let m = c.load_model(&name, path.as_deref())?;
+                if cli.json {
+                    return print_json(&m);
+                }
+                println!(
+                    "loaded {} ({} kernels, stand-alone {} us, idempotence metadata: {})",
+                    m.name,
+                    m.kernels,
+                    m.standalone_us
+                        .map_or("unknown".into(), |u| format!("{u:.0}")),
+                    m.idempotence
+                        .as_ref()
+                        .map_or("none".into(), |p| p.display().to_string())
+                );
+            }
+            ModelsCmd::List => {
+                let ms = c.models()?;
+                if cli.json {
+                    return print_json(&ms);
+                }
+                println!(
+                    "{:<16} {:>8} {:>14} {:>6}  path",
+                    "model", "kernels", "standalone_us", "owner"
+                );
+                for m in ms {
+                    println!(
+                        "{:<16} {:>8} {:>14} {:>6}  {}",
+                        m.name,
+                        m.kernels,
+                        m.standalone_us.map_or("-".into(), |u| format!("{u:.0}")),
+                        m.owner_uid,
+                        m.path.display()
+                    );
+                }
+            }
+            ModelsCmd::Unload { name } => {
+                c.unload_model(&name)?;
+                if cli.json {
+                    return print_json(&serde_json::json!({"unloaded": name}));
+                }
+                println!("unloaded {name}");
+            }
+        },
+        Cmd::Infer {
+            model,
+            count,
+            priority,
+        } => {
+            let s = c.register(priority, Some("reefctl"))?;
+            let mut results = Vec::new();
+            for _ in 0..count {
+                let r = c.infer(s.stream, &model)?;
+                if !cli.json {
+                    println!(
+                        "task {:>6}  latency {:>10.1} us  normalized {:>6}  control path {:>8} us  preemptions {}",
+                        r.task,
+                        r.latency_us,
+                        r.normalized_latency.map_or("-".into(), |n| format!("{n:.3}")),
+                        r.control_path_us.map_or("-".into(), |u| format!("{u:.1}")),
+                        r.preemptions
+                    );
+                }
+                results.push(r);
+            }
+            let sum = summarize(results.iter().map(|r| r.latency_us));
+            if cli.json {
+                return print_json(
+                    &serde_json::json!({"stream": s.stream, "results": results, "latency": sum}),
+                );
+            }
+            println!(
+                "{} inferences of {model} ({priority}): mean {:.1} us, p50 {:.1} us, p99 {:.1} us",
+                sum.count, sum.mean_us, sum.p50_us, sum.p99_us
+            );
+        }
+        Cmd::Preempt { stream, all } => {
+            let target = match (stream, all) {
+                (Some(s), _) => PreemptTarget::Stream(s),
+                _ => PreemptTarget::All,
+            };
+            let (streams, kernels) = c.preempt(target)?;
+            if cli.json {
+                return print_json(
+                    &serde_json::json!({"streams": streams, "preempted_kernels": kernels}),
+                );
+            }
+            println!("preempted streams {streams:?}: {kernels} kernels evicted or killed");
+        }
+        Cmd::Streams => {
+            let ss = c.streams()?;
+            if cli.json {
+                return print_json(&ss);
+            }
+            print_streams(&ss);
+        }
+        Cmd::Tasks => {
+            let ts = c.tasks()?;
+            if cli.json {
+                return print_json(&ts);
+            }
+            println!(
+                "{:>6} {:>6} {:<12} {:>4} {:<9} {:>10} {:>9}",
+                "task", "stream", "model", "prio", "state", "age_us", "kernel"
+            );
+            for t in ts {
+                println!(
+                    "{:>6} {:>6} {:<12} {:>4} {:<9} {:>10.0} {:>4}/{:<4}",
+                    t.task,
+                    t.stream,
+                    t.model,
+                    t.priority,
+                    format!("{:?}", t.state).to_lowercase(),
+                    t.age_us,
+                    t.next_kernel,
+                    t.kernels
+                );
+            }
+        }
+        Cmd::Stats => {
+            let s = c.stats()?;
+            if cli.json {
+                return print_json(&s);
+            }
+            print_stats(&s);
+        }
+        Cmd::Policy { name } => {
+            let p = c.set_policy(&name)?;
+            if cli.json {
+                return print_json(&serde_json::json!({"policy": p}));
+            }
+            println!("policy is now {p}");
+        }
+        Cmd::Top {
+            interval_ms,
+            iterations,
+        } => {
+            let mut n = 0u64;
+            loop {
+                let status = c.status()?;
+                let streams = c.streams()?;
+                let stats = c.stats()?;
+                if cli.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"status": status, "streams": streams, "stats": stats})
+                    );
+                } else {
+                    // Clear the screen and home the cursor.
+                    print!("\x1b[2J\x1b[H");
+                    println!(
+                        "reefd on {} — {} — policy {} — up {:.0} s — {} tasks in flight",
+                        status.device,
+                        status.engine,
+                        status.policy,
+                        status.uptime_s,
+                        status.tasks_in_flight
+                    );
+                    println!();
+                    print_streams(&streams);
+                    println!();
+                    print_stats(&stats);
+                }
+                n += 1;
+                if iterations.is_some_and(|i| n >= i) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(interval_ms));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_stats(s: &reefd::protocol::Stats) {
+    println!(
+        "requests {} (bad {}), tasks submitted {} completed {} failed {}, kernels launched {}",
+        s.requests,
+        s.bad_requests,
+        s.tasks_submitted,
+        s.tasks_completed,
+        s.tasks_failed,
+        s.kernels_launched
+    );
+    let pre: Vec<String> = s
+        .preemptions
+        .iter()
+        .map(|(l, n)| format!("level {l}: {n}"))
+        .collect();
+    println!(
+        "preempted kernels: {}",
+        if pre.is_empty() {
+            "none".into()
+        } else {
+            pre.join(", ")
+        }
+    );
+    for (name, l) in [
+        ("RT latency", &s.rt_latency),
+        ("BE latency", &s.be_latency),
+        ("control path", &s.control_path),
+    ] {
+        println!(
+            "{name:<13} n={:<7} mean {:>10.1} us  p50 {:>10.1} us  p99 {:>10.1} us  max {:>10.1} us",
+            l.count, l.mean_us, l.p50_us, l.p99_us, l.max_us
+        );
+    }
+    if let Some(n) = s.rt_normalized_mean {
+        println!("RT normalized latency (mean): {n:.3}");
+    }
+}

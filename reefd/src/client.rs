@@ -1,0 +1,331 @@
+//! The Rust client API of reefd (REEF §3.1: "REEF provides an RPC-based
+//! interface for DNN-based applications to submit inference requests", Fig. 5).
+//!
+//! A blocking client over the Unix socket, with no async runtime, so any
+//! program (reefctl, reef-bench's live mode, an application) can use it.
+//! Replies are matched to requests by id; asynchronous completion events that
+//! arrive while a reply is awaited are queued and handed out by
+//! [`Client::next_event`].
+//!
+//! ```no_run
+//! use reefd::client::Client;
+//! use reefd::protocol::Priority;
+//! let mut c = Client::connect("/run/reef/reefd.sock")?;
+//! c.load_model("vgg", None)?;
+//! let s = c.register(Priority::Rt, Some("camera"))?;
+//! let r = c.infer(s.stream, "vgg")?;
+//! println!("{} us", r.latency_us);
+//! # Ok::<(), reefd::client::ClientError>(())
+//! ```
+
+use crate::protocol::{
+    encode, Decoded, ErrorCode, Event, FrameDecoder, HelloInfo, ModelInfo, PreemptTarget, Priority,
+    Reply, Request, RequestBody, ServerMessage, Stats, StatusInfo, StreamInfo, TaskInfo,
+    TaskResult,
+};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Largest frame the client accepts from the daemon.
+const CLIENT_MAX_FRAME: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to reefd at {path}: {source} (is the daemon running? start it with `reefd start`, or pass --socket)")]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("i/o error talking to reefd: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("reefd closed the connection")]
+    Closed,
+    #[error("reefd answered {code}: {message}")]
+    Server { code: ErrorCode, message: String },
+    #[error("reefd sent a message this client cannot read: {0}")]
+    Protocol(String),
+    #[error("timed out waiting for reefd")]
+    Timeout,
+}
+
+impl ClientError {
+    /// The daemon's error code, when the daemon refused the request.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// A connection to reefd.
+pub struct Client {
+    sock: UnixStream,
+    decoder: FrameDecoder,
+    next_id: u64,
+    events: VecDeque<Event>,
+}
+
+impl Client {
+    pub fn connect(path: impl AsRef<Path>) -> Result<Client> {
+        let path = path.as_ref();
+        let sock = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Client {
+            sock,
+            decoder: FrameDecoder::new(CLIENT_MAX_FRAME),
+            next_id: 1,
+            events: VecDeque::new(),
+        })
+    }
+
+    /// The underlying socket (e.g. to shut it down from another thread).
+    pub fn socket(&self) -> &UnixStream {
+        &self.sock
+    }
+
+    /// Sends raw bytes (for tests of the daemon's error handling).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
+        self.sock.write_all(bytes)?;
+        Ok(())
+    }
+
+    /// Reads the next message of any kind.
+    pub fn read_message(&mut self, timeout: Option<Duration>) -> Result<ServerMessage> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            match self.decoder.next_frame() {
+                Some(Decoded::Frame(p)) => {
+                    return serde_json::from_slice(&p)
+                        .map_err(|e| ClientError::Protocol(e.to_string()))
+                }
+                Some(Decoded::TooLarge { len }) => {
+                    return Err(ClientError::Protocol(format!(
+                        "message of {len} bytes exceeds the client's limit"
+                    )))
+                }
+                None => {}
+            }
+            let wait = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(ClientError::Timeout);
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            self.sock.set_read_timeout(wait)?;
+            let mut buf = [0u8; 8192];
+            match self.sock.read(&mut buf) {
+                Ok(0) => return Err(ClientError::Closed),
+                Ok(n) => self.decoder.push(&buf[..n]),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return Err(ClientError::Timeout)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Sends a request and returns its id without waiting.
+    pub fn send(&mut self, body: RequestBody) -> Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.sock.write_all(&encode(&Request { id, body }))?;
+        Ok(id)
+    }
+
+    /// Waits for the answer to request `id`, queueing events on the way.
+    pub fn wait_reply(&mut self, id: u64) -> Result<Reply> {
+        loop {
+            match self.read_message(None)? {
+                ServerMessage::Reply { id: rid, result } if rid == id => return Ok(result),
+                ServerMessage::Error {
+                    id: rid,
+                    code,
+                    message,
+                } if rid == Some(id) || rid.is_none() => {
+                    return Err(ClientError::Server { code, message })
+                }
+                ServerMessage::Event { event } => self.events.push_back(event),
+                other => {
+                    return Err(ClientError::Protocol(format!(
+                        "unexpected message while waiting for reply {id}: {other:?}"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Sends a request and waits for its reply.
+    pub fn call(&mut self, body: RequestBody) -> Result<Reply> {
+        let id = self.send(body)?;
+        self.wait_reply(id)
+    }
+
+    /// The next asynchronous event (a completion of a non-blocking infer).
+    pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<Event> {
+        if let Some(e) = self.events.pop_front() {
+            return Ok(e);
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(ClientError::Timeout);
+            }
+            match self.read_message(left)? {
+                ServerMessage::Event { event } => return Ok(event),
+                other => {
+                    return Err(ClientError::Protocol(format!(
+                        "unexpected message while waiting for an event: {other:?}"
+                    )))
+                }
+            }
+        }
+    }
+
+    pub fn hello(&mut self) -> Result<HelloInfo> {
+        match self.call(RequestBody::Hello)? {
+            Reply::Hello(h) => Ok(h),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn status(&mut self) -> Result<StatusInfo> {
+        match self.call(RequestBody::Status)? {
+            Reply::Status(s) => Ok(s),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Loads `name` from the daemon's models directory, or from `path`.
+    pub fn load_model(&mut self, name: &str, path: Option<&Path>) -> Result<ModelInfo> {
+        match self.call(RequestBody::LoadModel {
+            name: name.into(),
+            path: path.map(Path::to_path_buf),
+            idempotence: None,
+        })? {
+            Reply::ModelLoaded(m) => Ok(m),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn unload_model(&mut self, name: &str) -> Result<()> {
+        match self.call(RequestBody::UnloadModel { name: name.into() })? {
+            Reply::ModelUnloaded { .. } => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn models(&mut self) -> Result<Vec<ModelInfo>> {
+        match self.call(RequestBody::ListModels)? {
+            Reply::Models { models } => Ok(models),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Registers as an RT or BE client; the stream is this connection's.
+    pub fn register(&mut self, priority: Priority, label: Option<&str>) -> Result<StreamInfo> {
+        match self.call(RequestBody::Register {
+            priority,
+            label: label.map(str::to_owned),
+        })? {
+            Reply::Registered(s) => Ok(s),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn unregister(&mut self, stream: u64) -> Result<u64> {
+        match self.call(RequestBody::Unregister { stream })? {
+            Reply::Unregistered {
+                cancelled_tasks, ..
+            } => Ok(cancelled_tasks),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Blocking inference.
+    pub fn infer(&mut self, stream: u64, model: &str) -> Result<TaskResult> {
+        match self.call(RequestBody::Infer {
+            stream,
+            model: model.into(),
+            wait: true,
+        })? {
+            Reply::InferDone(t) => Ok(t),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Asynchronous inference: returns the task id; a [`Event::TaskDone`]
+    /// (or [`Event::TaskFailed`]) follows through [`Client::next_event`].
+    pub fn infer_async(&mut self, stream: u64, model: &str) -> Result<u64> {
+        match self.call(RequestBody::Infer {
+            stream,
+            model: model.into(),
+            wait: false,
+        })? {
+            Reply::InferQueued { task } => Ok(task),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn streams(&mut self) -> Result<Vec<StreamInfo>> {
+        match self.call(RequestBody::ListStreams)? {
+            Reply::Streams { streams } => Ok(streams),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn tasks(&mut self) -> Result<Vec<TaskInfo>> {
+        match self.call(RequestBody::ListTasks)? {
+            Reply::Tasks { tasks } => Ok(tasks),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn stats(&mut self) -> Result<Stats> {
+        match self.call(RequestBody::Stats)? {
+            Reply::Stats(s) => Ok(s),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Preempts one stream or all; returns the preempted stream ids and the
+    /// number of kernels evicted or killed.
+    pub fn preempt(&mut self, target: PreemptTarget) -> Result<(Vec<u64>, u64)> {
+        match self.call(RequestBody::Preempt { target })? {
+            Reply::Preempted {
+                streams,
+                preempted_kernels,
+            } => Ok((streams, preempted_kernels)),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    pub fn set_policy(&mut self, policy: &str) -> Result<String> {
+        match self.call(RequestBody::SetPolicy {
+            policy: policy.into(),
+        })? {
+            Reply::PolicySet { policy } => Ok(policy),
+            r => Err(unexpected(r)),
+        }
+    }
+}
+
+fn unexpected(r: Reply) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply {r:?}"))
+}

@@ -1,0 +1,314 @@
+//! The daemon's TOML configuration (default `/etc/reef/reefd.toml`). Every key
+//! is optional and has the default documented here and in docs/daemon.md;
+//! unknown keys are refused so a typo does not silently fall back to a
+//! default. The online part of REEF (§3.1, Fig. 5) is what these keys set up:
+//! the RPC socket, the device, and the scheduling policy.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Where `reefd start` looks for its configuration when `--config` is absent.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/reef/reefd.toml";
+pub const DEFAULT_SOCKET: &str = "/run/reef/reefd.sock";
+pub const DEFAULT_PID_FILE: &str = "/run/reef/reefd.pid";
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+/// The scheduling policies the daemon can be asked to run (names of
+/// reef-sched's policies).
+pub const POLICIES: &[&str] = &["reef", "rt-only", "seq", "streams", "wait"];
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub device: DeviceConfig,
+    pub scheduler: SchedulerConfig,
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Path of the Unix socket clients connect to.
+    pub socket: PathBuf,
+    /// Permission bits of the socket file, as an octal string.
+    pub socket_mode: String,
+    /// Group that owns the socket file; its members may connect. Empty: the
+    /// daemon's own primary group.
+    pub socket_group: String,
+    pub pid_file: PathBuf,
+    /// error, warn, info, debug or trace (RUST_LOG overrides).
+    pub log_level: String,
+    /// Where a daemon started without --foreground writes its log. Empty:
+    /// /dev/null (use --foreground under systemd, which keeps the journal).
+    pub log_file: String,
+    /// Largest request frame accepted, in bytes.
+    pub max_frame_bytes: usize,
+    /// Simultaneous client connections; more are refused with an error.
+    pub max_connections: usize,
+    /// Inferences one stream may have in flight; more are refused as busy.
+    pub max_tasks_per_stream: usize,
+    /// On SIGTERM/SIGINT, how long in-flight inferences may run to completion
+    /// before they are failed with `shutting_down`.
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeviceConfig {
+    /// auto, sim:mi50, sim:gv100, sim:h100, cuda:N or kfd:N.
+    pub device: String,
+    /// The shared data directory. Empty: $REEF_SHARED, else
+    /// `<workspace>/../shared`.
+    pub shared_dir: String,
+    /// Where `models load NAME` finds models. Empty: `<shared>/models/mi50`.
+    pub models_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Initial policy: reef, rt-only, seq, streams or wait.
+    pub policy: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    /// Loopback address of the Prometheus text endpoint (`GET /metrics`).
+    pub listen: String,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            socket: DEFAULT_SOCKET.into(),
+            socket_mode: "0660".into(),
+            socket_group: String::new(),
+            pid_file: DEFAULT_PID_FILE.into(),
+            log_level: "info".into(),
+            log_file: String::new(),
+            max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME,
+            max_connections: 1024,
+            max_tasks_per_stream: 256,
+            shutdown_grace_ms: 5000,
+        }
+    }
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            device: "auto".into(),
+            shared_dir: String::new(),
+            models_dir: String::new(),
+        }
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            policy: "reef".into(),
+        }
+    }
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            listen: DEFAULT_METRICS_LISTEN.into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            daemon: DaemonConfig::default(),
+            device: DeviceConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            metrics: MetricsConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Loads `path`; when `explicit` is false and the file does not exist,
+    /// the defaults are used (a fresh install has no config file).
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// The socket mode as bits.
+    pub fn socket_mode(&self) -> Result<u32, ConfigError> {
+        let s = self.daemon.socket_mode.trim_start_matches("0o");
+        let mode = u32::from_str_radix(s, 8).map_err(|_| {
+            ConfigError::Invalid(format!(
+                "daemon.socket_mode = {:?} is not an octal mode such as \"0660\"",
+                self.daemon.socket_mode
+            ))
+        })?;
+        if mode > 0o777 {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.socket_mode = {:?} has bits beyond 0777",
+                self.daemon.socket_mode
+            )));
+        }
+        Ok(mode)
+    }
+
+    /// The metrics address; only loopback addresses are accepted, the
+    /// endpoint has no authentication.
+    pub fn metrics_addr(&self) -> Result<SocketAddr, ConfigError> {
+        let addr: SocketAddr = self.metrics.listen.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "metrics.listen = {:?} is not an address such as \"127.0.0.1:9464\"",
+                self.metrics.listen
+            ))
+        })?;
+        if !addr.ip().is_loopback() {
+            return Err(ConfigError::Invalid(format!(
+                "metrics.listen = {:?} is not a loopback address; the metrics endpoint has no authentication, use 127.0.0.1 or [::1]",
+                self.metrics.listen
+            )));
+        }
+        Ok(addr)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.socket_mode()?;
+        if self.metrics.enabled {
+            self.metrics_addr()?;
+        }
+        crate::device::DeviceSpec::parse(&self.device.device)
+            .map_err(|e| ConfigError::Invalid(format!("device.device: {e}")))?;
+        if !POLICIES.contains(&self.scheduler.policy.as_str()) {
+            return Err(ConfigError::Invalid(format!(
+                "scheduler.policy = {:?} is unknown; choose one of {}",
+                self.scheduler.policy,
+                POLICIES.join(", ")
+            )));
+        }
+        if self.daemon.max_frame_bytes < 64 || self.daemon.max_frame_bytes > (64 << 20) {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.max_frame_bytes = {} must be between 64 and 67108864",
+                self.daemon.max_frame_bytes
+            )));
+        }
+        if self.daemon.max_connections == 0 || self.daemon.max_tasks_per_stream == 0 {
+            return Err(ConfigError::Invalid(
+                "daemon.max_connections and daemon.max_tasks_per_stream must be at least 1".into(),
+            ));
+        }
+        tracing_level(&self.daemon.log_level)?;
+        Ok(())
+    }
+
+    /// The shared data directory: the config key, else $REEF_SHARED, else
+    /// `<workspace>/../shared`.
+    pub fn shared_dir(&self) -> PathBuf {
+        if !self.device.shared_dir.is_empty() {
+            return PathBuf::from(&self.device.shared_dir);
+        }
+        reef_model::shared_dir()
+    }
+
+    pub fn models_dir(&self) -> PathBuf {
+        if !self.device.models_dir.is_empty() {
+            return PathBuf::from(&self.device.models_dir);
+        }
+        self.shared_dir().join("models").join("mi50")
+    }
+}
+
+/// Parses a log level name.
+pub fn tracing_level(s: &str) -> Result<tracing::Level, ConfigError> {
+    s.parse().map_err(|_| {
+        ConfigError::Invalid(format!(
+            "daemon.log_level = {s:?}; use error, warn, info, debug or trace"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::parse("", Path::new("x.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.socket_mode().unwrap(), 0o660);
+        assert_eq!(c.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn keys_are_read() {
+        let c = Config::parse(
+            "[daemon]\nsocket = \"/tmp/s\"\nsocket_mode = \"0600\"\n[device]\ndevice = \"sim:gv100\"\n[scheduler]\npolicy = \"seq\"\n[metrics]\nlisten = \"[::1]:9000\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.daemon.socket, PathBuf::from("/tmp/s"));
+        assert_eq!(c.socket_mode().unwrap(), 0o600);
+        assert_eq!(c.device.device, "sim:gv100");
+        assert_eq!(c.scheduler.policy, "seq");
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_key() {
+        for (text, key) in [
+            ("[daemon]\nsockt = \"/x\"\n", "sockt"),
+            ("[daemon]\nsocket_mode = \"rw\"\n", "socket_mode"),
+            ("[metrics]\nlisten = \"0.0.0.0:9464\"\n", "loopback"),
+            ("[scheduler]\npolicy = \"fastest\"\n", "policy"),
+            ("[device]\ndevice = \"tpu:0\"\n", "device"),
+            ("[daemon]\nlog_level = \"loud\"\n", "log_level"),
+        ] {
+            let e = Config::parse(text, Path::new("x.toml")).unwrap_err();
+            assert!(e.to_string().contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn missing_default_file_is_fine_but_missing_explicit_file_is_not() {
+        let p = Path::new("/nonexistent/reefd.toml");
+        assert!(Config::load(p, false).is_ok());
+        assert!(Config::load(p, true).is_err());
+    }
+}

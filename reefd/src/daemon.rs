@@ -1,0 +1,276 @@
+//! `reefd start|stop|status`: configuration, device selection, the PID file,
+//! detaching from the terminal, logging, and the runtime that serves REEF's
+//! online part (§3.1, Fig. 5) on the selected device.
+
+use crate::config::{tracing_level, Config};
+use crate::device::{self, DeviceSpec};
+use crate::engine::Engine;
+use crate::runtime::{Runtime, RuntimeSettings};
+use crate::server::{self, ServerOptions};
+use anyhow::{bail, Context};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Options of `reefd start` after merging the command line into the config.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    pub config: Config,
+    pub foreground: bool,
+}
+
+/// Builds the engine that serves on `preset`. Until the scheduler core
+/// (reef-sched) and the block-level simulator (reef-sim) are integrated, the
+/// only engine is the plain in-order executor, and `status` says so.
+pub fn make_engine(_preset: &str, _policy: &str) -> Box<dyn Engine> {
+    Box::new(crate::engine::inorder::InOrderExecutor::new())
+}
+
+/// Reads the PID in a PID file, if the file exists and the process lives.
+pub fn running_pid(pid_file: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(pid_file).ok()?;
+    let pid: i32 = text.trim().parse().ok()?;
+    kill(Pid::from_raw(pid), None).ok()?;
+    Some(pid)
+}
+
+fn write_pid_file(path: &Path) -> anyhow::Result<()> {
+    if let Some(pid) = running_pid(path) {
+        bail!(
+            "reefd is already running (pid {pid}, PID file {}); stop it with `reefd stop`",
+            path.display()
+        );
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| {
+            format!(
+                "cannot create the PID file directory {} (run as root, or set daemon.pid_file)",
+                dir.display()
+            )
+        })?;
+    }
+    std::fs::write(path, format!("{}\n", std::process::id()))
+        .with_context(|| format!("cannot write the PID file {}", path.display()))
+}
+
+fn init_logging(level: &str) -> anyhow::Result<()> {
+    let level = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.is_empty() => {
+            tracing_level(&v).map_err(|e| anyhow::anyhow!("RUST_LOG: {e}"))?
+        }
+        _ => tracing_level(level)?,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+    Ok(())
+}
+
+/// `reefd start`. In the foreground it returns when the daemon stops; in the
+/// background the parent returns once the child serves (or has failed, with
+/// the child's error).
+pub fn start(opts: StartOptions) -> anyhow::Result<()> {
+    let cfg = &opts.config;
+    cfg.validate()?;
+    let spec = DeviceSpec::parse(&cfg.device.device).map_err(anyhow::Error::msg)?;
+    let selected = device::select(&spec, &device::probe(), device::is_root())?;
+    let mode = cfg.socket_mode()?;
+    let group = if cfg.daemon.socket_group.is_empty() {
+        None
+    } else {
+        Some(server::group_gid(&cfg.daemon.socket_group)?)
+    };
+    let metrics = if cfg.metrics.enabled {
+        Some(cfg.metrics_addr()?)
+    } else {
+        None
+    };
+    let models_dir = cfg.models_dir();
+    if !models_dir.is_dir() {
+        eprintln!(
+            "reefd: warning: models directory {} does not exist; `models load NAME` will fail until device.models_dir or REEF_SHARED points at the measured models",
+            models_dir.display()
+        );
+    }
+    // The socket is bound before detaching, so errors reach the terminal.
+    let listener = server::bind_socket(&cfg.daemon.socket, mode, group)?;
+    let socket = cfg.daemon.socket.clone();
+    if let (Some(n), false) = (&selected.notice, opts.foreground) {
+        println!("reefd: {n}");
+    }
+    let ready_pipe = if opts.foreground {
+        None
+    } else {
+        match detach(cfg)? {
+            Detached::Parent(r) => return Ok(r?),
+            Detached::Child(w) => Some(w),
+        }
+    };
+    let result = run(
+        cfg, selected, listener, group, metrics, models_dir, ready_pipe,
+    );
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&cfg.daemon.pid_file);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    cfg: &Config,
+    selected: device::Selected,
+    listener: std::os::unix::net::UnixListener,
+    group: Option<nix::unistd::Gid>,
+    metrics: Option<std::net::SocketAddr>,
+    models_dir: PathBuf,
+    ready: Option<std::fs::File>,
+) -> anyhow::Result<()> {
+    let report = |ready: &mut Option<std::fs::File>, msg: &str| {
+        if let Some(mut w) = ready.take() {
+            let _ = w.write_all(msg.as_bytes());
+        }
+    };
+    let mut ready = ready;
+    if let Err(e) =
+        init_logging(&cfg.daemon.log_level).and_then(|_| write_pid_file(&cfg.daemon.pid_file))
+    {
+        report(&mut ready, &format!("{e:#}"));
+        return Err(e);
+    }
+    let device_name = format!("sim:{}", selected.preset);
+    if let Some(n) = &selected.notice {
+        tracing::warn!("{n}");
+    }
+    let engine = make_engine(&selected.preset, &cfg.scheduler.policy);
+    let info = engine.info();
+    let rt = Runtime::new(
+        engine,
+        RuntimeSettings {
+            device: device_name.clone(),
+            models_dir,
+            max_tasks_per_stream: cfg.daemon.max_tasks_per_stream,
+            max_frame_bytes: cfg.daemon.max_frame_bytes,
+        },
+    );
+    let pacer = rt.start_pacer();
+    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("reefd-io")
+        .build()
+        .context("cannot start the I/O runtime")?;
+    let opts = ServerOptions {
+        socket: cfg.daemon.socket.clone(),
+        max_frame_bytes: cfg.daemon.max_frame_bytes,
+        max_connections: cfg.daemon.max_connections,
+        shutdown_grace: Duration::from_millis(cfg.daemon.shutdown_grace_ms),
+        socket_gid: group,
+        metrics,
+    };
+    let result = tokio_rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        tracing::info!(
+            socket = %opts.socket.display(),
+            device = %device_name,
+            engine = %info.name,
+            policy = %info.policy,
+            pid = std::process::id(),
+            "reefd serving"
+        );
+        report(&mut ready, "ok");
+        let shutdown = async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = int.recv() => tracing::info!("SIGINT received"),
+            }
+        };
+        server::serve(rt.clone(), listener, opts, shutdown).await
+    });
+    rt.stop();
+    let _ = pacer.join();
+    tokio_rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+enum Detached {
+    Parent(anyhow::Result<()>),
+    Child(std::fs::File),
+}
+
+/// Forks into the background. The parent waits on a pipe until the child
+/// reports that it serves (or why it failed). The child starts a new
+/// session and sends its output to daemon.log_file (or /dev/null).
+fn detach(cfg: &Config) -> anyhow::Result<Detached> {
+    use nix::unistd::{fork, pipe, setsid, ForkResult};
+    let (r, w) = pipe().context("pipe")?;
+    // SAFETY: no other threads exist yet (the runtime starts after this),
+    // so the child may run arbitrary code.
+    match unsafe { fork() }.context("fork")? {
+        ForkResult::Parent { child } => {
+            drop(w);
+            let mut f = std::fs::File::from(r);
+            let mut msg = String::new();
+            let _ = f.read_to_string(&mut msg);
+            if msg == "ok" {
+                println!(
+                    "reefd started (pid {child}), socket {}",
+                    cfg.daemon.socket.display()
+                );
+                Ok(Detached::Parent(Ok(())))
+            } else if msg.is_empty() {
+                Ok(Detached::Parent(Err(anyhow::anyhow!(
+                    "reefd exited during start-up; run it with --foreground to see why"
+                ))))
+            } else {
+                Ok(Detached::Parent(Err(anyhow::anyhow!(msg))))
+            }
+        }
+        ForkResult::Child => {
+            drop(r);
+            let _ = setsid();
+            let null = std::fs::OpenOptions::new().read(true).open("/dev/null")?;
+            let out = if cfg.daemon.log_file.is_empty() {
+                std::fs::OpenOptions::new().write(true).open("/dev/null")?
+            } else {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&cfg.daemon.log_file)
+                    .with_context(|| {
+                        format!("cannot open daemon.log_file {}", cfg.daemon.log_file)
+                    })?
+            };
+            nix::unistd::dup2_stdin(&null).context("dup2")?;
+            nix::unistd::dup2_stdout(&out).context("dup2")?;
+            nix::unistd::dup2_stderr(&out).context("dup2")?;
+            Ok(Detached::Child(std::fs::File::from(w)))
+        }
+    }
+}
+
+/// `reefd stop`: SIGTERM to the PID in the PID file, then wait for it to exit.
+pub fn stop(pid_file: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let Some(pid) = running_pid(pid_file) else {
+        bail!(
+            "reefd is not running (no live process in {}); if it runs with another PID file, pass --config",
+            pid_file.display()
+        );
+    };
+    kill(Pid::from_raw(pid), Signal::SIGTERM).with_context(|| {
+        format!("cannot signal reefd (pid {pid}): stopping it needs root or the daemon's user")
+    })?;
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if kill(Pid::from_raw(pid), None).is_err() {
+            println!("reefd (pid {pid}) stopped");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("reefd (pid {pid}) did not exit within {timeout:?} after SIGTERM")
+}

@@ -1,0 +1,227 @@
+//! Device selection for the daemon (DESIGN.md layer 2; REEF §4.5 and §4.6:
+//! reset-based preemption on AMD GPUs through KFD and on NVIDIA GPUs through
+//! the closed-source driver). `auto` probes for a real GPU, AMD through
+//! `/dev/kfd` and NVIDIA through cudarc's presence check of the driver library,
+//! and otherwise serves on the simulated MI50 with a notice.
+
+use std::fmt;
+use std::path::Path;
+
+/// Simulator presets the daemon accepts (`sim:NAME`).
+pub const SIM_PRESETS: &[&str] = &["mi50", "gv100", "h100"];
+
+/// A `--device` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSpec {
+    Auto,
+    Sim(String),
+    Cuda(u32),
+    Kfd(u32),
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Auto => f.write_str("auto"),
+            DeviceSpec::Sim(p) => write!(f, "sim:{p}"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+            DeviceSpec::Kfd(n) => write!(f, "kfd:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    pub fn parse(s: &str) -> Result<DeviceSpec, String> {
+        let usage = "use auto, sim:mi50, sim:gv100, sim:h100, cuda:N or kfd:N";
+        if s == "auto" {
+            return Ok(DeviceSpec::Auto);
+        }
+        let Some((kind, arg)) = s.split_once(':') else {
+            return Err(format!("device {s:?} is not recognised; {usage}"));
+        };
+        let index = || {
+            arg.parse::<u32>()
+                .map_err(|_| format!("device {s:?}: {arg:?} is not a GPU index; {usage}"))
+        };
+        match kind {
+            "sim" if SIM_PRESETS.contains(&arg) => Ok(DeviceSpec::Sim(arg.to_string())),
+            "sim" => Err(format!(
+                "device {s:?}: no simulator preset {arg:?}; {usage}"
+            )),
+            "cuda" => Ok(DeviceSpec::Cuda(index()?)),
+            "kfd" => Ok(DeviceSpec::Kfd(index()?)),
+            _ => Err(format!("device {s:?} is not recognised; {usage}")),
+        }
+    }
+}
+
+/// What the probe found on this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Probe {
+    /// `/dev/kfd` exists (an AMD GPU with the amdgpu KFD driver).
+    pub kfd: bool,
+    /// The CUDA driver library (libcuda) can be loaded.
+    pub cuda: bool,
+}
+
+/// Probes for GPUs. The CUDA check goes through cudarc's
+/// `is_culib_present`, which tries to load libcuda dynamically and reports
+/// absence instead of panicking.
+pub fn probe() -> Probe {
+    // SAFETY: is_culib_present only attempts to dlopen the driver library
+    // and returns whether that succeeded; it has no preconditions.
+    let cuda = unsafe { cudarc::driver::sys::is_culib_present() };
+    Probe {
+        kfd: Path::new("/dev/kfd").exists(),
+        cuda,
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeviceError {
+    #[error("device {0} needs root: hardware GPUs are driven through privileged ioctls; run `sudo reefd start`, or use --device sim:mi50")]
+    NeedsRoot(DeviceSpec),
+    #[error("device {spec}: {what}")]
+    Absent { spec: DeviceSpec, what: String },
+    #[error("device {spec}: {what}")]
+    NoBackend { spec: DeviceSpec, what: String },
+}
+
+/// The device the daemon will serve on, and the notice to log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    /// The simulator preset: the only backend that executes kernels here.
+    pub preset: String,
+    pub notice: Option<String>,
+}
+
+/// Resolves a device spec against a probe. Hardware devices need root and
+/// a present device; even then this build cannot execute kernels on them
+/// (the KFD and NVIDIA RM paths of reef-ioctl cover the preemption ioctls,
+/// not a kernel-launching runtime), which is said plainly rather than
+/// pretended.
+pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selected, DeviceError> {
+    match spec {
+        DeviceSpec::Sim(p) => Ok(Selected {
+            preset: p.clone(),
+            notice: None,
+        }),
+        DeviceSpec::Auto => {
+            let found: Vec<&str> = [
+                (probe.kfd, "an AMD GPU (/dev/kfd)"),
+                (probe.cuda, "the NVIDIA driver (libcuda)"),
+            ]
+            .iter()
+            .filter(|(f, _)| *f)
+            .map(|(_, n)| *n)
+            .collect();
+            let notice = if found.is_empty() {
+                "no GPU found (no /dev/kfd, no libcuda): serving on the simulated GPU sim:mi50"
+                    .to_string()
+            } else {
+                format!(
+                    "found {} but this build has no hardware backend that executes kernels: serving on the simulated GPU sim:mi50",
+                    found.join(" and ")
+                )
+            };
+            Ok(Selected {
+                preset: "mi50".into(),
+                notice: Some(notice),
+            })
+        }
+        DeviceSpec::Cuda(_) | DeviceSpec::Kfd(_) => {
+            if !is_root {
+                return Err(DeviceError::NeedsRoot(spec.clone()));
+            }
+            let (present, what) = match spec {
+                DeviceSpec::Cuda(_) => (
+                    probe.cuda,
+                    "the NVIDIA driver library libcuda.so cannot be loaded: install the NVIDIA driver, or use --device sim:gv100",
+                ),
+                _ => (
+                    probe.kfd,
+                    "/dev/kfd does not exist: load the amdgpu driver, or use --device sim:mi50",
+                ),
+            };
+            if !present {
+                return Err(DeviceError::Absent {
+                    spec: spec.clone(),
+                    what: what.into(),
+                });
+            }
+            Err(DeviceError::NoBackend {
+                spec: spec.clone(),
+                what: "the hardware backend cannot execute inference kernels in this build (no GPU code-object loader or launch path yet); use --device sim:mi50".into(),
+            })
+        }
+    }
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_all_forms() {
+        assert_eq!(DeviceSpec::parse("auto"), Ok(DeviceSpec::Auto));
+        assert_eq!(
+            DeviceSpec::parse("sim:gv100"),
+            Ok(DeviceSpec::Sim("gv100".into()))
+        );
+        assert_eq!(DeviceSpec::parse("cuda:1"), Ok(DeviceSpec::Cuda(1)));
+        assert_eq!(DeviceSpec::parse("kfd:0"), Ok(DeviceSpec::Kfd(0)));
+        for bad in ["", "gpu", "sim:a100", "cuda:x", "kfd:-1", "tpu:0"] {
+            assert!(DeviceSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn auto_falls_back_with_notice() {
+        let s = select(&DeviceSpec::Auto, &Probe::default(), false).unwrap();
+        assert_eq!(s.preset, "mi50");
+        assert!(s.notice.unwrap().contains("no GPU found"));
+        let s = select(
+            &DeviceSpec::Auto,
+            &Probe {
+                kfd: true,
+                cuda: false,
+            },
+            true,
+        )
+        .unwrap();
+        assert!(s.notice.unwrap().contains("/dev/kfd"));
+    }
+
+    #[test]
+    fn hardware_needs_root_and_presence() {
+        let p = Probe::default();
+        assert_eq!(
+            select(&DeviceSpec::Cuda(0), &p, false),
+            Err(DeviceError::NeedsRoot(DeviceSpec::Cuda(0)))
+        );
+        let e = select(&DeviceSpec::Kfd(0), &p, true).unwrap_err();
+        assert!(e.to_string().contains("/dev/kfd does not exist"));
+        let e = select(
+            &DeviceSpec::Kfd(0),
+            &Probe {
+                kfd: true,
+                cuda: false,
+            },
+            true,
+        )
+        .unwrap_err();
+        assert!(matches!(e, DeviceError::NoBackend { .. }));
+    }
+
+    #[test]
+    fn probe_does_not_panic_without_gpu() {
+        let p = probe();
+        // This machine has neither; the call must return, not panic.
+        assert_eq!(p.kfd, Path::new("/dev/kfd").exists());
+    }
+}

@@ -1,0 +1,118 @@
+//! The engine: what executes inference tasks for the daemon's runtime. REEF
+//! §3.1 (Fig. 5) splits the online part into task queues, the scheduler, the
+//! kernel interceptor and the preemption module; the runtime (crate module
+//! `runtime`) owns the task queues and the clients, and an [`Engine`] owns the
+//! scheduler and the device. The trait lets the server, the protocol and their
+//! tests be built and run independently of which scheduler executes the work.
+//!
+//! Time is nanoseconds since the runtime's epoch on the wall clock: the
+//! runtime passes `now` with every call and the engine never reads a clock,
+//! so an engine built on the sans-IO scheduler core stays sans-IO.
+
+pub mod inorder;
+
+use crate::protocol::{Priority, TaskState};
+use reef_model::idempotence::IdempotenceMetadata;
+use reef_model::Model;
+use std::sync::Arc;
+
+/// Nanoseconds since the runtime's epoch.
+pub type Nanos = u64;
+
+/// A model as the engine receives it.
+#[derive(Debug, Clone)]
+pub struct EngineModel {
+    pub name: String,
+    pub model: Arc<Model>,
+    pub idempotence: Option<Arc<IdempotenceMetadata>>,
+}
+
+/// Static facts about an engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// What executes the work, e.g. `in-order executor`.
+    pub name: String,
+    /// The scheduling policy in force.
+    pub policy: String,
+    /// Preemption levels available (1, 2, 3; empty when none).
+    pub preemption_levels: Vec<u8>,
+}
+
+/// What happened inside the engine, for the runtime to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineEvent {
+    /// The task's first kernel entered the device queue at `at`.
+    FirstKernelQueued { task: u64, at: Nanos },
+    /// `count` kernels were pushed into device queues.
+    KernelsLaunched { count: u64 },
+    /// `kernels` kernels of `task` were evicted or killed at `level`.
+    Preempted { task: u64, level: u8, kernels: u64 },
+    /// The task's last kernel completed at `at`.
+    TaskDone {
+        task: u64,
+        at: Nanos,
+        /// Value-tracking digest of the outputs, when the device tracks them.
+        digest: Option<u64>,
+        preemptions: u32,
+    },
+    /// The engine refused the task (e.g. BE work under an RT-only policy).
+    TaskRejected { task: u64, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Progress of one task inside the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskProgress {
+    pub state: TaskState,
+    pub next_kernel: usize,
+    pub kernels: usize,
+}
+
+/// An executor of inference tasks: a scheduler and a device, driven by the
+/// runtime's calls. Every call may append events to `out`.
+pub trait Engine: Send {
+    fn info(&self) -> EngineInfo;
+    /// Switches the scheduling policy.
+    fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError>;
+    fn add_model(&mut self, model: EngineModel) -> Result<(), EngineError>;
+    /// Removes a model; the runtime guarantees no task uses it.
+    fn remove_model(&mut self, name: &str);
+    /// Opens a stream (one client's GPU stream with its host queue).
+    fn open_stream(&mut self, stream: u64, priority: Priority) -> Result<(), EngineError>;
+    /// Closes a stream, dropping its queued and running work; returns the
+    /// tasks that were dropped.
+    fn close_stream(&mut self, now: Nanos, stream: u64, out: &mut Vec<EngineEvent>) -> Vec<u64>;
+    /// Submits one inference of `model` on `stream`.
+    fn submit(
+        &mut self,
+        now: Nanos,
+        task: u64,
+        stream: u64,
+        model: &str,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError>;
+    /// Preempts the stream's work; returns the number of kernels evicted or
+    /// killed.
+    fn preempt(
+        &mut self,
+        now: Nanos,
+        stream: u64,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<u64, EngineError>;
+    /// Runs the device up to `now`.
+    fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>);
+    /// When something next happens without new input (`None`: idle).
+    fn next_event_time(&self) -> Option<Nanos>;
+    /// Kernels in the stream's host queue and device queue.
+    fn queue_depths(&self, stream: u64) -> (usize, usize);
+    fn task_progress(&self, task: u64) -> Option<TaskProgress>;
+}

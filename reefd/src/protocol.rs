@@ -1,0 +1,546 @@
+//! The client protocol of reefd: REEF's RPC-based serving interface (REEF §3.1,
+//! "DNN inference serving (online)", Fig. 5: applications submit inference
+//! requests to the daemon, which owns the task queues and GPU streams).
+//!
+//! Wire format (documented for other languages in docs/protocol.md): every
+//! message in either direction is one *frame*, a 4-byte big-endian payload
+//! length followed by that many bytes of UTF-8 JSON. Requests carry a client
+//! chosen `id`; the daemon answers each with exactly one `reply` or `error`
+//! carrying the same id, and may interleave `event` messages (asynchronous
+//! completions). A frame longer than the daemon's limit is skipped and
+//! answered with a `frame_too_large` error; a frame that is not a valid request
+//! gets `bad_request`; in both cases the connection stays usable.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Protocol version, reported by `hello`; bumped on incompatible changes.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Default largest accepted frame payload, in bytes.
+pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+/// Bytes of the length prefix.
+pub const HEADER_LEN: usize = 4;
+
+/// Real-time or best-effort (REEF §3.1: one RT task queue, several BE queues).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Rt,
+    Be,
+}
+
+impl std::fmt::Display for Priority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Priority::Rt => "rt",
+            Priority::Be => "be",
+        })
+    }
+}
+
+impl std::str::FromStr for Priority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "rt" | "RT" => Ok(Priority::Rt),
+            "be" | "BE" => Ok(Priority::Be),
+            other => Err(format!("priority must be rt or be, not {other:?}")),
+        }
+    }
+}
+
+/// One request frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Chosen by the client; echoed in the answer.
+    pub id: u64,
+    #[serde(flatten)]
+    pub body: RequestBody,
+}
+
+/// Which streams `preempt` targets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptTarget {
+    /// One stream, by id.
+    Stream(u64),
+    /// Every best-effort stream the caller may preempt.
+    All,
+}
+
+/// The operations (`"op"` field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum RequestBody {
+    /// Versions and the caller's credentials as the daemon sees them.
+    Hello,
+    /// Daemon status: device, policy, counts.
+    Status,
+    /// Load a model by name from the daemon's models directory, or from
+    /// `path` (a model directory or schedule file). Idempotent for the owner.
+    LoadModel {
+        name: String,
+        #[serde(default)]
+        path: Option<PathBuf>,
+        /// Idempotence metadata (`reef-check-idem -o`); default: the file
+        /// `<name>.idem.json` beside the schedule, when present.
+        #[serde(default)]
+        idempotence: Option<PathBuf>,
+    },
+    /// Unload a model (its owner or root); refused while tasks use it.
+    UnloadModel {
+        name: String,
+    },
+    ListModels,
+    /// Register this connection as an RT or BE client and get its stream.
+    /// The stream lives until `unregister` or until the connection closes.
+    Register {
+        priority: Priority,
+        #[serde(default)]
+        label: Option<String>,
+    },
+    Unregister {
+        stream: u64,
+    },
+    /// Run one inference of `model` on `stream`. With `wait` (the default)
+    /// the reply comes when it completes; without, the reply carries the
+    /// task id at once and a `task_done` event follows.
+    Infer {
+        stream: u64,
+        model: String,
+        #[serde(default = "default_true")]
+        wait: bool,
+    },
+    ListStreams,
+    ListTasks,
+    Stats,
+    /// Preempt a stream's running work (its owner or root), or all BE
+    /// streams (root, or the streams the caller owns).
+    Preempt {
+        target: PreemptTarget,
+    },
+    /// Switch the scheduling policy (root or the daemon's own user).
+    SetPolicy {
+        policy: String,
+    },
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One message from the daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Reply {
+        id: u64,
+        result: Reply,
+    },
+    Error {
+        /// The request's id, or null when the request could not be read.
+        id: Option<u64>,
+        code: ErrorCode,
+        message: String,
+    },
+    Event {
+        event: Event,
+    },
+}
+
+/// Error classes; `message` says what is wrong and what to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The frame exceeded the daemon's size limit; it was skipped.
+    FrameTooLarge,
+    /// The frame was not a valid request (bad JSON, unknown op, bad field).
+    BadRequest,
+    NotFound,
+    PermissionDenied,
+    /// The object is in use (e.g. unloading a model with tasks in flight).
+    Busy,
+    /// The device or engine cannot do this.
+    Unsupported,
+    /// The daemon is shutting down; the request was not (fully) executed.
+    ShuttingDown,
+    /// The task was cancelled (its stream was unregistered).
+    Cancelled,
+    Internal,
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        f.write_str(&s)
+    }
+}
+
+/// Successful answers, one variant per operation (`"kind"` field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reply {
+    Hello(HelloInfo),
+    Status(StatusInfo),
+    ModelLoaded(ModelInfo),
+    ModelUnloaded {
+        name: String,
+    },
+    Models {
+        models: Vec<ModelInfo>,
+    },
+    Registered(StreamInfo),
+    Unregistered {
+        stream: u64,
+        cancelled_tasks: u64,
+    },
+    /// A blocking `infer` finished.
+    InferDone(TaskResult),
+    /// A non-blocking `infer` was queued; a `task_done` event follows.
+    InferQueued {
+        task: u64,
+    },
+    Streams {
+        streams: Vec<StreamInfo>,
+    },
+    Tasks {
+        tasks: Vec<TaskInfo>,
+    },
+    Stats(Stats),
+    Preempted {
+        streams: Vec<u64>,
+        preempted_kernels: u64,
+    },
+    PolicySet {
+        policy: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelloInfo {
+    pub daemon_version: String,
+    pub protocol: u32,
+    pub peer_uid: u32,
+    pub peer_gid: u32,
+    pub peer_pid: Option<i32>,
+    pub max_frame_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusInfo {
+    pub daemon_version: String,
+    pub pid: u32,
+    /// The device the daemon serves on, e.g. `sim:mi50`.
+    pub device: String,
+    /// What actually executes kernels (engine name), e.g. which scheduler.
+    pub engine: String,
+    pub policy: String,
+    /// Preemption levels the device backend offers (DESIGN.md: 1 evict
+    /// queued, 2 lazy eviction via preempt flag, 3 kill running blocks).
+    pub preemption_levels: Vec<u8>,
+    pub uptime_s: f64,
+    pub models: usize,
+    pub streams: usize,
+    pub tasks_in_flight: usize,
+    pub connections: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub path: PathBuf,
+    pub kernels: usize,
+    pub buffers: usize,
+    /// Measured stand-alone latency of one inference, when profiled.
+    pub standalone_us: Option<f64>,
+    /// Whether idempotence metadata was found and loaded with the model.
+    pub idempotence: Option<PathBuf>,
+    pub owner_uid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamInfo {
+    pub stream: u64,
+    pub priority: Priority,
+    pub owner_uid: u32,
+    pub owner_pid: Option<i32>,
+    pub label: Option<String>,
+    /// Tasks submitted and not yet finished.
+    pub tasks_in_flight: usize,
+    /// Kernels buffered in the stream's host queue / device queue.
+    pub host_queue: usize,
+    pub device_queue: usize,
+    pub completed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Queued,
+    Running,
+    Preempted,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub task: u64,
+    pub stream: u64,
+    pub model: String,
+    pub priority: Priority,
+    pub state: TaskState,
+    pub age_us: f64,
+    /// Index of the next kernel to launch.
+    pub next_kernel: usize,
+    pub kernels: usize,
+}
+
+/// The outcome of one inference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub task: u64,
+    pub stream: u64,
+    pub model: String,
+    /// From the request's arrival at the socket to completion.
+    pub latency_us: f64,
+    /// Latency divided by the model's stand-alone latency (REEF §6.2).
+    pub normalized_latency: Option<f64>,
+    /// From arrival at the socket to the task's first kernel entering the
+    /// device queue: the live control path.
+    pub control_path_us: Option<f64>,
+    /// How many times the task was preempted (and restored).
+    pub preemptions: u32,
+    /// Value-tracking digest of the final outputs (DESIGN.md, simulator):
+    /// equal to an unpreempted run's iff the restore was correct.
+    pub output_digest: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A non-blocking inference finished.
+    TaskDone(TaskResult),
+    /// A non-blocking inference failed (cancelled, shutdown).
+    TaskFailed {
+        task: u64,
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Stats {
+    pub uptime_s: f64,
+    pub requests: u64,
+    pub bad_requests: u64,
+    pub tasks_submitted: u64,
+    pub tasks_completed: u64,
+    pub tasks_failed: u64,
+    pub kernels_launched: u64,
+    /// Preemptions by level ("1", "2", "3").
+    pub preemptions: std::collections::BTreeMap<String, u64>,
+    pub rt_latency: LatencySummary,
+    pub rt_normalized_mean: Option<f64>,
+    pub be_latency: LatencySummary,
+    pub control_path: LatencySummary,
+}
+
+/// Encodes one message as a frame (length prefix + JSON).
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    // Serialising these types cannot fail: no maps with non-string keys.
+    let body = serde_json::to_vec(msg).unwrap_or_else(|e| {
+        format!(r#"{{"type":"error","id":null,"code":"internal","message":"encode: {e}"}}"#)
+            .into_bytes()
+    });
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// What the decoder produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A whole frame payload.
+    Frame(Vec<u8>),
+    /// A frame announced `len` bytes, over the limit; its payload is being
+    /// skipped and the stream resynchronises after it.
+    TooLarge { len: usize },
+}
+
+/// Incremental frame decoder: push bytes as they arrive, pull frames.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    max: usize,
+    buf: Vec<u8>,
+    /// Bytes of an oversized payload still to discard.
+    skip: usize,
+}
+
+impl FrameDecoder {
+    pub fn new(max_frame: usize) -> Self {
+        FrameDecoder {
+            max: max_frame,
+            buf: Vec::new(),
+            skip: 0,
+        }
+    }
+
+    pub fn push(&mut self, mut data: &[u8]) {
+        if self.skip > 0 {
+            let n = self.skip.min(data.len());
+            self.skip -= n;
+            data = &data[n..];
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes buffered but not yet returned.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete frame, if any.
+    pub fn next_frame(&mut self) -> Option<Decoded> {
+        if self.skip > 0 || self.buf.len() < HEADER_LEN {
+            return None;
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len > self.max {
+            let avail = self.buf.len() - HEADER_LEN;
+            let drop_now = avail.min(len);
+            self.buf.drain(..HEADER_LEN + drop_now);
+            self.skip = len - drop_now;
+            return Some(Decoded::TooLarge { len });
+        }
+        if self.buf.len() < HEADER_LEN + len {
+            return None;
+        }
+        let payload = self.buf[HEADER_LEN..HEADER_LEN + len].to_vec();
+        self.buf.drain(..HEADER_LEN + len);
+        Some(Decoded::Frame(payload))
+    }
+}
+
+/// A request that could not be parsed: the id when it could be recovered,
+/// and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest {
+    pub id: Option<u64>,
+    pub message: String,
+}
+
+/// Parses a request payload. On failure the error names the problem and,
+/// when the payload was a JSON object with a numeric `id`, that id.
+pub fn parse_request(payload: &[u8]) -> Result<Request, BadRequest> {
+    match serde_json::from_slice::<Request>(payload) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            let value: Option<serde_json::Value> = serde_json::from_slice(payload).ok();
+            let id = value
+                .as_ref()
+                .and_then(|v| v.get("id"))
+                .and_then(|v| v.as_u64());
+            let message = match &value {
+                None => format!(
+                    "the frame is not valid JSON ({e}); send a 4-byte big-endian length then a JSON object, see docs/protocol.md"
+                ),
+                Some(v) if !v.is_object() => {
+                    "the request must be a JSON object with \"id\" and \"op\"".to_string()
+                }
+                Some(_) => format!("invalid request: {e} (see docs/protocol.md for the ops and their fields)"),
+            };
+            Err(BadRequest { id, message })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trip_and_wire_shape() {
+        let r = Request {
+            id: 7,
+            body: RequestBody::Infer {
+                stream: 3,
+                model: "vgg".into(),
+                wait: false,
+            },
+        };
+        let frame = encode(&r);
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&frame);
+        let Some(Decoded::Frame(p)) = d.next_frame() else {
+            panic!("no frame")
+        };
+        let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+        assert_eq!(v["op"], "infer");
+        assert_eq!(v["id"], 7);
+        assert_eq!(parse_request(&p).unwrap(), r);
+    }
+
+    #[test]
+    fn wait_defaults_to_true() {
+        let r = parse_request(br#"{"id":1,"op":"infer","stream":2,"model":"vgg"}"#).unwrap();
+        assert!(matches!(r.body, RequestBody::Infer { wait: true, .. }));
+    }
+
+    #[test]
+    fn bad_request_keeps_id() {
+        let e = parse_request(br#"{"id":9,"op":"fly"}"#).unwrap_err();
+        assert_eq!(e.id, Some(9));
+        let e = parse_request(b"\xff\x00").unwrap_err();
+        assert_eq!(e.id, None);
+        assert!(e.message.contains("not valid JSON"));
+    }
+
+    #[test]
+    fn oversized_frame_is_skipped_and_stream_resyncs() {
+        let mut d = FrameDecoder::new(16);
+        let mut bytes = (100u32).to_be_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', 100));
+        bytes.extend(encode(&Request {
+            id: 1,
+            body: RequestBody::Stats,
+        }));
+        // Feed in small pieces to cover the skip path across pushes.
+        let mut out = Vec::new();
+        for chunk in bytes.chunks(7) {
+            d.push(chunk);
+            while let Some(f) = d.next_frame() {
+                out.push(f);
+            }
+        }
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert_eq!(out[0], Decoded::TooLarge { len: 100 });
+        // The stats request is 26 bytes: also over 16, so it is skipped too.
+        assert!(matches!(out[1], Decoded::TooLarge { .. }));
+        let mut d = FrameDecoder::new(64);
+        let mut bytes = (100u32).to_be_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', 100));
+        let stats = encode(&Request {
+            id: 1,
+            body: RequestBody::Stats,
+        });
+        bytes.extend(&stats);
+        for chunk in bytes.chunks(5) {
+            d.push(chunk);
+        }
+        assert_eq!(d.next_frame(), Some(Decoded::TooLarge { len: 100 }));
+        assert_eq!(d.next_frame(), Some(Decoded::Frame(stats[4..].to_vec())));
+        assert_eq!(d.next_frame(), None);
+    }
+}

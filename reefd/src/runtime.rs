@@ -1,0 +1,950 @@
+//! The daemon's runtime: REEF's task queues and clients (§3.1, Fig. 5), the
+//! ownership of streams and models, and the thread that paces the engine to
+//! the wall clock. One mutex guards the state; request handlers call into the
+//! engine directly under it, so an RT request reaches the scheduler (and its
+//! first kernel the device queue) on the thread that read it from the socket,
+//! with no hand-off. The pacer thread advances the engine to the current time
+//! whenever the engine's next event falls due, and delivers completions.
+//!
+//! Host-queue memory of preempted or cancelled work is dropped by the engine
+//! (REEF §4.2 "asynchronous memory reclamation" is the engine's concern:
+//! reef-sched emits `ReclaimHostQueue`); a client whose connection dies has
+//! its streams closed and its tasks dropped here.
+
+use crate::engine::{Engine, EngineEvent, EngineInfo, EngineModel, Nanos};
+use crate::metrics::{self, Metrics, QueueDepth};
+use crate::protocol::{
+    ErrorCode, Event, ModelInfo, PreemptTarget, Priority, Reply, RequestBody, ServerMessage, Stats,
+    StatusInfo, StreamInfo, TaskInfo, TaskResult, TaskState,
+};
+use reef_model::idempotence::IdempotenceMetadata;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Credentials of a connected peer (from SO_PEERCRED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: Option<i32>,
+}
+
+impl Peer {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// A request that failed: the protocol error code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+pub type Outbox = mpsc::UnboundedSender<ServerMessage>;
+
+/// One client connection as the runtime sees it.
+#[derive(Clone)]
+pub struct Conn {
+    pub id: u64,
+    pub peer: Peer,
+    pub outbox: Outbox,
+}
+
+/// What handling a request produced.
+pub enum Handled {
+    Reply(Reply),
+    Error(Failure),
+    /// A blocking infer: the reply comes through the receiver.
+    Pending(oneshot::Receiver<Result<TaskResult, Failure>>),
+}
+
+enum Waiter {
+    Reply(oneshot::Sender<Result<TaskResult, Failure>>),
+    Event(Outbox),
+}
+
+struct Task {
+    stream: u64,
+    model: String,
+    priority: Priority,
+    arrival: Instant,
+    first_queued: Option<Instant>,
+    preemptions: u32,
+    waiter: Waiter,
+}
+
+struct Stream {
+    priority: Priority,
+    owner: Peer,
+    conn: u64,
+    label: Option<String>,
+    tasks: BTreeSet<u64>,
+    completed: u64,
+}
+
+struct LoadedModel {
+    info: ModelInfo,
+    standalone_ns: Option<u64>,
+}
+
+struct State {
+    engine: Box<dyn Engine>,
+    info: EngineInfo,
+    models: BTreeMap<String, LoadedModel>,
+    streams: BTreeMap<u64, Stream>,
+    tasks: HashMap<u64, Task>,
+    next_stream: u64,
+    next_task: u64,
+    metrics: Metrics,
+    shutting_down: bool,
+    stop: bool,
+    connections: usize,
+    events: Vec<EngineEvent>,
+}
+
+/// Fixed settings of a runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// The device name reported by `status`, e.g. `sim:mi50`.
+    pub device: String,
+    pub models_dir: PathBuf,
+    pub max_tasks_per_stream: usize,
+    pub max_frame_bytes: usize,
+}
+
+pub struct Runtime {
+    state: Mutex<State>,
+    cond: Condvar,
+    epoch: Instant,
+    settings: RuntimeSettings,
+    daemon_uid: u32,
+}
+
+impl Runtime {
+    pub fn new(engine: Box<dyn Engine>, settings: RuntimeSettings) -> Arc<Runtime> {
+        let info = engine.info();
+        Arc::new(Runtime {
+            state: Mutex::new(State {
+                engine,
+                info,
+                models: BTreeMap::new(),
+                streams: BTreeMap::new(),
+                tasks: HashMap::new(),
+                next_stream: 1,
+                next_task: 1,
+                metrics: Metrics::default(),
+                shutting_down: false,
+                stop: false,
+                connections: 0,
+                events: Vec::new(),
+            }),
+            cond: Condvar::new(),
+            epoch: Instant::now(),
+            settings,
+            daemon_uid: nix::unistd::geteuid().as_raw(),
+        })
+    }
+
+    pub fn settings(&self) -> &RuntimeSettings {
+        &self.settings
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; keep serving rather than
+        // cascading it to every connection.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_ns(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    fn at(&self, ns: Nanos) -> Instant {
+        self.epoch + Duration::from_nanos(ns)
+    }
+
+    /// Starts the thread that paces the engine to the wall clock.
+    pub fn start_pacer(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let rt = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("reefd-pacer".into())
+            .spawn(move || rt.pacer())
+            .expect("spawning the pacer thread")
+    }
+
+    fn pacer(&self) {
+        let mut st = self.lock();
+        loop {
+            if st.stop {
+                return;
+            }
+            let now = self.now_ns();
+            let mut ev = std::mem::take(&mut st.events);
+            st.engine.advance(now, &mut ev);
+            self.apply_events(&mut st, &mut ev, None);
+            st.events = ev;
+            let wait = match st.engine.next_event_time() {
+                Some(t) if t <= now => continue,
+                Some(t) => Duration::from_nanos(t - now),
+                None => Duration::from_secs(3600),
+            };
+            st = self
+                .cond
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Stops the pacer thread.
+    pub fn stop(&self) {
+        self.lock().stop = true;
+        self.cond.notify_all();
+    }
+
+    /// Applies engine events. `submitted` is the task whose submission
+    /// produced them, stamped with the current instant if queued at once.
+    fn apply_events(&self, st: &mut State, ev: &mut Vec<EngineEvent>, submitted: Option<u64>) {
+        for e in ev.drain(..) {
+            match e {
+                EngineEvent::FirstKernelQueued { task, at } => {
+                    let when = if submitted == Some(task) {
+                        Instant::now()
+                    } else {
+                        self.at(at)
+                    };
+                    if let Some(t) = st.tasks.get_mut(&task) {
+                        if t.first_queued.is_none() {
+                            t.first_queued = Some(when);
+                            let us = when.saturating_duration_since(t.arrival).as_secs_f64() * 1e6;
+                            st.metrics.control_path.observe_us(us);
+                        }
+                    }
+                }
+                EngineEvent::KernelsLaunched { count } => st.metrics.kernels_launched += count,
+                EngineEvent::Preempted {
+                    task,
+                    level,
+                    kernels,
+                } => {
+                    *st.metrics.preemptions.entry(level).or_default() += kernels;
+                    if let Some(t) = st.tasks.get_mut(&task) {
+                        t.preemptions += 1;
+                    }
+                }
+                EngineEvent::TaskDone {
+                    task,
+                    at,
+                    digest,
+                    preemptions,
+                } => {
+                    let Some(t) = st.tasks.remove(&task) else {
+                        continue;
+                    };
+                    let done = self.at(at).max(t.arrival);
+                    let latency_us = done.duration_since(t.arrival).as_secs_f64() * 1e6;
+                    let standalone = st.models.get(&t.model).and_then(|m| m.standalone_ns);
+                    let normalized = standalone.map(|s| latency_us * 1e3 / s as f64);
+                    match t.priority {
+                        Priority::Rt => {
+                            st.metrics.rt_latency.observe_us(latency_us);
+                            if let Some(n) = normalized {
+                                st.metrics.observe_rt_normalized(n);
+                            }
+                        }
+                        Priority::Be => st.metrics.be_latency.observe_us(latency_us),
+                    }
+                    st.metrics.tasks_completed += 1;
+                    if let Some(s) = st.streams.get_mut(&t.stream) {
+                        s.tasks.remove(&task);
+                        s.completed += 1;
+                    }
+                    let result = TaskResult {
+                        task,
+                        stream: t.stream,
+                        model: t.model.clone(),
+                        latency_us,
+                        normalized_latency: normalized,
+                        control_path_us: t
+                            .first_queued
+                            .map(|q| q.saturating_duration_since(t.arrival).as_secs_f64() * 1e6),
+                        preemptions: preemptions.max(t.preemptions),
+                        output_digest: digest.map(|d| format!("{d:016x}")),
+                    };
+                    deliver(task, t.waiter, Ok(result));
+                }
+                EngineEvent::TaskRejected { task, reason } => {
+                    if let Some(t) = st.tasks.remove(&task) {
+                        st.metrics.tasks_failed += 1;
+                        if let Some(s) = st.streams.get_mut(&t.stream) {
+                            s.tasks.remove(&task);
+                        }
+                        deliver(
+                            task,
+                            t.waiter,
+                            Err(Failure::new(ErrorCode::Unsupported, reason)),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a connection; false when the limit is reached.
+    pub fn connection_opened(&self, max: usize) -> bool {
+        let mut st = self.lock();
+        if st.connections >= max {
+            return false;
+        }
+        st.connections += 1;
+        true
+    }
+
+    /// A connection closed (or its client died): close its streams and drop
+    /// their tasks, so nothing stays stuck on the device.
+    pub fn connection_closed(&self, conn: u64) {
+        let mut st = self.lock();
+        st.connections = st.connections.saturating_sub(1);
+        let ids: Vec<u64> = st
+            .streams
+            .iter()
+            .filter(|(_, s)| s.conn == conn)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let n = self.close_stream(&mut st, id, "the client's connection closed");
+            tracing::info!(
+                stream = id,
+                cancelled = n,
+                "connection closed: stream released"
+            );
+        }
+        drop(st);
+        self.cond.notify_all();
+    }
+
+    fn close_stream(&self, st: &mut State, stream: u64, why: &str) -> u64 {
+        let now = self.now_ns();
+        let mut ev = std::mem::take(&mut st.events);
+        let dropped = st.engine.close_stream(now, stream, &mut ev);
+        self.apply_events(st, &mut ev, None);
+        st.events = ev;
+        let mut n = 0;
+        let mut pending: Vec<u64> = dropped;
+        if let Some(s) = st.streams.remove(&stream) {
+            pending.extend(s.tasks);
+        }
+        for task in pending {
+            if let Some(t) = st.tasks.remove(&task) {
+                n += 1;
+                st.metrics.tasks_failed += 1;
+                deliver(
+                    task,
+                    t.waiter,
+                    Err(Failure::new(
+                        ErrorCode::Cancelled,
+                        format!("task {task} was cancelled: {why}"),
+                    )),
+                );
+            }
+        }
+        n
+    }
+
+    pub fn count_bad_request(&self) {
+        let mut st = self.lock();
+        st.metrics.requests += 1;
+        st.metrics.bad_requests += 1;
+    }
+
+    /// Handles one request from `conn`; `arrival` is when its last byte was
+    /// read from the socket.
+    pub fn handle(&self, conn: &Conn, body: RequestBody, arrival: Instant) -> Handled {
+        if let RequestBody::LoadModel {
+            name,
+            path,
+            idempotence,
+        } = body
+        {
+            return self.load_model(conn, name, path, idempotence);
+        }
+        let mut st = self.lock();
+        st.metrics.requests += 1;
+        let r = self.handle_locked(&mut st, conn, body, arrival);
+        drop(st);
+        self.cond.notify_all();
+        r
+    }
+
+    fn handle_locked(
+        &self,
+        st: &mut State,
+        conn: &Conn,
+        body: RequestBody,
+        arrival: Instant,
+    ) -> Handled {
+        use Handled::{Error as Err_, Reply as Ok_};
+        let peer = conn.peer;
+        match body {
+            RequestBody::Infer {
+                stream,
+                model,
+                wait,
+            } => self.infer(st, conn, stream, &model, wait, arrival),
+            RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
+                daemon_version: env!("CARGO_PKG_VERSION").into(),
+                protocol: crate::protocol::PROTOCOL_VERSION,
+                peer_uid: peer.uid,
+                peer_gid: peer.gid,
+                peer_pid: peer.pid,
+                max_frame_bytes: self.settings.max_frame_bytes,
+            })),
+            RequestBody::Status => Ok_(Reply::Status(self.status_locked(st))),
+            RequestBody::LoadModel { .. } => Err_(Failure::new(
+                ErrorCode::Internal,
+                "load_model is handled outside the lock",
+            )),
+            RequestBody::UnloadModel { name } => {
+                let name = canonical_model(st, &name);
+                let Some(m) = st.models.get(&name) else {
+                    return Err_(not_loaded(st, &name));
+                };
+                if m.info.owner_uid != peer.uid && !peer.is_root() {
+                    return Err_(Failure::new(
+                        ErrorCode::PermissionDenied,
+                        format!(
+                            "model {name} was loaded by uid {}; only that user or root may unload it",
+                            m.info.owner_uid
+                        ),
+                    ));
+                }
+                let users = st.tasks.values().filter(|t| t.model == name).count();
+                if users > 0 {
+                    return Err_(Failure::new(
+                        ErrorCode::Busy,
+                        format!("model {name} has {users} inference(s) in flight; retry when they finish"),
+                    ));
+                }
+                st.models.remove(&name);
+                st.engine.remove_model(&name);
+                tracing::info!(model = %name, uid = peer.uid, "model unloaded");
+                Ok_(Reply::ModelUnloaded { name })
+            }
+            RequestBody::ListModels => Ok_(Reply::Models {
+                models: st.models.values().map(|m| m.info.clone()).collect(),
+            }),
+            RequestBody::Register { priority, label } => {
+                if st.shutting_down {
+                    return Err_(shutting_down());
+                }
+                let id = st.next_stream;
+                if let Err(e) = st.engine.open_stream(id, priority) {
+                    return Err_(Failure::new(ErrorCode::Unsupported, e.to_string()));
+                }
+                st.next_stream += 1;
+                st.streams.insert(
+                    id,
+                    Stream {
+                        priority,
+                        owner: peer,
+                        conn: conn.id,
+                        label,
+                        tasks: BTreeSet::new(),
+                        completed: 0,
+                    },
+                );
+                tracing::info!(stream = id, %priority, uid = peer.uid, "stream registered");
+                Ok_(Reply::Registered(stream_info(st, id)))
+            }
+            RequestBody::Unregister { stream } => {
+                let Some(s) = st.streams.get(&stream) else {
+                    return Err_(no_stream(stream));
+                };
+                if s.owner.uid != peer.uid && !peer.is_root() {
+                    return Err_(not_owner("unregister", stream, s.owner.uid));
+                }
+                let n = self.close_stream(st, stream, "its stream was unregistered");
+                Ok_(Reply::Unregistered {
+                    stream,
+                    cancelled_tasks: n,
+                })
+            }
+            RequestBody::ListStreams => Ok_(Reply::Streams {
+                streams: st.streams.keys().map(|id| stream_info(st, *id)).collect(),
+            }),
+            RequestBody::ListTasks => {
+                let mut tasks: Vec<TaskInfo> = st
+                    .tasks
+                    .iter()
+                    .map(|(id, t)| {
+                        let p = st.engine.task_progress(*id);
+                        TaskInfo {
+                            task: *id,
+                            stream: t.stream,
+                            model: t.model.clone(),
+                            priority: t.priority,
+                            state: p.map_or(TaskState::Queued, |p| p.state),
+                            age_us: t.arrival.elapsed().as_secs_f64() * 1e6,
+                            next_kernel: p.map_or(0, |p| p.next_kernel),
+                            kernels: p.map_or(0, |p| p.kernels),
+                        }
+                    })
+                    .collect();
+                tasks.sort_by_key(|t| t.task);
+                Ok_(Reply::Tasks { tasks })
+            }
+            RequestBody::Stats => Ok_(Reply::Stats(self.stats_locked(st))),
+            RequestBody::Preempt { target } => self.preempt(st, peer, target),
+            RequestBody::SetPolicy { policy } => {
+                if !peer.is_root() && peer.uid != self.daemon_uid {
+                    return Err_(Failure::new(
+                        ErrorCode::PermissionDenied,
+                        "switching the policy affects every client: only root or the daemon's user may do it",
+                    ));
+                }
+                if !crate::config::POLICIES.contains(&policy.as_str()) {
+                    return Err_(Failure::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "unknown policy {policy:?}; choose one of {}",
+                            crate::config::POLICIES.join(", ")
+                        ),
+                    ));
+                }
+                let now = self.now_ns();
+                match st.engine.set_policy(now, &policy) {
+                    Ok(()) => {
+                        st.info = st.engine.info();
+                        tracing::info!(%policy, uid = peer.uid, "policy switched");
+                        Ok_(Reply::PolicySet { policy })
+                    }
+                    Err(e) => Err_(Failure::new(ErrorCode::Unsupported, e.to_string())),
+                }
+            }
+        }
+    }
+
+    fn infer(
+        &self,
+        st: &mut State,
+        conn: &Conn,
+        stream: u64,
+        model: &str,
+        wait: bool,
+        arrival: Instant,
+    ) -> Handled {
+        if st.shutting_down {
+            return Handled::Error(shutting_down());
+        }
+        let model = canonical_model(st, model);
+        let Some(s) = st.streams.get(&stream) else {
+            return Handled::Error(no_stream(stream));
+        };
+        if s.owner.uid != conn.peer.uid && !conn.peer.is_root() {
+            return Handled::Error(not_owner("submit to", stream, s.owner.uid));
+        }
+        if s.tasks.len() >= self.settings.max_tasks_per_stream {
+            return Handled::Error(Failure::new(
+                ErrorCode::Busy,
+                format!(
+                    "stream {stream} already has {} inferences in flight (daemon.max_tasks_per_stream); wait for some to finish",
+                    s.tasks.len()
+                ),
+            ));
+        }
+        let priority = s.priority;
+        if !st.models.contains_key(&model) {
+            return Handled::Error(not_loaded(st, &model));
+        }
+        let task = st.next_task;
+        st.next_task += 1;
+        let (waiter, handled) = if wait {
+            let (tx, rx) = oneshot::channel();
+            (Waiter::Reply(tx), Handled::Pending(rx))
+        } else {
+            (
+                Waiter::Event(conn.outbox.clone()),
+                Handled::Reply(Reply::InferQueued { task }),
+            )
+        };
+        st.tasks.insert(
+            task,
+            Task {
+                stream,
+                model: model.clone(),
+                priority,
+                arrival,
+                first_queued: None,
+                preemptions: 0,
+                waiter,
+            },
+        );
+        let now = self.now_ns();
+        let mut ev = std::mem::take(&mut st.events);
+        let r = st.engine.submit(now, task, stream, &model, &mut ev);
+        match r {
+            Ok(()) => {
+                st.metrics.tasks_submitted += 1;
+                if let Some(s) = st.streams.get_mut(&stream) {
+                    s.tasks.insert(task);
+                }
+                self.apply_events(st, &mut ev, Some(task));
+                st.events = ev;
+                handled
+            }
+            Err(e) => {
+                st.events = ev;
+                st.tasks.remove(&task);
+                Handled::Error(Failure::new(ErrorCode::Unsupported, e.to_string()))
+            }
+        }
+    }
+
+    fn preempt(&self, st: &mut State, peer: Peer, target: PreemptTarget) -> Handled {
+        let streams: Vec<u64> = match target {
+            PreemptTarget::Stream(id) => {
+                let Some(s) = st.streams.get(&id) else {
+                    return Handled::Error(no_stream(id));
+                };
+                if s.owner.uid != peer.uid && !peer.is_root() {
+                    return Handled::Error(not_owner("preempt", id, s.owner.uid));
+                }
+                vec![id]
+            }
+            PreemptTarget::All => st
+                .streams
+                .iter()
+                .filter(|(_, s)| s.priority == Priority::Be)
+                .filter(|(_, s)| peer.is_root() || s.owner.uid == peer.uid)
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        let now = self.now_ns();
+        let mut total = 0;
+        let mut ev = std::mem::take(&mut st.events);
+        for id in &streams {
+            match st.engine.preempt(now, *id, &mut ev) {
+                Ok(n) => total += n,
+                Err(e) => {
+                    self.apply_events(st, &mut ev, None);
+                    st.events = ev;
+                    return Handled::Error(Failure::new(ErrorCode::Unsupported, e.to_string()));
+                }
+            }
+        }
+        self.apply_events(st, &mut ev, None);
+        st.events = ev;
+        tracing::info!(
+            ?streams,
+            kernels = total,
+            uid = peer.uid,
+            "preempted by command"
+        );
+        Handled::Reply(Reply::Preempted {
+            streams,
+            preempted_kernels: total,
+        })
+    }
+
+    fn load_model(
+        &self,
+        conn: &Conn,
+        name: String,
+        path: Option<PathBuf>,
+        idempotence: Option<PathBuf>,
+    ) -> Handled {
+        {
+            let mut st = self.lock();
+            st.metrics.requests += 1;
+            let canon = canonical_model(&st, &name);
+            if let Some(m) = st.models.get(&canon) {
+                // Loading is idempotent: the same model again is a no-op.
+                if path
+                    .as_ref()
+                    .is_none_or(|p| same_model_path(p, &m.info.path))
+                {
+                    return Handled::Reply(Reply::ModelLoaded(m.info.clone()));
+                }
+                return Handled::Error(Failure::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "a model named {canon} is already loaded from {}; unload it first or choose another name",
+                        m.info.path.display()
+                    ),
+                ));
+            }
+        }
+        // File I/O outside the lock.
+        let loaded = match &path {
+            Some(p) => reef_model::Model::load(p),
+            None => reef_model::load_named(&self.settings.models_dir, &name),
+        };
+        let model = match loaded {
+            Ok(m) => m,
+            Err(e) => return Handled::Error(Failure::new(ErrorCode::NotFound, e.to_string())),
+        };
+        let key = if path.is_some() {
+            name.clone()
+        } else {
+            reef_model::disb_to_dir(&name).unwrap_or(&name).to_string()
+        };
+        let idem_path = idempotence.clone().or_else(|| {
+            let p = model
+                .path
+                .with_file_name(format!("{}.idem.json", model.name));
+            p.is_file().then_some(p)
+        });
+        let idem = match &idem_path {
+            Some(p) => match IdempotenceMetadata::load(p) {
+                Ok(m) if m.kernels.len() == model.kernels.len() => Some(Arc::new(m)),
+                Ok(m) => {
+                    return Handled::Error(Failure::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "idempotence metadata {} has {} kernels but model {} has {}; regenerate it with reef-check-idem",
+                            p.display(),
+                            m.kernels.len(),
+                            model.name,
+                            model.kernels.len()
+                        ),
+                    ))
+                }
+                Err(e) => return Handled::Error(Failure::new(ErrorCode::BadRequest, e.to_string())),
+            },
+            None => None,
+        };
+        let info = ModelInfo {
+            name: key.clone(),
+            path: model.path.clone(),
+            kernels: model.kernels.len(),
+            buffers: model.buffers.len(),
+            standalone_us: model.measured_latency_ns().map(|n| n as f64 / 1e3),
+            idempotence: idem.as_ref().and(idem_path),
+            owner_uid: conn.peer.uid,
+        };
+        let standalone_ns = model.measured_latency_ns();
+        let mut st = self.lock();
+        if let Some(m) = st.models.get(&key) {
+            return Handled::Reply(Reply::ModelLoaded(m.info.clone()));
+        }
+        if let Err(e) = st.engine.add_model(EngineModel {
+            name: key.clone(),
+            model: Arc::new(model),
+            idempotence: idem,
+        }) {
+            return Handled::Error(Failure::new(ErrorCode::Unsupported, e.to_string()));
+        }
+        tracing::info!(model = %key, uid = conn.peer.uid, kernels = info.kernels, "model loaded");
+        st.models.insert(
+            key,
+            LoadedModel {
+                info: info.clone(),
+                standalone_ns,
+            },
+        );
+        Handled::Reply(Reply::ModelLoaded(info))
+    }
+
+    fn status_locked(&self, st: &State) -> StatusInfo {
+        StatusInfo {
+            daemon_version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            device: self.settings.device.clone(),
+            engine: st.info.name.clone(),
+            policy: st.info.policy.clone(),
+            preemption_levels: st.info.preemption_levels.clone(),
+            uptime_s: self.epoch.elapsed().as_secs_f64(),
+            models: st.models.len(),
+            streams: st.streams.len(),
+            tasks_in_flight: st.tasks.len(),
+            connections: st.connections,
+        }
+    }
+
+    fn stats_locked(&self, st: &State) -> Stats {
+        let m = &st.metrics;
+        let norm = metrics::summarize(m.rt_normalized.iter().copied());
+        Stats {
+            uptime_s: self.epoch.elapsed().as_secs_f64(),
+            requests: m.requests,
+            bad_requests: m.bad_requests,
+            tasks_submitted: m.tasks_submitted,
+            tasks_completed: m.tasks_completed,
+            tasks_failed: m.tasks_failed,
+            kernels_launched: m.kernels_launched,
+            preemptions: m
+                .preemptions
+                .iter()
+                .map(|(l, n)| (l.to_string(), *n))
+                .collect(),
+            rt_latency: m.rt_latency.summary(),
+            rt_normalized_mean: (norm.count > 0).then_some(norm.mean_us),
+            be_latency: m.be_latency.summary(),
+            control_path: m.control_path.summary(),
+        }
+    }
+
+    pub fn status(&self) -> StatusInfo {
+        self.status_locked(&self.lock())
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats_locked(&self.lock())
+    }
+
+    /// The Prometheus text exposition of the metrics.
+    pub fn prometheus(&self) -> String {
+        let st = self.lock();
+        let queues: Vec<QueueDepth> = st
+            .streams
+            .iter()
+            .map(|(id, s)| {
+                let (host, device) = st.engine.queue_depths(*id);
+                QueueDepth {
+                    stream: *id,
+                    priority: s.priority.to_string(),
+                    host,
+                    device,
+                }
+            })
+            .collect();
+        metrics::render(&st.metrics, self.epoch.elapsed().as_secs_f64(), &queues)
+    }
+
+    /// Refuses new work from now on (shutdown has begun).
+    pub fn begin_shutdown(&self) {
+        self.lock().shutting_down = true;
+    }
+
+    pub fn tasks_in_flight(&self) -> usize {
+        self.lock().tasks.len()
+    }
+
+    /// Fails every task still in flight with `shutting_down`; returns how
+    /// many there were.
+    pub fn fail_all(&self, why: &str) -> usize {
+        let mut st = self.lock();
+        let ids: Vec<u64> = st.streams.keys().copied().collect();
+        let mut n = 0;
+        for id in ids {
+            let now = self.now_ns();
+            let mut ev = std::mem::take(&mut st.events);
+            let _ = st.engine.close_stream(now, id, &mut ev);
+            st.events = ev;
+        }
+        let tasks: Vec<u64> = st.tasks.keys().copied().collect();
+        for task in tasks {
+            if let Some(t) = st.tasks.remove(&task) {
+                n += 1;
+                st.metrics.tasks_failed += 1;
+                deliver(
+                    task,
+                    t.waiter,
+                    Err(Failure::new(
+                        ErrorCode::ShuttingDown,
+                        format!("task {task} was not finished: {why}"),
+                    )),
+                );
+            }
+        }
+        n
+    }
+}
+
+fn deliver(task: u64, w: Waiter, r: Result<TaskResult, Failure>) {
+    match w {
+        Waiter::Reply(tx) => {
+            let _ = tx.send(r);
+        }
+        Waiter::Event(out) => {
+            let event = match r {
+                Ok(t) => Event::TaskDone(t),
+                Err(f) => Event::TaskFailed {
+                    task,
+                    code: f.code,
+                    message: f.message,
+                },
+            };
+            let _ = out.send(ServerMessage::Event { event });
+        }
+    }
+}
+
+fn canonical_model(st: &State, name: &str) -> String {
+    if st.models.contains_key(name) {
+        return name.to_string();
+    }
+    reef_model::disb_to_dir(name).unwrap_or(name).to_string()
+}
+
+fn same_model_path(a: &Path, b: &Path) -> bool {
+    let a = std::fs::canonicalize(a).unwrap_or_else(|_| a.to_path_buf());
+    let b = std::fs::canonicalize(b).unwrap_or_else(|_| b.to_path_buf());
+    a == b || b.parent() == Some(a.as_path())
+}
+
+fn stream_info(st: &State, id: u64) -> StreamInfo {
+    let s = &st.streams[&id];
+    let (host, device) = st.engine.queue_depths(id);
+    StreamInfo {
+        stream: id,
+        priority: s.priority,
+        owner_uid: s.owner.uid,
+        owner_pid: s.owner.pid,
+        label: s.label.clone(),
+        tasks_in_flight: s.tasks.len(),
+        host_queue: host,
+        device_queue: device,
+        completed: s.completed,
+    }
+}
+
+fn no_stream(id: u64) -> Failure {
+    Failure::new(
+        ErrorCode::NotFound,
+        format!("no stream {id}; register first (reefctl streams lists the live ones)"),
+    )
+}
+
+fn not_loaded(st: &State, name: &str) -> Failure {
+    let loaded: Vec<&str> = st.models.keys().map(String::as_str).collect();
+    Failure::new(
+        ErrorCode::NotFound,
+        format!(
+            "model {name} is not loaded (loaded: {}); load it with `reefctl models load {name}`",
+            if loaded.is_empty() {
+                "none".to_string()
+            } else {
+                loaded.join(", ")
+            }
+        ),
+    )
+}
+
+fn not_owner(what: &str, stream: u64, owner: u32) -> Failure {
+    Failure::new(
+        ErrorCode::PermissionDenied,
+        format!("stream {stream} belongs to uid {owner}; only its owner or root may {what} it"),
+    )
+}
+
+fn shutting_down() -> Failure {
+    Failure::new(
+        ErrorCode::ShuttingDown,
+        "reefd is shutting down and accepts no new work",
+    )
+}

@@ -1,0 +1,385 @@
+//! The RPC server of reefd (REEF §3.1, Fig. 5: "REEF provides an RPC-based
+//! interface for DNN-based applications to submit inference requests"): the
+//! Unix socket with its permissions and peer-credential check, one task per
+//! connection, the Prometheus metrics endpoint, and graceful shutdown.
+//!
+//! Shutdown (SIGTERM/SIGINT): stop accepting connections, refuse new work
+//! with `shutting_down`, let in-flight inferences finish for the grace
+//! period, fail the rest explicitly, flush every answer, remove the socket
+//! file.
+
+use crate::protocol::{
+    encode, parse_request, Decoded, ErrorCode, FrameDecoder, Reply, ServerMessage,
+};
+use crate::runtime::{Conn, Handled, Peer, Runtime};
+use anyhow::{bail, Context};
+use nix::unistd::{Gid, Uid};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Settings of the server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub socket: PathBuf,
+    pub max_frame_bytes: usize,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+    /// The group whose members may connect (besides root and the daemon's
+    /// own user).
+    pub socket_gid: Option<Gid>,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Binds the socket: creates its directory, refuses to steal the socket of
+/// a live daemon, removes a stale one, and sets its mode and group.
+pub fn bind_socket(
+    path: &Path,
+    mode: u32,
+    group: Option<Gid>,
+) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!(
+                    "cannot create the socket directory {} (run as root, or choose --socket in a writable directory)",
+                    dir.display()
+                )
+            })?;
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!(
+                "another reefd is already serving on {} (stop it with `reefd stop`, or choose another --socket)",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot bind the socket {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set mode {mode:o} on {}", path.display()))?;
+    if let Some(gid) = group {
+        nix::unistd::chown(path, None, Some(gid)).with_context(|| {
+            format!(
+                "cannot give the socket {} to group {gid} (changing a file's group needs root or membership of that group)",
+                path.display()
+            )
+        })?;
+    }
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Looks up a group by name.
+pub fn group_gid(name: &str) -> anyhow::Result<Gid> {
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(g)) => Ok(g.gid),
+        Ok(None) => bail!(
+            "daemon.socket_group = {name:?}: no such group (create it with `groupadd {name}`, or leave the key empty)"
+        ),
+        Err(e) => bail!("cannot look up group {name:?}: {e}"),
+    }
+}
+
+/// Who may connect: root, the daemon's own user, and members of the socket's
+/// group. The socket's mode already enforces this for the filesystem; the
+/// check is repeated on the peer credentials of every connection.
+fn authorized(peer: Peer, socket_gid: Option<Gid>) -> bool {
+    let me = Uid::effective().as_raw();
+    if peer.uid == 0 || peer.uid == me {
+        return true;
+    }
+    let Some(gid) = socket_gid else {
+        return false;
+    };
+    if peer.gid == gid.as_raw() {
+        return true;
+    }
+    // Supplementary groups of the peer's user.
+    match nix::unistd::User::from_uid(Uid::from_raw(peer.uid)) {
+        Ok(Some(u)) => {
+            let Ok(name) = std::ffi::CString::new(u.name) else {
+                return false;
+            };
+            nix::unistd::getgrouplist(&name, u.gid)
+                .map(|gs| gs.contains(&gid))
+                .unwrap_or(false)
+        }
+        _ => false,
+    }
+}
+
+/// Runs the server until `shutdown` resolves, then shuts down gracefully.
+pub async fn serve(
+    rt: Arc<Runtime>,
+    listener: std::os::unix::net::UnixListener,
+    opts: ServerOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let listener = UnixListener::from_std(listener)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns: JoinSet<()> = JoinSet::new();
+    let next_conn = Arc::new(AtomicU64::new(1));
+    let metrics_task = match opts.metrics {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr} (metrics.listen)"))?;
+            tracing::info!(%addr, "metrics on http://{addr}/metrics");
+            Some(tokio::spawn(metrics_server(l, Arc::clone(&rt))))
+        }
+        None => None,
+    };
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let id = next_conn.fetch_add(1, Ordering::Relaxed);
+                conns.spawn(connection(Arc::clone(&rt), stream, id, opts.clone(), stop_rx.clone()));
+            }
+        }
+    }
+    // Graceful shutdown.
+    drop(listener);
+    let _ = std::fs::remove_file(&opts.socket);
+    rt.begin_shutdown();
+    let in_flight = rt.tasks_in_flight();
+    tracing::info!(
+        in_flight,
+        grace_ms = opts.shutdown_grace.as_millis() as u64,
+        "shutting down"
+    );
+    let deadline = Instant::now() + opts.shutdown_grace;
+    while rt.tasks_in_flight() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let failed = rt.fail_all("reefd is shutting down");
+    if failed > 0 {
+        tracing::warn!(failed, "in-flight inferences failed at shutdown");
+    }
+    let _ = stop_tx.send(true);
+    let flush = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(2), flush)
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections did not close in time");
+        conns.abort_all();
+    }
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    rt.stop();
+    tracing::info!("reefd stopped");
+    Ok(())
+}
+
+async fn connection(
+    rt: Arc<Runtime>,
+    stream: UnixStream,
+    id: u64,
+    opts: ServerOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let peer = match stream.peer_cred() {
+        Ok(c) => Peer {
+            uid: c.uid(),
+            gid: c.gid(),
+            pid: c.pid(),
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read peer credentials; connection dropped");
+            return;
+        }
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    if !authorized(peer, opts.socket_gid) {
+        tracing::warn!(uid = peer.uid, pid = ?peer.pid, "connection refused: not authorized");
+        let msg = ServerMessage::Error {
+            id: None,
+            code: ErrorCode::PermissionDenied,
+            message: format!(
+                "uid {} may not use reefd: ask an administrator to add you to the socket's group (daemon.socket_group)",
+                peer.uid
+            ),
+        };
+        let _ = wr.write_all(&encode(&msg)).await;
+        return;
+    }
+    if !rt.connection_opened(opts.max_connections) {
+        let msg = ServerMessage::Error {
+            id: None,
+            code: ErrorCode::Busy,
+            message: format!(
+                "reefd serves at most {} connections (daemon.max_connections); retry later",
+                opts.max_connections
+            ),
+        };
+        let _ = wr.write_all(&encode(&msg)).await;
+        return;
+    }
+    tracing::debug!(conn = id, uid = peer.uid, pid = ?peer.pid, "connection");
+    let (tx, mut rx) = mpsc::unbounded_channel::<ServerMessage>();
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            if wr.write_all(&encode(&msg)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let conn = Conn {
+        id,
+        peer,
+        outbox: tx.clone(),
+    };
+    let mut decoder = FrameDecoder::new(opts.max_frame_bytes);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = stop.changed() => break,
+        };
+        let arrival = Instant::now();
+        decoder.push(&buf[..n]);
+        while let Some(frame) = decoder.next_frame() {
+            match frame {
+                Decoded::TooLarge { len } => {
+                    rt.count_bad_request();
+                    let _ = tx.send(ServerMessage::Error {
+                        id: None,
+                        code: ErrorCode::FrameTooLarge,
+                        message: format!(
+                            "frame of {len} bytes exceeds the limit of {} bytes (daemon.max_frame_bytes); it was skipped",
+                            opts.max_frame_bytes
+                        ),
+                    });
+                }
+                Decoded::Frame(payload) => match parse_request(&payload) {
+                    Err(bad) => {
+                        rt.count_bad_request();
+                        let _ = tx.send(ServerMessage::Error {
+                            id: bad.id,
+                            code: ErrorCode::BadRequest,
+                            message: bad.message,
+                        });
+                    }
+                    Ok(req) => {
+                        let rid = req.id;
+                        match rt.handle(&conn, req.body, arrival) {
+                            Handled::Reply(r) => {
+                                let _ = tx.send(ServerMessage::Reply { id: rid, result: r });
+                            }
+                            Handled::Error(f) => {
+                                let _ = tx.send(ServerMessage::Error {
+                                    id: Some(rid),
+                                    code: f.code,
+                                    message: f.message,
+                                });
+                            }
+                            Handled::Pending(done) => {
+                                let tx = tx.clone();
+                                tokio::spawn(async move {
+                                    let msg = match done.await {
+                                        Ok(Ok(t)) => ServerMessage::Reply {
+                                            id: rid,
+                                            result: Reply::InferDone(t),
+                                        },
+                                        Ok(Err(f)) => ServerMessage::Error {
+                                            id: Some(rid),
+                                            code: f.code,
+                                            message: f.message,
+                                        },
+                                        Err(_) => ServerMessage::Error {
+                                            id: Some(rid),
+                                            code: ErrorCode::Internal,
+                                            message: "the task was dropped without an outcome"
+                                                .into(),
+                                        },
+                                    };
+                                    let _ = tx.send(msg);
+                                });
+                            }
+                        }
+                    }
+                },
+            }
+        }
+    }
+    rt.connection_closed(id);
+    drop(conn);
+    drop(tx);
+    let _ = writer.await;
+    tracing::debug!(conn = id, "connection closed");
+}
+
+/// A minimal HTTP/1.1 endpoint: `GET /metrics` returns the Prometheus text.
+async fn metrics_server(listener: tokio::net::TcpListener, rt: Arc<Runtime>) {
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            continue;
+        };
+        let rt = Arc::clone(&rt);
+        tokio::spawn(async move {
+            let mut req = Vec::with_capacity(1024);
+            let mut buf = [0u8; 1024];
+            let read = async {
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(5), read)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let (status, ctype, body) = if req.starts_with(b"GET /metrics ") {
+                (
+                    "200 OK",
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    rt.prometheus(),
+                )
+            } else {
+                (
+                    "404 Not Found",
+                    "text/plain; charset=utf-8",
+                    "reefd serves only GET /metrics\n".to_string(),
+                )
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(body.as_bytes()).await;
+        });
+    }
+}
