@@ -1,0 +1,769 @@
+//! The sans-IO scheduler core: task queues, virtual host queues, device-queue
+//! accounting, and the reset-based preemption and restore mechanism.
+//!
+//! Implements REEF §3.1 (Fig. 5: one real-time queue and one queue per
+//! best-effort client, each bound to a stream), §4.1–4.2 (Fig. 7: host queue
+//! reset with asynchronous reclamation, device-queue capacity restriction,
+//! lazy eviction through a preemption flag), §4.3 (killing running kernels)
+//! and §4.4 (Fig. 8 lines 6–18: the kernel execution index and restore from
+//! the interrupted kernel or from the start of its idempotent group, Fig. 9).
+//!
+//! The core owns each stream's host queue as a launch cursor over the running
+//! request's kernels and transmits a kernel (an [`Action::Launch`]) only while
+//! the stream's device queue holds fewer than its capacity. A kernel occupies
+//! a device-queue slot from launch until it completes, is evicted or is
+//! killed: the closed-loop transmitter REEFnv uses (§4.6), which is also
+//! conservative for the AMD ring buffer.
+//!
+//! Decisions (which request runs where, when to preempt) belong to a
+//! [`crate::Policy`]; this module provides the mechanisms it calls.
+
+use crate::types::*;
+use reef_model::idempotence::IdempotenceMetadata;
+use std::collections::VecDeque;
+
+/// What the scheduler needs to know about a model.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub name: String,
+    /// Number of kernels of one inference.
+    pub kernels: u32,
+    /// Per-kernel idempotence (§4.4); `None` means every kernel is idempotent
+    /// (as for all TVM kernels, Table 1).
+    pub idempotence: Option<IdempotenceMetadata>,
+}
+
+impl ModelInfo {
+    /// A model whose kernels are all idempotent.
+    pub fn idempotent(name: impl Into<String>, kernels: u32) -> Self {
+        Self {
+            name: name.into(),
+            kernels,
+            idempotence: None,
+        }
+    }
+
+    /// Kernel index a restore must start from when kernel `index` was the
+    /// last one to begin (Fig. 8 line 17, `find_idem_entry`).
+    pub fn restore_point(&self, index: u32) -> u32 {
+        match &self.idempotence {
+            Some(m) => m.restore_point(index as usize) as u32,
+            None => index,
+        }
+    }
+}
+
+/// A client as the scheduler sees it.
+#[derive(Debug, Clone)]
+pub struct ClientSpec {
+    pub name: String,
+    pub model: ModelId,
+    pub class: Class,
+}
+
+/// Order of the real-time queue (§3.1: FIFO in REEF; any policy that treats
+/// the GPU as one device, such as EDF, may replace it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RtOrder {
+    #[default]
+    Fifo,
+    /// Earliest deadline first; requests without a deadline go last (FIFO
+    /// among themselves).
+    Edf,
+}
+
+/// What the device can do, as its backend reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Highest preemption level available (DESIGN.md "Device").
+    pub max_level: PreemptLevel,
+    /// Whether the device queue can be dropped outright.
+    pub can_clear_device_queue: bool,
+}
+
+impl Default for DeviceCaps {
+    fn default() -> Self {
+        Self {
+            max_level: PreemptLevel::Kill,
+            can_clear_device_queue: false,
+        }
+    }
+}
+
+/// Scheduler configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Device-queue capacity for preemptible streams under `reef` (§4.2:
+    /// 4 on the MI50 testbed).
+    pub dq_capacity: usize,
+    pub device: DeviceCaps,
+    pub rt_order: RtOrder,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            dq_capacity: 4,
+            device: DeviceCaps::default(),
+            rt_order: RtOrder::Fifo,
+        }
+    }
+}
+
+/// How a policy maps clients to streams.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Stream of each client, indexed by `ClientId`.
+    pub client_stream: Vec<StreamId>,
+    /// Priority and device-queue capacity of each stream, indexed by `StreamId`.
+    pub streams: Vec<(StreamPriority, Option<usize>)>,
+}
+
+impl Layout {
+    /// REEF's layout (§3.1): all real-time clients share stream 0 (one
+    /// real-time queue, served one request at a time); each best-effort
+    /// client has its own stream with device-queue capacity `be_cap`.
+    pub fn shared_rt(clients: &[ClientSpec], be_cap: Option<usize>) -> Self {
+        let mut streams = vec![(StreamPriority::Normal, None)];
+        let client_stream = clients
+            .iter()
+            .map(|c| match c.class {
+                Class::RealTime => StreamId(0),
+                Class::BestEffort => {
+                    streams.push((StreamPriority::Normal, be_cap));
+                    StreamId(streams.len() as u32 - 1)
+                }
+            })
+            .collect();
+        Self {
+            client_stream,
+            streams,
+        }
+    }
+
+    /// One stream per client; real-time streams get `rt_priority`.
+    pub fn per_client(clients: &[ClientSpec], rt_priority: StreamPriority) -> Self {
+        let streams = clients
+            .iter()
+            .map(|c| match c.class {
+                Class::RealTime => (rt_priority, None),
+                Class::BestEffort => (StreamPriority::Normal, None),
+            })
+            .collect();
+        Self {
+            client_stream: (0..clients.len() as u32).map(StreamId).collect(),
+            streams,
+        }
+    }
+}
+
+/// A request waiting in a task queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub req: RequestId,
+    pub client: ClientId,
+    pub arrival: Time,
+    pub deadline: Option<Time>,
+    seq: u64,
+}
+
+/// One preemption: from the decision to the moment every preempted stream
+/// has no kernel left in its device queue or on the compute units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptionRecord {
+    pub start: Time,
+    /// `None` while still draining.
+    pub end: Option<Time>,
+    /// Level used (the policy's wish degraded to what the device offers).
+    pub level: PreemptLevel,
+    pub streams: u32,
+    /// Launches dropped from host queues.
+    pub dropped_from_host_queue: u32,
+    /// Kernels that terminated at entry (lazy eviction).
+    pub evicted: u32,
+    /// Kernels whose running blocks were killed.
+    pub killed: u32,
+    /// Kernels that ran to completion after the decision.
+    pub completed_during: u32,
+}
+
+impl PreemptionRecord {
+    /// Preemption latency in nanoseconds, once finished.
+    pub fn latency(&self) -> Option<Time> {
+        self.end.map(|e| e - self.start)
+    }
+}
+
+/// Counters kept by the core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub events: u64,
+    pub launches: u64,
+    pub restores: u64,
+    /// Kernels that had completed and were launched again by a restore
+    /// (the "at most one redundant kernel" of §6.4, more for groups).
+    pub redundant_kernels: u64,
+    pub requests_done: u64,
+    pub rejected: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    Running,
+    Draining {
+        record: Option<usize>,
+        resume_when_drained: bool,
+    },
+    Preempted,
+}
+
+#[derive(Debug, Clone)]
+struct Active {
+    req: RequestId,
+    client: ClientId,
+    model: ModelId,
+    kernels: u32,
+    /// Host-queue cursor: next kernel index to transmit.
+    next_launch: u32,
+    /// Mirror of the stream's global execution index (Fig. 8 line 3).
+    last_started: Option<u32>,
+    /// Kernels `0..completed_upto` have completed (streams run in order).
+    completed_upto: u32,
+}
+
+#[derive(Debug, Clone)]
+struct StreamState {
+    priority: StreamPriority,
+    cap: Option<usize>,
+    active: Option<Active>,
+    outstanding: u32,
+    flag: bool,
+    pause: Pause,
+    by_command: bool,
+}
+
+/// The mechanism half of the scheduler. Policies drive it through the
+/// methods below; [`crate::Scheduler`] feeds it events.
+pub struct Core {
+    cfg: Config,
+    models: Vec<ModelInfo>,
+    clients: Vec<ClientSpec>,
+    client_stream: Vec<StreamId>,
+    streams: Vec<StreamState>,
+    rt_queue: Vec<Pending>,
+    be_queues: Vec<VecDeque<Pending>>,
+    out: VecDeque<Action>,
+    now: Time,
+    seq: u64,
+    preemptions: Vec<PreemptionRecord>,
+    counters: Counters,
+}
+
+/// Why a core could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error(
+        "client {client} ({name}) uses model {model}, but only {models} models are registered"
+    )]
+    UnknownModel {
+        client: u32,
+        name: String,
+        model: u32,
+        models: usize,
+    },
+    #[error("model {0} has no kernels")]
+    EmptyModel(String),
+    #[error("the layout maps {mapped} clients to streams but there are {clients} clients")]
+    Layout { mapped: usize, clients: usize },
+    #[error("device-queue capacity must be at least 1")]
+    ZeroCapacity,
+}
+
+impl Core {
+    pub(crate) fn new(
+        cfg: Config,
+        models: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+        layout: Layout,
+    ) -> Result<Self, ConfigError> {
+        if cfg.dq_capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        if let Some(m) = models.iter().find(|m| m.kernels == 0) {
+            return Err(ConfigError::EmptyModel(m.name.clone()));
+        }
+        for (i, c) in clients.iter().enumerate() {
+            if c.model.0 as usize >= models.len() {
+                return Err(ConfigError::UnknownModel {
+                    client: i as u32,
+                    name: c.name.clone(),
+                    model: c.model.0,
+                    models: models.len(),
+                });
+            }
+        }
+        if layout.client_stream.len() != clients.len()
+            || layout
+                .client_stream
+                .iter()
+                .any(|s| s.0 as usize >= layout.streams.len())
+        {
+            return Err(ConfigError::Layout {
+                mapped: layout.client_stream.len(),
+                clients: clients.len(),
+            });
+        }
+        let mut out = VecDeque::new();
+        let streams = layout
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, &(priority, cap))| {
+                out.push_back(Action::CreateStream {
+                    stream: StreamId(i as u32),
+                    priority,
+                    dq_capacity: cap,
+                });
+                StreamState {
+                    priority,
+                    cap,
+                    active: None,
+                    outstanding: 0,
+                    flag: false,
+                    pause: Pause::Running,
+                    by_command: false,
+                }
+            })
+            .collect();
+        Ok(Self {
+            be_queues: vec![VecDeque::new(); clients.len()],
+            cfg,
+            models,
+            clients,
+            client_stream: layout.client_stream,
+            streams,
+            rt_queue: Vec::new(),
+            out,
+            now: 0,
+            seq: 0,
+            preemptions: Vec::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    // ----- read-only views for policies -----
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn now(&self) -> Time {
+        self.now
+    }
+    pub fn clients(&self) -> &[ClientSpec] {
+        &self.clients
+    }
+    pub fn stream_of(&self, client: ClientId) -> StreamId {
+        self.client_stream[client.0 as usize]
+    }
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+    pub fn stream_priority(&self, s: StreamId) -> StreamPriority {
+        self.streams[s.0 as usize].priority
+    }
+    /// True when the stream has no request and is not held by a preemption.
+    pub fn is_idle(&self, s: StreamId) -> bool {
+        let st = &self.streams[s.0 as usize];
+        st.active.is_none() && st.pause == Pause::Running
+    }
+    /// True when the stream holds a request (running or preempted).
+    pub fn has_request(&self, s: StreamId) -> bool {
+        self.streams[s.0 as usize].active.is_some()
+    }
+    /// True when the stream is held by a preemption (draining or preempted).
+    pub fn is_paused(&self, s: StreamId) -> bool {
+        self.streams[s.0 as usize].pause != Pause::Running
+    }
+    /// Kernels launched on the stream and not yet finished.
+    pub fn outstanding(&self, s: StreamId) -> u32 {
+        self.streams[s.0 as usize].outstanding
+    }
+    pub fn any_request_active(&self) -> bool {
+        self.streams.iter().any(|s| s.active.is_some())
+    }
+    pub fn rt_waiting(&self) -> usize {
+        self.rt_queue.len()
+    }
+    pub fn be_waiting(&self, client: ClientId) -> usize {
+        self.be_queues[client.0 as usize].len()
+    }
+    pub fn preemptions(&self) -> &[PreemptionRecord] {
+        &self.preemptions
+    }
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    // ----- queue operations for policies -----
+
+    /// Takes the next real-time request in the configured order.
+    pub fn pop_rt(&mut self) -> Option<Pending> {
+        self.pop_rt_where(|_| true)
+    }
+
+    /// Takes the first real-time request (in the configured order) for which
+    /// `ok` holds.
+    pub fn pop_rt_where(&mut self, ok: impl Fn(&Pending) -> bool) -> Option<Pending> {
+        let key = |p: &Pending, order: RtOrder| match order {
+            RtOrder::Fifo => (0, p.seq),
+            RtOrder::Edf => (p.deadline.unwrap_or(Time::MAX), p.seq),
+        };
+        let order = self.cfg.rt_order;
+        let i = self
+            .rt_queue
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| ok(p))
+            .min_by_key(|(_, p)| key(p, order))
+            .map(|(i, _)| i)?;
+        Some(self.rt_queue.remove(i))
+    }
+
+    pub fn pop_be(&mut self, client: ClientId) -> Option<Pending> {
+        self.be_queues[client.0 as usize].pop_front()
+    }
+
+    /// Binds a request to an idle stream and transmits its first kernels.
+    /// Panics if the stream is not idle (a policy bug, not an input error).
+    pub fn start(&mut self, s: StreamId, p: Pending) {
+        assert!(self.is_idle(s), "start on busy stream {s}");
+        let model = self.clients[p.client.0 as usize].model;
+        let kernels = self.models[model.0 as usize].kernels;
+        self.streams[s.0 as usize].active = Some(Active {
+            req: p.req,
+            client: p.client,
+            model,
+            kernels,
+            next_launch: 0,
+            last_started: None,
+            completed_upto: 0,
+        });
+        self.pump(s);
+    }
+
+    /// Opens a preemption record for a set of streams about to be preempted
+    /// together, and preempts them. Returns the record index, or `None` when
+    /// none of the streams had work to preempt (no record is kept then).
+    pub fn preempt_streams(&mut self, streams: &[StreamId], wanted: PreemptLevel) -> Option<usize> {
+        let level = wanted.min(self.cfg.device.max_level);
+        let targets: Vec<StreamId> = streams
+            .iter()
+            .copied()
+            .filter(|&s| {
+                let st = &self.streams[s.0 as usize];
+                st.active.is_some() && st.pause == Pause::Running
+            })
+            .collect();
+        if targets.is_empty() {
+            return None;
+        }
+        let idx = self.preemptions.len();
+        self.preemptions.push(PreemptionRecord {
+            start: self.now,
+            end: None,
+            level,
+            streams: targets.len() as u32,
+            dropped_from_host_queue: 0,
+            evicted: 0,
+            killed: 0,
+            completed_during: 0,
+        });
+        for s in targets {
+            self.preempt_one(s, level, Some(idx));
+        }
+        self.finish_record_if_drained(idx);
+        Some(idx)
+    }
+
+    fn preempt_one(&mut self, s: StreamId, level: PreemptLevel, record: Option<usize>) {
+        let can_clear = self.cfg.device.can_clear_device_queue;
+        let st = &mut self.streams[s.0 as usize];
+        let Some(a) = &st.active else { return };
+        // ❶ reset the host queue: drop the untransmitted launches in O(1)
+        // (the cursor stops) and hand their memory to the reclaimer.
+        let dropped = a.kernels - a.next_launch;
+        st.pause = Pause::Draining {
+            record,
+            resume_when_drained: false,
+        };
+        if dropped > 0 {
+            self.out
+                .push_back(Action::ReclaimHostQueue { stream: s, dropped });
+        }
+        if let Some(r) = record {
+            self.preemptions[r].dropped_from_host_queue += dropped;
+        }
+        let st = &mut self.streams[s.0 as usize];
+        if st.outstanding > 0 {
+            // ❷ reset the device queue: lazy eviction through the flag.
+            if level >= PreemptLevel::LazyEviction {
+                st.flag = true;
+                self.out.push_back(Action::SetPreemptFlag {
+                    stream: s,
+                    value: true,
+                });
+                if can_clear {
+                    self.out.push_back(Action::ClearDeviceQueue { stream: s });
+                }
+            }
+            // ❸ reset the compute units.
+            if level >= PreemptLevel::Kill {
+                self.out.push_back(Action::KillStream { stream: s });
+            }
+        }
+        self.check_drained(s);
+    }
+
+    /// Restores a stream preempted by the policy (no-op when it is running
+    /// or was preempted by an operator command). If it is still draining,
+    /// the restore happens as soon as it has drained.
+    pub fn resume(&mut self, s: StreamId) {
+        let st = &mut self.streams[s.0 as usize];
+        if st.by_command {
+            return;
+        }
+        self.resume_inner(s);
+    }
+
+    fn resume_inner(&mut self, s: StreamId) {
+        let st = &mut self.streams[s.0 as usize];
+        match st.pause {
+            Pause::Running => {}
+            Pause::Draining {
+                ref mut resume_when_drained,
+                ..
+            } => *resume_when_drained = true,
+            Pause::Preempted => self.restore(s),
+        }
+    }
+
+    /// Fig. 8 lines 15–18: read the execution index, clear the flag, find the
+    /// idempotent entry and relaunch from there.
+    fn restore(&mut self, s: StreamId) {
+        let st = &mut self.streams[s.0 as usize];
+        debug_assert_eq!(st.outstanding, 0);
+        st.pause = Pause::Running;
+        st.by_command = false;
+        if st.flag {
+            st.flag = false;
+            self.out.push_back(Action::SetPreemptFlag {
+                stream: s,
+                value: false,
+            });
+        }
+        if let Some(a) = &mut st.active {
+            // Without start reports the first unfinished kernel is the one
+            // that may have been interrupted.
+            let interrupted = a.last_started.unwrap_or(a.completed_upto);
+            let from = self.models[a.model.0 as usize]
+                .restore_point(interrupted)
+                .min(a.completed_upto);
+            self.counters.restores += 1;
+            self.counters.redundant_kernels += u64::from(a.completed_upto - from);
+            a.next_launch = from;
+            a.completed_upto = from;
+            self.out.push_back(Action::Restore {
+                stream: s,
+                req: a.req,
+                exec_index: a.last_started,
+                from_kernel: from,
+            });
+        }
+        self.pump(s);
+    }
+
+    // ----- event handling -----
+
+    pub(crate) fn set_now(&mut self, now: Time) {
+        self.now = self.now.max(now);
+        self.counters.events += 1;
+    }
+
+    /// Queues an arriving request. Returns false if the client is unknown.
+    pub(crate) fn enqueue(
+        &mut self,
+        req: RequestId,
+        client: ClientId,
+        deadline: Option<Time>,
+        admit: bool,
+    ) -> bool {
+        let Some(spec) = self.clients.get(client.0 as usize) else {
+            return false;
+        };
+        if !admit {
+            self.counters.rejected += 1;
+            self.out.push_back(Action::RequestRejected { req, client });
+            return true;
+        }
+        self.seq += 1;
+        let p = Pending {
+            req,
+            client,
+            arrival: self.now,
+            deadline,
+            seq: self.seq,
+        };
+        match spec.class {
+            Class::RealTime => self.rt_queue.push(p),
+            Class::BestEffort => self.be_queues[client.0 as usize].push_back(p),
+        }
+        true
+    }
+
+    pub(crate) fn reject_unknown(&mut self, req: RequestId, client: ClientId) {
+        self.counters.rejected += 1;
+        self.out.push_back(Action::RequestRejected { req, client });
+    }
+
+    pub(crate) fn class_of(&self, client: ClientId) -> Option<Class> {
+        self.clients.get(client.0 as usize).map(|c| c.class)
+    }
+
+    pub(crate) fn on_started(&mut self, s: StreamId, tag: KernelTag) {
+        if let Some(a) = self.active_for(s, tag) {
+            a.last_started = Some(a.last_started.map_or(tag.kernel, |l| l.max(tag.kernel)));
+        }
+    }
+
+    /// `how`: 0 completed, 1 evicted, 2 killed.
+    pub(crate) fn on_finished(&mut self, s: StreamId, tag: KernelTag, how: u8) {
+        let Some(st) = self.streams.get_mut(s.0 as usize) else {
+            return;
+        };
+        st.outstanding = st.outstanding.saturating_sub(1);
+        if let Pause::Draining {
+            record: Some(r), ..
+        } = st.pause
+        {
+            let rec = &mut self.preemptions[r];
+            match how {
+                0 => rec.completed_during += 1,
+                1 => rec.evicted += 1,
+                _ => rec.killed += 1,
+            }
+        }
+        if how == 0 {
+            let mut done = None;
+            if let Some(a) = self.active_for(s, tag) {
+                a.completed_upto = a.completed_upto.max(tag.kernel + 1);
+                if a.completed_upto == a.kernels {
+                    done = Some((a.req, a.client));
+                }
+            }
+            if let Some((req, client)) = done {
+                self.streams[s.0 as usize].active = None;
+                self.counters.requests_done += 1;
+                self.out.push_back(Action::RequestDone { req, client });
+            }
+        }
+        self.check_drained(s);
+        self.pump(s);
+    }
+
+    pub(crate) fn command_preempt(&mut self, s: StreamId) {
+        if s.0 as usize >= self.streams.len() {
+            return;
+        }
+        let level = self.cfg.device.max_level;
+        let st = &mut self.streams[s.0 as usize];
+        st.by_command = true;
+        if st.pause == Pause::Running {
+            if st.active.is_some() {
+                let rec = self.preempt_streams(&[s], level);
+                if rec.is_none() {
+                    self.streams[s.0 as usize].pause = Pause::Preempted;
+                }
+            } else {
+                st.pause = Pause::Preempted;
+            }
+        }
+    }
+
+    pub(crate) fn command_resume(&mut self, s: StreamId) {
+        if s.0 as usize >= self.streams.len() {
+            return;
+        }
+        self.streams[s.0 as usize].by_command = false;
+        self.resume_inner(s);
+    }
+
+    fn active_for(&mut self, s: StreamId, tag: KernelTag) -> Option<&mut Active> {
+        self.streams
+            .get_mut(s.0 as usize)?
+            .active
+            .as_mut()
+            .filter(|a| a.req == tag.req)
+    }
+
+    fn check_drained(&mut self, s: StreamId) {
+        let st = &mut self.streams[s.0 as usize];
+        if st.outstanding != 0 {
+            return;
+        }
+        if let Pause::Draining {
+            record,
+            resume_when_drained,
+        } = st.pause
+        {
+            st.pause = Pause::Preempted;
+            if let Some(r) = record {
+                self.finish_record_if_drained(r);
+            }
+            if resume_when_drained && !self.streams[s.0 as usize].by_command {
+                self.restore(s);
+            }
+        }
+    }
+
+    fn finish_record_if_drained(&mut self, r: usize) {
+        if self.preemptions[r].end.is_some() {
+            return;
+        }
+        let still = self
+            .streams
+            .iter()
+            .any(|st| matches!(st.pause, Pause::Draining { record: Some(x), .. } if x == r));
+        if !still {
+            self.preemptions[r].end = Some(self.now);
+        }
+    }
+
+    /// The host queue's background transmitter: move kernels into the device
+    /// queue while it has room.
+    fn pump(&mut self, s: StreamId) {
+        let st = &mut self.streams[s.0 as usize];
+        if st.pause != Pause::Running {
+            return;
+        }
+        let cap = st.cap.unwrap_or(usize::MAX);
+        let Some(a) = &mut st.active else { return };
+        while a.next_launch < a.kernels && (st.outstanding as usize) < cap {
+            let tag = KernelTag {
+                req: a.req,
+                kernel: a.next_launch,
+            };
+            a.next_launch += 1;
+            st.outstanding += 1;
+            self.counters.launches += 1;
+            self.out.push_back(Action::Launch { stream: s, tag });
+        }
+    }
+
+    pub(crate) fn pop_action(&mut self) -> Option<Action> {
+        self.out.pop_front()
+    }
+
+    pub(crate) fn drain_actions_into(&mut self, v: &mut Vec<Action>) {
+        v.extend(self.out.drain(..));
+    }
+}

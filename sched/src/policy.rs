@@ -1,0 +1,242 @@
+//! Scheduling policies behind one trait, selectable by name.
+//!
+//! - `rt-only`: the real-time clients alone (the RT-Only reference of §6.2).
+//! - `seq`: sequential execution, real-time first but waiting for the
+//!   best-effort request already launched (Clockwork; SEQ in §6.2, Fig. 4a).
+//! - `streams`: every client on its own stream, real-time streams at high
+//!   priority (Triton; GPUStreams in §6.2, Fig. 4c).
+//! - `wait`: wait-based preemption with lazy eviction and no device-queue cap
+//!   (the extended baseline of §6.4, Fig. 4b).
+//! - `reef`: reset-based preemption (§4, Figs. 6–8) with normal and
+//!   real-time modes (§3.1). Dynamic kernel padding (§5, `reef` vs
+//!   `reef-nodkp`) is not implemented yet: in real-time mode best-effort
+//!   streams stay preempted until the real-time queue is empty.
+//!
+//! Later policies (EDF ordering is [`crate::RtOrder::Edf`]; DKP, FIKIT, CASE,
+//! Aker) implement the same trait and register in [`policy_by_name`].
+
+use crate::core::{ClientSpec, Config, Core, Layout};
+use crate::types::*;
+
+/// A scheduling policy: the decision half of the scheduler.
+pub trait Policy: Send {
+    /// The name it is selected by.
+    fn name(&self) -> &'static str;
+    /// How clients map to streams, with priorities and device-queue caps.
+    fn layout(&self, clients: &[ClientSpec], cfg: &Config) -> Layout;
+    /// Whether requests of this class are served at all.
+    fn admits(&self, class: Class) -> bool {
+        let _ = class;
+        true
+    }
+    /// Called after every event: start, preempt or resume work.
+    fn schedule(&mut self, core: &mut Core);
+}
+
+/// Names accepted by [`policy_by_name`], in the order reports list them.
+pub const POLICY_NAMES: &[&str] = &["rt-only", "seq", "streams", "wait", "reef"];
+
+/// An unknown policy name.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown policy {name:?}: choose from {}", POLICY_NAMES.join(", "))]
+pub struct UnknownPolicy {
+    pub name: String,
+}
+
+/// Builds a policy from its name.
+pub fn policy_by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
+    Ok(match name {
+        "rt-only" => Box::new(RtOnly),
+        "seq" => Box::new(Seq::default()),
+        "streams" => Box::new(Streams),
+        "wait" => Box::new(Preemptive::wait()),
+        "reef" => Box::new(Preemptive::reef()),
+        _ => {
+            return Err(UnknownPolicy {
+                name: name.to_string(),
+            })
+        }
+    })
+}
+
+/// Serves real-time requests one at a time on the shared real-time stream.
+fn serve_rt(core: &mut Core) {
+    let rt = StreamId(0);
+    if core.is_idle(rt) {
+        if let Some(p) = core.pop_rt() {
+            core.start(rt, p);
+        }
+    }
+}
+
+/// RT-Only: best-effort requests are refused.
+pub struct RtOnly;
+
+impl Policy for RtOnly {
+    fn name(&self) -> &'static str {
+        "rt-only"
+    }
+    fn layout(&self, clients: &[ClientSpec], _: &Config) -> Layout {
+        Layout::shared_rt(clients, None)
+    }
+    fn admits(&self, class: Class) -> bool {
+        class == Class::RealTime
+    }
+    fn schedule(&mut self, core: &mut Core) {
+        serve_rt(core);
+    }
+}
+
+/// SEQ: one request on the GPU at a time; real-time requests go first among
+/// the waiting ones, best-effort clients are served round robin.
+#[derive(Default)]
+pub struct Seq {
+    next_be: usize,
+}
+
+impl Policy for Seq {
+    fn name(&self) -> &'static str {
+        "seq"
+    }
+    fn layout(&self, clients: &[ClientSpec], _: &Config) -> Layout {
+        Layout::shared_rt(clients, None)
+    }
+    fn schedule(&mut self, core: &mut Core) {
+        if core.any_request_active() {
+            return;
+        }
+        if let Some(p) = core.pop_rt() {
+            let s = core.stream_of(p.client);
+            core.start(s, p);
+            return;
+        }
+        let n = core.clients().len();
+        for k in 0..n {
+            let c = (self.next_be + k) % n;
+            if core.clients()[c].class != Class::BestEffort {
+                continue;
+            }
+            if let Some(p) = core.pop_be(ClientId(c as u32)) {
+                self.next_be = c + 1;
+                let s = core.stream_of(p.client);
+                core.start(s, p);
+                return;
+            }
+        }
+    }
+}
+
+/// GPUStreams: every client runs on its own stream concurrently.
+pub struct Streams;
+
+impl Policy for Streams {
+    fn name(&self) -> &'static str {
+        "streams"
+    }
+    fn layout(&self, clients: &[ClientSpec], _: &Config) -> Layout {
+        Layout::per_client(clients, StreamPriority::High)
+    }
+    fn schedule(&mut self, core: &mut Core) {
+        loop {
+            let idle: Vec<bool> = (0..core.stream_count())
+                .map(|s| core.is_idle(StreamId(s as u32)))
+                .collect();
+            let client_stream: Vec<StreamId> = (0..core.clients().len())
+                .map(|c| core.stream_of(ClientId(c as u32)))
+                .collect();
+            let Some(p) =
+                core.pop_rt_where(|p| idle[client_stream[p.client.0 as usize].0 as usize])
+            else {
+                break;
+            };
+            let s = core.stream_of(p.client);
+            core.start(s, p);
+        }
+        start_idle_be(core);
+    }
+}
+
+fn start_idle_be(core: &mut Core) {
+    for c in 0..core.clients().len() {
+        let client = ClientId(c as u32);
+        if core.clients()[c].class != Class::BestEffort {
+            continue;
+        }
+        let s = core.stream_of(client);
+        if core.is_idle(s) {
+            if let Some(p) = core.pop_be(client) {
+                core.start(s, p);
+            }
+        }
+    }
+}
+
+/// Normal or real-time mode (§3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Normal,
+    RealTime,
+}
+
+/// Preemptive scheduling with normal and real-time modes: `reef`
+/// (reset-based, capped device queues) and `wait` (wait-based with lazy
+/// eviction, uncapped device queues).
+pub struct Preemptive {
+    name: &'static str,
+    level: PreemptLevel,
+    capped: bool,
+    mode: Mode,
+}
+
+impl Preemptive {
+    /// Reset-based preemption (§4): host-queue reset, lazy eviction, kill.
+    pub fn reef() -> Self {
+        Self {
+            name: "reef",
+            level: PreemptLevel::Kill,
+            capped: true,
+            mode: Mode::Normal,
+        }
+    }
+    /// Wait-based preemption extended with lazy eviction and no launch
+    /// limit (§6.4): running blocks are waited for.
+    pub fn wait() -> Self {
+        Self {
+            name: "wait",
+            level: PreemptLevel::LazyEviction,
+            capped: false,
+            mode: Mode::Normal,
+        }
+    }
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+}
+
+impl Policy for Preemptive {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn layout(&self, clients: &[ClientSpec], cfg: &Config) -> Layout {
+        Layout::shared_rt(clients, self.capped.then_some(cfg.dq_capacity))
+    }
+    fn schedule(&mut self, core: &mut Core) {
+        let rt = StreamId(0);
+        let be: Vec<StreamId> = (1..core.stream_count() as u32).map(StreamId).collect();
+        if core.rt_waiting() > 0 || core.has_request(rt) {
+            if self.mode == Mode::Normal {
+                self.mode = Mode::RealTime;
+                core.preempt_streams(&be, self.level);
+            }
+            serve_rt(core);
+        } else if self.mode == Mode::RealTime {
+            self.mode = Mode::Normal;
+            for &s in &be {
+                core.resume(s);
+            }
+        }
+        if self.mode == Mode::Normal {
+            start_idle_be(core);
+        }
+    }
+}

@@ -1,0 +1,580 @@
+//! Unit tests of the scheduler core on the scripted fake device.
+
+use reef_model::idempotence::IdempotenceMetadata;
+use reef_sched::fake::{drive, FakeDevice, FakeKernel, FakeModel};
+use reef_sched::*;
+
+const US: Time = 1_000;
+
+fn clients(rt: usize, be: usize) -> Vec<ClientSpec> {
+    let mut v = Vec::new();
+    for i in 0..rt {
+        v.push(ClientSpec {
+            name: format!("rt{i}"),
+            model: ModelId(0),
+            class: Class::RealTime,
+        });
+    }
+    for i in 0..be {
+        v.push(ClientSpec {
+            name: format!("be{i}"),
+            model: ModelId(1),
+            class: Class::BestEffort,
+        });
+    }
+    v
+}
+
+/// RT model: 5 kernels of 100 us; BE model: 20 kernels of 200 us.
+fn setup(policy: &str, caps: DeviceCaps) -> (Scheduler, FakeDevice, FakeModel) {
+    let rt = FakeModel::chain(5, 100 * US);
+    let be = FakeModel::chain(20, 200 * US);
+    let models = vec![
+        ModelInfo::idempotent("rt", rt.kernels.len() as u32),
+        ModelInfo::idempotent("be", be.kernels.len() as u32),
+    ];
+    let cfg = Config {
+        device: caps,
+        ..Config::default()
+    };
+    let s = Scheduler::new(policy_by_name(policy).unwrap(), cfg, models, clients(1, 1)).unwrap();
+    let dev = FakeDevice::new(vec![rt, be.clone()], 20 * US, 3 * US);
+    (s, dev, be)
+}
+
+fn arrivals() -> Vec<(Time, RequestId, ClientId, usize)> {
+    // BE request at 0; RT request in the middle of BE kernel 5.
+    vec![
+        (0, RequestId(100), ClientId(1), 1),
+        (1_150 * US, RequestId(1), ClientId(0), 0),
+    ]
+}
+
+fn launches_on(log: &fake::RunLog, s: u32) -> Vec<KernelTag> {
+    log.actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::Launch { stream, tag } if stream.0 == s => Some(*tag),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn reef_kills_evicts_and_restores_from_the_interrupted_kernel() {
+    let (mut s, mut dev, be) = setup("reef", DeviceCaps::default());
+    let log = drive(&mut s, &mut dev, arrivals());
+    let at = 1_150 * US;
+    let ctl: Vec<&Action> = log
+        .actions
+        .iter()
+        .filter(|(t, _)| *t == at)
+        .map(|(_, a)| a)
+        .collect();
+    let pos = |f: &dyn Fn(&Action) -> bool| ctl.iter().position(|a| f(a));
+    let reclaim = pos(&|a| {
+        matches!(
+            a,
+            Action::ReclaimHostQueue {
+                stream: StreamId(1),
+                ..
+            }
+        )
+    })
+    .expect("host queue reset");
+    let flag = pos(&|a| {
+        matches!(
+            a,
+            Action::SetPreemptFlag {
+                stream: StreamId(1),
+                value: true
+            }
+        )
+    })
+    .expect("flag set");
+    let kill = pos(&|a| {
+        matches!(
+            a,
+            Action::KillStream {
+                stream: StreamId(1)
+            }
+        )
+    })
+    .expect("kill");
+    let rt_launch = pos(&|a| {
+        matches!(
+            a,
+            Action::Launch {
+                stream: StreamId(0),
+                ..
+            }
+        )
+    })
+    .expect("rt launch");
+    assert!(reclaim < flag && flag < kill && kill < rt_launch, "{ctl:?}");
+
+    // The preemption finished quickly: kill latency plus evicting <= 3
+    // queued kernels at 20 us each, not the 200 us kernel.
+    let p = s.preemptions();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].level, PreemptLevel::Kill);
+    assert_eq!(p[0].killed, 1);
+    let lat = p[0].latency().unwrap();
+    assert!(lat <= 3 * US + 3 * 20 * US, "preemption latency {lat}");
+
+    // Restored from the interrupted kernel (execution index), not from 0.
+    let restore = log
+        .actions
+        .iter()
+        .find_map(|(_, a)| match a {
+            Action::Restore {
+                exec_index,
+                from_kernel,
+                ..
+            } => Some((*exec_index, *from_kernel)),
+            _ => None,
+        })
+        .expect("restore");
+    assert_eq!(restore.1, restore.0.unwrap());
+    assert!(restore.1 >= 4 && restore.1 <= 6, "{restore:?}");
+
+    // Both requests finish and the BE output equals an unpreempted run.
+    assert!(log.done.contains_key(&RequestId(1)));
+    assert!(log.done.contains_key(&RequestId(100)));
+    assert_eq!(
+        dev.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+    // RT ran as soon as the device queue let it: 5 x (20 + 100) us after arrival.
+    let rt_lat = log.done[&RequestId(1)] - at;
+    assert!(rt_lat <= 5 * 120 * US + 80 * US, "rt latency {rt_lat}");
+}
+
+#[test]
+fn reef_caps_the_best_effort_device_queue() {
+    let (mut s, mut dev, _) = setup("reef", DeviceCaps::default());
+    let log = drive(&mut s, &mut dev, vec![(0, RequestId(100), ClientId(1), 1)]);
+    assert!(log.done.contains_key(&RequestId(100)));
+    assert!(dev.max_queued <= 4, "max queued {}", dev.max_queued);
+    let mut s2 = Scheduler::new(
+        policy_by_name("reef").unwrap(),
+        Config {
+            dq_capacity: 2,
+            ..Config::default()
+        },
+        vec![
+            ModelInfo::idempotent("rt", 5),
+            ModelInfo::idempotent("be", 20),
+        ],
+        clients(1, 1),
+    )
+    .unwrap();
+    let mut dev2 = FakeDevice::new(
+        vec![
+            FakeModel::chain(5, 100 * US),
+            FakeModel::chain(20, 200 * US),
+        ],
+        20 * US,
+        3 * US,
+    );
+    drive(
+        &mut s2,
+        &mut dev2,
+        vec![(0, RequestId(100), ClientId(1), 1)],
+    );
+    assert_eq!(dev2.max_queued, 2);
+}
+
+#[test]
+fn wait_never_kills_and_waits_for_the_running_kernel() {
+    let (mut s, mut dev, be) = setup("wait", DeviceCaps::default());
+    let log = drive(&mut s, &mut dev, arrivals());
+    assert!(!log
+        .actions
+        .iter()
+        .any(|(_, a)| matches!(a, Action::KillStream { .. })));
+    let p = s.preemptions()[0];
+    assert_eq!(p.level, PreemptLevel::LazyEviction);
+    assert_eq!(p.killed, 0);
+    // Uncapped: all 14 remaining kernels were in the device queue and each
+    // is fetched to be evicted, after the running kernel completes.
+    assert!(p.evicted >= 13, "{p:?}");
+    assert!(p.latency().unwrap() >= 13 * 20 * US, "{p:?}");
+    assert_eq!(
+        dev.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+}
+
+#[test]
+fn reef_degrades_when_the_device_cannot_kill() {
+    let caps = DeviceCaps {
+        max_level: PreemptLevel::LazyEviction,
+        can_clear_device_queue: false,
+    };
+    let (mut s, mut dev, be) = setup("reef", caps);
+    let log = drive(&mut s, &mut dev, arrivals());
+    assert!(!log
+        .actions
+        .iter()
+        .any(|(_, a)| matches!(a, Action::KillStream { .. })));
+    let p = s.preemptions()[0];
+    assert_eq!(p.level, PreemptLevel::LazyEviction);
+    assert_eq!(p.killed, 0);
+    assert!(p.completed_during >= 1);
+    assert_eq!(
+        dev.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+
+    let caps = DeviceCaps {
+        max_level: PreemptLevel::HostQueue,
+        can_clear_device_queue: false,
+    };
+    let (mut s, mut dev, be) = setup("reef", caps);
+    let log = drive(&mut s, &mut dev, arrivals());
+    assert!(!log
+        .actions
+        .iter()
+        .any(|(_, a)| matches!(a, Action::SetPreemptFlag { .. } | Action::KillStream { .. })));
+    let p = s.preemptions()[0];
+    assert_eq!(p.level, PreemptLevel::HostQueue);
+    assert_eq!(p.evicted + p.killed, 0);
+    assert_eq!(
+        dev.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+}
+
+#[test]
+fn seq_makes_real_time_wait_for_the_launched_best_effort_request() {
+    let (mut s, mut dev, _) = setup("seq", DeviceCaps::default());
+    let log = drive(&mut s, &mut dev, arrivals());
+    assert!(s.preemptions().is_empty());
+    let be_done = log.done[&RequestId(100)];
+    let rt_first_launch = log
+        .actions
+        .iter()
+        .find(|(_, a)| {
+            matches!(
+                a,
+                Action::Launch {
+                    stream: StreamId(0),
+                    ..
+                }
+            )
+        })
+        .unwrap()
+        .0;
+    assert_eq!(rt_first_launch, be_done);
+    assert!(log.done[&RequestId(1)] > be_done);
+}
+
+#[test]
+fn streams_runs_clients_concurrently_with_real_time_at_high_priority() {
+    let (mut s, mut dev, _) = setup("streams", DeviceCaps::default());
+    let log = drive(&mut s, &mut dev, arrivals());
+    let creates: Vec<_> = log
+        .actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::CreateStream {
+                stream, priority, ..
+            } => Some((*stream, *priority)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        creates,
+        vec![
+            (StreamId(0), StreamPriority::High),
+            (StreamId(1), StreamPriority::Normal)
+        ]
+    );
+    assert!(s.preemptions().is_empty());
+    // RT finished before BE: they ran side by side.
+    assert!(log.done[&RequestId(1)] < log.done[&RequestId(100)]);
+    assert_eq!(launches_on(&log, 1).len(), 20);
+}
+
+#[test]
+fn rt_only_refuses_best_effort_requests() {
+    let (mut s, mut dev, _) = setup("rt-only", DeviceCaps::default());
+    let log = drive(&mut s, &mut dev, arrivals());
+    assert_eq!(log.rejected, vec![RequestId(100)]);
+    assert!(log.done.contains_key(&RequestId(1)));
+    assert!(launches_on(&log, 1).is_empty());
+}
+
+#[test]
+fn unknown_policy_names_are_a_clear_error() {
+    let e = policy_by_name("fifo").err().unwrap();
+    let msg = e.to_string();
+    assert!(msg.contains("fifo") && msg.contains("reef") && msg.contains("rt-only"));
+    for n in POLICY_NAMES {
+        assert_eq!(policy_by_name(n).unwrap().name(), *n);
+    }
+}
+
+fn meta(groups: &[usize]) -> IdempotenceMetadata {
+    // Built through the file format so optional fields keep their defaults.
+    let kernels: Vec<serde_json::Value> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, &g)| {
+            serde_json::json!({"index": i, "name": format!("k{i}"), "idempotent": g == i, "group_start": g})
+        })
+        .collect();
+    let m: IdempotenceMetadata = serde_json::from_value(serde_json::json!({
+        "format": reef_model::idempotence::FORMAT,
+        "version": reef_model::idempotence::VERSION,
+        "model": "m",
+        "kernels": kernels,
+    }))
+    .unwrap();
+    m.validate().unwrap();
+    m
+}
+
+/// BE model with an in-place kernel 3 (reads and writes buffer 3, which
+/// kernel 2 writes): its minimal idempotent group is (2, 3).
+fn inplace_model() -> (FakeModel, Vec<usize>) {
+    let mut m = FakeModel::chain(6, 200 * US);
+    m.kernels[3] = FakeKernel {
+        duration: 200 * US,
+        reads: vec![3],
+        writes: vec![3],
+    };
+    for k in 4..6 {
+        m.kernels[k].reads = vec![k - 1];
+        m.kernels[k].writes = vec![k];
+    }
+    (m, vec![0, 1, 2, 2, 4, 5])
+}
+
+/// (final buffers, reference buffers, (exec index, restore point)).
+type InplaceRun = (Vec<u64>, Vec<u64>, Option<(Option<u32>, u32)>);
+
+fn run_inplace(groups: &[usize]) -> InplaceRun {
+    let (be, _) = inplace_model();
+    let rt = FakeModel::chain(2, 100 * US);
+    let models = vec![
+        ModelInfo::idempotent("rt", 2),
+        ModelInfo {
+            name: "be".into(),
+            kernels: 6,
+            idempotence: Some(meta(groups)),
+        },
+    ];
+    let mut s = Scheduler::new(
+        policy_by_name("reef").unwrap(),
+        Config::default(),
+        models,
+        clients(1, 1),
+    )
+    .unwrap();
+    let mut dev = FakeDevice::new(vec![rt, be.clone()], 20 * US, 3 * US);
+    // Kernel 3 runs from 3*220+20 = 680 us to 880 us: preempt at 800 us.
+    let log = drive(
+        &mut s,
+        &mut dev,
+        vec![
+            (0, RequestId(100), ClientId(1), 1),
+            (800 * US, RequestId(1), ClientId(0), 0),
+        ],
+    );
+    let restore = log.actions.iter().find_map(|(_, a)| match a {
+        Action::Restore {
+            exec_index,
+            from_kernel,
+            ..
+        } => Some((*exec_index, *from_kernel)),
+        _ => None,
+    });
+    (
+        dev.values(RequestId(100)).unwrap().to_vec(),
+        be.reference_output(RequestId(100)),
+        restore,
+    )
+}
+
+#[test]
+fn non_idempotent_kernel_restores_from_its_group_start() {
+    let (_, groups) = inplace_model();
+    let (got, want, restore) = run_inplace(&groups);
+    assert_eq!(restore, Some((Some(3), 2)));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn restoring_a_non_idempotent_kernel_from_itself_is_detected_as_corrupted() {
+    // Wrong metadata: claims kernel 3 is idempotent.
+    let (got, want, restore) = run_inplace(&[0, 1, 2, 3, 4, 5]);
+    assert_eq!(restore, Some((Some(3), 3)));
+    assert_ne!(got, want);
+}
+
+#[test]
+fn edf_orders_real_time_requests_by_deadline() {
+    let models = vec![ModelInfo::idempotent("rt", 1)];
+    let cl = vec![
+        ClientSpec {
+            name: "a".into(),
+            model: ModelId(0),
+            class: Class::RealTime,
+        },
+        ClientSpec {
+            name: "b".into(),
+            model: ModelId(0),
+            class: Class::RealTime,
+        },
+    ];
+    let mut order = Vec::new();
+    for rt_order in [RtOrder::Fifo, RtOrder::Edf] {
+        let cfg = Config {
+            rt_order,
+            ..Config::default()
+        };
+        let mut s = Scheduler::new(
+            policy_by_name("reef").unwrap(),
+            cfg,
+            models.clone(),
+            cl.clone(),
+        )
+        .unwrap();
+        let mut v = Vec::new();
+        s.drain_actions(&mut v);
+        for (req, client, dl) in [(1, 0, 1_000), (2, 0, 900), (3, 1, 500)] {
+            s.handle(
+                0,
+                Event::RequestArrived {
+                    req: RequestId(req),
+                    client: ClientId(client),
+                    deadline: Some(dl),
+                },
+            );
+        }
+        let mut launched = Vec::new();
+        for _ in 0..3 {
+            v.clear();
+            s.drain_actions(&mut v);
+            let tag = v
+                .iter()
+                .find_map(|a| match a {
+                    Action::Launch { tag, .. } => Some(*tag),
+                    _ => None,
+                })
+                .unwrap();
+            launched.push(tag.req.0);
+            s.handle(
+                1,
+                Event::KernelCompleted {
+                    stream: StreamId(0),
+                    tag,
+                },
+            );
+        }
+        order.push(launched);
+    }
+    assert_eq!(order[0], vec![1, 2, 3]);
+    assert_eq!(order[1], vec![1, 3, 2]);
+}
+
+#[test]
+fn preempt_command_holds_a_stream_until_resumed() {
+    let (mut s, mut dev, be) = setup("streams", DeviceCaps::default());
+    let mut v = Vec::new();
+    let pump = |s: &mut Scheduler, dev: &mut FakeDevice, v: &mut Vec<Action>| {
+        let start = v.len();
+        s.drain_actions(v);
+        for a in &v[start..] {
+            dev.apply(a);
+        }
+    };
+    pump(&mut s, &mut dev, &mut v);
+    dev.bind(RequestId(100), 1);
+    s.handle(
+        0,
+        Event::RequestArrived {
+            req: RequestId(100),
+            client: ClientId(1),
+            deadline: None,
+        },
+    );
+    pump(&mut s, &mut dev, &mut v);
+    // Run until kernel 1 is running, then preempt by command.
+    while let Some((t, ev)) = dev.step(Time::MAX) {
+        let k1 = matches!(ev, Event::KernelStarted { tag, .. } if tag.kernel == 1);
+        s.handle(t, ev);
+        pump(&mut s, &mut dev, &mut v);
+        if k1 {
+            s.handle(
+                t + 50 * US,
+                Event::PreemptCommand {
+                    stream: StreamId(1),
+                },
+            );
+            break;
+        }
+    }
+    let before = v.len();
+    pump(&mut s, &mut dev, &mut v);
+    assert!(v[before..].contains(&Action::KillStream {
+        stream: StreamId(1)
+    }));
+    // Drain every device event: the stream stays held, nothing relaunches.
+    while let Some((t, ev)) = dev.step(Time::MAX) {
+        s.handle(t, ev);
+        pump(&mut s, &mut dev, &mut v);
+    }
+    assert!(s.core().is_paused(StreamId(1)));
+    assert_eq!(s.core().outstanding(StreamId(1)), 0);
+    assert!(s.preemptions()[0].latency().is_some());
+    let mark = v.len();
+    s.handle(
+        10_000 * US,
+        Event::ResumeCommand {
+            stream: StreamId(1),
+        },
+    );
+    pump(&mut s, &mut dev, &mut v);
+    assert!(v[mark..].iter().any(|a| matches!(
+        a,
+        Action::Restore {
+            from_kernel: 1,
+            exec_index: Some(1),
+            ..
+        }
+    )));
+    while let Some((t, ev)) = dev.step(Time::MAX) {
+        s.handle(t, ev);
+        pump(&mut s, &mut dev, &mut v);
+    }
+    assert!(v.contains(&Action::RequestDone {
+        req: RequestId(100),
+        client: ClientId(1)
+    }));
+    assert_eq!(
+        dev.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+}
+
+#[test]
+fn unknown_clients_are_rejected_not_panicked_on() {
+    let (mut s, _, _) = setup("reef", DeviceCaps::default());
+    s.handle(
+        0,
+        Event::RequestArrived {
+            req: RequestId(7),
+            client: ClientId(99),
+            deadline: None,
+        },
+    );
+    let mut v = Vec::new();
+    s.drain_actions(&mut v);
+    assert!(v.contains(&Action::RequestRejected {
+        req: RequestId(7),
+        client: ClientId(99)
+    }));
+}
