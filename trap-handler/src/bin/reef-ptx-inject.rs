@@ -30,8 +30,17 @@ struct Cli {
     index_symbol: String,
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reef-ptx-inject: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let src = std::fs::read_to_string(&cli.input)
         .with_context(|| format!("cannot read PTX from {}", cli.input.display()))?;
     let opts = InjectOptions {

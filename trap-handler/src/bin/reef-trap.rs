@@ -65,8 +65,17 @@ fn parse_addr(s: &str) -> Result<u64, String> {
     parsed.map_err(|e| format!("`{s}` is not a 64-bit address ({e}); write it as 0x7f1234567890 or in decimal"))
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reef-trap: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let (bytes, output, what) = match cli.target {
         Target::Nvidia {
             sm,
