@@ -224,7 +224,7 @@ fn the_detection_property_is_exercised() {
         PreemptLevel::Kill,
         4,
         std::slice::from_ref(&m),
-        &[m.1.clone()],
+        std::slice::from_ref(&m.1),
         &[200],
     );
     assert_eq!(right.restored_inplace, 1);
