@@ -36,6 +36,14 @@ pub struct KernelIdempotence {
     /// Kernel index where a restore of this kernel must start: `index` itself
     /// when idempotent, else the start of its minimal idempotent group.
     pub group_start: usize,
+    /// Operation index in the analysed trace where re-execution must begin,
+    /// present when the trace had memory copies or sets: a group may begin
+    /// with a memcpy/memset (REEF §4.4: "many groups contain only one kernel
+    /// because they included other GPU operations (e.g., memory set)"), which
+    /// a restore must replay before kernel `group_start`. Absent when
+    /// operations are kernels only (then it equals `group_start`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_start_op: Option<usize>,
 }
 
 /// Why a metadata file could not be used.
@@ -76,7 +84,8 @@ impl IdempotenceMetadata {
             path: p.clone(),
             source,
         })?;
-        meta.validate().map_err(|what| MetadataError::Invalid { path: p, what })?;
+        meta.validate()
+            .map_err(|what| MetadataError::Invalid { path: p, what })?;
         Ok(meta)
     }
 
@@ -112,5 +121,85 @@ impl IdempotenceMetadata {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(kernels: Vec<(bool, usize)>) -> IdempotenceMetadata {
+        IdempotenceMetadata {
+            format: FORMAT.into(),
+            version: VERSION,
+            model: "m".into(),
+            kernels: kernels
+                .into_iter()
+                .enumerate()
+                .map(|(index, (idempotent, group_start))| KernelIdempotence {
+                    index,
+                    name: format!("k{index}"),
+                    idempotent,
+                    group_start,
+                    group_start_op: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn restore_point_uses_group_start() {
+        let m = meta(vec![(true, 0), (true, 1), (false, 0), (true, 3)]);
+        m.validate().unwrap();
+        assert_eq!(m.restore_point(1), 1);
+        assert_eq!(m.restore_point(2), 0);
+        assert_eq!(m.restore_point(3), 3);
+        // Beyond the metadata: treated as idempotent.
+        assert_eq!(m.restore_point(9), 9);
+    }
+
+    #[test]
+    fn validate_rejects_inconsistent_entries() {
+        let e = meta(vec![(true, 0), (false, 2)]).validate().unwrap_err();
+        assert!(e.contains("after itself"), "{e}");
+        let e = meta(vec![(true, 0), (true, 0)]).validate().unwrap_err();
+        assert!(e.contains("idempotent but"), "{e}");
+        let mut m = meta(vec![(true, 0)]);
+        m.format = "x".into();
+        assert!(m.validate().unwrap_err().contains("reef-check-idem"));
+        let mut m = meta(vec![(true, 0)]);
+        m.version = VERSION + 1;
+        assert!(m.validate().unwrap_err().contains("version"));
+        let mut m = meta(vec![(true, 0), (true, 1)]);
+        m.kernels[1].index = 5;
+        assert!(m.validate().unwrap_err().contains("index 5"));
+    }
+
+    #[test]
+    fn load_round_trip_and_errors() {
+        let dir = std::env::temp_dir().join(format!("reef-idem-meta-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = meta(vec![(true, 0), (false, 0)]);
+        m.kernels[1].group_start_op = Some(1);
+        let path = dir.join("m.idem.json");
+        std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(IdempotenceMetadata::load(&path).unwrap(), m);
+        // Files without group_start_op (kernel-only traces) still load.
+        let text = r#"{"format":"reef-idempotence","version":1,"model":"m","kernels":[{"index":0,"name":"k","idempotent":true,"group_start":0}]}"#;
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            IdempotenceMetadata::load(&path).unwrap().kernels[0].group_start_op,
+            None
+        );
+        std::fs::write(&path, "{").unwrap();
+        assert!(matches!(
+            IdempotenceMetadata::load(&path),
+            Err(MetadataError::Json { .. })
+        ));
+        assert!(matches!(
+            IdempotenceMetadata::load(&dir.join("missing.json")),
+            Err(MetadataError::Io { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
