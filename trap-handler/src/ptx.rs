@@ -311,7 +311,10 @@ pub fn inject(src: &str, file: &str, opts: &InjectOptions) -> Result<Injected, E
         }
     }
     if !decls.is_empty() {
-        decls.insert_str(0, "\n// reef: preempt flag and execution index (REEF Fig. 8)");
+        decls.insert_str(
+            0,
+            "\n// reef: preempt flag and execution index (REEF Fig. 8)",
+        );
         inserts.push((header_end, decls));
     }
     inserts.sort_by_key(|(pos, _)| *pos);
@@ -411,7 +414,10 @@ fn parse_entry(
             Kind::Word if matches!(text(t), ".entry" | ".func" | ".global" | ".const") => {
                 return Err(err(
                     t.line,
-                    format!("kernel `{name}` (line {line}) has no body before this `{}`", text(t)),
+                    format!(
+                        "kernel `{name}` (line {line}) has no body before this `{}`",
+                        text(t)
+                    ),
                 ))
             }
             _ => i += 1,
@@ -492,9 +498,9 @@ mod tests {
         assert_eq!(out.entries, ["_Z3addPfS_i", "_Z4noopv"]);
         assert_eq!(out.target, "sm_80");
         assert_eq!(out.ptx.matches("@%reef_p exit;").count(), 2);
-        assert!(out.ptx.contains(
-            "\t.param .u32 _Z3addPfS_i_param_2,\n\t.param .u32 __reef_exec_idx\n)"
-        ));
+        assert!(out
+            .ptx
+            .contains("\t.param .u32 _Z3addPfS_i_param_2,\n\t.param .u32 __reef_exec_idx\n)"));
         assert!(out
             .ptx
             .contains("_Z4noopv(\n\t.param .u32 __reef_exec_idx\n)"));
@@ -526,7 +532,9 @@ mod tests {
         let src = ".version 8.0\n.target sm_75\n.address_size 64\n.entry k\n{\nret;\n}\n.extern .entry proto(.param .u64 a);\n";
         let out = inj(src).unwrap();
         assert_eq!(out.entries, ["k"]);
-        assert!(out.ptx.contains(".entry k(\n\t.param .u32 __reef_exec_idx\n)"));
+        assert!(out
+            .ptx
+            .contains(".entry k(\n\t.param .u32 __reef_exec_idx\n)"));
         assert!(out.ptx.contains(".extern .entry proto(.param .u64 a);"));
     }
 
@@ -547,16 +555,20 @@ mod tests {
         assert!(m.contains(".version"), "{m}");
         let (_, m) = line_of(inj("").unwrap_err());
         assert!(m.contains("empty"), "{m}");
-        let (l, m) = line_of(inj(".version 8.0\n.target sm_80\n.entry k(\n.param .u64 a\n{\nret;\n}\n").unwrap_err());
+        let (l, m) = line_of(
+            inj(".version 8.0\n.target sm_80\n.entry k(\n.param .u64 a\n{\nret;\n}\n").unwrap_err(),
+        );
         assert_eq!(l, 3);
         assert!(m.contains("not closed"), "{m}");
-        let (l, m) = line_of(inj(".version 8.0\n.target sm_80\n.entry k()\n{\nret;\n").unwrap_err());
+        let (l, m) =
+            line_of(inj(".version 8.0\n.target sm_80\n.entry k()\n{\nret;\n").unwrap_err());
         assert_eq!(l, 5);
         assert!(m.contains("unclosed"), "{m}");
         let (l, m) = line_of(inj(".version 8.0\n.target sm_80\n/* open\n\n").unwrap_err());
         assert_eq!(l, 3);
         assert!(m.contains("comment"), "{m}");
-        let (_, m) = line_of(inj(".version 8.0\n.target sm_80\n.func f()\n{\nret;\n}\n").unwrap_err());
+        let (_, m) =
+            line_of(inj(".version 8.0\n.target sm_80\n.func f()\n{\nret;\n}\n").unwrap_err());
         assert!(m.contains("no `.entry`"), "{m}");
         let (l, m) = line_of(inj(".version 8.0\n.target sm_80\n}\n").unwrap_err());
         assert_eq!(l, 3);
@@ -584,7 +596,10 @@ mod tests {
             ..InjectOptions::default()
         };
         let e = inject(TWO, "t.ptx", &opts).unwrap_err();
-        assert!(matches!(&e, Error::BadOption(m) if m.contains("--flag-symbol")), "{e}");
+        assert!(
+            matches!(&e, Error::BadOption(m) if m.contains("--flag-symbol")),
+            "{e}"
+        );
         let opts = InjectOptions {
             flag_symbol: "my_flag".into(),
             ..InjectOptions::default()

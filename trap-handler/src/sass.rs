@@ -455,7 +455,10 @@ mod tests {
             NvRegs { ureg: 62, ..r },
         ] {
             assert!(
-                matches!(trap_patch(Sm::Sm80, 0x1000, bad), Err(Error::BadRegister(_))),
+                matches!(
+                    trap_patch(Sm::Sm80, 0x1000, bad),
+                    Err(Error::BadRegister(_))
+                ),
                 "{bad:?} accepted"
             );
         }

@@ -106,7 +106,15 @@ fn branch_falls_through_to_the_original_handler() {
 #[test]
 fn bad_target_exits_non_zero() {
     let out = reef_bin("reef-trap")
-        .args(["amd", "--gfx", "1030", "--flag-addr", "0x1000", "-o", "/dev/null"])
+        .args([
+            "amd",
+            "--gfx",
+            "1030",
+            "--flag-addr",
+            "0x1000",
+            "-o",
+            "/dev/null",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -169,10 +169,16 @@ fn check_control_words(sm: u32) {
         "sm_{sm} LD control word"
     );
     assert_eq!(ld.wait_mask, 0);
-    let sb = ld.write_sb.expect("the flag load must release a scoreboard");
+    let sb = ld
+        .write_sb
+        .expect("the flag load must release a scoreboard");
     // The compare waits for exactly that scoreboard, and leaves at least as
     // many cycles as ptxas before the predicate is read.
-    assert_eq!(isetp.wait_mask, 1 << sb, "sm_{sm} ISETP must wait on SB{sb}");
+    assert_eq!(
+        isetp.wait_mask,
+        1 << sb,
+        "sm_{sm} ISETP must wait on SB{sb}"
+    );
     assert_eq!(ref_isetp.wait_mask, 1 << ref_ld.write_sb.unwrap());
     assert!(
         isetp.stall >= ref_isetp.stall,
@@ -184,7 +190,11 @@ fn check_control_words(sm: u32) {
     // Nothing before the load uses a scoreboard: all fixed-latency.
     for (i, instr) in ours[..n - 3].iter().enumerate() {
         let c = instr.ctrl();
-        assert_eq!((c.write_sb, c.read_sb, c.wait_mask), (None, None, 0), "#{i}");
+        assert_eq!(
+            (c.write_sb, c.read_sb, c.wait_mask),
+            (None, None, 0),
+            "#{i}"
+        );
     }
     // The address registers are ready when the load issues: at least as many
     // cycles between the last MOV and the load as ptxas leaves (5).
@@ -226,8 +236,14 @@ fn bad_arguments_exit_non_zero_with_a_reason() {
     for (args, needle) in [
         (vec!["--sm", "70", "--flag-addr", "0x1000"], "sm_70"),
         (vec!["--sm", "80", "--flag-addr", "0x1002"], "aligned"),
-        (vec!["--sm", "80", "--flag-addr", "zz"], "not a 64-bit address"),
-        (vec!["--sm", "80", "--flag-addr", "0x1000", "--reg", "3"], "even"),
+        (
+            vec!["--sm", "80", "--flag-addr", "zz"],
+            "not a 64-bit address",
+        ),
+        (
+            vec!["--sm", "80", "--flag-addr", "0x1000", "--reg", "3"],
+            "even",
+        ),
     ] {
         let out = reef_bin("reef-trap")
             .arg("nvidia")

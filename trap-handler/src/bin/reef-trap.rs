@@ -13,7 +13,10 @@ use reef_trap::{amdgpu, sass};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(version, about = "Generate REEF's trap-handler patch as raw code bytes")]
+#[command(
+    version,
+    about = "Generate REEF's trap-handler patch as raw code bytes"
+)]
 struct Cli {
     #[command(subcommand)]
     target: Target,
@@ -62,7 +65,9 @@ fn parse_addr(s: &str) -> Result<u64, String> {
         Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16),
         None => t.replace('_', "").parse::<u64>(),
     };
-    parsed.map_err(|e| format!("`{s}` is not a 64-bit address ({e}); write it as 0x7f1234567890 or in decimal"))
+    parsed.map_err(|e| {
+        format!("`{s}` is not a 64-bit address ({e}); write it as 0x7f1234567890 or in decimal")
+    })
 }
 
 fn main() -> std::process::ExitCode {
@@ -107,6 +112,10 @@ fn run(cli: Cli) -> Result<()> {
     };
     std::fs::write(&output, &bytes)
         .with_context(|| format!("cannot write the patch to {}", output.display()))?;
-    eprintln!("reef-trap: wrote {} bytes ({what}) to {}", bytes.len(), output.display());
+    eprintln!(
+        "reef-trap: wrote {} bytes ({what}) to {}",
+        bytes.len(),
+        output.display()
+    );
     Ok(())
 }

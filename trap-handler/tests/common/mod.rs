@@ -113,7 +113,7 @@ pub fn parse_nvdisasm(text: &str) -> Vec<SassLine> {
                         None => (body, None),
                     };
                     let text = instr.trim().trim_end_matches(';').trim().to_string();
-                    let lo = hex.and_then(|h| parse_word(h));
+                    let lo = hex.and_then(parse_word);
                     out.push(SassLine {
                         offset,
                         text,
