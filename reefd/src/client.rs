@@ -144,7 +144,16 @@ impl Client {
     pub fn send(&mut self, body: RequestBody) -> Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        self.sock.write_all(&encode(&Request { id, body }))?;
+        if let Err(e) = self.sock.write_all(&encode(&Request { id, body })) {
+            // The daemon may have refused the connection and closed it
+            // (permission, connection limit): report its reason if it sent one.
+            if let Ok(ServerMessage::Error { code, message, .. }) =
+                self.read_message(Some(Duration::from_millis(200)))
+            {
+                return Err(ClientError::Server { code, message });
+            }
+            return Err(e.into());
+        }
         Ok(id)
     }
 
@@ -181,20 +190,11 @@ impl Client {
         if let Some(e) = self.events.pop_front() {
             return Ok(e);
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                return Err(ClientError::Timeout);
-            }
-            match self.read_message(left)? {
-                ServerMessage::Event { event } => return Ok(event),
-                other => {
-                    return Err(ClientError::Protocol(format!(
-                        "unexpected message while waiting for an event: {other:?}"
-                    )))
-                }
-            }
+        match self.read_message(timeout)? {
+            ServerMessage::Event { event } => Ok(event),
+            other => Err(ClientError::Protocol(format!(
+                "unexpected message while waiting for an event: {other:?}"
+            ))),
         }
     }
 

@@ -17,7 +17,7 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// reef-sched's policies).
 pub const POLICIES: &[&str] = &["reef", "rt-only", "seq", "streams", "wait"];
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub daemon: DaemonConfig,
@@ -135,17 +135,6 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("config: {0}")]
     Invalid(String),
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            daemon: DaemonConfig::default(),
-            device: DeviceConfig::default(),
-            scheduler: SchedulerConfig::default(),
-            metrics: MetricsConfig::default(),
-        }
-    }
 }
 
 impl Config {

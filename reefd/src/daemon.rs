@@ -106,7 +106,7 @@ pub fn start(opts: StartOptions) -> anyhow::Result<()> {
         None
     } else {
         match detach(cfg)? {
-            Detached::Parent(r) => return Ok(r?),
+            Detached::Parent(r) => return r,
             Detached::Child(w) => Some(w),
         }
     };

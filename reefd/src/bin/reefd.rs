@@ -69,7 +69,7 @@ enum Cmd {
     },
 }
 
-fn load_config(path: &PathBuf) -> anyhow::Result<Config> {
+fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
     let explicit = path.as_os_str() != DEFAULT_CONFIG_PATH;
     Ok(Config::load(path, explicit)?)
 }

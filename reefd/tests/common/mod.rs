@@ -1,0 +1,136 @@
+//! Test support: a reefd child process in a temporary directory.
+#![allow(dead_code)]
+
+use reefd::client::Client;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub pid_file: PathBuf,
+}
+
+pub fn reefd_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_reefd")
+}
+
+pub fn reefctl_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_reefctl")
+}
+
+impl Daemon {
+    /// Starts `reefd start --foreground` with `extra` TOML appended to the
+    /// test's [daemon] section.
+    pub fn start(daemon_extra: &str) -> Daemon {
+        Self::start_with(daemon_extra, "")
+    }
+
+    pub fn start_with(daemon_extra: &str, other_sections: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Let other users traverse to the socket (the uid-drop test).
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.path().join("reefd.sock");
+        let pid_file = dir.path().join("reefd.pid");
+        let cfg = dir.path().join("reefd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = \"sim:mi50\"\n[metrics]\nenabled = false\n{other_sections}\n",
+                socket, pid_file
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("reefd.log")).unwrap();
+        let child = Command::new(reefd_bin())
+            .args(["start", "--foreground", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn reefd");
+        let d = Daemon {
+            child: Some(child),
+            dir,
+            socket,
+            pid_file,
+        };
+        d.wait_ready();
+        d
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = Client::connect(&self.socket) {
+                if c.status().is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("reefd did not come up; log:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("reefd.log")).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&self.socket).expect("connect")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// Sends a signal and waits for the exit status.
+    pub fn signal_and_wait(&mut self, sig: nix::sys::signal::Signal) -> std::process::ExitStatus {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("reefd did not exit after {sig}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn reefctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(reefctl_bin())
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run reefctl")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `f` until it returns true or the timeout passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
