@@ -1,1 +1,6 @@
-//! reef-bench (under construction: see the crate's issue).
+//! reef-bench: benchmarks over the simulated GPU. One module per subcommand
+//! of the `reef-bench` binary.
+
+pub mod run;
+pub mod simspeed;
+pub mod standalone;

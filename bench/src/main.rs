@@ -1,0 +1,37 @@
+//! `reef-bench`: benchmarks on the simulated GPU. Each subcommand lives in
+//! its own module of the reef-bench library.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "reef-bench", about = "REEF benchmarks on the simulated GPU")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Simulated vs measured stand-alone latency of each model.
+    Standalone(reef_bench::standalone::StandaloneArgs),
+    /// Simulator speed: kernel completions per wall second.
+    Simspeed(reef_bench::simspeed::SimspeedArgs),
+    /// DISB workloads under the scheduling policies (REEF Fig. 15, 17).
+    Disb(reef_bench::disb::DisbArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Standalone(a) => reef_bench::standalone::main(a),
+        Cmd::Simspeed(a) => reef_bench::simspeed::main(a),
+        Cmd::Disb(a) => reef_bench::disb::main(a),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reef-bench: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Shared drivers: run inferences of a model back to back on one stream of
+//! the simulator, as the REEF profiler measured `model_latency` (REEF §6.2:
+//! stand-alone latency is the normalisation base of every DISB metric).
+
+use anyhow::{Context, Result};
+use reef_model::Model;
+use reef_sim::{
+    BufferId, DeviceEvent, EventKind, HostQueues, KernelLaunch, KernelShape, Sim, StreamId, Tags,
+};
+use std::sync::Arc;
+
+/// Device-queue capacity REEF uses by default (REEF §4.2 and §6.4: "REEF
+/// adopts a default capacity of 4 for the DQ").
+pub const REEF_DQ_CAPACITY: usize = 4;
+
+/// The launch of kernel `i` of `model` for task `task`.
+pub fn kernel_launch(model: &Model, shapes: &[Arc<KernelShape>], i: usize, task: u64) -> KernelLaunch {
+    let k = &model.kernels[i];
+    KernelLaunch::new(
+        shapes[i].clone(),
+        Tags {
+            task,
+            kernel: i as u32,
+            user: 0,
+        },
+    )
+    .with_buffers(
+        k.reads.iter().map(|&b| BufferId(b as u64)).collect(),
+        k.writes.iter().map(|&b| BufferId(b as u64)).collect(),
+    )
+}
+
+/// Outcome of a back-to-back run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackToBack {
+    /// Simulated time when the last kernel completed (ns from the first launch).
+    pub end_ns: u64,
+    /// Kernel completions.
+    pub kernels: u64,
+    /// Completion time of each inference (ns).
+    pub inference_end_ns: Vec<u64>,
+}
+
+/// Runs `inferences` inferences of `model` back to back on one stream (host
+/// queue feeding a device queue of `dq_capacity`), starting at the sim's
+/// current time. Returns when all have completed.
+pub fn back_to_back(
+    sim: &mut Sim,
+    model: &Model,
+    shapes: &[Arc<KernelShape>],
+    inferences: u64,
+    dq_capacity: usize,
+) -> Result<BackToBack> {
+    let s: StreamId = sim
+        .create_stream(0, dq_capacity)
+        .context("creating the stream")?;
+    let t0 = sim.now();
+    let n = model.kernels.len();
+    let mut host = HostQueues::new();
+    let mut next_task = 0u64;
+    let mut next_kernel = 0usize;
+    // Feed the host queue lazily so memory stays flat for long runs.
+    let feed = |host: &mut HostQueues, next_task: &mut u64, next_kernel: &mut usize| {
+        while host.len(s) < 2 * dq_capacity && *next_task < inferences {
+            host.submit(s, kernel_launch(model, shapes, *next_kernel, *next_task));
+            *next_kernel += 1;
+            if *next_kernel == n {
+                *next_kernel = 0;
+                *next_task += 1;
+            }
+        }
+    };
+    let mut out = BackToBack {
+        end_ns: 0,
+        kernels: 0,
+        inference_end_ns: Vec::with_capacity(inferences as usize),
+    };
+    let mut evs: Vec<DeviceEvent> = Vec::new();
+    let mut ids = Vec::new();
+    feed(&mut host, &mut next_task, &mut next_kernel);
+    host.pump_into(sim, &mut ids)?;
+    while let Some(t) = sim.next_event_time() {
+        evs.clear();
+        sim.advance_into(t, &mut evs);
+        for e in &evs {
+            match e.kind {
+                EventKind::Completed => {
+                    out.kernels += 1;
+                    if e.tags.kernel as usize == n - 1 {
+                        out.inference_end_ns.push(e.time - t0);
+                    }
+                }
+                EventKind::Started => {}
+                other => anyhow::bail!("unexpected {other:?} in a back-to-back run"),
+            }
+        }
+        feed(&mut host, &mut next_task, &mut next_kernel);
+        ids.clear();
+        host.pump_into(sim, &mut ids)?;
+    }
+    out.end_ns = sim.now() - t0;
+    anyhow::ensure!(
+        out.inference_end_ns.len() as u64 == inferences,
+        "only {} of {inferences} inferences completed",
+        out.inference_end_ns.len()
+    );
+    Ok(out)
+}

@@ -1,0 +1,124 @@
+//! A set of compute units (up to 256), used for CU masks (REEF §5 dynamic
+//! kernel padding, Fig. 12, reserves CUs for the real-time kernel) and for
+//! groups of co-resident blocks in the engine.
+
+/// Bitset of compute-unit indices.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CuSet([u64; 4]);
+
+impl std::fmt::Debug for CuSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+impl CuSet {
+    /// Largest number of CUs a set can name.
+    pub const CAPACITY: usize = 256;
+
+    /// The empty set.
+    pub const fn empty() -> Self {
+        CuSet([0; 4])
+    }
+
+    /// CUs `0..n`.
+    pub fn first(n: usize) -> Self {
+        Self::range(0, n)
+    }
+
+    /// CUs `start..end`.
+    pub fn range(start: usize, end: usize) -> Self {
+        let mut s = Self::empty();
+        for cu in start..end.min(Self::CAPACITY) {
+            s.insert(cu);
+        }
+        s
+    }
+
+    pub fn insert(&mut self, cu: usize) {
+        self.0[cu / 64] |= 1 << (cu % 64);
+    }
+
+    pub fn remove(&mut self, cu: usize) {
+        self.0[cu / 64] &= !(1 << (cu % 64));
+    }
+
+    pub fn contains(&self, cu: usize) -> bool {
+        cu < Self::CAPACITY && self.0[cu / 64] & (1 << (cu % 64)) != 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// Set intersection.
+    pub fn and(&self, other: &CuSet) -> CuSet {
+        CuSet(std::array::from_fn(|i| self.0[i] & other.0[i]))
+    }
+
+    /// Set union.
+    pub fn or(&self, other: &CuSet) -> CuSet {
+        CuSet(std::array::from_fn(|i| self.0[i] | other.0[i]))
+    }
+
+    /// Set difference.
+    pub fn minus(&self, other: &CuSet) -> CuSet {
+        CuSet(std::array::from_fn(|i| self.0[i] & !other.0[i]))
+    }
+
+    /// Ascending CU indices.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    None
+                } else {
+                    let b = w.trailing_zeros() as usize;
+                    w &= w - 1;
+                    Some(i * 64 + b)
+                }
+            })
+        })
+    }
+
+    /// Largest index + 1 (0 when empty).
+    pub fn max_end(&self) -> usize {
+        self.iter().last().map(|c| c + 1).unwrap_or(0)
+    }
+}
+
+impl FromIterator<usize> for CuSet {
+    fn from_iter<T: IntoIterator<Item = usize>>(iter: T) -> Self {
+        let mut s = CuSet::empty();
+        for c in iter {
+            s.insert(c);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_operations() {
+        let a = CuSet::range(3, 70);
+        assert_eq!(a.len(), 67);
+        assert!(a.contains(3) && a.contains(69) && !a.contains(70) && !a.contains(2));
+        let b: CuSet = [1, 3, 200].into_iter().collect();
+        assert_eq!(a.and(&b).iter().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(a.or(&b).len(), 69);
+        assert_eq!(b.minus(&a).iter().collect::<Vec<_>>(), vec![1, 200]);
+        assert_eq!(b.max_end(), 201);
+        let mut c = b;
+        c.remove(200);
+        assert_eq!(c.max_end(), 4);
+        assert!(CuSet::empty().is_empty());
+    }
+}

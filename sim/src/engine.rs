@@ -1,0 +1,1043 @@
+//! The discrete-event engine (DESIGN.md "The simulator"; REEF §4.1 Fig. 7
+//! for host queue → device queue → CUs, §4.2 for lazy eviction through a
+//! preempt flag checked at kernel entry, §4.3 for killing running kernels,
+//! §5 Fig. 12 for CU-restricted launches used by dynamic kernel padding).
+//!
+//! Time is integer nanoseconds. The caller owns time: it asks
+//! [`Sim::next_event_time`], calls [`Sim::advance_to`] (or [`Sim::step`]),
+//! and interleaves its own actions (launch, set a flag, kill, clear a queue)
+//! at the current time [`Sim::now`]. Nothing here knows a scheduling policy.
+//!
+//! Per stream: a bounded device queue; the command processor fetches the
+//! head packet (`cp_fetch_ns`, overlapping the previous kernel of the same
+//! stream), then, once that previous kernel has finished (streams are in
+//! order), dispatches it (`cp_dispatch_ns`). A launch becomes visible in the
+//! device queue `host_launch_ns` after the call (launches of one stream are
+//! serialised on the host). A kernel dispatched while its stream's preempt
+//! flag is set exits after `flag_check_ns` and is reported evicted.
+//!
+//! Blocks are placed on compute units under the per-CU limits (threads,
+//! waves, blocks, LDS, registers), spread evenly over the allowed CUs
+//! (water-filling from a rotating start CU), highest stream priority first,
+//! then in dispatch order. Blocks are simulated in aggregate: the blocks a
+//! placement puts on CUs with the same (blocks placed, resulting
+//! co-residency) form one group with one completion event; every block still
+//! runs exactly once and is accounted on its own CU. A block's duration is
+//! fixed when it is placed, from the kernel's curve at the CU's co-residency
+//! then: `k = ceil(resident waves on the CU / waves per block)`, so blocks of
+//! different kernels contend in the same way as blocks of one kernel. A kill
+//! removes the running groups of the targeted kernels after `kill_latency_ns`
+//! and discards their unplaced blocks.
+
+use crate::cuset::CuSet;
+use crate::shape::KernelShape;
+use crate::spec::{DeviceSpec, PreemptLevel};
+use crate::values::{BufferId, ValueTracker};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A stream (one device queue), as returned by [`Sim::create_stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u32);
+
+/// One accepted launch. Unique for the life of a [`Sim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaunchId(pub u64);
+
+/// Caller tags carried through to every event of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Tags {
+    /// The caller's task / request id.
+    pub task: u64,
+    /// Kernel index within the task's model.
+    pub kernel: u32,
+    /// Anything else the caller wants back.
+    pub user: u64,
+}
+
+/// A kernel launch request.
+#[derive(Debug, Clone)]
+pub struct KernelLaunch {
+    pub shape: Arc<KernelShape>,
+    pub tags: Tags,
+    /// Buffers read (value tracking).
+    pub reads: Vec<BufferId>,
+    /// Buffers written (value tracking).
+    pub writes: Vec<BufferId>,
+    /// Run only these blocks of the kernel (default: all).
+    pub blocks: Option<Range<u32>>,
+    /// Run only on these compute units (default: all).
+    pub cus: Option<CuSet>,
+}
+
+impl KernelLaunch {
+    pub fn new(shape: Arc<KernelShape>, tags: Tags) -> Self {
+        KernelLaunch {
+            shape,
+            tags,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            blocks: None,
+            cus: None,
+        }
+    }
+
+    pub fn with_buffers(mut self, reads: Vec<BufferId>, writes: Vec<BufferId>) -> Self {
+        self.reads = reads;
+        self.writes = writes;
+        self
+    }
+
+    pub fn with_blocks(mut self, blocks: Range<u32>) -> Self {
+        self.blocks = Some(blocks);
+        self
+    }
+
+    pub fn with_cus(mut self, cus: CuSet) -> Self {
+        self.cus = Some(cus);
+        self
+    }
+}
+
+/// Why a launch or a command was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    #[error("device queue of stream {stream} is full ({capacity} kernels)")]
+    QueueFull { stream: u32, capacity: usize },
+    #[error("no stream {0}")]
+    NoSuchStream(u32),
+    #[error("kernel {kernel}: block range {start}..{end} is empty or outside its {blocks} blocks")]
+    BadBlockRange {
+        kernel: String,
+        start: u32,
+        end: u32,
+        blocks: u32,
+    },
+    #[error("kernel {kernel}: CU set names no compute unit of this {cus}-CU device")]
+    EmptyCuSet { kernel: String, cus: u32 },
+    #[error("device {device} does not support preemption level {level:?}")]
+    Unsupported {
+        device: String,
+        level: PreemptLevel,
+    },
+    #[error("stream capacity must be at least 1")]
+    ZeroCapacity,
+}
+
+/// What happened to a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// Its first block was placed on a CU.
+    Started,
+    /// All its blocks finished.
+    Completed,
+    /// Dispatched while its stream's preempt flag was set; no block ran.
+    Evicted,
+    /// Removed from the device queue by [`Sim::clear_queue`] before dispatch.
+    Cleared,
+    /// Its running blocks were killed; outputs are corrupted.
+    Killed { blocks_done: u32 },
+}
+
+/// An event reported to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceEvent {
+    pub time: u64,
+    pub stream: StreamId,
+    pub launch: LaunchId,
+    pub tags: Tags,
+    pub kind: EventKind,
+}
+
+/// Engine options.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimConfig {
+    /// Seed of the block-duration jitter generator.
+    pub seed: u64,
+    /// Each block group's duration is multiplied by a factor drawn uniformly
+    /// from [1 - jitter, 1 + jitter]. 0 (default) = deterministic durations.
+    pub jitter: f64,
+    /// Record every block group (for tests; costs memory).
+    pub record_blocks: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 0,
+            jitter: 0.0,
+            record_blocks: false,
+        }
+    }
+}
+
+/// How a recorded group of blocks ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockOutcome {
+    Running,
+    Finished,
+    Killed,
+}
+
+/// A recorded group of blocks (with [`SimConfig::record_blocks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRecord {
+    pub launch: LaunchId,
+    /// Kernel block indices run by this group.
+    pub blocks: Range<u32>,
+    pub cus: CuSet,
+    pub per_cu: u32,
+    pub start: u64,
+    pub end: u64,
+    pub outcome: BlockOutcome,
+}
+
+/// Resources in use on one compute unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CuUsage {
+    pub threads: u32,
+    pub waves: u32,
+    pub blocks: u32,
+    pub lds: u32,
+    pub regs: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cp {
+    Idle,
+    Fetching(u64),
+    Fetched,
+    Dispatching(u64),
+}
+
+#[derive(Debug)]
+struct Stream {
+    priority: i32,
+    capacity: usize,
+    dq: VecDeque<u32>,
+    host_free_at: u64,
+    flag: bool,
+    cp: Cp,
+    running: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LState {
+    Queued,
+    Evicting,
+    Active,
+}
+
+#[derive(Debug)]
+struct Launch {
+    id: LaunchId,
+    gen: u32,
+    live: bool,
+    stream: u32,
+    req: KernelLaunch,
+    start: u32,
+    end: u32,
+    next_block: u32,
+    done: u32,
+    visible_at: u64,
+    state: LState,
+    started: bool,
+    /// Order key among active kernels: (priority desc, dispatch sequence).
+    seq: u64,
+    groups: Vec<u32>,
+    cus: CuSet,
+}
+
+#[derive(Debug)]
+struct Group {
+    launch: u32,
+    gen: u32,
+    live: bool,
+    cus: CuSet,
+    per_cu: u32,
+    record: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// Re-evaluate a stream's command processor.
+    Stream(u32),
+    /// A block group finished (slot, generation).
+    Group(u32, u32),
+    /// A flagged kernel finished its exit (launch slot, generation).
+    EvictDone(u32, u32),
+    /// A kill takes effect: on one stream, or all (u32::MAX).
+    Kill(u32),
+}
+
+/// The simulated GPU.
+pub struct Sim {
+    spec: DeviceSpec,
+    cfg: SimConfig,
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    streams: Vec<Stream>,
+    launches: Vec<Launch>,
+    free_launches: Vec<u32>,
+    groups: Vec<Group>,
+    free_groups: Vec<u32>,
+    active: Vec<u32>,
+    usage: Vec<CuUsage>,
+    all_cus: CuSet,
+    rr: usize,
+    rng: u64,
+    dispatch_seq: u64,
+    values: ValueTracker,
+    out: Vec<DeviceEvent>,
+    records: Vec<BlockRecord>,
+    completed: u64,
+    // scratch
+    allot: Vec<u32>,
+    cand: Vec<(usize, u32)>,
+}
+
+impl Sim {
+    /// A device of `spec`, idle at time 0.
+    pub fn new(spec: DeviceSpec, cfg: SimConfig) -> Self {
+        let n = spec.compute_units as usize;
+        Sim {
+            all_cus: CuSet::first(n),
+            usage: vec![CuUsage::default(); n],
+            allot: vec![0; n],
+            cand: Vec::with_capacity(n),
+            rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
+            spec,
+            cfg,
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            streams: Vec::new(),
+            launches: Vec::new(),
+            free_launches: Vec::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            active: Vec::new(),
+            rr: 0,
+            dispatch_seq: 0,
+            values: ValueTracker::new(),
+            out: Vec::new(),
+            records: Vec::new(),
+            completed: 0,
+        }
+    }
+
+    pub fn spec(&self) -> &DeviceSpec {
+        &self.spec
+    }
+
+    /// Current simulated time (ns).
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Preemption levels this device supports.
+    pub fn preempt_levels(&self) -> Vec<PreemptLevel> {
+        self.spec.levels()
+    }
+
+    /// A new stream. Higher `priority` kernels are placed on CUs first.
+    /// `device_queue_capacity` bounds its device queue (REEF §4.2 uses 4).
+    pub fn create_stream(
+        &mut self,
+        priority: i32,
+        device_queue_capacity: usize,
+    ) -> Result<StreamId, SimError> {
+        if device_queue_capacity == 0 {
+            return Err(SimError::ZeroCapacity);
+        }
+        self.streams.push(Stream {
+            priority,
+            capacity: device_queue_capacity,
+            dq: VecDeque::with_capacity(device_queue_capacity),
+            host_free_at: 0,
+            flag: false,
+            cp: Cp::Idle,
+            running: None,
+        });
+        Ok(StreamId(self.streams.len() as u32 - 1))
+    }
+
+    fn stream(&self, s: StreamId) -> Result<&Stream, SimError> {
+        self.streams.get(s.0 as usize).ok_or(SimError::NoSuchStream(s.0))
+    }
+
+    /// Kernels in the stream's device queue (not yet dispatched).
+    pub fn queue_len(&self, s: StreamId) -> usize {
+        self.stream(s).map(|st| st.dq.len()).unwrap_or(0)
+    }
+
+    /// Device queue capacity of a stream.
+    pub fn queue_capacity(&self, s: StreamId) -> usize {
+        self.stream(s).map(|st| st.capacity).unwrap_or(0)
+    }
+
+    /// True when the stream has nothing queued or running.
+    pub fn stream_idle(&self, s: StreamId) -> bool {
+        self.stream(s)
+            .map(|st| st.dq.is_empty() && st.running.is_none())
+            .unwrap_or(true)
+    }
+
+    /// Enqueues a kernel on a stream's device queue.
+    pub fn launch(&mut self, s: StreamId, req: KernelLaunch) -> Result<LaunchId, SimError> {
+        let st = self.stream(s)?;
+        if st.dq.len() >= st.capacity {
+            return Err(SimError::QueueFull {
+                stream: s.0,
+                capacity: st.capacity,
+            });
+        }
+        let nb = req.shape.blocks;
+        let (start, end) = match &req.blocks {
+            Some(r) => (r.start, r.end),
+            None => (0, nb),
+        };
+        if start >= end || end > nb {
+            return Err(SimError::BadBlockRange {
+                kernel: req.shape.name.clone(),
+                start,
+                end,
+                blocks: nb,
+            });
+        }
+        let cus = match &req.cus {
+            Some(c) => c.and(&self.all_cus),
+            None => self.all_cus,
+        };
+        if cus.is_empty() {
+            return Err(SimError::EmptyCuSet {
+                kernel: req.shape.name.clone(),
+                cus: self.spec.compute_units,
+            });
+        }
+        let st = &mut self.streams[s.0 as usize];
+        let visible_at = st.host_free_at.max(self.now) + self.spec.host_launch_ns;
+        st.host_free_at = visible_at;
+        let slot = match self.free_launches.pop() {
+            Some(i) => i,
+            None => {
+                self.launches.push(Launch {
+                    id: LaunchId(0),
+                    gen: 0,
+                    live: false,
+                    stream: 0,
+                    req: req.clone(),
+                    start: 0,
+                    end: 0,
+                    next_block: 0,
+                    done: 0,
+                    visible_at: 0,
+                    state: LState::Queued,
+                    started: false,
+                    seq: 0,
+                    groups: Vec::new(),
+                    cus,
+                });
+                self.launches.len() as u32 - 1
+            }
+        };
+        let l = &mut self.launches[slot as usize];
+        l.gen = l.gen.wrapping_add(1);
+        let id = LaunchId(((l.gen as u64) << 32) | slot as u64);
+        l.id = id;
+        l.live = true;
+        l.stream = s.0;
+        l.req = req;
+        l.start = start;
+        l.end = end;
+        l.next_block = start;
+        l.done = 0;
+        l.visible_at = visible_at;
+        l.state = LState::Queued;
+        l.started = false;
+        l.seq = 0;
+        l.groups.clear();
+        l.cus = cus;
+        self.streams[s.0 as usize].dq.push_back(slot);
+        self.schedule(visible_at, Ev::Stream(s.0));
+        Ok(id)
+    }
+
+    /// Sets or clears a stream's preempt flag in device memory (level 2):
+    /// kernels dispatched while it is set exit at entry and are evicted.
+    pub fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), SimError> {
+        self.require(PreemptLevel::PreemptFlag)?;
+        self.stream(s)?;
+        self.streams[s.0 as usize].flag = on;
+        Ok(())
+    }
+
+    /// The stream's preempt flag.
+    pub fn preempt_flag(&self, s: StreamId) -> bool {
+        self.stream(s).map(|st| st.flag).unwrap_or(false)
+    }
+
+    fn require(&self, level: PreemptLevel) -> Result<(), SimError> {
+        if self.spec.levels().contains(&level) {
+            Ok(())
+        } else {
+            Err(SimError::Unsupported {
+                device: self.spec.name.clone(),
+                level,
+            })
+        }
+    }
+
+    /// Kills the running blocks of the stream's dispatched kernel(s) after
+    /// the device's kill latency (level 3). Their outputs are corrupted.
+    pub fn kill_stream(&mut self, s: StreamId) -> Result<(), SimError> {
+        self.require(PreemptLevel::KillRunning)?;
+        self.stream(s)?;
+        let t = self.now + self.spec.kill_latency_ns;
+        self.schedule(t, Ev::Kill(s.0));
+        Ok(())
+    }
+
+    /// Kills every running kernel on the device (a CU reset) after the kill
+    /// latency (level 3).
+    pub fn kill_all(&mut self) -> Result<(), SimError> {
+        self.require(PreemptLevel::KillRunning)?;
+        let t = self.now + self.spec.kill_latency_ns;
+        self.schedule(t, Ev::Kill(u32::MAX));
+        Ok(())
+    }
+
+    /// Empties a stream's device queue now (REEF's CLEAR_QUEUE), except a
+    /// packet the command processor is already dispatching. Each removed
+    /// kernel is reported as [`EventKind::Cleared`]; their ids are returned
+    /// in queue order.
+    pub fn clear_queue(&mut self, s: StreamId) -> Result<Vec<LaunchId>, SimError> {
+        self.stream(s)?;
+        let st = &mut self.streams[s.0 as usize];
+        let keep = matches!(st.cp, Cp::Dispatching(_));
+        let mut removed = Vec::new();
+        let drained: Vec<u32> = if keep {
+            st.dq.drain(1..).collect()
+        } else {
+            st.cp = Cp::Idle;
+            st.dq.drain(..).collect()
+        };
+        for slot in drained {
+            let l = &self.launches[slot as usize];
+            removed.push(l.id);
+            self.out.push(DeviceEvent {
+                time: self.now,
+                stream: s,
+                launch: l.id,
+                tags: l.req.tags,
+                kind: EventKind::Cleared,
+            });
+            self.release_launch(slot);
+        }
+        Ok(removed)
+    }
+
+    /// Time of the next internal event, if any.
+    pub fn next_event_time(&self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Processes every event up to and including `t`, then sets the time to
+    /// `t` (never backwards). Returns the events, in order.
+    pub fn advance_to(&mut self, t: u64) -> Vec<DeviceEvent> {
+        let mut v = Vec::new();
+        self.advance_into(t, &mut v);
+        v
+    }
+
+    /// [`Sim::advance_to`] appending into a caller's buffer.
+    pub fn advance_into(&mut self, t: u64, out: &mut Vec<DeviceEvent>) {
+        out.append(&mut self.out);
+        while let Some(&Reverse((et, _, ev))) = self.heap.peek() {
+            if et > t {
+                break;
+            }
+            self.heap.pop();
+            self.now = self.now.max(et);
+            self.handle(ev);
+            out.append(&mut self.out);
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Processes the events of the next event time. Returns that time and
+    /// its events, or None when nothing is pending.
+    pub fn step(&mut self) -> Option<(u64, Vec<DeviceEvent>)> {
+        let t = self.next_event_time()?;
+        Some((t, self.advance_to(t)))
+    }
+
+    /// Like [`Sim::advance_to`], but paced by `clock` (wall time for the
+    /// live daemon, virtual time otherwise).
+    pub fn advance_with_clock(
+        &mut self,
+        clock: &mut dyn crate::clock::Clock,
+        t: u64,
+    ) -> Vec<DeviceEvent> {
+        let mut out = Vec::new();
+        while let Some(et) = self.next_event_time() {
+            if et > t {
+                break;
+            }
+            clock.wait_until(et);
+            self.advance_into(et, &mut out);
+        }
+        clock.wait_until(t);
+        self.advance_into(t, &mut out);
+        out
+    }
+
+    /// Buffer values (value tracking).
+    pub fn values(&self) -> &ValueTracker {
+        &self.values
+    }
+
+    /// Mutable buffer values (to set inputs).
+    pub fn values_mut(&mut self) -> &mut ValueTracker {
+        &mut self.values
+    }
+
+    /// Resources in use on a CU.
+    pub fn cu_usage(&self, cu: usize) -> CuUsage {
+        self.usage[cu]
+    }
+
+    /// CUs with at least one resident block.
+    pub fn busy_cus(&self) -> usize {
+        self.usage.iter().filter(|u| u.blocks > 0).count()
+    }
+
+    /// The set of CUs with at least one resident block.
+    pub fn busy_cu_set(&self) -> CuSet {
+        self.usage
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| u.blocks > 0)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Blocks resident on the device.
+    pub fn resident_blocks(&self) -> u64 {
+        self.usage.iter().map(|u| u.blocks as u64).sum()
+    }
+
+    /// Kernels completed so far.
+    pub fn completed_kernels(&self) -> u64 {
+        self.completed
+    }
+
+    /// Recorded block groups (with [`SimConfig::record_blocks`]).
+    pub fn block_records(&self) -> &[BlockRecord] {
+        &self.records
+    }
+
+    /// Checks that no CU exceeds its limits and that per-CU usage equals the
+    /// sum over the resident block groups. For tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let s = &self.spec;
+        let mut sum = vec![CuUsage::default(); self.usage.len()];
+        for g in self.groups.iter().filter(|g| g.live) {
+            let sh = &self.launches[g.launch as usize].req.shape;
+            for cu in g.cus.iter() {
+                let u = &mut sum[cu];
+                u.threads += g.per_cu * sh.threads_per_block;
+                u.waves += g.per_cu * sh.waves_per_block;
+                u.blocks += g.per_cu;
+                u.lds += g.per_cu * sh.lds_per_block;
+                u.regs += g.per_cu * sh.regs_per_block;
+            }
+        }
+        for (cu, (u, e)) in self.usage.iter().zip(&sum).enumerate() {
+            if u != e {
+                return Err(format!("CU {cu}: usage {u:?} != resident groups {e:?}"));
+            }
+            if u.threads > s.max_threads_per_cu
+                || u.waves > s.max_waves_per_cu
+                || u.blocks > s.max_blocks_per_cu
+                || u.lds > s.lds_bytes_per_cu
+                || u.regs > s.registers_per_cu
+            {
+                return Err(format!("CU {cu} over its limits: {u:?}"));
+            }
+        }
+        for (i, st) in self.streams.iter().enumerate() {
+            if st.dq.len() > st.capacity {
+                return Err(format!(
+                    "stream {i}: device queue holds {} > capacity {}",
+                    st.dq.len(),
+                    st.capacity
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- internals ----
+
+    fn schedule(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn emit(&mut self, slot: u32, kind: EventKind) {
+        let l = &self.launches[slot as usize];
+        self.out.push(DeviceEvent {
+            time: self.now,
+            stream: StreamId(l.stream),
+            launch: l.id,
+            tags: l.req.tags,
+            kind,
+        });
+    }
+
+    fn release_launch(&mut self, slot: u32) {
+        let l = &mut self.launches[slot as usize];
+        l.live = false;
+        l.req.reads = Vec::new();
+        l.req.writes = Vec::new();
+        self.free_launches.push(slot);
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Stream(s) => self.stream_step(s),
+            Ev::Group(g, gen) => self.group_done(g, gen),
+            Ev::EvictDone(slot, gen) => {
+                let l = &self.launches[slot as usize];
+                if l.live && l.gen == gen && l.state == LState::Evicting {
+                    let s = l.stream;
+                    self.emit(slot, EventKind::Evicted);
+                    self.streams[s as usize].running = None;
+                    self.release_launch(slot);
+                    self.stream_step(s);
+                }
+            }
+            Ev::Kill(target) => self.kill_effect(target),
+        }
+    }
+
+    fn stream_step(&mut self, s: u32) {
+        let now = self.now;
+        loop {
+            let st = &mut self.streams[s as usize];
+            match st.cp {
+                Cp::Idle => {
+                    let Some(&head) = st.dq.front() else { break };
+                    let vis = self.launches[head as usize].visible_at;
+                    if vis <= now {
+                        let until = now + self.spec.cp_fetch_ns;
+                        st.cp = Cp::Fetching(until);
+                        self.schedule(until, Ev::Stream(s));
+                    }
+                    // else: an Ev::Stream at `vis` was scheduled by launch().
+                    break;
+                }
+                Cp::Fetching(until) => {
+                    if until <= now {
+                        st.cp = Cp::Fetched;
+                        continue;
+                    }
+                    break;
+                }
+                Cp::Fetched => {
+                    if st.running.is_none() {
+                        let until = now + self.spec.cp_dispatch_ns;
+                        st.cp = Cp::Dispatching(until);
+                        self.schedule(until, Ev::Stream(s));
+                    }
+                    break;
+                }
+                Cp::Dispatching(until) => {
+                    if until > now {
+                        break;
+                    }
+                    let slot = st.dq.pop_front().expect("dispatching a queued kernel");
+                    st.cp = Cp::Idle;
+                    st.running = Some(slot);
+                    let flagged = st.flag;
+                    let prio = st.priority;
+                    if flagged {
+                        let l = &mut self.launches[slot as usize];
+                        l.state = LState::Evicting;
+                        let gen = l.gen;
+                        self.schedule(now + self.spec.flag_check_ns, Ev::EvictDone(slot, gen));
+                    } else {
+                        self.dispatch_seq += 1;
+                        let l = &mut self.launches[slot as usize];
+                        l.state = LState::Active;
+                        l.seq = self.dispatch_seq;
+                        // Insert keeping (priority desc, seq asc) order.
+                        let key = (Reverse(prio), self.dispatch_seq);
+                        let pos = self.active.partition_point(|&a| {
+                            let la = &self.launches[a as usize];
+                            (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
+                        });
+                        self.active.insert(pos, slot);
+                        self.place();
+                    }
+                    continue;
+                }
+            }
+        }
+    }
+
+    fn next_jitter(&mut self) -> f64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+        1.0 + self.cfg.jitter * (2.0 * u - 1.0)
+    }
+
+    /// Places pending blocks of active kernels, in priority/dispatch order.
+    fn place(&mut self) {
+        let mut i = 0;
+        while i < self.active.len() {
+            let slot = self.active[i];
+            let l = &self.launches[slot as usize];
+            if l.next_block < l.end {
+                self.place_launch(slot);
+            }
+            i += 1;
+        }
+    }
+
+    fn place_launch(&mut self, slot: u32) {
+        let spec = &self.spec;
+        let n = spec.compute_units as usize;
+        let l = &self.launches[slot as usize];
+        let sh = l.req.shape.clone();
+        let allowed = l.cus;
+        let mut remaining = l.end - l.next_block;
+        // Capacity per allowed CU, in rotating order from self.rr.
+        self.cand.clear();
+        for off in 0..n {
+            let cu = (self.rr + off) % n;
+            if !allowed.contains(cu) {
+                continue;
+            }
+            let u = &self.usage[cu];
+            let mut cap = (spec.max_threads_per_cu - u.threads) / sh.threads_per_block;
+            cap = cap.min((spec.max_waves_per_cu - u.waves) / sh.waves_per_block);
+            cap = cap.min(spec.max_blocks_per_cu - u.blocks);
+            if sh.lds_per_block > 0 {
+                cap = cap.min((spec.lds_bytes_per_cu - u.lds) / sh.lds_per_block);
+            }
+            if sh.regs_per_block > 0 {
+                cap = cap.min((spec.registers_per_cu - u.regs) / sh.regs_per_block);
+            }
+            if cap > 0 {
+                self.cand.push((cu, cap));
+            }
+        }
+        if self.cand.is_empty() {
+            return;
+        }
+        // Water-filling: spread blocks evenly over the candidate CUs.
+        for a in self.allot.iter_mut() {
+            *a = 0;
+        }
+        while remaining > 0 && !self.cand.is_empty() {
+            let m = self.cand.len() as u32;
+            let even = remaining / m;
+            if even == 0 {
+                for &(cu, _) in self.cand.iter().take(remaining as usize) {
+                    self.allot[cu] += 1;
+                }
+                let last = self.cand[remaining as usize - 1].0;
+                self.rr = (last + 1) % n;
+                break;
+            }
+            let min_cap = self.cand.iter().map(|c| c.1).min().unwrap_or(0);
+            let t = min_cap.min(even);
+            for c in self.cand.iter_mut() {
+                self.allot[c.0] += t;
+                c.1 -= t;
+            }
+            remaining -= t * m;
+            self.cand.retain(|c| c.1 > 0);
+        }
+        // Bucket CUs by (blocks placed, resulting co-residency).
+        let mut buckets: Vec<(u32, u32, CuSet)> = Vec::new();
+        for cu in 0..n {
+            let a = self.allot[cu];
+            if a == 0 {
+                continue;
+            }
+            let u = &mut self.usage[cu];
+            u.threads += a * sh.threads_per_block;
+            u.waves += a * sh.waves_per_block;
+            u.blocks += a;
+            u.lds += a * sh.lds_per_block;
+            u.regs += a * sh.regs_per_block;
+            let k = u.waves.div_ceil(sh.waves_per_block);
+            match buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
+                Some(b) => b.2.insert(cu),
+                None => {
+                    let mut set = CuSet::empty();
+                    set.insert(cu);
+                    buckets.push((a, k, set));
+                }
+            }
+        }
+        let now = self.now;
+        if !self.launches[slot as usize].started {
+            self.launches[slot as usize].started = true;
+            self.emit(slot, EventKind::Started);
+        }
+        for (per_cu, k, set) in buckets {
+            let count = per_cu * set.len() as u32;
+            let mut dur = sh.exec_ns(k);
+            if self.cfg.jitter > 0.0 {
+                dur = ((dur as f64 * self.next_jitter()) as u64).max(1);
+            }
+            let l = &mut self.launches[slot as usize];
+            let first = l.next_block;
+            l.next_block += count;
+            let lid = l.id;
+            let gslot = match self.free_groups.pop() {
+                Some(g) => g,
+                None => {
+                    self.groups.push(Group {
+                        launch: 0,
+                        gen: 0,
+                        live: false,
+                        cus: CuSet::empty(),
+                        per_cu: 0,
+                        record: usize::MAX,
+                    });
+                    self.groups.len() as u32 - 1
+                }
+            };
+            let record = if self.cfg.record_blocks {
+                self.records.push(BlockRecord {
+                    launch: lid,
+                    blocks: first..first + count,
+                    cus: set,
+                    per_cu,
+                    start: now,
+                    end: now + dur,
+                    outcome: BlockOutcome::Running,
+                });
+                self.records.len() - 1
+            } else {
+                usize::MAX
+            };
+            let g = &mut self.groups[gslot as usize];
+            g.launch = slot;
+            g.gen = g.gen.wrapping_add(1);
+            g.live = true;
+            g.cus = set;
+            g.per_cu = per_cu;
+            g.record = record;
+            let gen = g.gen;
+            self.launches[slot as usize].groups.push(gslot);
+            self.schedule(now + dur, Ev::Group(gslot, gen));
+        }
+    }
+
+    /// Frees a group's resources; returns (launch slot, blocks).
+    fn retire_group(&mut self, gslot: u32, outcome: BlockOutcome) -> (u32, u32) {
+        let g = &mut self.groups[gslot as usize];
+        g.live = false;
+        let (slot, per_cu, cus, record) = (g.launch, g.per_cu, g.cus, g.record);
+        self.free_groups.push(gslot);
+        let sh = &self.launches[slot as usize].req.shape;
+        for cu in cus.iter() {
+            let u = &mut self.usage[cu];
+            u.threads -= per_cu * sh.threads_per_block;
+            u.waves -= per_cu * sh.waves_per_block;
+            u.blocks -= per_cu;
+            u.lds -= per_cu * sh.lds_per_block;
+            u.regs -= per_cu * sh.regs_per_block;
+        }
+        if record != usize::MAX {
+            let r = &mut self.records[record];
+            r.outcome = outcome;
+            if outcome == BlockOutcome::Killed {
+                r.end = self.now;
+            }
+        }
+        let groups = &mut self.launches[slot as usize].groups;
+        if let Some(p) = groups.iter().position(|&x| x == gslot) {
+            groups.swap_remove(p);
+        }
+        (slot, per_cu * cus.len() as u32)
+    }
+
+    fn group_done(&mut self, gslot: u32, gen: u32) {
+        let g = &self.groups[gslot as usize];
+        if !g.live || g.gen != gen {
+            return;
+        }
+        let (slot, blocks) = self.retire_group(gslot, BlockOutcome::Finished);
+        let l = &mut self.launches[slot as usize];
+        l.done += blocks;
+        if l.done == l.end - l.start {
+            self.complete_launch(slot);
+        }
+        self.place();
+    }
+
+    fn complete_launch(&mut self, slot: u32) {
+        let l = &self.launches[slot as usize];
+        let s = l.stream;
+        let sh = &l.req.shape;
+        self.values.complete(
+            sh.identity,
+            &l.req.reads,
+            &l.req.writes,
+            (l.end - l.start) as u64,
+            sh.blocks as u64,
+        );
+        self.completed += 1;
+        self.emit(slot, EventKind::Completed);
+        self.remove_active(slot);
+        self.streams[s as usize].running = None;
+        self.release_launch(slot);
+        self.stream_step(s);
+    }
+
+    fn remove_active(&mut self, slot: u32) {
+        if let Some(p) = self.active.iter().position(|&a| a == slot) {
+            self.active.remove(p);
+        }
+    }
+
+    fn kill_effect(&mut self, target: u32) {
+        let victims: Vec<u32> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&a| target == u32::MAX || self.launches[a as usize].stream == target)
+            .collect();
+        for slot in victims {
+            let gs = self.launches[slot as usize].groups.clone();
+            for g in gs {
+                self.retire_group(g, BlockOutcome::Killed);
+            }
+            let l = &self.launches[slot as usize];
+            let (s, done, id) = (l.stream, l.done, l.id.0);
+            let writes = l.req.writes.clone();
+            self.values.corrupt(&writes, id);
+            self.emit(slot, EventKind::Killed { blocks_done: done });
+            self.remove_active(slot);
+            self.streams[s as usize].running = None;
+            self.release_launch(slot);
+            self.stream_step(s);
+        }
+        self.place();
+    }
+}

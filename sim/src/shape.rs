@@ -1,0 +1,223 @@
+//! What the simulator needs to know about a kernel: its grid, per-block
+//! resources, and the block execution time as a function of CU co-residency
+//! (DESIGN.md "The simulator"; REEF §5.2 and Fig. 13 for per-block execution
+//! times, §5.1 footnote 3 for CU occupancy).
+//!
+//! Block cost (docs/simulator.md "Calibration" and "Cost model"):
+//! - on a device whose `measured_profiles` is set, block execution with k
+//!   co-resident blocks is the measured `latency[k-1]` less the device's
+//!   launch path (host launch + fetch + dispatch), which every stand-alone
+//!   measurement includes; floored at `min_block_ns`;
+//! - otherwise the measured (MI50) execution time scaled by the device's
+//!   `profile_scale` (per-CU peak FP32 ratio), never below a memory roofline:
+//!   k blocks share the CU's slice of memory bandwidth, each moving its share
+//!   of the kernel's buffer bytes; kernels without a profile use the roofline
+//!   alone.
+//!
+//! Occupancy: threads, waves, blocks, LDS and registers per CU. The REEF
+//! schedule format does not record registers; when a measured curve exists,
+//! its length is the highest co-residency the profiler could reach, so the
+//! block's register footprint is taken as `registers_per_cu / len` (the
+//! register file is what limits occupancy in the absence of other limits).
+
+use crate::spec::DeviceSpec;
+use reef_model::{Kernel, Model};
+use std::sync::Arc;
+
+/// Why a kernel cannot run on a device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kernel {kernel}: {problem}")]
+pub struct ShapeError {
+    pub kernel: String,
+    pub problem: String,
+}
+
+/// Per-launch kernel description used by the simulator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelShape {
+    pub name: String,
+    /// Identity for value tracking (hash of name and launch shape).
+    pub identity: u64,
+    /// Blocks in the grid.
+    pub blocks: u32,
+    pub threads_per_block: u32,
+    pub waves_per_block: u32,
+    pub lds_per_block: u32,
+    /// 32-bit registers per block (all threads).
+    pub regs_per_block: u32,
+    /// `exec_ns[k-1]`: one block's execution with k co-resident blocks.
+    exec_ns: Vec<u64>,
+    /// Extension slope past the curve (ns per extra co-resident block).
+    slope_ns: u64,
+}
+
+/// FNV-1a, the simulator's stable hash (value tracking, identities).
+pub fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
+    let mut h = 0xcbf29ce484222325u64 ^ seed;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+impl KernelShape {
+    /// A shape from explicit numbers (tests, synthetic workloads). `exec_ns`
+    /// is the block execution curve (index k-1 = k co-resident blocks).
+    pub fn synthetic(
+        name: &str,
+        blocks: u32,
+        threads_per_block: u32,
+        lds_per_block: u32,
+        regs_per_block: u32,
+        exec_ns: Vec<u64>,
+        spec: &DeviceSpec,
+    ) -> Result<Self, ShapeError> {
+        let err = |problem: String| ShapeError {
+            kernel: name.to_string(),
+            problem,
+        };
+        if blocks == 0 || threads_per_block == 0 {
+            return Err(err("grid and block must be non-empty".into()));
+        }
+        if exec_ns.is_empty() {
+            return Err(err("empty block execution curve".into()));
+        }
+        let waves = threads_per_block.div_ceil(spec.wave_size);
+        if threads_per_block > spec.max_threads_per_cu || waves > spec.max_waves_per_cu {
+            return Err(err(format!(
+                "{threads_per_block} threads per block exceed a {} CU ({} threads)",
+                spec.name, spec.max_threads_per_cu
+            )));
+        }
+        if lds_per_block > spec.lds_bytes_per_cu {
+            return Err(err(format!(
+                "{lds_per_block} B of shared memory per block exceed a {} CU ({} B)",
+                spec.name, spec.lds_bytes_per_cu
+            )));
+        }
+        if regs_per_block > spec.registers_per_cu {
+            return Err(err(format!(
+                "{regs_per_block} registers per block exceed a {} CU ({})",
+                spec.name, spec.registers_per_cu
+            )));
+        }
+        let exec_ns: Vec<u64> = exec_ns.iter().map(|&e| e.max(spec.min_block_ns)).collect();
+        let slope_ns = if exec_ns.len() >= 2 {
+            exec_ns[exec_ns.len() - 1].saturating_sub(exec_ns[exec_ns.len() - 2])
+        } else {
+            0
+        };
+        let mut id = name.as_bytes().to_vec();
+        id.extend_from_slice(&blocks.to_le_bytes());
+        id.extend_from_slice(&threads_per_block.to_le_bytes());
+        Ok(KernelShape {
+            name: name.to_string(),
+            identity: fnv1a(&id, 0x5eef),
+            blocks,
+            threads_per_block,
+            waves_per_block: waves,
+            lds_per_block,
+            regs_per_block,
+            exec_ns,
+            slope_ns,
+        })
+    }
+
+    /// The shape of kernel `index` of `model` on `spec` (see the module doc
+    /// for the block cost).
+    pub fn from_model(model: &Model, index: usize, spec: &DeviceSpec) -> Result<Self, ShapeError> {
+        let k: &Kernel = model.kernels.get(index).ok_or_else(|| ShapeError {
+            kernel: format!("#{index}"),
+            problem: format!("{} has {} kernels", model.name, model.kernels.len()),
+        })?;
+        let name = format!("{}[{}] {}", model.name, index, k.name);
+        let blocks = u32::try_from(k.num_blocks()).map_err(|_| ShapeError {
+            kernel: name.clone(),
+            problem: "more than 2^32 blocks".into(),
+        })?;
+        let threads = k.threads_per_block();
+        let waves = threads.div_ceil(spec.wave_size).max(1);
+        // Memory roofline: each block moves its share of the kernel's bytes;
+        // k co-resident blocks share the CU's slice of the bandwidth.
+        let bytes: u64 = k
+            .args
+            .iter()
+            .filter_map(|&a| model.buffers.get(a))
+            .map(|b| b.bytes)
+            .sum();
+        let per_cu_bw = spec.memory_bandwidth_bytes_per_s as f64 / spec.compute_units as f64;
+        let roof = |kres: usize| -> u64 {
+            let per_block = bytes as f64 / blocks as f64;
+            (per_block * kres as f64 / per_cu_bw * 1e9) as u64
+        };
+        let (exec, regs) = match &k.profile {
+            Some(p) => {
+                let len = p.block_latency_ns.len();
+                let lp = spec.launch_path_ns();
+                let exec: Vec<u64> = p
+                    .block_latency_ns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| {
+                        let measured = l.saturating_sub(lp);
+                        if spec.measured_profiles {
+                            measured
+                        } else {
+                            ((measured as f64 * spec.profile_scale) as u64).max(roof(i + 1))
+                        }
+                    })
+                    .collect();
+                let regs = k
+                    .registers
+                    .map(|r| r * threads)
+                    .unwrap_or(spec.registers_per_cu / len as u32);
+                (exec, regs)
+            }
+            None => {
+                let max_k = (spec.max_waves_per_cu / waves).max(1) as usize;
+                let exec = (1..=max_k).map(roof).collect();
+                (exec, k.registers.map(|r| r * threads).unwrap_or(0))
+            }
+        };
+        let mut s = Self::synthetic(
+            &name,
+            blocks,
+            threads,
+            k.shared_mem_bytes,
+            regs,
+            exec,
+            spec,
+        )?;
+        let mut id = model.name.as_bytes().to_vec();
+        id.extend_from_slice(k.name.as_bytes());
+        id.extend_from_slice(&(index as u64).to_le_bytes());
+        s.identity = fnv1a(&id, 0x5eef);
+        Ok(s)
+    }
+
+    /// Shapes of every kernel of a model, in launch order.
+    pub fn for_model(model: &Model, spec: &DeviceSpec) -> Result<Vec<Arc<Self>>, ShapeError> {
+        (0..model.kernels.len())
+            .map(|i| Self::from_model(model, i, spec).map(Arc::new))
+            .collect()
+    }
+
+    /// One block's execution time with `k` (≥ 1) co-resident blocks; past the
+    /// curve it grows by the curve's last slope.
+    pub fn exec_ns(&self, k: u32) -> u64 {
+        let k = k.max(1) as usize;
+        match self.exec_ns.get(k - 1) {
+            Some(&e) => e,
+            None => {
+                let last = *self.exec_ns.last().expect("curve is never empty");
+                last + self.slope_ns * (k - self.exec_ns.len()) as u64
+            }
+        }
+    }
+
+    /// Length of the block execution curve.
+    pub fn curve_len(&self) -> usize {
+        self.exec_ns.len()
+    }
+}

@@ -1,0 +1,189 @@
+//! Device specifications as data files (DESIGN.md "The simulator"): compute
+//! units, per-CU occupancy limits, the kernel launch path (host launch,
+//! command-processor fetch and dispatch), preemption costs (REEF §4.2 lazy
+//! eviction, §4.3 kill) and memory. The presets live in `sim/devices/*.toml`
+//! with a source comment on every number; they are compiled in, and any other
+//! file with the same fields can be loaded with [`DeviceSpec::from_file`].
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Preset names, in the order `reef-bench --device` lists them.
+pub const PRESETS: &[&str] = &["mi50", "gv100", "h100"];
+
+fn preset_text(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "mi50" => include_str!("../devices/mi50.toml"),
+        "gv100" => include_str!("../devices/gv100.toml"),
+        "h100" => include_str!("../devices/h100.toml"),
+        _ => return None,
+    })
+}
+
+/// A preemption capability (DESIGN.md layer 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PreemptLevel {
+    /// 1: evict work still in the host queue (caller side).
+    EvictHostQueue = 1,
+    /// 2: lazy eviction of device-queue work: a per-stream flag in device
+    /// memory checked at kernel entry (REEF §4.2).
+    PreemptFlag = 2,
+    /// 3: kill the running blocks (REEF §4.3).
+    KillRunning = 3,
+}
+
+/// One GPU model. All times in integer nanoseconds.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSpec {
+    pub name: String,
+    pub compute_units: u32,
+    pub wave_size: u32,
+    pub max_waves_per_cu: u32,
+    pub max_threads_per_cu: u32,
+    pub max_blocks_per_cu: u32,
+    pub lds_bytes_per_cu: u32,
+    pub registers_per_cu: u32,
+    pub memory_bytes: u64,
+    pub memory_bandwidth_bytes_per_s: u64,
+    pub fp32_flops: u64,
+    /// Host-side cost of one launch call.
+    pub host_launch_ns: u64,
+    /// Command-processor fetch of one kernel packet from a device queue.
+    pub cp_fetch_ns: u64,
+    /// Command-processor dispatch once the stream's previous kernel is done.
+    pub cp_dispatch_ns: u64,
+    /// Entry check and exit of a kernel fetched while its stream's preempt
+    /// flag is set.
+    pub flag_check_ns: u64,
+    /// Delay from a kill command to the moment the blocks are gone.
+    pub kill_latency_ns: u64,
+    /// True when the kernels' measured `latency[k]` curves were taken on this
+    /// GPU; else block cost comes from the cost model.
+    pub measured_profiles: bool,
+    /// Cost model: factor applied to a measured (MI50) block execution time.
+    pub profile_scale: f64,
+    /// Floor of a block's execution time.
+    pub min_block_ns: u64,
+    /// Preemption levels supported (1, 2, 3).
+    pub preempt_levels: Vec<u8>,
+}
+
+/// Why a device spec could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("unknown device {0:?}: known presets are mi50, gv100, h100, or pass a path to a .toml spec")]
+    UnknownPreset(String),
+    #[error("{path}: cannot read device spec: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid device spec: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {field}: {problem}")]
+    Invalid {
+        path: PathBuf,
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl DeviceSpec {
+    /// A compiled-in preset (`mi50`, `gv100`, `h100`).
+    pub fn preset(name: &str) -> Result<Self, SpecError> {
+        let text = preset_text(name).ok_or_else(|| SpecError::UnknownPreset(name.into()))?;
+        Self::parse(Path::new(&format!("sim/devices/{name}.toml")), text)
+    }
+
+    /// A preset name, or a path to a spec file.
+    pub fn by_name_or_path(s: &str) -> Result<Self, SpecError> {
+        if preset_text(s).is_some() {
+            Self::preset(s)
+        } else if s.ends_with(".toml") || Path::new(s).is_file() {
+            Self::from_file(Path::new(s))
+        } else {
+            Err(SpecError::UnknownPreset(s.into()))
+        }
+    }
+
+    /// Reads a spec file.
+    pub fn from_file(path: &Path) -> Result<Self, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and validates spec text (`path` is for messages).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, SpecError> {
+        let spec: DeviceSpec = toml::from_str(text).map_err(|e| SpecError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        spec.validate(path)?;
+        Ok(spec)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), SpecError> {
+        let bad = |field, problem: &str| {
+            Err(SpecError::Invalid {
+                path: path.into(),
+                field,
+                problem: problem.into(),
+            })
+        };
+        if self.compute_units == 0 || self.compute_units as usize > crate::CuSet::CAPACITY {
+            return bad(
+                "compute_units",
+                &format!("must be 1..={}", crate::CuSet::CAPACITY),
+            );
+        }
+        for (f, v) in [
+            ("wave_size", self.wave_size),
+            ("max_waves_per_cu", self.max_waves_per_cu),
+            ("max_threads_per_cu", self.max_threads_per_cu),
+            ("max_blocks_per_cu", self.max_blocks_per_cu),
+            ("registers_per_cu", self.registers_per_cu),
+        ] {
+            if v == 0 {
+                return bad(f, "must be positive");
+            }
+        }
+        if !(self.profile_scale.is_finite() && self.profile_scale > 0.0) {
+            return bad("profile_scale", "must be a positive number");
+        }
+        if self.min_block_ns == 0 {
+            return bad("min_block_ns", "must be positive (a block takes time)");
+        }
+        if self.preempt_levels.iter().any(|&l| !(1..=3).contains(&l)) {
+            return bad("preempt_levels", "levels are 1, 2 or 3");
+        }
+        Ok(())
+    }
+
+    /// The preemption levels this device supports, ascending.
+    pub fn levels(&self) -> Vec<PreemptLevel> {
+        let mut v: Vec<PreemptLevel> = self
+            .preempt_levels
+            .iter()
+            .filter_map(|&l| match l {
+                1 => Some(PreemptLevel::EvictHostQueue),
+                2 => Some(PreemptLevel::PreemptFlag),
+                3 => Some(PreemptLevel::KillRunning),
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The whole launch path of an isolated kernel (host launch + fetch +
+    /// dispatch). A profiled stand-alone latency includes it, so it is
+    /// subtracted from measured block latencies (docs/simulator.md).
+    pub fn launch_path_ns(&self) -> u64 {
+        self.host_launch_ns + self.cp_fetch_ns + self.cp_dispatch_ns
+    }
+}

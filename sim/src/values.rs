@@ -1,0 +1,169 @@
+//! Value tracking (DESIGN.md "The simulator", value tracking): every buffer
+//! carries a version hash; a kernel's outputs become a hash of its identity
+//! and its inputs; a killed kernel leaves its outputs corrupted. Restores
+//! (REEF §4.4, reset-based preemption with idempotent re-execution, Fig. 9)
+//! are correct exactly when the final outputs equal an unpreempted run.
+//!
+//! A kernel spread over several launches (a block range each, as dynamic
+//! kernel padding does, REEF §5 Fig. 12) produces its full output only once
+//! its ranges cover every block; until then the buffer holds a partial value
+//! that equals no complete one.
+
+use crate::shape::fnv1a;
+use std::collections::HashMap;
+
+/// A device buffer, named by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u64);
+
+const CORRUPT: u64 = 0xdead_beef_0bad_f00d;
+const PARTIAL: u64 = 0x9a47_1a1b_10c4_5eed;
+
+/// Version hashes of buffers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ValueTracker {
+    values: HashMap<BufferId, u64>,
+    /// Partial writes of a kernel spread over block ranges: (full hash,
+    /// blocks covered).
+    partial: HashMap<BufferId, (u64, u64)>,
+    corruptions: u64,
+}
+
+/// One buffer whose final value differs between two runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub buffer: BufferId,
+    pub got: u64,
+    pub expected: u64,
+}
+
+impl ValueTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The value of a buffer never written: a hash of its id.
+    pub fn initial(b: BufferId) -> u64 {
+        fnv1a(&b.0.to_le_bytes(), 0x1417)
+    }
+
+    /// Current version hash of a buffer.
+    pub fn get(&self, b: BufferId) -> u64 {
+        self.values
+            .get(&b)
+            .copied()
+            .unwrap_or_else(|| Self::initial(b))
+    }
+
+    /// Sets a buffer's value (a host-to-device copy of new input data).
+    pub fn set(&mut self, b: BufferId, v: u64) {
+        self.partial.remove(&b);
+        self.values.insert(b, v);
+    }
+
+    /// The output hash a kernel of `identity` produces from `reads`' current
+    /// values.
+    pub fn output_hash(&self, identity: u64, reads: &[BufferId]) -> u64 {
+        let mut bytes = Vec::with_capacity(8 * (reads.len() + 1));
+        bytes.extend_from_slice(&identity.to_le_bytes());
+        for &r in reads {
+            bytes.extend_from_slice(&self.get(r).to_le_bytes());
+        }
+        fnv1a(&bytes, 0x0u64)
+    }
+
+    /// Records a completed launch that ran blocks `range_len` of a kernel of
+    /// `total_blocks` blocks.
+    pub fn complete(
+        &mut self,
+        identity: u64,
+        reads: &[BufferId],
+        writes: &[BufferId],
+        range_len: u64,
+        total_blocks: u64,
+    ) {
+        let h = self.output_hash(identity, reads);
+        for &w in writes {
+            if range_len >= total_blocks {
+                self.partial.remove(&w);
+                self.values.insert(w, h);
+                continue;
+            }
+            let covered = match self.partial.get(&w) {
+                Some(&(ph, c)) if ph == h => c + range_len,
+                _ => range_len,
+            };
+            if covered >= total_blocks {
+                self.partial.remove(&w);
+                self.values.insert(w, h);
+            } else {
+                self.partial.insert(w, (h, covered));
+                self.values.insert(w, h ^ PARTIAL ^ covered);
+            }
+        }
+    }
+
+    /// Records a killed launch: its outputs are corrupted.
+    pub fn corrupt(&mut self, writes: &[BufferId], salt: u64) {
+        self.corruptions += 1;
+        for &w in writes {
+            self.partial.remove(&w);
+            let v = fnv1a(&[salt.to_le_bytes(), self.corruptions.to_le_bytes()].concat(), CORRUPT);
+            self.values.insert(w, v);
+        }
+    }
+
+    /// Number of kills that corrupted outputs so far.
+    pub fn corruptions(&self) -> u64 {
+        self.corruptions
+    }
+
+    /// Buffers among `buffers` whose value differs from `expected`'s.
+    pub fn diff(&self, expected: &ValueTracker, buffers: &[BufferId]) -> Vec<Mismatch> {
+        buffers
+            .iter()
+            .filter_map(|&b| {
+                let (got, exp) = (self.get(b), expected.get(b));
+                (got != exp).then_some(Mismatch {
+                    buffer: b,
+                    got,
+                    expected: exp,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_follow_inputs_and_kills_corrupt() {
+        let (a, b, c) = (BufferId(1), BufferId(2), BufferId(3));
+        let mut clean = ValueTracker::new();
+        clean.complete(7, &[a], &[b], 4, 4);
+        clean.complete(8, &[b], &[c], 4, 4);
+
+        // Killed then re-run: equal to the clean run.
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 4, 4);
+        t.corrupt(&[c], 1);
+        assert_eq!(t.diff(&clean, &[c]).len(), 1);
+        t.complete(8, &[b], &[c], 4, 4);
+        assert!(t.diff(&clean, &[a, b, c]).is_empty());
+
+        // Run in a different order: differs.
+        let mut w = ValueTracker::new();
+        w.complete(8, &[b], &[c], 4, 4);
+        w.complete(7, &[a], &[b], 4, 4);
+        assert_eq!(w.diff(&clean, &[b, c]).len(), 1);
+
+        // Spread over block ranges: complete only when all blocks ran.
+        let mut r = ValueTracker::new();
+        r.complete(7, &[a], &[b], 1, 4);
+        assert_ne!(r.get(b), clean.get(b));
+        r.complete(7, &[a], &[b], 3, 4);
+        assert_eq!(r.get(b), clean.get(b));
+    }
+}
