@@ -156,7 +156,7 @@ impl NvState {
             return NV_ERR_INVALID_OBJECT_PARENT;
         };
         if a.h_object_new == 0 {
-            return NV_ERR_INVALID_OBJECT_NEW_FAKE;
+            return NV_ERR_INVALID_OBJECT_NEW;
         }
         if self.objects.contains_key(&(client, a.h_object_new)) {
             return NV_ERR_INSERT_DUPLICATE_NAME;
@@ -407,10 +407,6 @@ impl NvState {
         result.err().unwrap_or(NV_OK)
     }
 }
-
-/// Fake status for a zero handle where RM requires one: RM answers
-/// `NV_ERR_INVALID_OBJECT_NEW` (0x34, nvstatuscodes.h:81).
-const NV_ERR_INVALID_OBJECT_NEW_FAKE: u32 = 0x34;
 
 /// Runs register operations on the fake register file: 32-bit reads and
 /// writes (`new = (old & !andNMask) | value`); other ops get

@@ -307,6 +307,8 @@ pub mod status {
     pub const NV_ERR_INVALID_COMMAND: u32 = 0x24;
     /// nvstatuscodes.h:80.
     pub const NV_ERR_INVALID_OBJECT_HANDLE: u32 = 0x33;
+    /// nvstatuscodes.h:81.
+    pub const NV_ERR_INVALID_OBJECT_NEW: u32 = 0x34;
     /// nvstatuscodes.h:83.
     pub const NV_ERR_INVALID_OBJECT_PARENT: u32 = 0x36;
     /// nvstatuscodes.h:87.
@@ -332,6 +334,7 @@ pub mod status {
             NV_ERR_INVALID_CLIENT => "NV_ERR_INVALID_CLIENT",
             NV_ERR_INVALID_COMMAND => "NV_ERR_INVALID_COMMAND",
             NV_ERR_INVALID_OBJECT_HANDLE => "NV_ERR_INVALID_OBJECT_HANDLE",
+            NV_ERR_INVALID_OBJECT_NEW => "NV_ERR_INVALID_OBJECT_NEW",
             NV_ERR_INVALID_OBJECT_PARENT => "NV_ERR_INVALID_OBJECT_PARENT",
             NV_ERR_INVALID_PARAM_STRUCT => "NV_ERR_INVALID_PARAM_STRUCT",
             NV_ERR_INVALID_STATE => "NV_ERR_INVALID_STATE",
