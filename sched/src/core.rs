@@ -391,6 +391,12 @@ impl Core {
     pub fn any_request_active(&self) -> bool {
         self.streams.iter().any(|s| s.active.is_some())
     }
+    /// True while some stream is still draining a preemption.
+    pub fn preemption_in_progress(&self) -> bool {
+        self.streams
+            .iter()
+            .any(|s| matches!(s.pause, Pause::Draining { .. }))
+    }
     pub fn rt_waiting(&self) -> usize {
         self.rt_queue.len()
     }

@@ -185,6 +185,8 @@ pub struct Preemptive {
     name: &'static str,
     level: PreemptLevel,
     capped: bool,
+    /// Launch real-time work only once the preemption has drained.
+    rt_waits: bool,
     mode: Mode,
 }
 
@@ -195,6 +197,10 @@ impl Preemptive {
             name: "reef",
             level: PreemptLevel::Kill,
             capped: true,
+            // Fig. 8: preempt() returns once the CUs are reset and the real-
+            // time task is launched at once; lazily evicted kernels drain
+            // from the best-effort device queues meanwhile.
+            rt_waits: false,
             mode: Mode::Normal,
         }
     }
@@ -205,6 +211,9 @@ impl Preemptive {
             name: "wait",
             level: PreemptLevel::LazyEviction,
             capped: false,
+            // Fig. 4b: the real-time task waits until the running blocks
+            // have completed (and the queued kernels are evicted).
+            rt_waits: true,
             mode: Mode::Normal,
         }
     }
@@ -228,7 +237,9 @@ impl Policy for Preemptive {
                 self.mode = Mode::RealTime;
                 core.preempt_streams(&be, self.level);
             }
-            serve_rt(core);
+            if !(self.rt_waits && core.preemption_in_progress()) {
+                serve_rt(core);
+            }
         } else if self.mode == Mode::RealTime {
             self.mode = Mode::Normal;
             for &s in &be {

@@ -112,6 +112,8 @@ fn reef_kills_evicts_and_restores_from_the_interrupted_kernel() {
     })
     .expect("rt launch");
     assert!(reclaim < flag && flag < kill && kill < rt_launch, "{ctl:?}");
+    // REEF launches the real-time task right after preempt() (Fig. 8).
+    assert!(s.preemptions()[0].end.unwrap() > at);
 
     // The preemption finished quickly: kill latency plus evicting <= 3
     // queued kernels at 20 us each, not the 200 us kernel.
@@ -200,6 +202,22 @@ fn wait_never_kills_and_waits_for_the_running_kernel() {
     // is fetched to be evicted, after the running kernel completes.
     assert!(p.evicted >= 13, "{p:?}");
     assert!(p.latency().unwrap() >= 13 * 20 * US, "{p:?}");
+    // Fig. 4b: the real-time task starts only once the GPU is free.
+    let rt_first_launch = log
+        .actions
+        .iter()
+        .find(|(_, a)| {
+            matches!(
+                a,
+                Action::Launch {
+                    stream: StreamId(0),
+                    ..
+                }
+            )
+        })
+        .unwrap()
+        .0;
+    assert_eq!(rt_first_launch, p.end.unwrap());
     assert_eq!(
         dev.values(RequestId(100)).unwrap(),
         be.reference_output(RequestId(100)).as_slice()
