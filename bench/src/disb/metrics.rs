@@ -1,0 +1,171 @@
+//! DISB metrics as REEF §6.2 defines them: each real-time request's
+//! end-to-end latency normalised by its model's stand-alone latency (mean,
+//! p50, p99), and each client's throughput normalised by its model's
+//! stand-alone maximum throughput, summed for the overall throughput
+//! (Fig. 15). Preemption latency as DESIGN.md "Measuring" defines it: from
+//! the preempt decision to the moment no best-effort kernel is queued or
+//! running (Figs. 17, 18).
+
+use super::runner::{ClientPlan, RunOutcome};
+use reef_sched::Class;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One client's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientResult {
+    pub name: String,
+    pub model: String,
+    pub class: &'static str,
+    pub requests: u64,
+    pub throughput_rps: f64,
+    pub throughput_norm: f64,
+    pub latency_us_mean: Option<f64>,
+    pub latency_norm_mean: Option<f64>,
+}
+
+/// One (workload, policy) result: the `--json` object.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyResult {
+    pub workload: String,
+    pub policy: String,
+    pub device: String,
+    pub seed: u64,
+    pub duration_s: f64,
+    pub rt_requests: u64,
+    pub rt_latency_norm_mean: Option<f64>,
+    pub rt_latency_norm_p50: Option<f64>,
+    pub rt_latency_norm_p99: Option<f64>,
+    pub rt_latency_us_mean: Option<f64>,
+    pub throughput_norm_overall: f64,
+    /// Per client name.
+    pub throughput_norm: BTreeMap<String, f64>,
+    pub be_throughput_norm: f64,
+    pub preemptions: usize,
+    pub preempt_latency_us_mean: Option<f64>,
+    pub preempt_latency_us_p99: Option<f64>,
+    /// Highest preemption level used (1 host queue, 2 lazy eviction, 3 kill);
+    /// null when the policy never preempted.
+    pub preempt_level: Option<u8>,
+    pub restores: u64,
+    pub redundant_kernels: u64,
+    pub kernels_launched: u64,
+    pub device_events: u64,
+    pub clients: Vec<ClientResult>,
+    /// Wall-clock time of the simulation, ms.
+    pub wall_ms: f64,
+}
+
+/// Nearest-rank percentile of a sorted slice.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+pub fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Computes the metrics of one run. `standalone_ns[m]` is model m's
+/// stand-alone latency; `model_names[m]` its name.
+#[allow(clippy::too_many_arguments)]
+pub fn summarize(
+    workload: &str,
+    policy: &str,
+    device: &str,
+    seed: u64,
+    plans: &[ClientPlan],
+    model_names: &[String],
+    standalone_ns: &[f64],
+    out: &RunOutcome,
+    wall_ms: f64,
+) -> PolicyResult {
+    let secs = out.duration as f64 / 1e9;
+    let mut rt_norm = Vec::new();
+    let mut rt_us = Vec::new();
+    let mut clients = Vec::new();
+    let mut throughput_norm = BTreeMap::new();
+    let mut overall = 0.0;
+    let mut be = 0.0;
+    for (plan, st) in plans.iter().zip(&out.clients) {
+        let base = standalone_ns[plan.model];
+        let thr = st.completed as f64 / secs;
+        let thr_norm = thr * base / 1e9;
+        overall += thr_norm;
+        if plan.class == Class::BestEffort {
+            be += thr_norm;
+        }
+        let lat_us: Vec<f64> = st.latencies.iter().map(|&l| l as f64 / 1e3).collect();
+        let lat_norm: Vec<f64> = st.latencies.iter().map(|&l| l as f64 / base).collect();
+        if plan.class == Class::RealTime {
+            rt_norm.extend_from_slice(&lat_norm);
+            rt_us.extend_from_slice(&lat_us);
+        }
+        throughput_norm.insert(plan.name.clone(), thr_norm);
+        clients.push(ClientResult {
+            name: plan.name.clone(),
+            model: model_names[plan.model].clone(),
+            class: match plan.class {
+                Class::RealTime => "real-time",
+                Class::BestEffort => "best-effort",
+            },
+            requests: st.completed,
+            throughput_rps: thr,
+            throughput_norm: thr_norm,
+            latency_us_mean: mean(&lat_us),
+            latency_norm_mean: mean(&lat_norm),
+        });
+    }
+    rt_norm.sort_by(f64::total_cmp);
+    let mut pl: Vec<f64> = out
+        .preemptions
+        .iter()
+        .filter_map(|p| p.latency())
+        .map(|l| l as f64 / 1e3)
+        .collect();
+    pl.sort_by(f64::total_cmp);
+    PolicyResult {
+        workload: workload.to_string(),
+        policy: policy.to_string(),
+        device: device.to_string(),
+        seed,
+        duration_s: secs,
+        rt_requests: rt_us.len() as u64,
+        rt_latency_norm_mean: mean(&rt_norm),
+        rt_latency_norm_p50: percentile(&rt_norm, 50.0),
+        rt_latency_norm_p99: percentile(&rt_norm, 99.0),
+        rt_latency_us_mean: mean(&rt_us),
+        throughput_norm_overall: overall,
+        throughput_norm,
+        be_throughput_norm: be,
+        preemptions: pl.len(),
+        preempt_latency_us_mean: mean(&pl),
+        preempt_latency_us_p99: percentile(&pl, 99.0),
+        preempt_level: out.preemptions.iter().map(|p| p.level.number()).max(),
+        restores: out.restores,
+        redundant_kernels: out.redundant_kernels,
+        kernels_launched: out.kernels_launched,
+        device_events: out.device_events,
+        clients,
+        wall_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&v, 100.0), Some(100.0));
+        assert_eq!(percentile(&[3.0], 99.0), Some(3.0));
+        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(mean(&[1.0, 2.0, 6.0]), Some(3.0));
+    }
+}

@@ -1,0 +1,337 @@
+//! `reef-bench disb WORKLOAD`: the DISB benchmark (REEF §6.2–6.3, Table 2,
+//! Fig. 15; preemption latency Fig. 17) in virtual time on the simulated GPU.
+//!
+//! For each workload (`A`..`E` from `<shared>/disb/workloads`, `all`, or a
+//! path to any DISB JSON file) and each policy: a stand-alone phase measures
+//! each model's latency alone on the device through the scheduler (the
+//! normalisation base), then the workload's clients run for `time` seconds
+//! of virtual time. Runs are independent and execute on worker threads.
+
+pub mod metrics;
+pub mod plot;
+pub mod runner;
+pub mod workload;
+
+use anyhow::{bail, Context, Result};
+use metrics::PolicyResult;
+use reef_sched::{Class, POLICY_NAMES};
+use reef_sim::DeviceSpec;
+use runner::{ClientPlan, Gen, PreparedModel, RunOptions};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+use workload::Workload;
+
+/// Arguments of `reef-bench disb`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DisbArgs {
+    /// `A`..`E`, `all`, or a path to a DISB workload JSON file.
+    pub workload: String,
+    /// Comma-separated policies (rt-only, seq, streams, wait, reef).
+    #[arg(long, default_value = "rt-only,seq,streams,wait,reef")]
+    pub policy: String,
+    /// Simulated device: a preset (mi50, gv100, h100) or a .toml spec path.
+    #[arg(long, default_value = "mi50")]
+    pub device: String,
+    /// Seed of the simulator and of Poisson arrivals.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Virtual seconds to run each workload (default: the file's `time`).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print one JSON object per workload and policy (JSON lines) instead of
+    /// the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Device-queue capacity of preemptible streams under `reef` (§4.2).
+    #[arg(long, default_value_t = 4)]
+    pub dq_capacity: usize,
+    /// Where to write the Fig. 15-like plot (SVG).
+    #[arg(long, default_value = "reef-disb-fig15.svg")]
+    pub plot: PathBuf,
+    /// Do not write the plot.
+    #[arg(long)]
+    pub no_plot: bool,
+    /// Measured models directory (default: <shared>/models/mi50).
+    #[arg(long)]
+    pub models: Option<PathBuf>,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Track buffer values and count requests whose outputs differ from an
+    /// unpreempted run (slower).
+    #[arg(long)]
+    pub check_values: bool,
+}
+
+/// Parses a comma list of policy names; unknown names are an error.
+pub fn parse_policies(s: &str) -> Result<Vec<String>> {
+    let mut v = Vec::new();
+    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        reef_sched::policy_by_name(p)?;
+        if !v.iter().any(|x| x == p) {
+            v.push(p.to_string());
+        }
+    }
+    if v.is_empty() {
+        bail!(
+            "--policy is empty: choose from {}",
+            POLICY_NAMES.join(", ")
+        );
+    }
+    Ok(v)
+}
+
+/// Models loaded for one device, with their stand-alone latency.
+pub struct ModelSet {
+    pub models: Vec<PreparedModel>,
+    pub standalone_ns: Vec<f64>,
+}
+
+impl ModelSet {
+    pub fn index(&self, name: &str) -> usize {
+        self.models
+            .iter()
+            .position(|m| m.name == name)
+            .expect("model loaded")
+    }
+}
+
+/// Stand-alone latency of a model: mean over `runs` inferences after one
+/// warm-up, alone on the device through the scheduler (`rt-only`).
+pub fn standalone_ns(spec: &DeviceSpec, m: &PreparedModel, runs: u32, seed: u64) -> Result<f64> {
+    let plan = vec![ClientPlan {
+        name: m.name.clone(),
+        model: 0,
+        class: Class::RealTime,
+        gen: Gen::Count { remaining: runs + 1 },
+    }];
+    let one = std::slice::from_ref(m);
+    let out = runner::simulate(
+        spec,
+        one,
+        plan,
+        u64::MAX / 4,
+        &RunOptions {
+            policy: "rt-only".into(),
+            seed,
+            dq_capacity: 4,
+            track_values: false,
+        },
+    )?;
+    let lat = &out.clients[0].latencies;
+    if lat.len() < 2 {
+        bail!("stand-alone run of {} completed no request", m.name);
+    }
+    Ok(lat[1..].iter().sum::<u64>() as f64 / (lat.len() - 1) as f64)
+}
+
+/// Loads the models the workloads use and measures their stand-alone latency.
+pub fn load_models(
+    spec: &DeviceSpec,
+    dir: &std::path::Path,
+    workloads: &[Workload],
+    seed: u64,
+) -> Result<ModelSet> {
+    let mut names: Vec<String> = Vec::new();
+    for w in workloads {
+        for t in &w.tasks {
+            if !names.contains(&t.model_dir) {
+                names.push(t.model_dir.clone());
+            }
+        }
+    }
+    let mut models = Vec::new();
+    let mut standalone = Vec::new();
+    for n in names {
+        let model = reef_model::load_named(dir, &n)?;
+        let pm = PreparedModel::new(model, spec)?;
+        standalone.push(standalone_ns(spec, &pm, 10, seed)?);
+        models.push(pm);
+    }
+    Ok(ModelSet {
+        models,
+        standalone_ns: standalone,
+    })
+}
+
+/// Runs one workload under one policy.
+pub fn run_one(
+    spec: &DeviceSpec,
+    set: &ModelSet,
+    w: &Workload,
+    policy: &str,
+    args: &DisbArgs,
+) -> Result<PolicyResult> {
+    let secs = args.duration.unwrap_or(w.time);
+    if !(secs.is_finite() && secs > 0.0) {
+        bail!("--duration must be a positive number of seconds, got {secs}");
+    }
+    let plans = runner::plan_clients(w, &|d| set.index(d), &set.standalone_ns, args.seed);
+    let started = Instant::now();
+    let out = runner::simulate(
+        spec,
+        &set.models,
+        plans.clone(),
+        (secs * 1e9) as u64,
+        &RunOptions {
+            policy: policy.to_string(),
+            seed: args.seed,
+            dq_capacity: args.dq_capacity,
+            track_values: args.check_values,
+        },
+    )
+    .with_context(|| format!("workload {} policy {policy}", w.name))?;
+    if out.corrupted_outputs > 0 {
+        bail!(
+            "workload {} policy {policy}: {} requests returned outputs that differ from an unpreempted run",
+            w.name,
+            out.corrupted_outputs
+        );
+    }
+    let names: Vec<String> = set.models.iter().map(|m| m.name.clone()).collect();
+    Ok(metrics::summarize(
+        &w.name,
+        policy,
+        &spec.name,
+        args.seed,
+        &plans,
+        &names,
+        &set.standalone_ns,
+        &out,
+        started.elapsed().as_secs_f64() * 1e3,
+    ))
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+/// The human-readable table.
+pub fn table(results: &[PolicyResult]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<4} {:<8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>3}\n",
+        "wl", "policy", "rt_mean", "rt_p50", "rt_p99", "rt_us", "thr_all", "thr_be", "preempt",
+        "pre_us_avg", "pre_us_p99", "lvl"
+    ));
+    for r in results {
+        s.push_str(&format!(
+            "{:<4} {:<8} {:>8} {:>8} {:>8} {:>10} {:>8.3} {:>8.3} {:>7} {:>10} {:>10} {:>3}\n",
+            r.workload,
+            r.policy,
+            fmt_opt(r.rt_latency_norm_mean, 3),
+            fmt_opt(r.rt_latency_norm_p50, 3),
+            fmt_opt(r.rt_latency_norm_p99, 3),
+            fmt_opt(r.rt_latency_us_mean, 0),
+            r.throughput_norm_overall,
+            r.be_throughput_norm,
+            r.preemptions,
+            fmt_opt(r.preempt_latency_us_mean, 1),
+            fmt_opt(r.preempt_latency_us_p99, 1),
+            r.preempt_level.map_or("-".into(), |l| l.to_string()),
+        ));
+    }
+    s
+}
+
+/// Entry point of `reef-bench disb`.
+pub fn main(args: DisbArgs) -> Result<()> {
+    let policies = parse_policies(&args.policy)?;
+    if args.dq_capacity == 0 {
+        bail!("--dq-capacity must be at least 1");
+    }
+    let shared = reef_model::shared_dir();
+    let mut workloads = Vec::new();
+    for p in workload::resolve(&args.workload, &shared) {
+        workloads.push(Workload::load(&p)?);
+    }
+    let spec = DeviceSpec::by_name_or_path(&args.device)?;
+    let dir = args
+        .models
+        .clone()
+        .unwrap_or_else(reef_model::default_models_dir);
+    let t0 = Instant::now();
+    let set = load_models(&spec, &dir, &workloads, args.seed)?;
+    if !args.json {
+        eprintln!(
+            "stand-alone latency on {} ({:.0} ms): {}",
+            spec.name,
+            t0.elapsed().as_secs_f64() * 1e3,
+            set.models
+                .iter()
+                .zip(&set.standalone_ns)
+                .map(|(m, l)| format!("{} {:.0} us", m.name, l / 1e3))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let jobs: Vec<(usize, &str)> = (0..workloads.len())
+        .flat_map(|w| policies.iter().map(move |p| (w, p.as_str())))
+        .collect();
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, jobs.len().max(1));
+    let bar = if std::io::stdout().is_terminal() {
+        let b = indicatif::ProgressBar::new(jobs.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let next = AtomicUsize::new(0);
+    let results: Mutex<BTreeMap<usize, Result<PolicyResult>>> = Mutex::new(BTreeMap::new());
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(w, p)) = jobs.get(i) else { break };
+                let r = run_one(&spec, &set, &workloads[w], p, &args);
+                if let Some(b) = &bar {
+                    b.set_message(format!("{} {p}", workloads[w].name));
+                    b.inc(1);
+                }
+                results.lock().expect("no panics hold the lock").insert(i, r);
+            });
+        }
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let mut out = Vec::new();
+    for (_, r) in results.into_inner().expect("threads joined") {
+        out.push(r?);
+    }
+    if args.json {
+        for r in &out {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", table(&out));
+        println!(
+            "{} runs of {} s virtual time in {:.1} s wall ({} threads)",
+            out.len(),
+            args.duration
+                .map_or_else(|| "the workload's".into(), |d| d.to_string()),
+            t0.elapsed().as_secs_f64(),
+            threads
+        );
+    }
+    if !args.no_plot {
+        plot::write_fig15(&args.plot, &out)?;
+        if !args.json {
+            println!("plot: {}", args.plot.display());
+        }
+    }
+    Ok(())
+}

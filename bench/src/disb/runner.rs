@@ -1,0 +1,635 @@
+//! The virtual-time runner: DISB clients drive the sans-IO scheduler
+//! (reef-sched) on the block-level simulator (reef-sim).
+//!
+//! Clients follow DISB's client loop (REEF §6.2; SJTU-IPADS/disb
+//! `src/load.cpp`): each waits for its next launch time, issues one request
+//! and waits for the reply, so a client has at most one request outstanding.
+//! Periodic, Poisson and trace launches that are already late for the next
+//! slot are dropped; priority-0 periodic clients of equal frequency are
+//! staggered by the stand-alone latencies of the ones before them, as DISB's
+//! load coordinator does. A request's latency runs from its launch to the
+//! reply.
+//!
+//! The runner interleaves the simulator's events with client launches in time
+//! order and performs the scheduler's actions at the instant of the event
+//! that caused them. Host-queue reclamation is asynchronous (REEF §4.2) and
+//! therefore costs nothing on the simulated critical path.
+
+use super::workload::{Load, Workload};
+use reef_model::Model;
+use reef_sched::{
+    Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, KernelTag, ModelId,
+    ModelInfo, PreemptLevel, PreemptionRecord, RequestId, Scheduler, StreamPriority, Time,
+};
+use reef_sim::{
+    BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig,
+    Tags,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const SEC: f64 = 1e9;
+
+/// A model ready to run on one device.
+pub struct PreparedModel {
+    /// Directory name (`vgg`, ...).
+    pub name: String,
+    pub model: Model,
+    pub shapes: Vec<Arc<KernelShape>>,
+}
+
+impl PreparedModel {
+    pub fn new(model: Model, spec: &DeviceSpec) -> anyhow::Result<Self> {
+        let shapes = KernelShape::for_model(&model, spec).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: kernel {} cannot run on device {}: {}",
+                model.path.display(),
+                e.kernel,
+                spec.name,
+                e.problem
+            )
+        })?;
+        Ok(Self {
+            name: model.name.clone(),
+            model,
+            shapes,
+        })
+    }
+}
+
+/// When a client issues requests.
+#[derive(Debug, Clone)]
+pub enum Gen {
+    Continuous,
+    Periodic { next: Time, interval: Time },
+    Poisson { next: Time, rate_per_ns: f64, rng: u64 },
+    Trace { offsets: Vec<Time>, idx: usize },
+    /// Issues when every task in `prev` has returned a result of one serial.
+    Dependent { prev: Vec<usize> },
+    /// Closed loop, a fixed number of requests (stand-alone measurement).
+    Count { remaining: u32 },
+}
+
+/// One client of a run.
+#[derive(Debug, Clone)]
+pub struct ClientPlan {
+    pub name: String,
+    /// Index into the run's models.
+    pub model: usize,
+    pub class: Class,
+    pub gen: Gen,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum CState {
+    /// Will issue at this time.
+    At(Time),
+    /// Waiting for its dependencies.
+    Waiting,
+    InFlight { issued: Time },
+    Finished,
+}
+
+/// Per-client measurements.
+#[derive(Debug, Clone, Default)]
+pub struct ClientStats {
+    pub issued: u64,
+    pub completed: u64,
+    /// Latencies of completed requests, ns.
+    pub latencies: Vec<Time>,
+    pub rejected: bool,
+}
+
+/// Raw outcome of one run.
+pub struct RunOutcome {
+    pub clients: Vec<ClientStats>,
+    pub preemptions: Vec<PreemptionRecord>,
+    /// Virtual time covered, ns.
+    pub duration: Time,
+    pub restores: u64,
+    pub redundant_kernels: u64,
+    pub kernels_launched: u64,
+    pub device_events: u64,
+    /// Value-tracking mismatches found (only with `track_values`).
+    pub corrupted_outputs: u64,
+    /// Preemption levels the device offers.
+    pub device_max_level: PreemptLevel,
+}
+
+/// Knobs of one run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub policy: String,
+    pub seed: u64,
+    pub dq_capacity: usize,
+    /// Track buffer versions and check every finished request's outputs
+    /// against an unpreempted run.
+    pub track_values: bool,
+}
+
+fn xorshift(s: &mut u64) -> f64 {
+    // xorshift64*: the arrival process only needs a seeded uniform source.
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    let v = s.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    ((v >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+impl Gen {
+    /// Next launch time for an idle client at `now` (DISB's
+    /// `waitUntilNextLaunch`), or `None` when it has no more launches
+    /// before `end`. Dependent clients return `Some(now)` only when ready
+    /// (checked by the caller).
+    fn next(&mut self, now: Time, end: Time) -> Option<Time> {
+        match self {
+            Gen::Continuous | Gen::Dependent { .. } => (now < end).then_some(now),
+            Gen::Count { remaining } => {
+                if *remaining == 0 {
+                    None
+                } else {
+                    *remaining -= 1;
+                    Some(now)
+                }
+            }
+            Gen::Periodic { next, interval } => {
+                let mut nl = *next;
+                let mut nnl = nl + *interval;
+                while nnl < now {
+                    nl = nnl;
+                    nnl += *interval;
+                }
+                if nl >= end {
+                    return None;
+                }
+                *next = nnl;
+                Some(nl.max(now))
+            }
+            Gen::Poisson {
+                next,
+                rate_per_ns,
+                rng,
+            } => {
+                let draw = |rng: &mut u64| (-(xorshift(rng)).ln() / *rate_per_ns) as Time;
+                let mut nl = *next;
+                let mut nnl = nl + draw(rng);
+                while nnl < now {
+                    nl = nnl;
+                    nnl = nl + draw(rng);
+                }
+                if nl >= end {
+                    return None;
+                }
+                *next = nnl;
+                Some(nl.max(now))
+            }
+            Gen::Trace { offsets, idx } => {
+                if *idx >= offsets.len() {
+                    return None;
+                }
+                let mut nl = offsets[*idx];
+                let mut j = *idx + 1;
+                while j < offsets.len() && offsets[j] < now {
+                    nl = offsets[j];
+                    j += 1;
+                }
+                *idx = j;
+                if nl >= end {
+                    return None;
+                }
+                Some(nl.max(now))
+            }
+        }
+    }
+
+    /// Relative deadline used for EDF ordering: the period.
+    fn period(&self) -> Option<Time> {
+        match self {
+            Gen::Periodic { interval, .. } => Some(*interval),
+            Gen::Poisson { rate_per_ns, .. } => Some((1.0 / rate_per_ns) as Time),
+            _ => None,
+        }
+    }
+}
+
+/// Builds the client plans of a workload. `standalone_ns[m]` is model m's
+/// stand-alone latency (for DISB's periodic coordination); `model_index`
+/// maps a task's model directory to the run's model index.
+pub fn plan_clients(
+    w: &Workload,
+    model_index: &dyn Fn(&str) -> usize,
+    standalone_ns: &[f64],
+    seed: u64,
+) -> Vec<ClientPlan> {
+    let mut delay_by_freq: BTreeMap<u64, f64> = BTreeMap::new();
+    w.tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let model = model_index(&t.model_dir);
+            let gen = match &t.load {
+                Load::Continuous => Gen::Continuous,
+                Load::Periodic {
+                    priority,
+                    frequency,
+                } => {
+                    let interval = (SEC / frequency) as Time;
+                    let mut start = 0.0;
+                    if *priority <= 0 {
+                        let d = delay_by_freq.entry(frequency.to_bits()).or_default();
+                        start = *d;
+                        *d += standalone_ns[model];
+                    }
+                    Gen::Periodic {
+                        next: start as Time,
+                        interval,
+                    }
+                }
+                Load::Poisson { frequency, .. } => Gen::Poisson {
+                    next: 0,
+                    rate_per_ns: frequency / SEC,
+                    rng: seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1)) | 1,
+                },
+                Load::Trace { offsets_ms, .. } => Gen::Trace {
+                    offsets: offsets_ms.iter().map(|&ms| ms as Time * 1_000_000).collect(),
+                    idx: 0,
+                },
+                Load::Dependent { prev } => Gen::Dependent {
+                    prev: prev
+                        .iter()
+                        .map(|p| w.tasks.iter().position(|u| &u.id == p).expect("validated"))
+                        .collect(),
+                },
+            };
+            ClientPlan {
+                name: t.id.clone(),
+                model,
+                class: if t.real_time {
+                    Class::RealTime
+                } else {
+                    Class::BestEffort
+                },
+                gen,
+            }
+        })
+        .collect()
+}
+
+fn sched_level(l: reef_sim::PreemptLevel) -> PreemptLevel {
+    match l {
+        reef_sim::PreemptLevel::EvictHostQueue => PreemptLevel::HostQueue,
+        reef_sim::PreemptLevel::PreemptFlag => PreemptLevel::LazyEviction,
+        reef_sim::PreemptLevel::KillRunning => PreemptLevel::Kill,
+    }
+}
+
+const CLIENT_SHIFT: u32 = 40;
+
+fn req_id(client: usize, seq: u64) -> RequestId {
+    RequestId(((client as u64) << CLIENT_SHIFT) | seq)
+}
+
+fn req_client(r: RequestId) -> usize {
+    (r.0 >> CLIENT_SHIFT) as usize
+}
+
+fn buffer(client: usize, storage: usize) -> BufferId {
+    BufferId(((client as u64 + 1) << 32) | storage as u64)
+}
+
+struct Run<'a> {
+    models: &'a [PreparedModel],
+    clients: Vec<ClientPlan>,
+    opts: &'a RunOptions,
+    duration: Time,
+    sched: Scheduler,
+    sim: Sim,
+    big_queue: usize,
+    streams: Vec<reef_sim::StreamId>,
+    rev: Vec<u32>,
+    state: Vec<CState>,
+    stats: Vec<ClientStats>,
+    seq: Vec<u64>,
+    dep_ready: Vec<BTreeMap<u64, usize>>,
+    dependents: Vec<Vec<usize>>,
+    reference: Vec<reef_sim::ValueTracker>,
+    corrupted: u64,
+    device_events: u64,
+}
+
+impl Run<'_> {
+    /// Performs the scheduler's pending actions at the current instant.
+    fn apply_actions(&mut self) -> anyhow::Result<()> {
+        let now = self.sim.now();
+        while let Some(a) = self.sched.poll_action() {
+            match a {
+                Action::CreateStream {
+                    stream,
+                    priority,
+                    dq_capacity,
+                } => {
+                    let prio = match priority {
+                        StreamPriority::High => 1,
+                        StreamPriority::Normal => 0,
+                    };
+                    let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
+                    let s = self.sim.create_stream(prio, cap)?;
+                    debug_assert_eq!(stream.0 as usize, self.streams.len());
+                    self.streams.push(s);
+                    if self.rev.len() <= s.0 as usize {
+                        self.rev.resize(s.0 as usize + 1, u32::MAX);
+                    }
+                    self.rev[s.0 as usize] = stream.0;
+                }
+                Action::Launch { stream, tag } => {
+                    let ci = req_client(tag.req);
+                    let m = &self.models[self.clients[ci].model];
+                    let k = tag.kernel as usize;
+                    let mut l = KernelLaunch::new(
+                        m.shapes[k].clone(),
+                        Tags {
+                            task: tag.req.0,
+                            kernel: tag.kernel,
+                            user: 0,
+                        },
+                    );
+                    if self.opts.track_values {
+                        let kern = &m.model.kernels[k];
+                        l = l.with_buffers(
+                            kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
+                            kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
+                        );
+                    }
+                    self.sim
+                        .launch(self.streams[stream.0 as usize], l)
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "policy {} launched on stream {stream}: {e}",
+                                self.opts.policy
+                            )
+                        })?;
+                }
+                Action::SetPreemptFlag { stream, value } => self
+                    .sim
+                    .set_preempt_flag(self.streams[stream.0 as usize], value)?,
+                Action::KillStream { stream } => {
+                    self.sim.kill_stream(self.streams[stream.0 as usize])?
+                }
+                Action::ClearDeviceQueue { stream } => {
+                    self.sim.clear_queue(self.streams[stream.0 as usize])?;
+                }
+                // Asynchronous reclamation: a background thread frees the
+                // dropped launch records off the critical path.
+                Action::ReclaimHostQueue { .. } | Action::Restore { .. } => {}
+                Action::RequestDone { client, .. } => self.request_done(client.0 as usize, now),
+                Action::RequestRejected { client, .. } => {
+                    let ci = client.0 as usize;
+                    self.stats[ci].rejected = true;
+                    self.state[ci] = CState::Finished;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn request_done(&mut self, ci: usize, now: Time) {
+        if let CState::InFlight { issued } = self.state[ci] {
+            self.stats[ci].completed += 1;
+            self.stats[ci].latencies.push(now - issued);
+        }
+        if let Some(reference) = self.reference.get(ci) {
+            let m = &self.models[self.clients[ci].model];
+            let outs: Vec<BufferId> = m
+                .model
+                .kernels
+                .iter()
+                .flat_map(|k| k.writes.iter().map(|&b| buffer(ci, b)))
+                .collect();
+            if !self.sim.values().diff(reference, &outs).is_empty() {
+                self.corrupted += 1;
+            }
+        }
+        let serial = self.stats[ci].completed;
+        for &d in &self.dependents[ci] {
+            *self.dep_ready[d].entry(serial).or_default() += 1;
+        }
+        let dependent = matches!(self.clients[ci].gen, Gen::Dependent { .. });
+        self.state[ci] = match self.clients[ci].gen.next(now, self.duration) {
+            Some(_) if dependent => CState::Waiting,
+            Some(t) => CState::At(t),
+            None => CState::Finished,
+        };
+    }
+
+    /// Dependent clients whose inputs are all in become ready now.
+    fn release_dependents(&mut self) {
+        let now = self.sim.now();
+        for d in 0..self.clients.len() {
+            if self.state[d] != CState::Waiting {
+                continue;
+            }
+            let Gen::Dependent { prev } = &self.clients[d].gen else {
+                continue;
+            };
+            let need = prev.len();
+            if let Some((&serial, _)) = self.dep_ready[d].iter().find(|(_, &c)| c >= need) {
+                // DISB gives up older incomplete serials.
+                self.dep_ready[d] = self.dep_ready[d].split_off(&(serial + 1));
+                if now < self.duration {
+                    self.state[d] = CState::At(now);
+                }
+            }
+        }
+    }
+
+    fn issue(&mut self, ci: usize, t: Time) {
+        self.seq[ci] += 1;
+        let req = req_id(ci, self.seq[ci]);
+        self.stats[ci].issued += 1;
+        self.state[ci] = CState::InFlight { issued: t };
+        let deadline = self.clients[ci].gen.period().map(|p| t + p);
+        self.sched.handle(
+            t,
+            Event::RequestArrived {
+                req,
+                client: ClientId(ci as u32),
+                deadline,
+            },
+        );
+    }
+
+    fn on_device_event(&mut self, ev: &DeviceEvent) {
+        self.device_events += 1;
+        let stream = reef_sched::StreamId(self.rev[ev.stream.0 as usize]);
+        let tag = KernelTag {
+            req: RequestId(ev.tags.task),
+            kernel: ev.tags.kernel,
+        };
+        let e = match ev.kind {
+            EventKind::Started => Event::KernelStarted { stream, tag },
+            EventKind::Completed => Event::KernelCompleted { stream, tag },
+            EventKind::Evicted | EventKind::Cleared => Event::KernelEvicted { stream, tag },
+            EventKind::Killed { .. } => Event::KernelKilled { stream, tag },
+        };
+        self.sched.handle(ev.time, e);
+    }
+
+    fn run(&mut self) -> anyhow::Result<()> {
+        let mut evbuf: Vec<DeviceEvent> = Vec::new();
+        loop {
+            self.apply_actions()?;
+            self.release_dependents();
+            let t_dev = self.sim.next_event_time();
+            let t_cli = self
+                .state
+                .iter()
+                .filter_map(|s| match s {
+                    CState::At(t) => Some(*t),
+                    _ => None,
+                })
+                .min();
+            let t = match (t_dev, t_cli) {
+                (None, None) => break,
+                (Some(a), None) | (None, Some(a)) => a,
+                (Some(a), Some(b)) => a.min(b),
+            };
+            if t > self.duration {
+                break;
+            }
+            // Device events first (a reply at t precedes a launch at t).
+            self.sim.advance_into(t, &mut evbuf);
+            for ev in evbuf.drain(..) {
+                self.on_device_event(&ev);
+                // Each event's actions happen before the next is handled.
+                self.apply_actions()?;
+            }
+            if t_dev != Some(t) || t_cli == Some(t) {
+                self.apply_actions()?;
+                self.release_dependents();
+                for ci in 0..self.clients.len() {
+                    if self.state[ci] == CState::At(t) {
+                        self.issue(ci, t);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `clients` on a fresh simulated `spec` for `duration` ns of virtual
+/// time (or until every client has finished).
+pub fn simulate(
+    spec: &DeviceSpec,
+    models: &[PreparedModel],
+    mut clients: Vec<ClientPlan>,
+    duration: Time,
+    opts: &RunOptions,
+) -> anyhow::Result<RunOutcome> {
+    let max_level = spec
+        .levels()
+        .iter()
+        .copied()
+        .max()
+        .map(sched_level)
+        .unwrap_or(PreemptLevel::HostQueue);
+    let cfg = Config {
+        dq_capacity: opts.dq_capacity,
+        device: DeviceCaps {
+            max_level,
+            // REEF on AMD cannot drop a device queue safely (§4.2); the
+            // scheduler relies on lazy eviction instead.
+            can_clear_device_queue: false,
+        },
+        ..Config::default()
+    };
+    let infos: Vec<ModelInfo> = models
+        .iter()
+        .map(|m| ModelInfo {
+            name: m.name.clone(),
+            kernels: m.shapes.len() as u32,
+            idempotence: None,
+        })
+        .collect();
+    let specs: Vec<ClientSpec> = clients
+        .iter()
+        .map(|c| ClientSpec {
+            name: c.name.clone(),
+            model: ModelId(c.model as u32),
+            class: c.class,
+        })
+        .collect();
+    let policy = reef_sched::policy_by_name(&opts.policy)?;
+    let sched = Scheduler::new(policy, cfg, infos, specs)?;
+    let sim = Sim::new(
+        spec.clone(),
+        SimConfig {
+            seed: opts.seed,
+            ..SimConfig::default()
+        },
+    );
+    let n = clients.len();
+    let mut state = vec![CState::Waiting; n];
+    for (i, c) in clients.iter_mut().enumerate() {
+        if !matches!(c.gen, Gen::Dependent { .. }) {
+            state[i] = match c.gen.next(0, duration) {
+                Some(t) => CState::At(t),
+                None => CState::Finished,
+            };
+        }
+    }
+    let dependents: Vec<Vec<usize>> = (0..n)
+        .map(|i| {
+            (0..n)
+                .filter(|&j| matches!(&clients[j].gen, Gen::Dependent { prev } if prev.contains(&i)))
+                .collect()
+        })
+        .collect();
+    // Reference values: each client's model run unpreempted.
+    let mut reference = Vec::new();
+    if opts.track_values {
+        for (ci, c) in clients.iter().enumerate() {
+            let m = &models[c.model];
+            let mut v = reef_sim::ValueTracker::new();
+            for (k, kern) in m.model.kernels.iter().enumerate() {
+                let r: Vec<BufferId> = kern.reads.iter().map(|&b| buffer(ci, b)).collect();
+                let w: Vec<BufferId> = kern.writes.iter().map(|&b| buffer(ci, b)).collect();
+                let sh = &m.shapes[k];
+                v.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
+            }
+            reference.push(v);
+        }
+    }
+    let mut run = Run {
+        models,
+        big_queue: models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1,
+        clients,
+        opts,
+        duration,
+        sched,
+        sim,
+        streams: Vec::new(),
+        rev: Vec::new(),
+        state,
+        stats: vec![ClientStats::default(); n],
+        seq: vec![0; n],
+        dep_ready: vec![BTreeMap::new(); n],
+        dependents,
+        reference,
+        corrupted: 0,
+        device_events: 0,
+    };
+    run.run()?;
+    let c = run.sched.counters();
+    Ok(RunOutcome {
+        clients: run.stats,
+        preemptions: run.sched.preemptions().to_vec(),
+        duration,
+        restores: c.restores,
+        redundant_kernels: c.redundant_kernels,
+        kernels_launched: c.launches,
+        device_events: run.device_events,
+        corrupted_outputs: run.corrupted,
+        device_max_level: max_level,
+    })
+}
