@@ -71,3 +71,29 @@ pub fn from_bytes<T: Plain>(bytes: &[u8]) -> Option<T> {
     // unaligned-safe.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const T) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_short_input() {
+        let a = KfdIoctlDbgTrapSuspendQueuesArgs {
+            exception_mask: 0x0102_0304_0506_0708,
+            queue_array_ptr: 0xdead_beef,
+            num_queues: 3,
+            grace_period: 9,
+        };
+        let bytes = bytes_of(&a).to_vec();
+        assert_eq!(bytes.len(), 24);
+        assert_eq!(&bytes[16..20], &3u32.to_ne_bytes());
+        assert_eq!(
+            from_bytes::<KfdIoctlDbgTrapSuspendQueuesArgs>(&bytes),
+            Some(a)
+        );
+        assert_eq!(
+            from_bytes::<KfdIoctlDbgTrapSuspendQueuesArgs>(&bytes[..23]),
+            None
+        );
+    }
+}

@@ -20,7 +20,7 @@ const GPU_B: u32 = 0x3c4d;
 
 fn mount() -> Option<FakeMount<FakeKfd>> {
     if let Some(why) = fuse_unavailable() {
-        eprintln!("skipping: {why}");
+        reef_ioctl::fake::report_skip(module_path!(), &why);
         return None;
     }
     Some(FakeMount::mount(FakeKfd::new(&[GPU_A, GPU_B])).expect("mounting the fake KFD"))
@@ -235,4 +235,39 @@ fn fuse_kfd_missing_permission_is_explained() {
     assert!(err.to_string().contains("'render'"), "{err}");
     m.fail_open_with(None);
     Kfd::open(m.path()).expect("opens again once permitted");
+}
+
+#[test]
+fn fuse_kfd_evict_and_kill_then_restore() {
+    let Some(m) = mount() else { return };
+    let kfd = Kfd::open(m.path()).unwrap();
+    kfd.runtime_enable(0, false).unwrap();
+    let fake = m.device();
+    let be = [
+        fake.add_queue(me(), GPU_A, 6, 10).unwrap(),
+        fake.add_queue(me(), GPU_A, 2, 3).unwrap(),
+    ];
+    let rt = fake.add_queue(me(), GPU_B, 1, 1).unwrap();
+    let efd = event_fd();
+    kfd.dbg_trap_enable(me(), 0, efd.as_fd()).unwrap();
+
+    let ev = kfd
+        .evict_and_kill(me(), GPU_A, &[be[0], be[1], 4242], 0)
+        .expect("evict");
+    assert_eq!(ev.suspended.done, 2);
+    assert_eq!(ev.cleared, be.to_vec());
+    {
+        let st = fake.state();
+        let qs = &st.processes[&me()].queues;
+        for q in be {
+            assert!(qs[&q].suspended);
+            assert_eq!((qs[&q].pending_packets, qs[&q].running_waves), (0, 0));
+        }
+        assert_eq!((qs[&rt].pending_packets, qs[&rt].running_waves), (1, 1));
+    }
+    assert_eq!(kfd.restore(me(), &be).unwrap().done, 2);
+    assert!(fake.state().processes[&me()]
+        .queues
+        .values()
+        .all(|q| !q.suspended));
 }

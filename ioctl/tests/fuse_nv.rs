@@ -20,7 +20,7 @@ const VOLTA_COMPUTE_A: u32 = 0xc3c0;
 
 fn mount() -> Option<FakeMount<FakeNvidiaCtl>> {
     if let Some(why) = fuse_unavailable() {
-        eprintln!("skipping: {why}");
+        reef_ioctl::fake::report_skip(module_path!(), &why);
         return None;
     }
     Some(FakeMount::mount(FakeNvidiaCtl::new(2)).expect("mounting the fake nvidiactl"))

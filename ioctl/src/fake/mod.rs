@@ -49,6 +49,17 @@ pub fn fuse_unavailable() -> Option<String> {
     }
 }
 
+/// Tells the person running the tests that a FUSE test was skipped and why.
+/// Written straight to the process's stderr, which the test harness does not
+/// capture, so the reason shows in CI logs.
+pub fn report_skip(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: skipping the FUSE round trip: {why}"
+    );
+}
+
 /// The process making a request, as FUSE reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {

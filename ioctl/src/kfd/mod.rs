@@ -153,7 +153,7 @@ impl Kfd {
             minor: self.version.minor,
             detail: format!(
                 "{request} needs KFD interface 1.{KFD_MINOR_VERSION_DEBUGGER_API} or later \
-                 (Linux 6.4+ or ROCm's amdgpu-dkms 6.0+)"
+                 (Linux 6.4+, or a ROCm amdgpu-dkms driver reporting it)"
             ),
         })
     }
@@ -430,6 +430,49 @@ impl Kfd {
     }
 }
 
+/// What [`Kfd::evict_and_kill`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// The suspension, per queue.
+    pub suspended: QueueOpOutcome,
+    /// Queues whose unfetched packets were dropped.
+    pub cleared: Vec<u32>,
+}
+
+impl Kfd {
+    /// REEF's reset-based preemption of best-effort queues on one GPU
+    /// (§4.5, Figure 7), for reefd's `kfd` backend: suspend the queues so the
+    /// command processor stops fetching from them, drop the packets they had
+    /// not yet fetched (❷, CLEAR_QUEUE), then kill the waves still running on
+    /// the GPU (❸, WAVE_RESET). Resetting the runtime's host queues is
+    /// reefd's own business. Needs a debug session on `pid` (reefd runs the
+    /// best-effort work in its own process, so `pid` is its own and no
+    /// ptrace is needed). Queues the driver could not suspend are not
+    /// cleared; the outcome says which.
+    pub fn evict_and_kill(
+        &self,
+        pid: u32,
+        gpu_id: u32,
+        queue_ids: &[u32],
+        grace_period_us: u32,
+    ) -> Result<Eviction> {
+        let suspended = self.suspend_queues(pid, queue_ids, grace_period_us, 0)?;
+        let mut cleared = Vec::new();
+        for q in suspended.queues.iter().filter(|q| q.ok()) {
+            self.clear_queue(gpu_id, q.queue_id)?;
+            cleared.push(q.queue_id);
+        }
+        self.wave_reset(gpu_id)?;
+        Ok(Eviction { suspended, cleared })
+    }
+
+    /// Lets the evicted queues run again once the real-time work is done
+    /// (REEF §4.3: the restored kernels are relaunched by the runtime).
+    pub fn restore(&self, pid: u32, queue_ids: &[u32]) -> Result<QueueOpOutcome> {
+        self.resume_queues(pid, queue_ids)
+    }
+}
+
 fn queue_count(call: &'static str, ids: &[u32]) -> Result<u32> {
     if ids.is_empty() {
         return Err(Error::InvalidArgument {
@@ -494,7 +537,7 @@ fn dbg_trap_hint(errno: Errno, pid: u32, op: u32) -> String {
         ),
         Errno::EACCES => format!(
             "the runtime of process {pid} has not enabled debugging (AMDKFD_IOC_RUNTIME_ENABLE): \
-             it needs a ROCm 6.0+ runtime, which does this when it starts"
+             a ROCm runtime recent enough to use the KFD debug API does this when it starts"
         ),
         Errno::ENODEV => "a GPU of this process does not support debugging (gfx9 or later with \
                           firmware that implements the debugger interface is needed)"
@@ -524,5 +567,49 @@ fn patch_hint(errno: Errno, gpu_id: u32, queue_id: Option<u32>) -> String {
         }
         (Errno::EPERM, _) => "the REEF reset ioctls need CAP_SYS_ADMIN (run reefd as root)".into(),
         _ => generic_hint(errno),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_status_bits_are_decoded_per_queue() {
+        let asked = [3, 4, 5];
+        let returned = [
+            3,
+            4 | KFD_DBG_QUEUE_ERROR_MASK,
+            5 | KFD_DBG_QUEUE_INVALID_MASK,
+        ];
+        let o = outcome(1, &asked, &returned);
+        assert_eq!(o.done, 1);
+        assert!(o.queues[0].ok());
+        assert!(o.queues[1].hw_error && !o.queues[1].invalid);
+        assert!(o.queues[2].invalid && !o.queues[2].hw_error);
+        assert_eq!(o.queues[2].queue_id, 5);
+    }
+
+    #[test]
+    fn debugger_api_starts_at_1_13() {
+        let v = |minor| KfdVersion { major: 1, minor };
+        assert!(!v(12).has_debugger_api());
+        assert!(v(13).has_debugger_api());
+        assert!(!KfdVersion {
+            major: 2,
+            minor: 20
+        }
+        .has_debugger_api());
+    }
+
+    #[test]
+    fn eperm_on_the_debug_trap_names_ptrace() {
+        let h = dbg_trap_hint(Errno::EPERM, 77, KFD_IOC_DBG_TRAP_SUSPEND_QUEUES);
+        assert!(
+            h.contains("process 77") && h.contains("ptrace-attached"),
+            "{h}"
+        );
+        let h = dbg_trap_hint(Errno::EINVAL, 77, KFD_IOC_DBG_TRAP_ENABLE);
+        assert!(h.contains("already being debugged"), "{h}");
     }
 }

@@ -121,9 +121,8 @@ impl NvRm {
     fn status_error(&self, call: String, status: u32) -> Error {
         let hint = match status {
             NV_ERR_INSUFFICIENT_PERMISSIONS => {
-                "this call needs a privileged RM client: run reefd \
-                as root (SET_INTERLEAVE_LEVEL and the debugger need it; profiling may also be \
-                restricted by NVreg_RestrictProfilingToAdminUsers)"
+                "this call needs a privileged RM client (SET_INTERLEAVE_LEVEL does): run \
+                 reefd as root"
             }
             NV_ERR_INVALID_OBJECT_HANDLE | NV_ERR_OBJECT_NOT_FOUND | NV_ERR_INVALID_CLIENT => {
                 "the handle does not name a live object of this client: the CUDA context or \
