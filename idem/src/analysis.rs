@@ -47,6 +47,7 @@ struct Seg {
 struct SegMap {
     map: BTreeMap<u64, Seg>,
     scratch: Vec<u64>,
+    gaps: Vec<(u64, u64)>,
 }
 
 impl SegMap {
@@ -72,19 +73,19 @@ impl SegMap {
         self.split_at(a);
         self.split_at(b);
         self.scratch.clear();
-        let mut gaps: Vec<(u64, u64)> = Vec::new();
+        self.gaps.clear();
         let mut pos = a;
         for (&s, seg) in self.map.range(a..b) {
             if s > pos {
-                gaps.push((pos, s));
+                self.gaps.push((pos, s));
             }
             self.scratch.push(s);
             pos = seg.end;
         }
         if pos < b {
-            gaps.push((pos, b));
+            self.gaps.push((pos, b));
         }
-        for (s, e) in gaps {
+        for &(s, e) in &self.gaps {
             self.map.insert(
                 s,
                 Seg {
@@ -99,22 +100,28 @@ impl SegMap {
 
     /// Merges equal-state neighbours in and around `[a, b)`.
     fn coalesce(&mut self, a: u64, b: u64) {
-        let from = self
+        let first = self
             .map
             .range(..a)
             .next_back()
-            .map(|(&s, _)| s)
-            .unwrap_or(a);
-        let keys: Vec<u64> = self.map.range(from..=b).map(|(&s, _)| s).collect();
-        let mut cur = keys[0];
-        for &k in &keys[1..] {
-            let c = self.map[&cur];
-            let n = self.map[&k];
+            .or_else(|| self.map.range(a..).next())
+            .map(|(&s, &seg)| (s, seg));
+        let Some((mut cur, mut c)) = first else {
+            return;
+        };
+        // Segments are non-empty, so `c.end > cur` and `c.end` is the
+        // smallest key that can follow `cur`.
+        while let Some((&k, &n)) = self.map.range(c.end..).next() {
+            if k > b {
+                break;
+            }
             if c.end == k && c.last_write == n.last_write && c.last_read == n.last_read {
                 self.map.remove(&k);
+                c.end = n.end;
                 self.map.get_mut(&cur).expect("present").end = n.end;
             } else {
                 cur = k;
+                c = n;
             }
         }
     }
@@ -249,16 +256,19 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TooLarge> {
         let iu = i as u32;
         for r in op.reads.iter().filter(|r| r.len > 0) {
             segs.cover(r.addr, r.end());
-            for s in std::mem::take(&mut segs.scratch) {
-                segs.map.get_mut(&s).expect("covered").last_read = iu;
+            let keys = std::mem::take(&mut segs.scratch);
+            for s in &keys {
+                segs.map.get_mut(s).expect("covered").last_read = iu;
             }
+            segs.scratch = keys;
             segs.coalesce(r.addr, r.end());
         }
         forbidden.clear();
         for r in op.writes.iter().filter(|r| r.len > 0) {
             segs.cover(r.addr, r.end());
-            for s in std::mem::take(&mut segs.scratch) {
-                let seg = segs.map.get_mut(&s).expect("covered");
+            let keys = std::mem::take(&mut segs.scratch);
+            for s in &keys {
+                let seg = segs.map.get_mut(s).expect("covered");
                 if seg.last_read != NONE {
                     let lo = if seg.last_write == NONE {
                         0
@@ -270,6 +280,7 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TooLarge> {
                 seg.last_write = iu;
                 seg.last_read = NONE;
             }
+            segs.scratch = keys;
             segs.coalesce(r.addr, r.end());
         }
         for &(lo, hi) in &forbidden {

@@ -107,7 +107,7 @@ pub fn engine_trace_path(engine: &Path) -> PathBuf {
 }
 
 /// Loads any supported input as a trace.
-pub fn load(path: &Path, onnx_opts: onnx::Options) -> Result<Trace> {
+pub fn load(path: &Path, onnx_opts: &onnx::Options) -> Result<Trace> {
     if !path.exists() {
         bail!("{}: no such file or directory", path.display());
     }

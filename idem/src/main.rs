@@ -30,18 +30,27 @@ struct Cli {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
     /// ONNX input: never run element-wise operations in place.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "in_place_ops")]
     no_in_place: bool,
+    /// ONNX input: the operators that run in place when their input dies,
+    /// comma-separated (default: Relu,LeakyRelu,Clip,Sigmoid,Tanh,
+    /// BatchNormalization,Add,Sum,Mul,Sub,Div).
+    #[arg(long, value_name = "OPS")]
+    in_place_ops: Option<String>,
     /// Write the memory-access trace the analysis used to FILE (reef-trace).
     #[arg(long, value_name = "FILE")]
     dump_trace: Option<PathBuf>,
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    let opts = onnx::Options {
-        in_place: !cli.no_in_place,
+    let opts = match (&cli.in_place_ops, cli.no_in_place) {
+        (_, true) => onnx::Options::no_in_place(),
+        (Some(list), false) => {
+            onnx::Options::with_ops(list).map_err(|e| anyhow::anyhow!("--in-place-ops: {e}"))?
+        }
+        (None, false) => onnx::Options::default(),
     };
-    let trace = input::load(&cli.model, opts)?;
+    let trace = input::load(&cli.model, &opts)?;
     if let Some(p) = &cli.dump_trace {
         let f =
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;

@@ -200,7 +200,8 @@ const VIEW_OPS: &[&str] = &[
     "Dropout",
     "Identity",
 ];
-const INPLACE_OPS: &[&str] = &[
+/// Element-wise operators that may run in place (the default set).
+pub const INPLACE_OPS: &[&str] = &[
     "Relu",
     "LeakyRelu",
     "Clip",
@@ -238,16 +239,48 @@ pub enum OnnxError {
 }
 
 /// Options of the lowering.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// Run element-wise nodes in place when their input dies (PyTorch style).
-    /// Off: every kernel gets a fresh or reused output buffer.
-    pub in_place: bool,
+    /// Operators (from [`INPLACE_OPS`]) that run in place when an input dies
+    /// (PyTorch style). Empty: every kernel gets a fresh or reused output
+    /// buffer.
+    pub in_place_ops: Vec<String>,
 }
 
 impl Default for Options {
+    /// Every operator of [`INPLACE_OPS`] runs in place when it can.
     fn default() -> Self {
-        Options { in_place: true }
+        Options {
+            in_place_ops: INPLACE_OPS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+impl Options {
+    /// No operator runs in place.
+    pub fn no_in_place() -> Self {
+        Options {
+            in_place_ops: Vec::new(),
+        }
+    }
+
+    /// Parses a comma-separated operator list, e.g. `Relu,Add,Sum`.
+    pub fn with_ops(list: &str) -> Result<Self, String> {
+        let ops: Vec<String> = list
+            .split(',')
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        for o in &ops {
+            if !INPLACE_OPS.contains(&o.as_str()) {
+                return Err(format!(
+                    "{o:?} cannot run in place; choose from {}",
+                    INPLACE_OPS.join(",")
+                ));
+            }
+        }
+        Ok(Options { in_place_ops: ops })
     }
 }
 
@@ -692,7 +725,7 @@ impl Planner {
 }
 
 /// Reads an ONNX file and lowers it to a trace.
-pub fn load(path: &Path, opts: Options) -> Result<Trace, OnnxError> {
+pub fn load(path: &Path, opts: &Options) -> Result<Trace, OnnxError> {
     let p = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
         path: p.clone(),
@@ -711,7 +744,7 @@ pub fn load(path: &Path, opts: Options) -> Result<Trace, OnnxError> {
 }
 
 /// Lowers a decoded model to the trace of one inference.
-pub fn lower(model: &proto::ModelProto, name: &str, opts: Options) -> Result<Trace, String> {
+pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Trace, String> {
     let graph = model
         .graph
         .as_ref()
@@ -931,7 +964,7 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: Options) -> Result<Tra
                     .first()
                     .filter(|o| !o.is_empty())
                     .map(|o| info[o].bytes());
-                let in_place_block = if opts.in_place && INPLACE_OPS.contains(&n.op_type.as_str()) {
+                let in_place_block = if opts.in_place_ops.contains(&n.op_type) {
                     let cands: &[String] = if n.op_type == "BatchNormalization" {
                         &n.input[..1]
                     } else {
@@ -1106,7 +1139,7 @@ mod tests {
             ],
             "y",
         );
-        let t = lower(&m, "m", Options::default()).unwrap();
+        let t = lower(&m, "m", &Options::default()).unwrap();
         // memcpy in, 4 kernels (Flatten is a view), memcpy out.
         assert_eq!(t.ops.len(), 6);
         assert_eq!(t.kernel_count(), 4);
@@ -1121,7 +1154,7 @@ mod tests {
         // Conv reads the input 4*8*8 floats; with padding 0 the output is 6x6.
         assert_eq!(t.ops[1].writes[0].len, 4 * 6 * 6 * 4);
 
-        let t = lower(&m, "m", Options { in_place: false }).unwrap();
+        let t = lower(&m, "m", &Options::no_in_place()).unwrap();
         let a = analyze(&t).unwrap();
         assert_eq!(a.idempotent_count(), 4, "no in-place ops, all idempotent");
     }
@@ -1141,7 +1174,7 @@ mod tests {
             vec![weight("w", &[4, 4, 1, 1]), weight("w2", &[4, 4, 1, 1])],
             "y",
         );
-        let t = lower(&m, "m", Options::default()).unwrap();
+        let t = lower(&m, "m", &Options::default()).unwrap();
         let add = &t.ops[4];
         assert_eq!(add.writes[0], add.reads[0], "Add runs in place on c2");
         assert_ne!(add.writes[0], add.reads[1], "x1 is not clobbered");
@@ -1153,11 +1186,35 @@ mod tests {
     #[test]
     fn unsupported_op_names_node() {
         let m = model(vec![node("NonMaxSuppression", &["x"], &["y"])], vec![], "y");
-        let e = lower(&m, "m", Options::default()).unwrap_err();
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
         assert!(
             e.contains("node #0") && e.contains("NonMaxSuppression"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn in_place_operator_set_is_configurable() {
+        let m = model(
+            vec![
+                node("Conv", &["x", "w"], &["c"]),
+                node("BatchNormalization", &["c", "s", "b", "m", "v"], &["n"]),
+                node("Relu", &["n"], &["y"]),
+            ],
+            ["w", "s", "b", "m", "v"]
+                .iter()
+                .map(|n| weight(n, if *n == "w" { &[4, 4, 1, 1] } else { &[4] }))
+                .collect(),
+            "y",
+        );
+        let relu_only = Options::with_ops("Relu").unwrap();
+        let t = lower(&m, "m", &relu_only).unwrap();
+        let a = analyze(&t).unwrap();
+        let flags: Vec<bool> = a.kernels.iter().map(|k| k.idempotent).collect();
+        assert_eq!(flags, vec![true, true, false]);
+        assert_eq!(a.kernels[2].start_kernel, 1, "Relu's group is (BN, Relu)");
+        let e = Options::with_ops("Relu,Conv").unwrap_err();
+        assert!(e.contains("\"Conv\" cannot run in place"), "{e}");
     }
 
     #[test]
@@ -1171,7 +1228,7 @@ mod tests {
             vec![weight("w", &[4, 4, 1, 1])],
             "c",
         );
-        let t = lower(&m, "m", Options::default()).unwrap();
+        let t = lower(&m, "m", &Options::default()).unwrap();
         // a is freed after the second conv, so the third conv writes into it.
         assert_eq!(t.ops[3].writes[0].addr, t.ops[1].writes[0].addr);
     }

@@ -25,7 +25,7 @@ fn every_tvm_kernel_is_idempotent() {
             "{} is missing: the measured models live in <workspace>/../shared (or $REEF_SHARED)",
             path.display()
         );
-        let trace = input::load(&path, onnx::Options::default()).unwrap();
+        let trace = input::load(&path, &onnx::Options::default()).unwrap();
         let a = analyze(&trace).unwrap();
         assert_eq!(a.kernels.len(), kernels, "{model}: kernel count");
         assert_eq!(
@@ -113,7 +113,7 @@ fn onnx_models_under_the_in_place_planner() {
         "light_squeezenet",
     ] {
         let path = dir.join(format!("{name}.onnx"));
-        let trace = input::load(&path, onnx::Options::default()).unwrap();
+        let trace = input::load(&path, &onnx::Options::default()).unwrap();
         let a = analyze(&trace).unwrap();
         let non_idem = a.kernels.len() - a.idempotent_count();
         assert!(non_idem > 0, "{name}: in-place kernels exist");
@@ -128,7 +128,7 @@ fn onnx_models_under_the_in_place_planner() {
         let starts: Vec<Option<usize>> = a.kernels.iter().map(|k| k.start_op).collect();
         assert_eq!(starts, oracle_starts(&compress(&trace)), "{name}");
 
-        let plain = input::load(&path, onnx::Options { in_place: false }).unwrap();
+        let plain = input::load(&path, &onnx::Options::no_in_place()).unwrap();
         let b = analyze(&plain).unwrap();
         assert_eq!(b.kernels.len(), a.kernels.len());
         assert_eq!(
