@@ -287,6 +287,8 @@ pub struct Sim {
     active: Vec<u32>,
     usage: Vec<CuUsage>,
     all_cus: CuSet,
+    /// CUs with at least one resident block.
+    busy: usize,
     rr: usize,
     rng: u64,
     dispatch_seq: u64,
@@ -321,6 +323,7 @@ impl Sim {
             free_groups: Vec::new(),
             active: Vec::new(),
             rr: 0,
+            busy: 0,
             dispatch_seq: 0,
             values: ValueTracker::new(),
             out: Vec::new(),
@@ -612,7 +615,7 @@ impl Sim {
 
     /// CUs with at least one resident block.
     pub fn busy_cus(&self) -> usize {
-        self.usage.iter().filter(|u| u.blocks > 0).count()
+        self.busy
     }
 
     /// The set of CUs with at least one resident block.
@@ -668,6 +671,10 @@ impl Sim {
             {
                 return Err(format!("CU {cu} over its limits: {u:?}"));
             }
+        }
+        let busy = self.usage.iter().filter(|u| u.blocks > 0).count();
+        if busy != self.busy {
+            return Err(format!("busy CU count {} != {busy}", self.busy));
         }
         for (i, st) in self.streams.iter().enumerate() {
             if st.dq.len() > st.capacity {
@@ -821,14 +828,9 @@ impl Sim {
         let sh = l.req.shape.clone();
         let allowed = l.cus;
         let mut remaining = l.end - l.next_block;
-        // Capacity per allowed CU, in rotating order from self.rr.
-        self.cand.clear();
-        for off in 0..n {
-            let cu = (self.rr + off) % n;
-            if !allowed.contains(cu) {
-                continue;
-            }
-            let u = &self.usage[cu];
+        // Capacity per allowed CU, in rotating order from self.rr. An empty
+        // CU's capacity is the same for every CU: computed once.
+        let cap_of = |u: &CuUsage| -> u32 {
             let mut cap = (spec.max_threads_per_cu - u.threads) / sh.threads_per_block;
             cap = cap.min((spec.max_waves_per_cu - u.waves) / sh.waves_per_block);
             cap = cap.min(spec.max_blocks_per_cu - u.blocks);
@@ -838,8 +840,57 @@ impl Sim {
             if sh.regs_per_block > 0 {
                 cap = cap.min((spec.registers_per_cu - u.regs) / sh.regs_per_block);
             }
-            if cap > 0 {
-                self.cand.push((cu, cap));
+            cap
+        };
+        let cap_empty = cap_of(&CuUsage::default());
+        let mut buckets: Vec<(u32, u32, CuSet)> = Vec::new();
+        if self.busy == 0 && allowed == self.all_cus {
+            // Fast path, idle device: an even spread, at most two buckets.
+            let per = cap_empty.min(remaining / n as u32);
+            let extra = if per < cap_empty {
+                (remaining - per * n as u32) as usize
+            } else {
+                0
+            };
+            let mut more = CuSet::empty();
+            for i in 0..extra {
+                more.insert((self.rr + i) % n);
+            }
+            if extra > 0 {
+                self.rr = (self.rr + extra) % n;
+            }
+            let rest = self.all_cus.minus(&more);
+            for (a, set) in [(per + 1, more), (per, rest)] {
+                if a == 0 || set.is_empty() {
+                    continue;
+                }
+                for cu in set.iter() {
+                    let u = &mut self.usage[cu];
+                    u.threads = a * sh.threads_per_block;
+                    u.waves = a * sh.waves_per_block;
+                    u.blocks = a;
+                    u.lds = a * sh.lds_per_block;
+                    u.regs = a * sh.regs_per_block;
+                }
+                self.busy += set.len();
+                buckets.push((a, a, set));
+            }
+            self.make_groups(slot, &sh, buckets);
+            return;
+        }
+        self.cand.clear();
+        let mut cu = self.rr;
+        for _ in 0..n {
+            if allowed.contains(cu) {
+                let u = &self.usage[cu];
+                let cap = if u.blocks == 0 { cap_empty } else { cap_of(u) };
+                if cap > 0 {
+                    self.cand.push((cu, cap));
+                }
+            }
+            cu += 1;
+            if cu == n {
+                cu = 0;
             }
         }
         if self.cand.is_empty() {
@@ -870,19 +921,26 @@ impl Sim {
             self.cand.retain(|c| c.1 > 0);
         }
         // Bucket CUs by (blocks placed, resulting co-residency).
-        let mut buckets: Vec<(u32, u32, CuSet)> = Vec::new();
         for cu in 0..n {
             let a = self.allot[cu];
             if a == 0 {
                 continue;
             }
             let u = &mut self.usage[cu];
+            if u.blocks == 0 {
+                self.busy += 1;
+            }
             u.threads += a * sh.threads_per_block;
             u.waves += a * sh.waves_per_block;
             u.blocks += a;
             u.lds += a * sh.lds_per_block;
             u.regs += a * sh.regs_per_block;
-            let k = u.waves.div_ceil(sh.waves_per_block);
+            let wpb = sh.waves_per_block;
+            let k = if wpb.is_power_of_two() {
+                (u.waves + wpb - 1) >> wpb.trailing_zeros()
+            } else {
+                u.waves.div_ceil(wpb)
+            };
             match buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
                 Some(b) => b.2.insert(cu),
                 None => {
@@ -892,6 +950,12 @@ impl Sim {
                 }
             }
         }
+        self.make_groups(slot, &sh, buckets);
+    }
+
+    /// Creates one block group per bucket (blocks per CU, co-residency, CUs);
+    /// CU usage has already been charged.
+    fn make_groups(&mut self, slot: u32, sh: &KernelShape, buckets: Vec<(u32, u32, CuSet)>) {
         let now = self.now;
         if !self.launches[slot as usize].started {
             self.launches[slot as usize].started = true;
@@ -962,6 +1026,9 @@ impl Sim {
             u.blocks -= per_cu;
             u.lds -= per_cu * sh.lds_per_block;
             u.regs -= per_cu * sh.regs_per_block;
+            if u.blocks == 0 {
+                self.busy -= 1;
+            }
         }
         if record != usize::MAX {
             let r = &mut self.records[record];

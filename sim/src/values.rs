@@ -11,6 +11,28 @@
 
 use crate::shape::fnv1a;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Multiplicative hasher for the buffer maps (keys are small integers; the
+/// default SipHash showed up in profiles of `reef-bench simspeed`).
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7cc1_b727_220a_95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+}
+
+type Map<V> = HashMap<BufferId, V, BuildHasherDefault<IdHasher>>;
 
 /// A device buffer, named by the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,10 +44,10 @@ const PARTIAL: u64 = 0x9a47_1a1b_10c4_5eed;
 /// Version hashes of buffers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValueTracker {
-    values: HashMap<BufferId, u64>,
+    values: Map<u64>,
     /// Partial writes of a kernel spread over block ranges: (full hash,
     /// blocks covered).
-    partial: HashMap<BufferId, (u64, u64)>,
+    partial: Map<(u64, u64)>,
     corruptions: u64,
 }
 
@@ -64,12 +86,11 @@ impl ValueTracker {
     /// The output hash a kernel of `identity` produces from `reads`' current
     /// values.
     pub fn output_hash(&self, identity: u64, reads: &[BufferId]) -> u64 {
-        let mut bytes = Vec::with_capacity(8 * (reads.len() + 1));
-        bytes.extend_from_slice(&identity.to_le_bytes());
+        let mut h = fnv1a(&identity.to_le_bytes(), 0);
         for &r in reads {
-            bytes.extend_from_slice(&self.get(r).to_le_bytes());
+            h = fnv1a(&self.get(r).to_le_bytes(), h);
         }
-        fnv1a(&bytes, 0x0u64)
+        h
     }
 
     /// Records a completed launch that ran blocks `range_len` of a kernel of
