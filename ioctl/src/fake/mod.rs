@@ -287,7 +287,13 @@ impl<D: FakeDevice> Filesystem for DeviceFs<D> {
         reply: ReplyIoctl,
     ) {
         let caller = Caller::from_request(req);
-        match self.dev.ioctl(&caller, fh.0, cmd, in_data, out_size) {
+        // A bug in a device model must not leave the caller blocked in
+        // ioctl(2) forever: a panic becomes EIO.
+        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.dev.ioctl(&caller, fh.0, cmd, in_data, out_size)
+        }))
+        .unwrap_or(Err(Errno::EIO));
+        match answer {
             Ok(r) => {
                 let n = r.data.len().min(out_size as usize);
                 reply.ioctl(r.result, &r.data[..n]);
@@ -370,7 +376,11 @@ impl<D: FakeDevice> FakeMount<D> {
 impl<D: FakeDevice> Drop for FakeMount<D> {
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
-            let _ = s.umount_and_join();
+            if s.umount_and_join().is_err() {
+                // Still busy (a descriptor left open): detach the mount so
+                // the server thread ends once the last user closes it.
+                let _ = nix::mount::umount2(&self.dir, nix::mount::MntFlags::MNT_DETACH);
+            }
         }
         let _ = std::fs::remove_dir(&self.dir);
     }
