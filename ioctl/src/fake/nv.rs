@@ -3,7 +3,7 @@
 //! control dispatch for the debugger object (class 0x83de) and channel
 //! groups (class 0xa06c).
 //!
-//! Paper: REEF §4.6 (the open driver's ioctl interface to the GPU trap and
+//! Paper: REEF §4.6, Figure 8 (the open driver's ioctl interface to the GPU trap and
 //! to channel-group preemption). Status codes and parameter rules follow the
 //! open driver's headers (see [`crate::nv::abi`]); simplifications are stated
 //! on the items: a compute object may be allocated directly under a TSG (in
@@ -486,8 +486,9 @@ impl FakeDevice for FakeNvidiaCtl {
             return Err(Errno::ENOTTY);
         }
         let mut st = self.state();
-        // The driver copies _IOC_SIZE(cmd) bytes: a size that is not the
-        // escape's parameter struct is EINVAL (nv.c checks arg_size).
+        // The driver copies _IOC_SIZE(cmd) bytes. The fake takes only the
+        // structs the wrappers send (NVOS21 for alloc; real RM also accepts
+        // the 48-byte NVOS64) and answers other sizes with EINVAL.
         match cmd {
             NV_IOCTL_RM_ALLOC => {
                 let mut a: Nvos21Parameters = from_bytes(input).ok_or(Errno::EINVAL)?;

@@ -4,7 +4,7 @@
 //! RESUME_CONTEXT and EXEC_REG_OPS, and the channel-group (TSG) controls
 //! PREEMPT, SET_TIMESLICE, GET_TIMESLICE and SET_INTERLEAVE_LEVEL.
 //!
-//! Paper: REEF §4.6, "Kernel killing" (the trap raised through the open
+//! Paper: REEF §4.6 and Figure 8, "Kernel killing" (the trap raised through the open
 //! driver's debugger interface, after which the patched trap handler exits
 //! the running blocks; see docs/hardware-trap.md) and "Queue eviction"
 //! (preempting the best-effort channel group).
