@@ -19,3 +19,12 @@ if [ "${#reef_trap_missing[@]}" -gt 0 ]; then
     fi
 fi
 unset reef_trap_missing
+# The KFD UAPI header the rocm-patch test applies the REEF patch to.
+if ! [ -f /usr/include/linux/kfd_ioctl.h ]; then
+    echo "installing linux-libc-dev for the rocm-patch test"
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -qq && apt-get install -y -qq linux-libc-dev
+    else
+        sudo apt-get update -qq && sudo apt-get install -y -qq linux-libc-dev
+    fi
+fi
