@@ -113,6 +113,17 @@ fn onnx_models_under_the_in_place_planner() {
         "light_squeezenet",
     ] {
         let path = dir.join(format!("{name}.onnx"));
+        // The torchvision-like set: groups still agree with the definition.
+        let torch = onnx::Options::with_ops("Relu,Add,Sum").unwrap();
+        let trace = input::load(&path, &torch).unwrap();
+        let a = analyze(&trace).unwrap();
+        let starts: Vec<Option<usize>> = a.kernels.iter().map(|k| k.start_op).collect();
+        assert_eq!(
+            starts,
+            oracle_starts(&compress(&trace)),
+            "{name} (Relu,Add,Sum)"
+        );
+
         let trace = input::load(&path, &onnx::Options::default()).unwrap();
         let a = analyze(&trace).unwrap();
         let non_idem = a.kernels.len() - a.idempotent_count();
