@@ -858,7 +858,9 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
                 }
             }
             Kind::Fold
-        } else if VIEW_OPS.contains(&n.op_type.as_str()) {
+        } else if VIEW_OPS.contains(&n.op_type.as_str())
+            && ins.first().copied().flatten().is_some_and(|t| !t.constant)
+        {
             Kind::View
         } else {
             Kind::Kernel
@@ -985,10 +987,11 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
                 };
                 let mut writes = Vec::new();
                 for (k, o) in n.output.iter().enumerate() {
-                    if o.is_empty() {
+                    // Optional outputs shape inference does not produce
+                    // (e.g. training-mode statistics) are not written.
+                    let Some(t) = info.get(o).filter(|_| !o.is_empty()) else {
                         continue;
-                    }
-                    let t = &info[o];
+                    };
                     let b = match (k, in_place_block) {
                         (0, Some(b)) => b,
                         _ => plan.alloc(t.bytes()),
@@ -1023,9 +1026,10 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
                     release(&mut plan, b, 1);
                 }
                 // Outputs nobody reads are freed at once.
-                for o in n.output.iter().filter(|o| !o.is_empty()) {
-                    let b = tensor_block[o];
-                    release(&mut plan, b, 0);
+                for o in n.output.iter() {
+                    if let Some(&b) = tensor_block.get(o) {
+                        release(&mut plan, b, 0);
+                    }
                 }
             }
         }
@@ -1215,6 +1219,40 @@ mod tests {
         assert_eq!(a.kernels[2].start_kernel, 1, "Relu's group is (BN, Relu)");
         let e = Options::with_ops("Relu,Conv").unwrap_err();
         assert!(e.contains("\"Conv\" cannot run in place"), "{e}");
+    }
+
+    #[test]
+    fn optional_outputs_without_shapes_are_skipped() {
+        // Training-mode BatchNormalization lists statistics outputs that
+        // this lowering does not infer: they are not written, and a node
+        // reading one is a clear error rather than a panic.
+        let bn = node(
+            "BatchNormalization",
+            &["c", "s", "b", "m", "v"],
+            &["n", "mean", "var"],
+        );
+        let inits = ["w", "s", "b", "m", "v"]
+            .iter()
+            .map(|n| weight(n, if *n == "w" { &[4, 4, 1, 1] } else { &[4] }))
+            .collect::<Vec<_>>();
+        let ok = model(
+            vec![node("Conv", &["x", "w"], &["c"]), bn.clone()],
+            inits.clone(),
+            "n",
+        );
+        let t = lower(&ok, "m", &Options::default()).unwrap();
+        assert_eq!(t.ops[2].writes.len(), 1);
+        let bad = model(
+            vec![
+                node("Conv", &["x", "w"], &["c"]),
+                bn,
+                node("Relu", &["mean"], &["y"]),
+            ],
+            inits,
+            "y",
+        );
+        let e = lower(&bad, "m", &Options::default()).unwrap_err();
+        assert!(e.contains("node #2") && e.contains("\"mean\""), "{e}");
     }
 
     #[test]

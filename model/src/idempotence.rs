@@ -63,7 +63,43 @@ pub enum MetadataError {
     Invalid { path: String, what: String },
 }
 
+/// Conventional file name of a model's metadata, `<model>.idem.json`
+/// (what `reef-check-idem MODEL -o` should be given, so loaders can find it).
+pub fn file_name(model: &str) -> String {
+    format!("{model}.idem.json")
+}
+
 impl IdempotenceMetadata {
+    /// Checks that the metadata describes this launch sequence (same number
+    /// of kernels, same names in order), so metadata written for another
+    /// model or an older schedule is refused instead of giving wrong
+    /// restore points.
+    pub fn check_kernels<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), String> {
+        let names: Vec<&str> = names.into_iter().collect();
+        if names.len() != self.kernels.len() {
+            return Err(format!(
+                "metadata for {:?} has {} kernels but the model has {}; re-run reef-check-idem \
+                 on the model",
+                self.model,
+                self.kernels.len(),
+                names.len()
+            ));
+        }
+        for (k, name) in self.kernels.iter().zip(names) {
+            if k.name != name {
+                return Err(format!(
+                    "kernel {} is {name:?} in the model but {:?} in the metadata; re-run \
+                     reef-check-idem on the model",
+                    k.index, k.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Restore point for kernel `index`: the kernel index to restart from.
     /// Kernels beyond the metadata are treated as idempotent.
     pub fn restore_point(&self, index: usize) -> usize {
@@ -173,6 +209,21 @@ mod tests {
         let mut m = meta(vec![(true, 0), (true, 1)]);
         m.kernels[1].index = 5;
         assert!(m.validate().unwrap_err().contains("index 5"));
+    }
+
+    #[test]
+    fn check_kernels_refuses_stale_metadata() {
+        let m = meta(vec![(true, 0), (false, 0)]);
+        m.check_kernels(["k0", "k1"]).unwrap();
+        assert!(m
+            .check_kernels(["k0"])
+            .unwrap_err()
+            .contains("has 2 kernels"));
+        assert!(m
+            .check_kernels(["k0", "other"])
+            .unwrap_err()
+            .contains("kernel 1 is \"other\""));
+        assert_eq!(file_name("vgg"), "vgg.idem.json");
     }
 
     #[test]
