@@ -199,5 +199,8 @@ fn reef_schedule_metadata_round_trips() {
         .kernels
         .iter()
         .all(|k| k.idempotent && k.group_start_op.is_none()));
+    let loaded = reef_model::Model::load(&model).unwrap();
+    m.check_kernels(loaded.kernels.iter().map(|k| k.name.as_str()))
+        .unwrap();
     std::fs::remove_dir_all(&d).unwrap();
 }
