@@ -238,6 +238,21 @@ impl Analysis {
 #[error("trace has {0} operations; at most {max} are supported", max = u32::MAX - 1)]
 pub struct TooLarge(pub usize);
 
+/// Operation `op` writes all of `seg`: a read since the last write opens a
+/// clobber, forbidding group starts `(last_write, last_read]`.
+fn write_segment(seg: &mut Seg, op: u32, forbidden: &mut Vec<(u32, u32)>) {
+    if seg.last_read != NONE {
+        let lo = if seg.last_write == NONE {
+            0
+        } else {
+            seg.last_write + 1
+        };
+        forbidden.push((lo, seg.last_read));
+    }
+    seg.last_write = op;
+    seg.last_read = NONE;
+}
+
 /// Analyses a trace: per-kernel idempotence and minimal idempotent groups.
 pub fn analyze(trace: &Trace) -> Result<Analysis, TooLarge> {
     let n = trace.ops.len();
@@ -255,6 +270,12 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TooLarge> {
         kernels_before.push(nk);
         let iu = i as u32;
         for r in op.reads.iter().filter(|r| r.len > 0) {
+            // Fast path: the range is exactly one existing segment (a whole
+            // buffer accessed again); no split, so nothing to coalesce.
+            if let Some(seg) = segs.map.get_mut(&r.addr).filter(|s| s.end == r.end()) {
+                seg.last_read = iu;
+                continue;
+            }
             segs.cover(r.addr, r.end());
             let keys = std::mem::take(&mut segs.scratch);
             for s in &keys {
@@ -265,20 +286,14 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TooLarge> {
         }
         forbidden.clear();
         for r in op.writes.iter().filter(|r| r.len > 0) {
+            if let Some(seg) = segs.map.get_mut(&r.addr).filter(|s| s.end == r.end()) {
+                write_segment(seg, iu, &mut forbidden);
+                continue;
+            }
             segs.cover(r.addr, r.end());
             let keys = std::mem::take(&mut segs.scratch);
             for s in &keys {
-                let seg = segs.map.get_mut(s).expect("covered");
-                if seg.last_read != NONE {
-                    let lo = if seg.last_write == NONE {
-                        0
-                    } else {
-                        seg.last_write + 1
-                    };
-                    forbidden.push((lo, seg.last_read));
-                }
-                seg.last_write = iu;
-                seg.last_read = NONE;
+                write_segment(segs.map.get_mut(s).expect("covered"), iu, &mut forbidden);
             }
             segs.scratch = keys;
             segs.coalesce(r.addr, r.end());

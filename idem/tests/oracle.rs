@@ -6,8 +6,14 @@ use proptest::prelude::*;
 use reef_idem::analysis::oracle_starts;
 use reef_idem::{analyze, Op, OpKind, Range, Trace};
 
+/// Arbitrary ranges, and whole "buffers" from a small pool (accessed again
+/// exactly, as real traces do, which takes the analysis' fast path).
 fn range() -> impl Strategy<Value = Range> {
-    (0u64..40, 0u64..10).prop_map(|(addr, len)| Range { addr, len })
+    prop_oneof![
+        (0u64..40, 0u64..10).prop_map(|(addr, len)| Range { addr, len }),
+        prop::sample::select(vec![(0u64, 8u64), (8, 8), (16, 8), (4, 8), (24, 16)])
+            .prop_map(|(addr, len)| Range { addr, len }),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
