@@ -27,6 +27,8 @@ pub enum Error {
     BadFlagAddress(String),
     #[error("bad scratch register: {0}")]
     BadRegister(String),
+    #[error("bad branch: {0}")]
+    BadBranch(String),
     #[error("bad option: {0}")]
     BadOption(String),
     #[error("code of {0} bytes is not a whole number of 16-byte SASS instructions")]

@@ -246,6 +246,42 @@ pub fn exit(guard: u8, negate: bool, ctrl: Ctrl) -> Instr {
     Instr::new(0x094d | g << 12, 0x0380_0000, ctrl)
 }
 
+/// `BRA target` (opcode 0x947, condition PT) from the instruction at `from`
+/// to `to`, both absolute instruction addresses. The offset is relative to
+/// the next instruction. Up to sm_89 it is a signed byte offset in bits
+/// 32–81; sm_90 drops its two low bits and splits the rest: offset bits
+/// 2–9 in bits 16–23 and bits 10–57 in bits 34–81 (bits 32–33 are
+/// flags, bit 32 = `.U`). Read off nvdisasm output for single-bit variations
+/// disassembled at a base address.
+pub fn bra(sm: Sm, from: u64, to: u64, ctrl: Ctrl) -> Result<Instr, Error> {
+    if from % 16 != 0 || to % 16 != 0 {
+        return Err(Error::BadBranch(format!(
+            "instruction addresses are 16-byte aligned: {from:#x} -> {to:#x}"
+        )));
+    }
+    let off = i128::from(to) - (i128::from(from) + 16);
+    let bits: u32 = if sm == Sm::Sm90 { 58 } else { 50 };
+    let lim = 1i128 << (bits - 1);
+    if off < -lim || off >= lim {
+        return Err(Error::BadBranch(format!(
+            "{from:#x} -> {to:#x} is beyond the reach of BRA on sm_{}",
+            sm.number()
+        )));
+    }
+    let o = off as i64 as u64;
+    let (lo, hi) = match sm {
+        Sm::Sm90 => (
+            0x7947 | (o >> 2 & 0xff) << 16 | (o >> 10 & 0x3fff_ffff) << 34,
+            0x0380_0000 | (o >> 40 & 0x3ffff),
+        ),
+        _ => (
+            0x7947 | (o & 0xffff_ffff) << 32,
+            0x0380_0000 | (o >> 32 & 0x3ffff),
+        ),
+    };
+    Ok(Instr::new(lo, hi, ctrl))
+}
+
 /// The scratch registers the patch may overwrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NvRegs {
@@ -358,6 +394,23 @@ pub fn trap_patch(sm: Sm, flag_addr: u64, regs: NvRegs) -> Result<Vec<Instr>, Er
     Ok(out)
 }
 
+/// The patch for a code cave: [`trap_patch`] placed at `base`, followed by
+/// `BRA resume` back into the original handler (the installer puts the
+/// instructions it displaced at the patch point into the cave before this
+/// branch, or resumes right after them; see docs/hardware-trap.md).
+pub fn trap_patch_cave(
+    sm: Sm,
+    flag_addr: u64,
+    regs: NvRegs,
+    base: u64,
+    resume: u64,
+) -> Result<Vec<Instr>, Error> {
+    let mut code = trap_patch(sm, flag_addr, regs)?;
+    let at = base + 16 * code.len() as u64;
+    code.push(bra(sm, at, resume, Ctrl::stall(5, true))?);
+    Ok(code)
+}
+
 /// The raw bytes of a sequence of instructions.
 pub fn to_bytes(code: &[Instr]) -> Vec<u8> {
     code.iter().flat_map(|i| i.to_bytes()).collect()
@@ -464,6 +517,41 @@ mod tests {
         }
         assert!(Sm::from_number(70).is_err());
         assert!(from_bytes(&[0; 17]).is_err());
+    }
+
+    /// Encodings nvdisasm 13.5 decodes to the commented targets.
+    #[test]
+    fn branch_offsets_match_nvdisasm() {
+        let c = Ctrl::stall(0, false);
+        // sm_80 at 0x1030: `BRA 0x1140`  /* 0x0000010000007947 */
+        let b = bra(Sm::Sm80, 0x1030, 0x1140, c).unwrap();
+        assert_eq!(
+            (b.lo, b.hi & 0xffff_ffff),
+            (0x0000_0100_0000_7947, 0x0380_0000)
+        );
+        // ptxas's self loop: 0xfffffff000007947 0x...0383ffff (sm_80),
+        // 0xfffffffc00fc7947 0x...0383ffff (sm_90).
+        let b = bra(Sm::Sm80, 0x90, 0x90, c).unwrap();
+        assert_eq!(
+            (b.lo, b.hi & 0xffff_ffff),
+            (0xffff_fff0_0000_7947, 0x0383_ffff)
+        );
+        let b = bra(Sm::Sm90, 0xa0, 0xa0, c).unwrap();
+        assert_eq!(
+            (b.lo, b.hi & 0xffff_ffff),
+            (0xffff_fffc_00fc_7947, 0x0383_ffff)
+        );
+        // sm_90 at 0x1030: `BRA 0x11040`  /* 0x0000010000007947 */
+        let b = bra(Sm::Sm90, 0x1030, 0x11040, c).unwrap();
+        assert_eq!(b.lo, 0x0000_0100_0000_7947);
+        assert!(matches!(
+            bra(Sm::Sm80, 0x1008, 0x0, c),
+            Err(Error::BadBranch(_))
+        ));
+        assert!(matches!(
+            bra(Sm::Sm80, 0, 1 << 60, c),
+            Err(Error::BadBranch(_))
+        ));
     }
 
     #[test]

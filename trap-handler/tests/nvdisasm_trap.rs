@@ -223,6 +223,54 @@ per_sm! {
     90 => nvdisasm_sm90_exact_sequence, ptxas_sm90_control_words;
 }
 
+/// Code-cave mode: the patch ends with `BRA` back into the handler;
+/// nvdisasm, told where the bytes sit, prints the absolute target.
+#[test]
+fn nvdisasm_code_cave_branches_back_on_every_target() {
+    for sm in [75, 80, 86, 89, 90] {
+        for (base, resume) in [
+            ("0x7f0000100000", "0x7f0000002340"),
+            ("0x2000", "0x7fff00001230"),
+        ] {
+            let (_d, file) = generate(
+                sm,
+                &[
+                    "--flag-addr",
+                    "0x7f1234567890",
+                    "--base",
+                    base,
+                    "--resume-at",
+                    resume,
+                ],
+            );
+            let out = stdout(
+                nvidia("nvdisasm")
+                    .args(["-b", &format!("SM{sm}"), "-base", base])
+                    .arg(&file),
+            );
+            let lines: Vec<String> = parse_nvdisasm(&out).into_iter().map(|l| l.text).collect();
+            let mut want: Vec<String> =
+                expected_default(sm).iter().map(|s| s.to_string()).collect();
+            want.push(format!("BRA {resume}"));
+            assert_eq!(lines, want, "sm_{sm} base {base}");
+        }
+    }
+    let out = reef_bin("reef-trap")
+        .args([
+            "nvidia",
+            "--sm",
+            "80",
+            "--flag-addr",
+            "0x1000",
+            "--base",
+            "0x2000",
+        ])
+        .args(["-o", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "--base without --resume-at accepted");
+}
+
 #[test]
 fn every_target_is_covered() {
     let tested = [75, 80, 86, 89, 90];

@@ -20,8 +20,13 @@ const ENTRIES: [&str; 5] = [
 ];
 
 fn nvcc_ptx(sm: u32, dir: &Path) -> PathBuf {
+    nvcc_ptx_with(sm, dir, &[])
+}
+
+fn nvcc_ptx_with(sm: u32, dir: &Path, flags: &[&str]) -> PathBuf {
     let out = dir.join(format!("kernels-sm{sm}.ptx"));
     run(nvidia("nvcc")
+        .args(flags)
         .args(["-ptx", &format!("-arch=sm_{sm}"), "-o"])
         .arg(&out)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(KERNELS)));
@@ -236,6 +241,38 @@ fn nvcc_ptxas_sm89_every_entry_checks_the_flag() {
 #[test]
 fn nvcc_ptxas_sm90_every_entry_checks_the_flag() {
     check_target(90);
+}
+
+/// PTX with line information (`.file`/`.loc` with quoted paths) and with
+/// full debug information (`-G`: DWARF `.section` blocks at module scope)
+/// is injected and still assembles; with `-lineinfo` the code is optimised
+/// as usual and the entry check is in place.
+#[test]
+fn nvcc_debug_info_ptx_assembles() {
+    for flags in [&["-lineinfo"][..], &["-G"][..]] {
+        let dir = tempfile::tempdir().unwrap();
+        let ptx = nvcc_ptx_with(86, dir.path(), flags);
+        let text = std::fs::read_to_string(&ptx).unwrap();
+        assert!(text.contains(".file"), "{flags:?}: no .file directive");
+        let injected = dir.path().join("debug.reef.ptx");
+        let msg = inject_cli(&ptx, &injected, &[]);
+        assert!(msg.contains("5 kernel(s)"), "{flags:?}: {msg}");
+        let cubin = disassemble(&ptxas(86, &injected));
+        for name in ENTRIES {
+            let code = &cubin.functions[name];
+            if flags == ["-lineinfo"] {
+                if let Err(e) = check_preemptor(name, code, &cubin) {
+                    panic!("{flags:?}: {e}");
+                }
+            } else {
+                assert!(
+                    code.iter()
+                        .any(|i| i.starts_with('@') && i.ends_with(" EXIT")),
+                    "-G: {name} has no conditional EXIT"
+                );
+            }
+        }
+    }
 }
 
 /// `--flag-symbol` renames the flag; ptxas still accepts the module.

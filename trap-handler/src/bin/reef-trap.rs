@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! reef-trap nvidia --sm 90 --flag-addr 0x7f1234567890 -o patch.bin
+//! reef-trap nvidia --sm 80 --flag-addr 0x7f1234567890 \
+//!     --base 0x7f0000100000 --resume-at 0x7f0000002340 -o cave.bin
 //! reef-trap amd --gfx 906 --flag-addr 0x7f1234567890 -o patch.bin
 //! ```
 
@@ -41,6 +43,12 @@ enum Target {
         /// Even uniform register for the memory descriptor (sm_80+); clobbers UR<ureg> and UR<ureg+1>.
         #[arg(long, default_value_t = sass::NvRegs::default().ureg)]
         ureg: u8,
+        /// Address the patch will be placed at (code-cave mode, with --resume-at).
+        #[arg(long, value_parser = parse_addr, requires = "resume_at")]
+        base: Option<u64>,
+        /// End the patch with `BRA` to this address instead of falling through.
+        #[arg(long, value_parser = parse_addr, requires = "base")]
+        resume_at: Option<u64>,
         /// Output file for the raw instruction bytes.
         #[arg(short, long)]
         output: PathBuf,
@@ -88,6 +96,8 @@ fn run(cli: Cli) -> Result<()> {
             reg,
             pred,
             ureg,
+            base,
+            resume_at,
             output,
         } => {
             let sm = sass::Sm::from_number(sm)?;
@@ -96,7 +106,12 @@ fn run(cli: Cli) -> Result<()> {
                 pred,
                 ureg,
             };
-            let code = sass::trap_patch(sm, flag_addr, regs)?;
+            let code = match (base, resume_at) {
+                (Some(base), Some(resume)) => {
+                    sass::trap_patch_cave(sm, flag_addr, regs, base, resume)?
+                }
+                _ => sass::trap_patch(sm, flag_addr, regs)?,
+            };
             let what = format!("{} SASS instructions for sm_{}", code.len(), sm.number());
             (sass::to_bytes(&code), output, what)
         }
