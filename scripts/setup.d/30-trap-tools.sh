@@ -1,14 +1,21 @@
 # Tools the reef-trap tests check generated machine code with (issue 6):
 # LLVM 14's llvm-mc for the AMDGPU disassembler (Debian package llvm-14) and
-# g++ as nvcc's host compiler. NVIDIA's nvdisasm/ptxas/nvcc come from the
+# g++ as nvcc's host compiler, make and git. NVIDIA's nvdisasm/ptxas/nvcc come from the
 # PyPI wheels installed by 10-python.sh. Installs only what is missing and
 # never touches the apt sources.
 reef_trap_missing=()
 if ! [ -x /usr/lib/llvm-14/bin/llvm-mc ] && ! command -v llvm-mc-14 >/dev/null 2>&1; then
     reef_trap_missing+=(llvm-14)
 fi
-if ! command -v g++ >/dev/null 2>&1; then
-    reef_trap_missing+=(g++)
+if ! command -v g++ >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then
+    reef_trap_missing+=(g++ gcc)
+fi
+# nvbit-tool's Makefile (`make device`) and the patch checks (`git apply`).
+if ! command -v make >/dev/null 2>&1; then
+    reef_trap_missing+=(make)
+fi
+if ! command -v git >/dev/null 2>&1; then
+    reef_trap_missing+=(git)
 fi
 if [ "${#reef_trap_missing[@]}" -gt 0 ]; then
     echo "installing ${reef_trap_missing[*]} for the reef-trap tests"
