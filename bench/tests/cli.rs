@@ -1,0 +1,112 @@
+//! `reef-bench standalone`: the calibration holds (±10% of the measured
+//! model latency for every model, one device spec) and bad model files give
+//! a clear error and a non-zero exit, never a panic.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_reef-bench"))
+}
+
+#[test]
+fn standalone_within_ten_percent_of_measured() {
+    let out = bench().args(["standalone", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r["model"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bert", "densenet", "inception", "resnet152", "vgg"]);
+    for r in &rows {
+        let (sim, meas, err) = (
+            r["simulated_us"].as_f64().unwrap(),
+            r["measured_us"].as_f64().unwrap(),
+            r["error_pct"].as_f64().unwrap(),
+        );
+        assert!((err - 100.0 * (sim - meas) / meas).abs() < 1e-9);
+        assert!(err.abs() <= 10.0, "{r}");
+    }
+}
+
+#[test]
+fn model_selection_by_disb_name() {
+    let out = bench()
+        .args(["standalone", "--json", "--model", "vgg19-imagenet", "--model", "bert"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    assert!(text.contains("\"model\":\"vgg\""));
+}
+
+/// A models dir with one model `bad` whose files are given.
+fn bad_models(schedule: &str, profile: Option<&str>) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let m = t.path().join("bad");
+    fs::create_dir(&m).unwrap();
+    fs::write(m.join("bad.json"), schedule).unwrap();
+    if let Some(p) = profile {
+        fs::write(m.join("bad.profile.json"), p).unwrap();
+    }
+    t
+}
+
+fn expect_error(dir: &Path, needles: &[&str]) {
+    let out = bench()
+        .args(["standalone", "--models-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "missing {n:?} in: {err}");
+    }
+}
+
+const OK_SCHEDULE: &str = r#"{"storage": [{"name": "a", "size": 4, "stype": "float32"},
+  {"name": "b", "size": 4, "stype": "float32"}],
+  "kernels": [{"name": "k", "launch_params": [1, 1, 1, 64, 1, 1], "args": [0, 1]}],
+  "args": [0], "shared_memory": {}}"#;
+const OK_PROFILE: &str =
+    r#"{"model_latency": 20, "kernel_latency": {"k": {"total_latency": 20, "latency": [20]}}}"#;
+
+#[test]
+fn bad_model_files_exit_nonzero_with_clear_errors() {
+    // The well-formed toy model runs.
+    let t = bad_models(OK_SCHEDULE, Some(OK_PROFILE));
+    let out = bench()
+        .args(["standalone", "--models-dir"])
+        .arg(t.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let t = bad_models("not json at all", None);
+    expect_error(t.path(), &["bad.json", "not a valid kernel schedule JSON"]);
+
+    let t = bad_models(OK_SCHEDULE, Some(r#"{"model_latency": 20, "kernel_latency": {}}"#));
+    expect_error(t.path(), &["bad.profile.json", "kernels[0] (k)", "no entry in kernel_latency"]);
+
+    let t = bad_models(&OK_SCHEDULE.replace("[1, 1, 1, 64, 1, 1]", "[1, 1, 64]"), None);
+    expect_error(t.path(), &["bad.json", "kernels[0] (k)", "launch_params has 3 values"]);
+
+    let t = bad_models(&OK_SCHEDULE.replace("\"args\": [0, 1]", "\"args\": [0, 5]"), None);
+    expect_error(t.path(), &["bad.json", "kernels[0] (k)", "5 is out of range"]);
+
+    let empty = tempfile::tempdir().unwrap();
+    expect_error(empty.path(), &["no subdirectory"]);
+
+    let out = bench()
+        .args(["standalone", "--device", "tpu9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device \"tpu9\""));
+}

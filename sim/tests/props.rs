@@ -1,0 +1,203 @@
+//! Property tests (issue 2 "Must show"): under random kernels, streams,
+//! launches (with block ranges and CU masks), preempt flags, kills and queue
+//! clears, no compute unit ever exceeds its limits, every launched block runs
+//! exactly once (or is cut by a kill), and no device queue ever holds more
+//! than its capacity.
+
+use proptest::prelude::*;
+use reef_sim::*;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+struct KSpec {
+    blocks: u32,
+    threads: u32,
+    lds: u32,
+    regs: u32,
+    curve: Vec<u64>,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Launch {
+        stream: usize,
+        kernel: usize,
+        range: Option<(u32, u32)>,
+        mask: Option<(usize, usize)>,
+    },
+    Flag {
+        stream: usize,
+        on: bool,
+    },
+    Kill {
+        stream: usize,
+    },
+    KillAll,
+    Clear {
+        stream: usize,
+    },
+}
+
+fn kspec() -> impl Strategy<Value = KSpec> {
+    (
+        1u32..1500,
+        prop::sample::select(vec![32u32, 64, 128, 256, 512, 1024]),
+        prop::sample::select(vec![0u32, 1024, 8192, 20_000, 65_536]),
+        prop::sample::select(vec![0u32, 4096, 16_384, 65_536]),
+        prop::collection::vec(500u64..50_000, 1..8),
+    )
+        .prop_map(|(blocks, threads, lds, regs, curve)| KSpec {
+            blocks,
+            threads,
+            lds,
+            regs,
+            curve,
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..4, 0usize..6, prop::option::of((0u32..1000, 0u32..1000)),
+              prop::option::of((0usize..60, 1usize..20)))
+            .prop_map(|(stream, kernel, range, mask)| Op::Launch { stream, kernel, range, mask }),
+        1 => (0usize..4, any::<bool>()).prop_map(|(stream, on)| Op::Flag { stream, on }),
+        1 => (0usize..4).prop_map(|stream| Op::Kill { stream }),
+        1 => Just(Op::KillAll),
+        1 => (0usize..4).prop_map(|stream| Op::Clear { stream }),
+    ]
+}
+
+fn check_step(sim: &mut Sim, until: u64, events: &mut Vec<DeviceEvent>) {
+    while let Some(t) = sim.next_event_time() {
+        if t > until {
+            break;
+        }
+        events.extend(sim.advance_to(t));
+        if let Err(e) = sim.check_invariants() {
+            panic!("at {t} ns: {e}");
+        }
+    }
+    events.extend(sim.advance_to(until));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn limits_blocks_once_queue_capacity(
+        kernels in prop::collection::vec(kspec(), 6),
+        streams in prop::collection::vec((-2i32..3, 1usize..6), 4),
+        ops in prop::collection::vec((0u64..60_000, op()), 1..60),
+        spec_name in prop::sample::select(vec!["mi50", "gv100", "h100"]),
+    ) {
+        let spec = DeviceSpec::preset(spec_name).unwrap();
+        let ncu = spec.compute_units as usize;
+        let shapes: Vec<Option<Arc<KernelShape>>> = kernels
+            .iter()
+            .map(|k| {
+                KernelShape::synthetic("p", k.blocks, k.threads, k.lds, k.regs, k.curve.clone(), &spec)
+                    .ok()
+                    .map(Arc::new)
+            })
+            .collect();
+        let cfg = SimConfig { seed: 1, jitter: 0.1, record_blocks: true };
+        let mut sim = Sim::new(spec, cfg);
+        let ids: Vec<StreamId> = streams
+            .iter()
+            .map(|&(p, c)| sim.create_stream(p, c).unwrap())
+            .collect();
+        let mut launched: HashMap<LaunchId, Range<u32>> = HashMap::new();
+        let mut events = Vec::new();
+        for (dt, op) in ops {
+            let until = sim.now() + dt;
+            check_step(&mut sim, until, &mut events);
+            match op {
+                Op::Launch { stream, kernel, range, mask } => {
+                    let Some(sh) = shapes[kernel].clone() else { continue };
+                    let mut l = KernelLaunch::new(sh.clone(), Tags::default());
+                    let mut r = 0..sh.blocks;
+                    if let Some((a, b)) = range {
+                        let (a, b) = (a % sh.blocks, b % sh.blocks);
+                        let (s, e) = (a.min(b), a.max(b) + 1);
+                        r = s..e;
+                        l = l.with_blocks(r.clone());
+                    }
+                    if let Some((s, n)) = mask {
+                        l = l.with_cus(CuSet::range(s % ncu, (s % ncu + n).min(ncu)));
+                    }
+                    let st = ids[stream];
+                    let full = sim.queue_len(st) >= sim.queue_capacity(st);
+                    match sim.launch(st, l) {
+                        Ok(id) => {
+                            prop_assert!(!full);
+                            launched.insert(id, r);
+                        }
+                        Err(SimError::QueueFull { .. }) => prop_assert!(full),
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                    prop_assert!(sim.queue_len(st) <= sim.queue_capacity(st));
+                }
+                Op::Flag { stream, on } => sim.set_preempt_flag(ids[stream], on).unwrap(),
+                Op::Kill { stream } => sim.kill_stream(ids[stream]).unwrap(),
+                Op::KillAll => sim.kill_all().unwrap(),
+                Op::Clear { stream } => {
+                    sim.clear_queue(ids[stream]).unwrap();
+                }
+            }
+        }
+        // Let everything finish (clear flags so nothing is left waiting).
+        for &s in &ids {
+            sim.set_preempt_flag(s, false).unwrap();
+        }
+        check_step(&mut sim, u64::MAX / 4, &mut events);
+        prop_assert_eq!(sim.resident_blocks(), 0);
+
+        // Exactly one terminal event per launch.
+        let mut terminal: HashMap<LaunchId, EventKind> = HashMap::new();
+        for e in &events {
+            if e.kind != EventKind::Started {
+                prop_assert!(terminal.insert(e.launch, e.kind).is_none(), "two outcomes for {:?}", e.launch);
+            }
+        }
+        prop_assert_eq!(terminal.len(), launched.len());
+
+        // Blocks: disjoint, inside the launch's range; a completed launch's
+        // finished groups cover the range exactly once.
+        let mut by_launch: HashMap<LaunchId, Vec<&BlockRecord>> = HashMap::new();
+        for r in sim.block_records() {
+            prop_assert!(r.outcome != BlockOutcome::Running);
+            by_launch.entry(r.launch).or_default().push(r);
+        }
+        for (id, range) in &launched {
+            let mut recs = by_launch.remove(id).unwrap_or_default();
+            recs.sort_by_key(|r| r.blocks.start);
+            for w in recs.windows(2) {
+                prop_assert!(w[0].blocks.end <= w[1].blocks.start, "overlapping blocks");
+            }
+            for r in &recs {
+                prop_assert!(r.blocks.start >= range.start && r.blocks.end <= range.end);
+                prop_assert_eq!(r.blocks.len() as u32, r.per_cu * r.cus.len() as u32);
+            }
+            match terminal[id] {
+                EventKind::Completed => {
+                    prop_assert!(recs.iter().all(|r| r.outcome == BlockOutcome::Finished));
+                    let covered: u32 = recs.iter().map(|r| r.blocks.len() as u32).sum();
+                    prop_assert_eq!(covered, range.len() as u32);
+                }
+                EventKind::Killed { blocks_done } => {
+                    let fin: u32 = recs
+                        .iter()
+                        .filter(|r| r.outcome == BlockOutcome::Finished)
+                        .map(|r| r.blocks.len() as u32)
+                        .sum();
+                    prop_assert_eq!(fin, blocks_done);
+                }
+                EventKind::Evicted | EventKind::Cleared => prop_assert!(recs.is_empty()),
+                EventKind::Started => unreachable!(),
+            }
+        }
+        prop_assert!(by_launch.is_empty(), "blocks of unknown launches");
+    }
+}
