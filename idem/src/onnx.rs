@@ -843,7 +843,8 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
             if !i.is_empty() && ins[k].is_none() {
                 return Err(format!(
                     "{}: input {i:?} is produced by no earlier node, initializer or graph input \
-                     (nodes must be in topological order)",
+                     (nodes must be in topological order; optional outputs such as \
+                     Dropout's mask or training statistics are not produced at inference)",
                     label()
                 ));
             }
@@ -865,7 +866,10 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
         } else {
             Kind::Kernel
         };
-        for (o, mut t) in n.output.iter().zip(outs) {
+        // A view produces only its first output (e.g. no Dropout mask at
+        // inference).
+        let produced = if kind == Kind::View { 1 } else { outs.len() };
+        for (o, mut t) in n.output.iter().zip(outs).take(produced) {
             if o.is_empty() {
                 continue;
             }
@@ -1253,6 +1257,21 @@ mod tests {
         );
         let e = lower(&bad, "m", &Options::default()).unwrap_err();
         assert!(e.contains("node #2") && e.contains("\"mean\""), "{e}");
+    }
+
+    #[test]
+    fn dropout_mask_is_not_produced() {
+        let m = model(
+            vec![
+                node("Relu", &["x"], &["r"]),
+                node("Dropout", &["r"], &["d", "mask"]),
+                node("Relu", &["mask"], &["y"]),
+            ],
+            vec![],
+            "y",
+        );
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
+        assert!(e.contains("node #2") && e.contains("Dropout's mask"), "{e}");
     }
 
     #[test]
