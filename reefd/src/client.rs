@@ -316,6 +316,14 @@ impl Client {
         }
     }
 
+    /// Resumes streams preempted by [`Client::preempt`].
+    pub fn resume(&mut self, target: PreemptTarget) -> Result<Vec<u64>> {
+        match self.call(RequestBody::Resume { target })? {
+            Reply::Resumed { streams } => Ok(streams),
+            r => Err(unexpected(r)),
+        }
+    }
+
     pub fn set_policy(&mut self, policy: &str) -> Result<String> {
         match self.call(RequestBody::SetPolicy {
             policy: policy.into(),

@@ -70,6 +70,13 @@ pub struct DeviceConfig {
 pub struct SchedulerConfig {
     /// Initial policy: reef, rt-only, seq, streams or wait.
     pub policy: String,
+    /// Device-queue capacity of preemptible streams (REEF §4.2: 4 on MI50).
+    pub device_queue_capacity: usize,
+    /// Best-effort streams of the scheduler per loaded model: how many BE
+    /// clients may use one model at once.
+    pub be_streams_per_model: usize,
+    /// Seed of the simulated device.
+    pub seed: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -111,6 +118,9 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
             policy: "reef".into(),
+            device_queue_capacity: 4,
+            be_streams_per_model: 4,
+            seed: 0,
         }
     }
 }
@@ -212,6 +222,11 @@ impl Config {
                 self.scheduler.policy,
                 POLICIES.join(", ")
             )));
+        }
+        if self.scheduler.device_queue_capacity == 0 || self.scheduler.be_streams_per_model == 0 {
+            return Err(ConfigError::Invalid(
+                "scheduler.device_queue_capacity and scheduler.be_streams_per_model must be at least 1".into(),
+            ));
         }
         if self.daemon.max_frame_bytes < 64 || self.daemon.max_frame_bytes > (64 << 20) {
             return Err(ConfigError::Invalid(format!(

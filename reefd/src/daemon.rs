@@ -21,11 +21,17 @@ pub struct StartOptions {
     pub foreground: bool,
 }
 
-/// Builds the engine that serves on `preset`. Until the scheduler core
-/// (reef-sched) and the block-level simulator (reef-sim) are integrated, the
-/// only engine is the plain in-order executor, and `status` says so.
-pub fn make_engine(_preset: &str, _policy: &str) -> Box<dyn Engine> {
-    Box::new(crate::engine::inorder::InOrderExecutor::new())
+/// Builds the engine that serves on simulator `preset`: the scheduler core
+/// (reef-sched) driving the block-level simulator (reef-sim).
+pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>> {
+    let e = crate::engine::sched::SchedEngine::new(crate::engine::sched::SchedSettings {
+        preset: preset.to_string(),
+        policy: cfg.scheduler.policy.clone(),
+        dq_capacity: cfg.scheduler.device_queue_capacity,
+        be_streams_per_model: cfg.scheduler.be_streams_per_model,
+        seed: cfg.scheduler.seed,
+    })?;
+    Ok(Box::new(e))
 }
 
 /// Reads the PID in a PID file, if the file exists and the process lives.
@@ -144,7 +150,13 @@ fn run(
     if let Some(n) = &selected.notice {
         tracing::warn!("{n}");
     }
-    let engine = make_engine(&selected.preset, &cfg.scheduler.policy);
+    let engine = match make_engine(&selected.preset, cfg) {
+        Ok(e) => e,
+        Err(e) => {
+            report(&mut ready, &format!("{e:#}"));
+            return Err(e);
+        }
+    };
     let info = engine.info();
     let rt = Runtime::new(
         engine,

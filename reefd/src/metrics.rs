@@ -103,6 +103,10 @@ pub struct Metrics {
     pub kernels_launched: u64,
     /// Preemptions by level (1..=3).
     pub preemptions: BTreeMap<u8, u64>,
+    /// Kernels taken off the device by preemptions.
+    pub preempted_kernels: u64,
+    pub restores: u64,
+    pub corrupted_outputs: u64,
     pub rt_latency: Histogram,
     pub be_latency: Histogram,
     pub control_path: Histogram,
@@ -168,9 +172,27 @@ pub fn render(m: &Metrics, uptime_s: f64, queues: &[QueueDepth]) -> String {
         "Kernels pushed into device queues.",
         m.kernels_launched,
     );
+    counter(
+        &mut o,
+        "reef_preempted_kernels_total",
+        "Kernels dropped from host queues, evicted from device queues or killed by preemptions.",
+        m.preempted_kernels,
+    );
+    counter(
+        &mut o,
+        "reef_restores_total",
+        "Preempted tasks restored from their restore point.",
+        m.restores,
+    );
+    counter(
+        &mut o,
+        "reef_corrupted_outputs_total",
+        "Finished tasks whose outputs differ from an unpreempted run (value tracking); should stay 0.",
+        m.corrupted_outputs,
+    );
     let _ = writeln!(
         o,
-        "# HELP reef_preemptions_total Kernels preempted, by preemption level (1 host-queue eviction, 2 lazy eviction, 3 kill).\n# TYPE reef_preemptions_total counter"
+        "# HELP reef_preemptions_total Preemptions, by the level used (1 host-queue eviction, 2 lazy eviction, 3 kill running blocks).\n# TYPE reef_preemptions_total counter"
     );
     for level in 1..=3u8 {
         let v = m.preemptions.get(&level).copied().unwrap_or(0);

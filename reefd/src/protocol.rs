@@ -119,6 +119,10 @@ pub enum RequestBody {
     Preempt {
         target: PreemptTarget,
     },
+    /// Resume streams preempted by `preempt` (same permissions).
+    Resume {
+        target: PreemptTarget,
+    },
     /// Switch the scheduling policy (root or the daemon's own user).
     SetPolicy {
         policy: String,
@@ -213,6 +217,9 @@ pub enum Reply {
     Preempted {
         streams: Vec<u64>,
         preempted_kernels: u64,
+    },
+    Resumed {
+        streams: Vec<u64>,
     },
     PolicySet {
         policy: String,
@@ -312,9 +319,10 @@ pub struct TaskResult {
     pub control_path_us: Option<f64>,
     /// How many times the task was preempted (and restored).
     pub preemptions: u32,
-    /// Value-tracking digest of the final outputs (DESIGN.md, simulator):
-    /// equal to an unpreempted run's iff the restore was correct.
-    pub output_digest: Option<String>,
+    /// Value tracking (DESIGN.md, simulator): whether the final outputs
+    /// equal those of an unpreempted run, i.e. every restore was correct.
+    /// Absent when the engine does not track values.
+    pub outputs_verified: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -348,6 +356,10 @@ pub struct Stats {
     pub tasks_completed: u64,
     pub tasks_failed: u64,
     pub kernels_launched: u64,
+    /// Tasks restored after a preemption (REEF §4.4).
+    pub restores: u64,
+    /// Outputs that differed from an unpreempted run (value tracking).
+    pub corrupted_outputs: u64,
     /// Preemptions by level ("1", "2", "3").
     pub preemptions: std::collections::BTreeMap<String, u64>,
     pub rt_latency: LatencySummary,

@@ -187,6 +187,10 @@ impl Runtime {
     }
 
     fn pacer(&self) {
+        // Wake up on time: the default timer slack of 50 us would delay
+        // every simulated event by up to that much.
+        #[cfg(target_os = "linux")]
+        let _ = nix::sys::prctl::set_timerslack(1);
         let mut st = self.lock();
         loop {
             if st.stop {
@@ -195,7 +199,7 @@ impl Runtime {
             let now = self.now_ns();
             let mut ev = std::mem::take(&mut st.events);
             st.engine.advance(now, &mut ev);
-            self.apply_events(&mut st, &mut ev, None);
+            self.apply_events(&mut st, &mut ev);
             st.events = ev;
             let wait = match st.engine.next_event_time() {
                 Some(t) if t <= now => continue,
@@ -218,15 +222,13 @@ impl Runtime {
 
     /// Applies engine events. `submitted` is the task whose submission
     /// produced them, stamped with the current instant if queued at once.
-    fn apply_events(&self, st: &mut State, ev: &mut Vec<EngineEvent>, submitted: Option<u64>) {
+    fn apply_events(&self, st: &mut State, ev: &mut Vec<EngineEvent>) {
         for e in ev.drain(..) {
             match e {
-                EngineEvent::FirstKernelQueued { task, at } => {
-                    let when = if submitted == Some(task) {
-                        Instant::now()
-                    } else {
-                        self.at(at)
-                    };
+                EngineEvent::FirstKernelQueued { task, at: _ } => {
+                    // The wall-clock instant the kernel was pushed into the
+                    // (simulated) device queue: now, whichever thread did it.
+                    let when = Instant::now();
                     if let Some(t) = st.tasks.get_mut(&task) {
                         if t.first_queued.is_none() {
                             t.first_queued = Some(when);
@@ -236,22 +238,17 @@ impl Runtime {
                     }
                 }
                 EngineEvent::KernelsLaunched { count } => st.metrics.kernels_launched += count,
-                EngineEvent::Preempted {
-                    task,
-                    level,
-                    kernels,
-                } => {
-                    *st.metrics.preemptions.entry(level).or_default() += kernels;
+                EngineEvent::Preempted { level, kernels } => {
+                    *st.metrics.preemptions.entry(level).or_default() += 1;
+                    st.metrics.preempted_kernels += kernels;
+                }
+                EngineEvent::Restored { task } => {
+                    st.metrics.restores += 1;
                     if let Some(t) = st.tasks.get_mut(&task) {
                         t.preemptions += 1;
                     }
                 }
-                EngineEvent::TaskDone {
-                    task,
-                    at,
-                    digest,
-                    preemptions,
-                } => {
+                EngineEvent::TaskDone { task, at, verified } => {
                     let Some(t) = st.tasks.remove(&task) else {
                         continue;
                     };
@@ -269,6 +266,9 @@ impl Runtime {
                         Priority::Be => st.metrics.be_latency.observe_us(latency_us),
                     }
                     st.metrics.tasks_completed += 1;
+                    if verified == Some(false) {
+                        st.metrics.corrupted_outputs += 1;
+                    }
                     if let Some(s) = st.streams.get_mut(&t.stream) {
                         s.tasks.remove(&task);
                         s.completed += 1;
@@ -282,8 +282,8 @@ impl Runtime {
                         control_path_us: t
                             .first_queued
                             .map(|q| q.saturating_duration_since(t.arrival).as_secs_f64() * 1e6),
-                        preemptions: preemptions.max(t.preemptions),
-                        output_digest: digest.map(|d| format!("{d:016x}")),
+                        preemptions: t.preemptions,
+                        outputs_verified: verified,
                     };
                     deliver(task, t.waiter, Ok(result));
                 }
@@ -341,7 +341,7 @@ impl Runtime {
         let now = self.now_ns();
         let mut ev = std::mem::take(&mut st.events);
         let dropped = st.engine.close_stream(now, stream, &mut ev);
-        self.apply_events(st, &mut ev, None);
+        self.apply_events(st, &mut ev);
         st.events = ev;
         let mut n = 0;
         let mut pending: Vec<u64> = dropped;
@@ -453,7 +453,7 @@ impl Runtime {
                 }
                 let id = st.next_stream;
                 if let Err(e) = st.engine.open_stream(id, priority) {
-                    return Err_(Failure::new(ErrorCode::Unsupported, e.to_string()));
+                    return Err_(engine_failure(e));
                 }
                 st.next_stream += 1;
                 st.streams.insert(
@@ -508,7 +508,8 @@ impl Runtime {
                 Ok_(Reply::Tasks { tasks })
             }
             RequestBody::Stats => Ok_(Reply::Stats(self.stats_locked(st))),
-            RequestBody::Preempt { target } => self.preempt(st, peer, target),
+            RequestBody::Preempt { target } => self.preempt(st, peer, target, false),
+            RequestBody::Resume { target } => self.preempt(st, peer, target, true),
             RequestBody::SetPolicy { policy } => {
                 if !peer.is_root() && peer.uid != self.daemon_uid {
                     return Err_(Failure::new(
@@ -532,7 +533,7 @@ impl Runtime {
                         tracing::info!(%policy, uid = peer.uid, "policy switched");
                         Ok_(Reply::PolicySet { policy })
                     }
-                    Err(e) => Err_(Failure::new(ErrorCode::Unsupported, e.to_string())),
+                    Err(e) => Err_(engine_failure(e)),
                 }
             }
         }
@@ -602,26 +603,27 @@ impl Runtime {
                 if let Some(s) = st.streams.get_mut(&stream) {
                     s.tasks.insert(task);
                 }
-                self.apply_events(st, &mut ev, Some(task));
+                self.apply_events(st, &mut ev);
                 st.events = ev;
                 handled
             }
             Err(e) => {
                 st.events = ev;
                 st.tasks.remove(&task);
-                Handled::Error(Failure::new(ErrorCode::Unsupported, e.to_string()))
+                Handled::Error(engine_failure(e))
             }
         }
     }
 
-    fn preempt(&self, st: &mut State, peer: Peer, target: PreemptTarget) -> Handled {
+    fn preempt(&self, st: &mut State, peer: Peer, target: PreemptTarget, resume: bool) -> Handled {
+        let what = if resume { "resume" } else { "preempt" };
         let streams: Vec<u64> = match target {
             PreemptTarget::Stream(id) => {
                 let Some(s) = st.streams.get(&id) else {
                     return Handled::Error(no_stream(id));
                 };
                 if s.owner.uid != peer.uid && !peer.is_root() {
-                    return Handled::Error(not_owner("preempt", id, s.owner.uid));
+                    return Handled::Error(not_owner(what, id, s.owner.uid));
                 }
                 vec![id]
             }
@@ -637,17 +639,26 @@ impl Runtime {
         let mut total = 0;
         let mut ev = std::mem::take(&mut st.events);
         for id in &streams {
-            match st.engine.preempt(now, *id, &mut ev) {
+            let r = if resume {
+                st.engine.resume(now, *id, &mut ev).map(|_| 0)
+            } else {
+                st.engine.preempt(now, *id, &mut ev)
+            };
+            match r {
                 Ok(n) => total += n,
                 Err(e) => {
-                    self.apply_events(st, &mut ev, None);
+                    self.apply_events(st, &mut ev);
                     st.events = ev;
-                    return Handled::Error(Failure::new(ErrorCode::Unsupported, e.to_string()));
+                    return Handled::Error(engine_failure(e));
                 }
             }
         }
-        self.apply_events(st, &mut ev, None);
+        self.apply_events(st, &mut ev);
         st.events = ev;
+        if resume {
+            tracing::info!(?streams, uid = peer.uid, "resumed by command");
+            return Handled::Reply(Reply::Resumed { streams });
+        }
         tracing::info!(
             ?streams,
             kernels = total,
@@ -746,7 +757,7 @@ impl Runtime {
             model: Arc::new(model),
             idempotence: idem,
         }) {
-            return Handled::Error(Failure::new(ErrorCode::Unsupported, e.to_string()));
+            return Handled::Error(engine_failure(e));
         }
         tracing::info!(model = %key, uid = conn.peer.uid, kernels = info.kernels, "model loaded");
         st.models.insert(
@@ -786,6 +797,8 @@ impl Runtime {
             tasks_completed: m.tasks_completed,
             tasks_failed: m.tasks_failed,
             kernels_launched: m.kernels_launched,
+            restores: m.restores,
+            corrupted_outputs: m.corrupted_outputs,
             preemptions: m
                 .preemptions
                 .iter()
@@ -911,6 +924,17 @@ fn stream_info(st: &State, id: u64) -> StreamInfo {
         device_queue: device,
         completed: s.completed,
     }
+}
+
+fn engine_failure(e: crate::engine::EngineError) -> Failure {
+    use crate::engine::EngineError as E;
+    let code = match &e {
+        E::Unsupported(_) => ErrorCode::Unsupported,
+        E::NotFound(_) => ErrorCode::NotFound,
+        E::Invalid(_) => ErrorCode::BadRequest,
+        E::Busy(_) => ErrorCode::Busy,
+    };
+    Failure::new(code, e.to_string())
 }
 
 fn no_stream(id: u64) -> Failure {

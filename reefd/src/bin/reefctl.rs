@@ -46,6 +46,13 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Resume streams stopped by `preempt`.
+    Resume {
+        #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+        stream: Option<u64>,
+        #[arg(long)]
+        all: bool,
+    },
     /// List the registered streams.
     Streams,
     /// List the inferences in flight.
@@ -191,12 +198,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let r = c.infer(s.stream, &model)?;
                 if !cli.json {
                     println!(
-                        "task {:>6}  latency {:>10.1} us  normalized {:>6}  control path {:>8} us  preemptions {}",
+                        "task {:>6}  latency {:>10.1} us  normalized {:>6}  control path {:>8} us  preemptions {}  outputs {}",
                         r.task,
                         r.latency_us,
                         r.normalized_latency.map_or("-".into(), |n| format!("{n:.3}")),
                         r.control_path_us.map_or("-".into(), |u| format!("{u:.1}")),
-                        r.preemptions
+                        r.preemptions,
+                        match r.outputs_verified {
+                            Some(true) => "verified",
+                            Some(false) => "CORRUPTED",
+                            None => "untracked",
+                        }
                     );
                 }
                 results.push(r);
@@ -224,6 +236,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             println!("preempted streams {streams:?}: {kernels} kernels evicted or killed");
+        }
+        Cmd::Resume { stream, all } => {
+            let target = match (stream, all) {
+                (Some(s), _) => PreemptTarget::Stream(s),
+                _ => PreemptTarget::All,
+            };
+            let streams = c.resume(target)?;
+            if cli.json {
+                return print_json(&serde_json::json!({"streams": streams}));
+            }
+            println!("resumed streams {streams:?}");
         }
         Cmd::Streams => {
             let ss = c.streams()?;
@@ -326,7 +349,11 @@ fn print_stats(s: &reefd::protocol::Stats) {
         .map(|(l, n)| format!("level {l}: {n}"))
         .collect();
     println!(
-        "preempted kernels: {}",
+        "restores {}, outputs differing from an unpreempted run {}",
+        s.restores, s.corrupted_outputs
+    );
+    println!(
+        "preemptions: {}",
         if pre.is_empty() {
             "none".into()
         } else {

@@ -82,8 +82,7 @@ impl InOrderExecutor {
                 out.push(EngineEvent::TaskDone {
                     task: job.task,
                     at: now,
-                    digest: None,
-                    preemptions: 0,
+                    verified: None,
                 });
                 continue;
             }
@@ -191,6 +190,17 @@ impl Engine for InOrderExecutor {
         ))
     }
 
+    fn resume(
+        &mut self,
+        _now: Nanos,
+        _stream: u64,
+        _out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported(
+            "the in-order executor cannot preempt, so there is nothing to resume".into(),
+        ))
+    }
+
     fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         while let Some(r) = self.running.as_mut() {
             if r.kernel_end > now {
@@ -208,8 +218,7 @@ impl Engine for InOrderExecutor {
                 out.push(EngineEvent::TaskDone {
                     task,
                     at: end,
-                    digest: None,
-                    preemptions: 0,
+                    verified: None,
                 });
                 self.start_next(end, out);
             }

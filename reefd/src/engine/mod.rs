@@ -10,6 +10,7 @@
 //! so an engine built on the sans-IO scheduler core stays sans-IO.
 
 pub mod inorder;
+pub mod sched;
 
 use crate::protocol::{Priority, TaskState};
 use reef_model::idempotence::IdempotenceMetadata;
@@ -45,15 +46,18 @@ pub enum EngineEvent {
     FirstKernelQueued { task: u64, at: Nanos },
     /// `count` kernels were pushed into device queues.
     KernelsLaunched { count: u64 },
-    /// `kernels` kernels of `task` were evicted or killed at `level`.
-    Preempted { task: u64, level: u8, kernels: u64 },
+    /// One preemption at `level` took `kernels` kernels off the device
+    /// (dropped from host queues, evicted or killed).
+    Preempted { level: u8, kernels: u64 },
+    /// A preempted task was restored (REEF §4.4) and will run again.
+    Restored { task: u64 },
     /// The task's last kernel completed at `at`.
     TaskDone {
         task: u64,
         at: Nanos,
-        /// Value-tracking digest of the outputs, when the device tracks them.
-        digest: Option<u64>,
-        preemptions: u32,
+        /// Whether the outputs equal an unpreempted run's (value tracking),
+        /// when the device tracks values.
+        verified: Option<bool>,
     },
     /// The engine refused the task (e.g. BE work under an RT-only policy).
     TaskRejected { task: u64, reason: String },
@@ -67,6 +71,8 @@ pub enum EngineError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// Progress of one task inside the engine.
@@ -108,6 +114,13 @@ pub trait Engine: Send {
         stream: u64,
         out: &mut Vec<EngineEvent>,
     ) -> Result<u64, EngineError>;
+    /// Resumes a stream preempted by command.
+    fn resume(
+        &mut self,
+        now: Nanos,
+        stream: u64,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError>;
     /// Runs the device up to `now`.
     fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>);
     /// When something next happens without new input (`None`: idle).

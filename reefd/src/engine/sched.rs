@@ -1,0 +1,830 @@
+//! The live engine: the sans-IO scheduler core (reef-sched, REEF §3.1 task
+//! queues and real-time/normal modes, §4 reset-based preemption) driving the
+//! block-level simulated GPU (reef-sim), paced to the wall clock by the
+//! runtime. This is the same pairing the virtual-time benchmark runs
+//! (reef-bench's DISB runner); here `now` comes from the wall clock, and the
+//! simulator never runs ahead of it.
+//!
+//! Mapping daemon clients onto the scheduler. The core is built for a fixed
+//! set of clients, each bound to one model and one class (REEF §3.1: one
+//! real-time task queue, one best-effort queue per BE client). The engine
+//! therefore gives every loaded model one RT scheduler client (REEF's layout
+//! puts every RT client on the one RT stream anyway, served one request at a
+//! time) and `be_streams_per_model` BE scheduler clients, each with its own
+//! stream (host queue + capped device queue, §4.1 Fig. 7). A daemon BE stream
+//! takes a free BE client of a model the first time it infers that model and
+//! keeps it until it closes. Each daemon stream has at most one request inside
+//! the scheduler; the rest wait in the stream's own FIFO here, so a client that
+//! dies leaves at most one request to finish on the device, and its queued
+//! ones are dropped at once.
+//!
+//! Loading or unloading a model, or switching the policy, rebuilds the core
+//! and a fresh simulator (both are built for a fixed configuration). The
+//! rebuild waits until no request is inside the scheduler: new requests wait
+//! in their stream FIFOs meanwhile, so the stall is bounded by the requests
+//! already running.
+//!
+//! Value tracking (DESIGN.md, simulator): every kernel launch carries the
+//! buffers it reads and writes; buffers are per scheduler client, so every
+//! request of a client must end with the same output versions as one
+//! unpreempted run of its model. Each finished request is checked against
+//! that reference (`outputs_verified`).
+
+use super::{Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, TaskProgress};
+use crate::protocol::{Priority, TaskState};
+use reef_sched::{
+    Action, Class, ClientId, ClientSpec, Config as SchedConfig, DeviceCaps, Event, KernelTag,
+    ModelId, ModelInfo, PreemptLevel, RequestId, Scheduler, StreamId, StreamPriority,
+};
+use reef_sim::{
+    BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
+    ValueTracker,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Settings of a [`SchedEngine`].
+#[derive(Debug, Clone)]
+pub struct SchedSettings {
+    /// Simulator preset (`mi50`, `gv100`, `h100`).
+    pub preset: String,
+    pub policy: String,
+    /// Device-queue capacity of preemptible streams (REEF §4.2: 4 on MI50).
+    pub dq_capacity: usize,
+    /// Best-effort scheduler clients (streams) per loaded model.
+    pub be_streams_per_model: usize,
+    /// Seed of the simulator.
+    pub seed: u64,
+}
+
+struct Prepared {
+    name: String,
+    model: Arc<reef_model::Model>,
+    shapes: Vec<Arc<KernelShape>>,
+    idempotence: Option<reef_model::idempotence::IdempotenceMetadata>,
+}
+
+/// One scheduler client.
+struct Slot {
+    model: usize,
+    class: Class,
+    /// The daemon stream holding this BE client.
+    owner: Option<u64>,
+    /// Requests of this client inside the scheduler.
+    inflight: usize,
+}
+
+/// The scheduler and simulator of one configuration.
+struct Build {
+    sched: Scheduler,
+    sim: Sim,
+    /// Engine time of simulator time 0.
+    base: Nanos,
+    streams: Vec<reef_sim::StreamId>,
+    rev: HashMap<u32, u32>,
+    slots: Vec<Slot>,
+    /// Index into `slots` of each model's RT client.
+    rt_slot: Vec<usize>,
+    preemptions_seen: usize,
+}
+
+struct DStream {
+    priority: Priority,
+    /// Tasks waiting to enter the scheduler: (task, model index).
+    queue: VecDeque<(u64, String)>,
+    /// The task inside the scheduler, if any.
+    inflight: Option<u64>,
+    /// BE scheduler client per model name.
+    be_slots: HashMap<String, usize>,
+    /// Scheduler streams this daemon stream has used.
+    sched_streams: BTreeSet<u32>,
+    preempted: bool,
+    /// Value-tracking buffer namespace.
+    ns: u32,
+}
+
+struct TaskRec {
+    dstream: Option<u64>,
+    slot: usize,
+    ns: u32,
+    launched: bool,
+    next_kernel: usize,
+    kernels: usize,
+}
+
+/// See the module documentation.
+pub struct SchedEngine {
+    settings: SchedSettings,
+    spec: DeviceSpec,
+    models: Vec<Prepared>,
+    build: Build,
+    dstreams: BTreeMap<u64, DStream>,
+    tasks: HashMap<u64, TaskRec>,
+    rebuild_pending: bool,
+    evbuf: Vec<DeviceEvent>,
+    free_ns: Vec<u32>,
+    next_ns: u32,
+}
+
+/// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
+/// after the stream and its last request are gone).
+fn buffer(ns: u32, storage: usize) -> BufferId {
+    BufferId(((ns as u64 + 1) << 32) | storage as u64)
+}
+
+fn sched_level(l: reef_sim::PreemptLevel) -> PreemptLevel {
+    match l {
+        reef_sim::PreemptLevel::EvictHostQueue => PreemptLevel::HostQueue,
+        reef_sim::PreemptLevel::PreemptFlag => PreemptLevel::LazyEviction,
+        reef_sim::PreemptLevel::KillRunning => PreemptLevel::Kill,
+    }
+}
+
+impl SchedEngine {
+    pub fn new(settings: SchedSettings) -> Result<SchedEngine, EngineError> {
+        let spec = DeviceSpec::preset(&settings.preset)
+            .map_err(|e| EngineError::Invalid(format!("device sim:{}: {e}", settings.preset)))?;
+        reef_sched::policy_by_name(&settings.policy)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if settings.be_streams_per_model == 0 || settings.dq_capacity == 0 {
+            return Err(EngineError::Invalid(
+                "scheduler.be_streams_per_model and scheduler.device_queue_capacity must be at least 1"
+                    .into(),
+            ));
+        }
+        let build = Self::make_build(&settings, &spec, &[], 0)?;
+        Ok(SchedEngine {
+            settings,
+            spec,
+            models: Vec::new(),
+            build,
+            dstreams: BTreeMap::new(),
+            tasks: HashMap::new(),
+            rebuild_pending: false,
+            evbuf: Vec::new(),
+            free_ns: Vec::new(),
+            next_ns: 0,
+        })
+    }
+
+    fn make_build(
+        settings: &SchedSettings,
+        spec: &DeviceSpec,
+        models: &[Prepared],
+        base: Nanos,
+    ) -> Result<Build, EngineError> {
+        let max_level = spec
+            .levels()
+            .iter()
+            .copied()
+            .max()
+            .map(sched_level)
+            .unwrap_or(PreemptLevel::HostQueue);
+        let cfg = SchedConfig {
+            dq_capacity: settings.dq_capacity,
+            device: DeviceCaps {
+                max_level,
+                // REEF on AMD cannot drop a device queue safely (§4.2); the
+                // scheduler relies on lazy eviction instead.
+                can_clear_device_queue: false,
+            },
+            ..SchedConfig::default()
+        };
+        let infos: Vec<ModelInfo> = models
+            .iter()
+            .map(|m| ModelInfo {
+                name: m.name.clone(),
+                kernels: m.shapes.len() as u32,
+                idempotence: m.idempotence.clone(),
+            })
+            .collect();
+        let mut specs = Vec::new();
+        let mut slots = Vec::new();
+        let mut rt_slot = Vec::new();
+        for (mi, m) in models.iter().enumerate() {
+            rt_slot.push(slots.len());
+            specs.push(ClientSpec {
+                name: format!("{}-rt", m.name),
+                model: ModelId(mi as u32),
+                class: Class::RealTime,
+            });
+            slots.push(Slot {
+                model: mi,
+                class: Class::RealTime,
+                owner: None,
+                inflight: 0,
+            });
+            for b in 0..settings.be_streams_per_model {
+                specs.push(ClientSpec {
+                    name: format!("{}-be{b}", m.name),
+                    model: ModelId(mi as u32),
+                    class: Class::BestEffort,
+                });
+                slots.push(Slot {
+                    model: mi,
+                    class: Class::BestEffort,
+                    owner: None,
+                    inflight: 0,
+                });
+            }
+        }
+        let policy = reef_sched::policy_by_name(&settings.policy)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let sched = Scheduler::new(policy, cfg, infos, specs)
+            .map_err(|e| EngineError::Invalid(format!("scheduler: {e}")))?;
+        let sim = Sim::new(
+            spec.clone(),
+            SimConfig {
+                seed: settings.seed,
+                ..SimConfig::default()
+            },
+        );
+        let mut b = Build {
+            sched,
+            sim,
+            base,
+            streams: Vec::new(),
+            rev: HashMap::new(),
+            slots,
+            rt_slot,
+            preemptions_seen: 0,
+        };
+        // The core's first actions create the streams.
+        let big_queue = models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1;
+        while let Some(a) = b.sched.poll_action() {
+            if let Action::CreateStream {
+                stream,
+                priority,
+                dq_capacity,
+            } = a
+            {
+                let prio = match priority {
+                    StreamPriority::High => 1,
+                    StreamPriority::Normal => 0,
+                };
+                let s = b
+                    .sim
+                    .create_stream(prio, dq_capacity.unwrap_or(big_queue).max(1))
+                    .map_err(|e| EngineError::Invalid(format!("simulator: {e}")))?;
+                debug_assert_eq!(stream.0 as usize, b.streams.len());
+                b.streams.push(s);
+                b.rev.insert(s.0, stream.0);
+            }
+        }
+        Ok(b)
+    }
+
+    fn sim_now(&self, now: Nanos) -> u64 {
+        now.saturating_sub(self.build.base)
+    }
+
+    fn idle(&self) -> bool {
+        self.build.slots.iter().all(|s| s.inflight == 0)
+    }
+
+    /// Rebuilds the core and simulator when asked and nothing is inside.
+    fn maybe_rebuild(&mut self, now: Nanos) {
+        if !self.rebuild_pending || !self.idle() {
+            return;
+        }
+        match Self::make_build(&self.settings, &self.spec, &self.models, now) {
+            Ok(b) => {
+                self.build = b;
+                for d in self.dstreams.values_mut() {
+                    d.be_slots.clear();
+                    d.sched_streams.clear();
+                    d.preempted = false;
+                }
+                self.rebuild_pending = false;
+                tracing::debug!(policy = %self.settings.policy, models = self.models.len(), "scheduler rebuilt");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "scheduler rebuild failed; keeping the previous one")
+            }
+        }
+    }
+
+    fn model_index(&self, name: &str) -> Option<usize> {
+        self.models.iter().position(|m| m.name == name)
+    }
+
+    /// Moves waiting requests into the scheduler where their stream has none inside.
+    fn forward(&mut self, out: &mut Vec<EngineEvent>) {
+        if self.rebuild_pending {
+            return;
+        }
+        let ids: Vec<u64> = self.dstreams.keys().copied().collect();
+        for id in ids {
+            let d = &self.dstreams[&id];
+            if d.inflight.is_some() || d.queue.is_empty() {
+                continue;
+            }
+            let (task, model) = d.queue[0].clone();
+            let Some(mi) = self.model_index(&model) else {
+                let d = self.dstreams.get_mut(&id).expect("stream");
+                d.queue.pop_front();
+                out.push(EngineEvent::TaskRejected {
+                    task,
+                    reason: format!("model {model} was unloaded"),
+                });
+                continue;
+            };
+            let slot = match d.priority {
+                Priority::Rt => self.build.rt_slot[mi],
+                Priority::Be => match d.be_slots.get(&model) {
+                    Some(&s) => s,
+                    None => {
+                        let free = self.build.slots.iter().position(|s| {
+                            s.model == mi
+                                && s.class == Class::BestEffort
+                                && s.owner.is_none()
+                                && s.inflight == 0
+                        });
+                        let Some(s) = free else {
+                            // Every BE client of this model is taken: wait.
+                            continue;
+                        };
+                        self.build.slots[s].owner = Some(id);
+                        self.dstreams
+                            .get_mut(&id)
+                            .expect("stream")
+                            .be_slots
+                            .insert(model.clone(), s);
+                        s
+                    }
+                },
+            };
+            let sstream = self.build.sched.core().stream_of(ClientId(slot as u32));
+            let d = self.dstreams.get_mut(&id).expect("stream");
+            d.queue.pop_front();
+            d.inflight = Some(task);
+            d.sched_streams.insert(sstream.0);
+            let ns = d.ns;
+            self.build.slots[slot].inflight += 1;
+            let kernels = self.models[mi].shapes.len();
+            // A new request starts from fresh buffers: its input, and
+            // intermediates not carried over from the previous request.
+            let values = self.build.sim.values_mut();
+            for b in 0..self.models[mi].model.buffers.len() {
+                let id = buffer(ns, b);
+                values.set(id, ValueTracker::initial(id));
+            }
+            self.tasks.insert(
+                task,
+                TaskRec {
+                    dstream: Some(id),
+                    slot,
+                    ns,
+                    launched: false,
+                    next_kernel: 0,
+                    kernels,
+                },
+            );
+            let t = self.build.sim.now();
+            self.build.sched.handle(
+                t,
+                Event::RequestArrived {
+                    req: RequestId(task),
+                    client: ClientId(slot as u32),
+                    deadline: None,
+                },
+            );
+            self.apply_actions(out);
+        }
+    }
+
+    fn apply_actions(&mut self, out: &mut Vec<EngineEvent>) {
+        let b = &mut self.build;
+        let now = b.sim.now();
+        while let Some(a) = b.sched.poll_action() {
+            match a {
+                Action::CreateStream { .. } => {
+                    tracing::error!("scheduler created a stream after start-up; ignored");
+                }
+                Action::Launch { stream, tag } => {
+                    let task = tag.req.0;
+                    let k = tag.kernel as usize;
+                    let Some(rec) = self.tasks.get_mut(&task) else {
+                        tracing::error!(task, "launch for an unknown task");
+                        continue;
+                    };
+                    let slot = rec.slot;
+                    let ns = rec.ns;
+                    let m = &self.models[b.slots[slot].model];
+                    let kern = &m.model.kernels[k];
+                    let l = KernelLaunch::new(
+                        m.shapes[k].clone(),
+                        Tags {
+                            task,
+                            kernel: tag.kernel,
+                            user: 0,
+                        },
+                    )
+                    .with_buffers(
+                        kern.reads.iter().map(|&x| buffer(ns, x)).collect(),
+                        kern.writes.iter().map(|&x| buffer(ns, x)).collect(),
+                    );
+                    if let Err(e) = b.sim.launch(b.streams[stream.0 as usize], l) {
+                        tracing::error!(error = %e, "launch refused by the device");
+                        continue;
+                    }
+                    rec.next_kernel = k + 1;
+                    if !rec.launched {
+                        rec.launched = true;
+                        out.push(EngineEvent::FirstKernelQueued {
+                            task,
+                            at: b.base + now,
+                        });
+                    }
+                    out.push(EngineEvent::KernelsLaunched { count: 1 });
+                }
+                Action::SetPreemptFlag { stream, value } => {
+                    let _ = b.sim.set_preempt_flag(b.streams[stream.0 as usize], value);
+                }
+                Action::KillStream { stream } => {
+                    let _ = b.sim.kill_stream(b.streams[stream.0 as usize]);
+                }
+                Action::ClearDeviceQueue { stream } => {
+                    let _ = b.sim.clear_queue(b.streams[stream.0 as usize]);
+                }
+                // Asynchronous reclamation (§4.2): the dropped launches are
+                // plain data already released by the core.
+                Action::ReclaimHostQueue { .. } => {}
+                Action::Restore {
+                    req, from_kernel, ..
+                } => {
+                    if let Some(rec) = self.tasks.get_mut(&req.0) {
+                        rec.next_kernel = from_kernel as usize;
+                    }
+                    out.push(EngineEvent::Restored { task: req.0 });
+                }
+                Action::RequestDone { req, .. } | Action::RequestRejected { req, .. } => {
+                    let done = matches!(a, Action::RequestDone { .. });
+                    let task = req.0;
+                    let Some(rec) = self.tasks.remove(&task) else {
+                        continue;
+                    };
+                    let slot = rec.slot;
+                    b.slots[slot].inflight = b.slots[slot].inflight.saturating_sub(1);
+                    if let Some(d) = rec.dstream.and_then(|d| self.dstreams.get_mut(&d)) {
+                        if d.inflight == Some(task) {
+                            d.inflight = None;
+                        }
+                    }
+                    if rec.dstream.is_none() {
+                        // An orphan of a closed stream: nobody waits for it;
+                        // its buffer namespace is free now.
+                        self.free_ns.push(rec.ns);
+                        continue;
+                    }
+                    let ns = rec.ns;
+                    if !done {
+                        out.push(EngineEvent::TaskRejected {
+                            task,
+                            reason: format!(
+                                "policy {} does not serve this class of request",
+                                self.settings.policy
+                            ),
+                        });
+                        continue;
+                    }
+                    let m = &self.models[b.slots[slot].model];
+                    let outs: Vec<BufferId> = m
+                        .model
+                        .kernels
+                        .iter()
+                        .flat_map(|k| k.writes.iter().map(|&x| buffer(ns, x)))
+                        .collect();
+                    // The reference: the same request run once, unpreempted.
+                    let mut reference = ValueTracker::new();
+                    for (k, kern) in m.model.kernels.iter().enumerate() {
+                        let r: Vec<BufferId> = kern.reads.iter().map(|&x| buffer(ns, x)).collect();
+                        let w: Vec<BufferId> = kern.writes.iter().map(|&x| buffer(ns, x)).collect();
+                        let sh = &m.shapes[k];
+                        reference.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
+                    }
+                    let verified = b.sim.values().diff(&reference, &outs).is_empty();
+                    out.push(EngineEvent::TaskDone {
+                        task,
+                        at: b.base + now,
+                        verified: Some(verified),
+                    });
+                }
+            }
+        }
+        let recs = b.sched.preemptions();
+        for r in &recs[b.preemptions_seen..] {
+            out.push(EngineEvent::Preempted {
+                level: r.level.number(),
+                kernels: (r.dropped_from_host_queue + r.evicted + r.killed) as u64,
+            });
+        }
+        b.preemptions_seen = recs.len();
+    }
+
+    fn device_event(&mut self, ev: &DeviceEvent, out: &mut Vec<EngineEvent>) {
+        let Some(&stream) = self.build.rev.get(&ev.stream.0) else {
+            return;
+        };
+        let stream = StreamId(stream);
+        let tag = KernelTag {
+            req: RequestId(ev.tags.task),
+            kernel: ev.tags.kernel,
+        };
+        let e = match ev.kind {
+            EventKind::Started => Event::KernelStarted { stream, tag },
+            EventKind::Completed => Event::KernelCompleted { stream, tag },
+            EventKind::Evicted | EventKind::Cleared => Event::KernelEvicted { stream, tag },
+            EventKind::Killed { .. } => Event::KernelKilled { stream, tag },
+        };
+        self.build.sched.handle(ev.time, e);
+        self.apply_actions(out);
+    }
+
+    fn run_device(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+        let t_now = self.sim_now(now);
+        loop {
+            match self.build.sim.next_event_time() {
+                Some(t) if t <= t_now => {
+                    let mut buf = std::mem::take(&mut self.evbuf);
+                    self.build.sim.advance_into(t, &mut buf);
+                    for ev in buf.drain(..) {
+                        self.device_event(&ev, out);
+                    }
+                    self.evbuf = buf;
+                }
+                _ => break,
+            }
+        }
+        let mut buf = std::mem::take(&mut self.evbuf);
+        self.build.sim.advance_into(t_now, &mut buf);
+        for ev in buf.drain(..) {
+            self.device_event(&ev, out);
+        }
+        self.evbuf = buf;
+        self.maybe_rebuild(now);
+        self.forward(out);
+    }
+
+    fn sched_streams_of(&self, stream: u64) -> Vec<u32> {
+        self.dstreams
+            .get(&stream)
+            .map(|d| d.sched_streams.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Engine for SchedEngine {
+    fn info(&self) -> EngineInfo {
+        let mut levels: Vec<u8> = self
+            .spec
+            .levels()
+            .into_iter()
+            .map(|l| sched_level(l).number())
+            .collect();
+        levels.sort();
+        EngineInfo {
+            name: format!(
+                "reef-sched on reef-sim {} (wall clock)",
+                self.settings.preset
+            ),
+            policy: self.settings.policy.clone(),
+            preemption_levels: levels,
+        }
+    }
+
+    fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
+        reef_sched::policy_by_name(policy).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        self.settings.policy = policy.to_string();
+        self.rebuild_pending = true;
+        self.maybe_rebuild(now);
+        Ok(())
+    }
+
+    fn add_model(&mut self, model: EngineModel) -> Result<(), EngineError> {
+        let shapes = KernelShape::for_model(&model.model, &self.spec).map_err(|e| {
+            EngineError::Invalid(format!(
+                "model {}: kernel {} cannot run on {}: {}",
+                model.name, e.kernel, self.spec.name, e.problem
+            ))
+        })?;
+        if shapes.is_empty() {
+            return Err(EngineError::Invalid(format!(
+                "model {} has no kernels",
+                model.name
+            )));
+        }
+        self.models.retain(|m| m.name != model.name);
+        self.models.push(Prepared {
+            name: model.name,
+            model: model.model,
+            shapes,
+            idempotence: model.idempotence.map(|m| (*m).clone()),
+        });
+        self.rebuild_pending = true;
+        let now = self.build.base + self.build.sim.now();
+        self.maybe_rebuild(now);
+        Ok(())
+    }
+
+    fn remove_model(&mut self, name: &str) {
+        self.models.retain(|m| m.name != name);
+        self.rebuild_pending = true;
+        let now = self.build.base + self.build.sim.now();
+        self.maybe_rebuild(now);
+    }
+
+    fn open_stream(&mut self, stream: u64, priority: Priority) -> Result<(), EngineError> {
+        let ns = self.free_ns.pop().unwrap_or_else(|| {
+            self.next_ns += 1;
+            self.next_ns - 1
+        });
+        self.dstreams.insert(
+            stream,
+            DStream {
+                priority,
+                queue: VecDeque::new(),
+                inflight: None,
+                be_slots: HashMap::new(),
+                sched_streams: BTreeSet::new(),
+                preempted: false,
+                ns,
+            },
+        );
+        Ok(())
+    }
+
+    fn close_stream(&mut self, now: Nanos, stream: u64, out: &mut Vec<EngineEvent>) -> Vec<u64> {
+        self.run_device(now, out);
+        let Some(d) = self.dstreams.remove(&stream) else {
+            return Vec::new();
+        };
+        let mut dropped: Vec<u64> = d.queue.iter().map(|(t, _)| *t).collect();
+        if let Some(t) = d.inflight {
+            // The request inside the scheduler cannot be withdrawn from it:
+            // it finishes as an orphan and its client slot frees then.
+            if let Some(rec) = self.tasks.get_mut(&t) {
+                rec.dstream = None;
+            }
+            dropped.push(t);
+        } else {
+            self.free_ns.push(d.ns);
+        }
+        for s in d.be_slots.values() {
+            self.build.slots[*s].owner = None;
+        }
+        if d.preempted {
+            // Let the orphan finish so that its client and stream free up.
+            let t = self.build.sim.now();
+            for s in d.sched_streams {
+                self.build.sched.handle(
+                    t,
+                    Event::ResumeCommand {
+                        stream: StreamId(s),
+                    },
+                );
+            }
+            self.apply_actions(out);
+        }
+        self.forward(out);
+        dropped
+    }
+
+    fn submit(
+        &mut self,
+        now: Nanos,
+        task: u64,
+        stream: u64,
+        model: &str,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError> {
+        if self.model_index(model).is_none() {
+            return Err(EngineError::NotFound(format!(
+                "model {model} is not loaded"
+            )));
+        }
+        let Some(d) = self.dstreams.get_mut(&stream) else {
+            return Err(EngineError::NotFound(format!("no stream {stream}")));
+        };
+        d.queue.push_back((task, model.to_string()));
+        self.run_device(now, out);
+        Ok(())
+    }
+
+    fn preempt(
+        &mut self,
+        now: Nanos,
+        stream: u64,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<u64, EngineError> {
+        self.run_device(now, out);
+        let Some(d) = self.dstreams.get_mut(&stream) else {
+            return Err(EngineError::NotFound(format!("no stream {stream}")));
+        };
+        d.preempted = true;
+        let streams = self.sched_streams_of(stream);
+        let t = self.build.sim.now();
+        let mut kernels = 0u64;
+        for s in streams {
+            kernels += self.build.sched.core().outstanding(StreamId(s)) as u64;
+            self.build.sched.handle(
+                t,
+                Event::PreemptCommand {
+                    stream: StreamId(s),
+                },
+            );
+            self.apply_actions(out);
+        }
+        Ok(kernels)
+    }
+
+    fn resume(
+        &mut self,
+        now: Nanos,
+        stream: u64,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError> {
+        self.run_device(now, out);
+        let Some(d) = self.dstreams.get_mut(&stream) else {
+            return Err(EngineError::NotFound(format!("no stream {stream}")));
+        };
+        d.preempted = false;
+        let streams = self.sched_streams_of(stream);
+        let t = self.build.sim.now();
+        for s in streams {
+            self.build.sched.handle(
+                t,
+                Event::ResumeCommand {
+                    stream: StreamId(s),
+                },
+            );
+            self.apply_actions(out);
+        }
+        self.forward(out);
+        Ok(())
+    }
+
+    fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+        self.run_device(now, out);
+    }
+
+    fn next_event_time(&self) -> Option<Nanos> {
+        self.build
+            .sim
+            .next_event_time()
+            .map(|t| t + self.build.base)
+    }
+
+    fn queue_depths(&self, stream: u64) -> (usize, usize) {
+        let Some(d) = self.dstreams.get(&stream) else {
+            return (0, 0);
+        };
+        let mut host = 0usize;
+        for (_, m) in &d.queue {
+            if let Some(mi) = self.model_index(m) {
+                host += self.models[mi].shapes.len();
+            }
+        }
+        let mut device = 0usize;
+        for s in &d.sched_streams {
+            let ss = self.build.streams[*s as usize];
+            device += self.build.sim.queue_len(ss);
+        }
+        if let Some(rec) = d.inflight.and_then(|t| self.tasks.get(&t)) {
+            host += rec.kernels.saturating_sub(rec.next_kernel);
+        }
+        (host, device)
+    }
+
+    fn task_progress(&self, task: u64) -> Option<TaskProgress> {
+        if let Some(rec) = self.tasks.get(&task) {
+            let paused = rec
+                .dstream
+                .and_then(|d| self.dstreams.get(&d))
+                .is_some_and(|d| d.preempted);
+            return Some(TaskProgress {
+                state: if paused {
+                    TaskState::Preempted
+                } else if rec.launched {
+                    TaskState::Running
+                } else {
+                    TaskState::Queued
+                },
+                next_kernel: rec.next_kernel,
+                kernels: rec.kernels,
+            });
+        }
+        for d in self.dstreams.values() {
+            if let Some((_, m)) = d.queue.iter().find(|(t, _)| *t == task) {
+                return Some(TaskProgress {
+                    state: TaskState::Queued,
+                    next_kernel: 0,
+                    kernels: self
+                        .model_index(m)
+                        .map_or(0, |mi| self.models[mi].shapes.len()),
+                });
+            }
+        }
+        None
+    }
+}
