@@ -149,3 +149,37 @@ fn onnx_models_under_the_in_place_planner() {
         );
     }
 }
+
+#[test]
+fn inputs_are_recognised_by_content() {
+    use reef_idem::input::{detect, InputKind};
+    let d = std::env::temp_dir().join(format!("reef-idem-detect-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let onnx_copy = d.join("squeezenet.model");
+    std::fs::copy(light_dir().join("light_squeezenet.onnx"), &onnx_copy).unwrap();
+    assert_eq!(detect(&onnx_copy).unwrap(), InputKind::Onnx);
+    let from_content = input::load(&onnx_copy, &onnx::Options::default()).unwrap();
+    assert!(from_content.kernel_count() > 0);
+
+    let vgg = reef_model::default_models_dir().join("vgg");
+    let sched_copy = d.join("vgg.data");
+    std::fs::copy(vgg.join("vgg.json"), &sched_copy).unwrap();
+    assert_eq!(detect(&sched_copy).unwrap(), InputKind::Schedule);
+    assert_eq!(detect(&vgg).unwrap(), InputKind::Schedule);
+
+    let trace_copy = d.join("trace.txt");
+    let mut text = Vec::new();
+    from_content.write(&mut text).unwrap();
+    std::fs::write(&trace_copy, &text).unwrap();
+    assert_eq!(detect(&trace_copy).unwrap(), InputKind::Trace);
+    assert_eq!(
+        input::load(&trace_copy, &onnx::Options::default()).unwrap(),
+        from_content
+    );
+
+    let junk = d.join("junk.bin");
+    std::fs::write(&junk, b"\x00\x01garbage").unwrap();
+    let e = detect(&junk).unwrap_err().to_string();
+    assert!(e.contains("junk.bin") && e.contains("cannot tell"), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
