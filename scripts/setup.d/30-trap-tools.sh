@@ -1,7 +1,7 @@
 # Tools the reef-trap tests check generated machine code with (issue 6):
-# LLVM 14's llvm-mc for the AMDGPU disassembler (Debian package llvm-14) and
-# g++ as nvcc's host compiler, make and git. NVIDIA's nvdisasm/ptxas/nvcc come from the
-# PyPI wheels installed by 10-python.sh. Installs only what is missing and
+# LLVM 14's llvm-mc for the AMDGPU disassembler (Debian package llvm-14),
+# g++ as nvcc's host compiler, make and git. NVIDIA's nvdisasm/ptxas/nvcc
+# come from the PyPI wheels installed by 10-python.sh. Installs only what is missing and
 # never touches the apt sources.
 reef_trap_missing=()
 if ! [ -x /usr/lib/llvm-14/bin/llvm-mc ] && ! command -v llvm-mc-14 >/dev/null 2>&1; then

@@ -271,6 +271,16 @@ fn nvdisasm_code_cave_branches_back_on_every_target() {
     assert!(!out.status.success(), "--base without --resume-at accepted");
 }
 
+/// Without the virtualenv the tests stop with a message saying what to run.
+#[test]
+fn missing_tools_say_to_run_setup() {
+    let empty = tempfile::tempdir().unwrap();
+    let err = nvidia_bin_dir_in(empty.path(), "nvdisasm").unwrap_err();
+    assert!(err.contains("run scripts/setup.sh"), "{err}");
+    assert!(err.contains("nvidia-cuda-nvdisasm"), "{err}");
+    assert!(nvidia_bin_dir_in(&repo_root(), "nvdisasm").is_ok());
+}
+
 #[test]
 fn every_target_is_covered() {
     let tested = [75, 80, 86, 89, 90];

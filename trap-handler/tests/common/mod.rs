@@ -16,7 +16,13 @@ pub fn repo_root() -> PathBuf {
 /// The directory holding nvdisasm, ptxas and nvcc inside `.venv`
 /// (`lib/python3.X/site-packages/nvidia/<cu13|cuda_nvcc|…>/bin`).
 pub fn nvidia_bin_dir(tool: &str) -> PathBuf {
-    let venv = repo_root().join(".venv");
+    nvidia_bin_dir_in(&repo_root(), tool).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`nvidia_bin_dir`] under another repository root; the error says what
+/// to run.
+pub fn nvidia_bin_dir_in(root: &Path, tool: &str) -> Result<PathBuf, String> {
+    let venv = root.join(".venv");
     let mut found = Vec::new();
     if let Ok(libs) = std::fs::read_dir(venv.join("lib")) {
         for py in libs.flatten() {
@@ -32,8 +38,8 @@ pub fn nvidia_bin_dir(tool: &str) -> PathBuf {
         }
     }
     found.sort();
-    found.pop().unwrap_or_else(|| {
-        panic!(
+    found.pop().ok_or_else(|| {
+        format!(
             "`{tool}` not found under {}/lib/python*/site-packages/nvidia/*/bin: \
              run scripts/setup.sh (it installs the PyPI packages nvidia-cuda-nvdisasm \
              and nvidia-cuda-nvcc into the repository's .venv)",
