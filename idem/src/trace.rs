@@ -111,9 +111,9 @@ struct RawOp {
     op: String,
     name: String,
     #[serde(default)]
-    reads: Vec<(i128, i128)>,
+    reads: Vec<(Num, Num)>,
     #[serde(default)]
-    writes: Vec<(i128, i128)>,
+    writes: Vec<(Num, Num)>,
 }
 
 #[derive(Serialize)]
@@ -133,28 +133,89 @@ struct OutOp<'a> {
 
 const FIX_HINT: &str = "see docs/idempotence.md for the reef-trace format";
 
+/// A JSON number as written: non-negative integers up to `u64::MAX`,
+/// negative integers, and anything else (fractions, integers too large for
+/// 64 bits, which serde_json reads as floating point).
+#[derive(Debug, Clone, Copy)]
+enum Num {
+    U(u64),
+    Neg(i64),
+    Other(f64),
+}
+
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::U(v) => write!(f, "{v}"),
+            Num::Neg(v) => write!(f, "{v}"),
+            Num::Other(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer byte address or length")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+                Ok(Num::U(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+                Ok(if v >= 0 {
+                    Num::U(v as u64)
+                } else {
+                    Num::Neg(v)
+                })
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+                Ok(Num::Other(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 fn check_range(
     op: &str,
     which: &str,
     idx: usize,
-    (addr, len): (i128, i128),
+    (addr, len): (Num, Num),
 ) -> Result<Range, String> {
-    let what = format!("operation {op:?}: {which} range #{idx} [{addr}, {len}]");
-    if addr < 0 || len < 0 {
-        return Err(format!(
-            "{what} is negative; addresses and lengths are non-negative byte counts ({FIX_HINT})"
-        ));
+    let what = || format!("operation {op:?}: {which} range #{idx} [{addr}, {len}]");
+    match (addr, len) {
+        (Num::U(a), Num::U(l)) => Range::new(a, l).ok_or_else(|| {
+            format!(
+                "{} overflows the 64-bit address space (addr + len must be at most {}; \
+                 {FIX_HINT})",
+                what(),
+                u64::MAX
+            )
+        }),
+        (Num::Neg(_), _) | (_, Num::Neg(_)) => Err(format!(
+            "{} is negative; addresses and lengths are non-negative byte counts ({FIX_HINT})",
+            what()
+        )),
+        (Num::Other(x), _) | (_, Num::Other(x)) if x < 0.0 => Err(format!(
+            "{} is negative; addresses and lengths are non-negative byte counts ({FIX_HINT})",
+            what()
+        )),
+        (Num::Other(x), _) | (_, Num::Other(x)) if x.fract() == 0.0 && x >= u64::MAX as f64 => {
+            Err(format!(
+                "{} overflows the 64-bit address space (addr + len must be at most {}; \
+                 {FIX_HINT})",
+                what(),
+                u64::MAX
+            ))
+        }
+        _ => Err(format!(
+            "{}: addresses and lengths must be integers ({FIX_HINT})",
+            what()
+        )),
     }
-    if addr > u64::MAX as i128 || len > u64::MAX as i128 || addr + len > u64::MAX as i128 {
-        return Err(format!(
-            "{what} overflows the 64-bit address space (addr + len must be at most {}; {FIX_HINT})",
-            u64::MAX
-        ));
-    }
-    Ok(Range {
-        addr: addr as u64,
-        len: len as u64,
-    })
 }
 
 impl Trace {
@@ -255,7 +316,7 @@ impl Trace {
                     ),
                 )
             })?;
-            let conv = |which: &str, v: &[(i128, i128)]| -> Result<Vec<Range>, TraceError> {
+            let conv = |which: &str, v: &[(Num, Num)]| -> Result<Vec<Range>, TraceError> {
                 v.iter()
                     .enumerate()
                     .map(|(k, &r)| check_range(&raw.name, which, k, r).map_err(|w| err(lineno, w)))
@@ -368,6 +429,33 @@ mod tests {
         ));
         assert_eq!(line, 3);
         assert!(what.contains("overflows"), "{what}");
+    }
+
+    #[test]
+    fn huge_and_fractional_numbers_are_rejected() {
+        let (line, what) = line_error(&format!(
+            "{HEADER}\n{}\n",
+            r#"{"op":"kernel","name":"a","reads":[[0,99999999999999999999999]]}"#
+        ));
+        assert_eq!(line, 2);
+        assert!(what.contains("overflows"), "{what}");
+        let (_, what) = line_error(&format!(
+            "{HEADER}\n{}\n",
+            r#"{"op":"kernel","name":"a","writes":[[0.5,4]]}"#
+        ));
+        assert!(what.contains("must be integers"), "{what}");
+        let (_, what) = line_error(&format!(
+            "{HEADER}\n{}\n",
+            r#"{"op":"kernel","name":"a","writes":[[-99999999999999999999999,4]]}"#
+        ));
+        assert!(what.contains("negative"), "{what}");
+        // The largest representable range is accepted.
+        let t = parse(&format!(
+            "{HEADER}\n{}\n",
+            r#"{"op":"kernel","name":"a","writes":[[18446744073709551614,1]]}"#
+        ))
+        .unwrap();
+        assert_eq!(t.ops[0].writes[0].end(), u64::MAX);
     }
 
     #[test]
