@@ -73,8 +73,19 @@ fn json_summary_metadata_and_human_report() {
     assert_eq!(m.kernels[4].group_start, 4);
     assert_eq!(m.kernels[4].group_start_op, Some(5));
 
-    let out = run(&[&t]);
+    let dumped = d.join("dump.reeftrace");
+    let out = bin()
+        .arg(&t)
+        .arg("--dump-trace")
+        .arg(&dumped)
+        .output()
+        .unwrap();
     assert!(out.status.success());
+    assert_eq!(
+        reef_idem::Trace::load(&dumped).unwrap(),
+        reef_idem::Trace::load(&t).unwrap(),
+        "--dump-trace writes the analysed trace"
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("3/5 kernels idempotent"), "{text}");
     assert!(text.contains("largest group: 3 kernels"), "{text}");
