@@ -14,7 +14,12 @@ use std::sync::Arc;
 pub const REEF_DQ_CAPACITY: usize = 4;
 
 /// The launch of kernel `i` of `model` for task `task`.
-pub fn kernel_launch(model: &Model, shapes: &[Arc<KernelShape>], i: usize, task: u64) -> KernelLaunch {
+pub fn kernel_launch(
+    model: &Model,
+    shapes: &[Arc<KernelShape>],
+    i: usize,
+    task: u64,
+) -> KernelLaunch {
     let k = &model.kernels[i];
     KernelLaunch::new(
         shapes[i].clone(),

@@ -13,7 +13,11 @@ fn bench() -> Command {
 #[test]
 fn standalone_within_ten_percent_of_measured() {
     let out = bench().args(["standalone", "--json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<serde_json::Value> = text
         .lines()
@@ -35,7 +39,14 @@ fn standalone_within_ten_percent_of_measured() {
 #[test]
 fn model_selection_by_disb_name() {
     let out = bench()
-        .args(["standalone", "--json", "--model", "vgg19-imagenet", "--model", "bert"])
+        .args([
+            "standalone",
+            "--json",
+            "--model",
+            "vgg19-imagenet",
+            "--model",
+            "bert",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -86,19 +97,45 @@ fn bad_model_files_exit_nonzero_with_clear_errors() {
         .arg(t.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let t = bad_models("not json at all", None);
     expect_error(t.path(), &["bad.json", "not a valid kernel schedule JSON"]);
 
-    let t = bad_models(OK_SCHEDULE, Some(r#"{"model_latency": 20, "kernel_latency": {}}"#));
-    expect_error(t.path(), &["bad.profile.json", "kernels[0] (k)", "no entry in kernel_latency"]);
+    let t = bad_models(
+        OK_SCHEDULE,
+        Some(r#"{"model_latency": 20, "kernel_latency": {}}"#),
+    );
+    expect_error(
+        t.path(),
+        &[
+            "bad.profile.json",
+            "kernels[0] (k)",
+            "no entry in kernel_latency",
+        ],
+    );
 
-    let t = bad_models(&OK_SCHEDULE.replace("[1, 1, 1, 64, 1, 1]", "[1, 1, 64]"), None);
-    expect_error(t.path(), &["bad.json", "kernels[0] (k)", "launch_params has 3 values"]);
+    let t = bad_models(
+        &OK_SCHEDULE.replace("[1, 1, 1, 64, 1, 1]", "[1, 1, 64]"),
+        None,
+    );
+    expect_error(
+        t.path(),
+        &["bad.json", "kernels[0] (k)", "launch_params has 3 values"],
+    );
 
-    let t = bad_models(&OK_SCHEDULE.replace("\"args\": [0, 1]", "\"args\": [0, 5]"), None);
-    expect_error(t.path(), &["bad.json", "kernels[0] (k)", "5 is out of range"]);
+    let t = bad_models(
+        &OK_SCHEDULE.replace("\"args\": [0, 1]", "\"args\": [0, 5]"),
+        None,
+    );
+    expect_error(
+        t.path(),
+        &["bad.json", "kernels[0] (k)", "5 is out of range"],
+    );
 
     let empty = tempfile::tempdir().unwrap();
     expect_error(empty.path(), &["no subdirectory"]);

@@ -118,10 +118,7 @@ pub enum SimError {
     #[error("kernel {kernel}: CU set names no compute unit of this {cus}-CU device")]
     EmptyCuSet { kernel: String, cus: u32 },
     #[error("device {device} does not support preemption level {level:?}")]
-    Unsupported {
-        device: String,
-        level: PreemptLevel,
-    },
+    Unsupported { device: String, level: PreemptLevel },
     #[error("stream capacity must be at least 1")]
     ZeroCapacity,
 }
@@ -369,7 +366,9 @@ impl Sim {
     }
 
     fn stream(&self, s: StreamId) -> Result<&Stream, SimError> {
-        self.streams.get(s.0 as usize).ok_or(SimError::NoSuchStream(s.0))
+        self.streams
+            .get(s.0 as usize)
+            .ok_or(SimError::NoSuchStream(s.0))
     }
 
     /// Kernels in the stream's device queue (not yet dispatched).
@@ -834,11 +833,11 @@ impl Sim {
             let mut cap = (spec.max_threads_per_cu - u.threads) / sh.threads_per_block;
             cap = cap.min((spec.max_waves_per_cu - u.waves) / sh.waves_per_block);
             cap = cap.min(spec.max_blocks_per_cu - u.blocks);
-            if sh.lds_per_block > 0 {
-                cap = cap.min((spec.lds_bytes_per_cu - u.lds) / sh.lds_per_block);
+            if let Some(c) = (spec.lds_bytes_per_cu - u.lds).checked_div(sh.lds_per_block) {
+                cap = cap.min(c);
             }
-            if sh.regs_per_block > 0 {
-                cap = cap.min((spec.registers_per_cu - u.regs) / sh.regs_per_block);
+            if let Some(c) = (spec.registers_per_cu - u.regs).checked_div(sh.regs_per_block) {
+                cap = cap.min(c);
             }
             cap
         };

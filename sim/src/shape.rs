@@ -180,15 +180,7 @@ impl KernelShape {
                 (exec, k.registers.map(|r| r * threads).unwrap_or(0))
             }
         };
-        let mut s = Self::synthetic(
-            &name,
-            blocks,
-            threads,
-            k.shared_mem_bytes,
-            regs,
-            exec,
-            spec,
-        )?;
+        let mut s = Self::synthetic(&name, blocks, threads, k.shared_mem_bytes, regs, exec, spec)?;
         let mut id = model.name.as_bytes().to_vec();
         id.extend_from_slice(k.name.as_bytes());
         id.extend_from_slice(&(index as u64).to_le_bytes());

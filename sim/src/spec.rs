@@ -72,7 +72,9 @@ pub struct DeviceSpec {
 /// Why a device spec could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("unknown device {0:?}: known presets are mi50, gv100, h100, or pass a path to a .toml spec")]
+    #[error(
+        "unknown device {0:?}: known presets are mi50, gv100, h100, or pass a path to a .toml spec"
+    )]
     UnknownPreset(String),
     #[error("{path}: cannot read device spec: {source}")]
     Io {

@@ -24,11 +24,11 @@ impl Hasher for IdHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7cc1_b727_220a_95);
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
         }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
 }
 
@@ -129,7 +129,10 @@ impl ValueTracker {
         self.corruptions += 1;
         for &w in writes {
             self.partial.remove(&w);
-            let v = fnv1a(&[salt.to_le_bytes(), self.corruptions.to_le_bytes()].concat(), CORRUPT);
+            let v = fnv1a(
+                &[salt.to_le_bytes(), self.corruptions.to_le_bytes()].concat(),
+                CORRUPT,
+            );
             self.values.insert(w, v);
         }
     }

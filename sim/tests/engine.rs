@@ -2,7 +2,7 @@
 //! limits, CU masks, block ranges, preemption primitives, value tracking and
 //! determinism.
 
-use reef_model::{load_named, default_models_dir};
+use reef_model::{default_models_dir, load_named};
 use reef_sim::*;
 use std::sync::Arc;
 
@@ -49,7 +49,10 @@ fn waves_follow_occupancy_and_curve() {
     let mut sim = Sim::new(mi50(), SimConfig::default());
     let s = sim.create_stream(0, 4).unwrap();
     let id = sim
-        .launch(s, KernelLaunch::new(shape(1200, 256, 0, curve.clone()), tags(0, 0)))
+        .launch(
+            s,
+            KernelLaunch::new(shape(1200, 256, 0, curve.clone()), tags(0, 0)),
+        )
         .unwrap();
     let evs = drain(&mut sim);
     assert_eq!(completion(&evs, id), PATH + 2 * 10_000);
@@ -58,7 +61,10 @@ fn waves_follow_occupancy_and_curve() {
     let mut sim = Sim::new(mi50(), SimConfig::default());
     let s = sim.create_stream(0, 4).unwrap();
     let id = sim
-        .launch(s, KernelLaunch::new(shape(120, 64, 40 << 10, curve), tags(0, 0)))
+        .launch(
+            s,
+            KernelLaunch::new(shape(120, 64, 40 << 10, curve), tags(0, 0)),
+        )
         .unwrap();
     let mut max_blocks = 0;
     let mut evs = Vec::new();
@@ -77,10 +83,16 @@ fn back_to_back_hides_fetch_and_host_launch() {
     let mut sim = Sim::new(mi50(), SimConfig::default());
     let s = sim.create_stream(0, 4).unwrap();
     let a = sim
-        .launch(s, KernelLaunch::new(shape(60, 64, 0, vec![50_000]), tags(0, 0)))
+        .launch(
+            s,
+            KernelLaunch::new(shape(60, 64, 0, vec![50_000]), tags(0, 0)),
+        )
         .unwrap();
     let b = sim
-        .launch(s, KernelLaunch::new(shape(60, 64, 0, vec![50_000]), tags(0, 1)))
+        .launch(
+            s,
+            KernelLaunch::new(shape(60, 64, 0, vec![50_000]), tags(0, 1)),
+        )
         .unwrap();
     let evs = drain(&mut sim);
     let (ta, tb) = (completion(&evs, a), completion(&evs, b));
@@ -93,8 +105,10 @@ fn queue_capacity_and_cu_mask_and_block_range() {
     let mut sim = Sim::new(mi50(), SimConfig::default());
     let s = sim.create_stream(0, 2).unwrap();
     let k = shape(600, 64, 0, vec![1000; 40]);
-    sim.launch(s, KernelLaunch::new(k.clone(), tags(0, 0))).unwrap();
-    sim.launch(s, KernelLaunch::new(k.clone(), tags(0, 1))).unwrap();
+    sim.launch(s, KernelLaunch::new(k.clone(), tags(0, 0)))
+        .unwrap();
+    sim.launch(s, KernelLaunch::new(k.clone(), tags(0, 1)))
+        .unwrap();
     let e = sim
         .launch(s, KernelLaunch::new(k.clone(), tags(0, 2)))
         .unwrap_err();
@@ -139,11 +153,17 @@ fn queue_capacity_and_cu_mask_and_block_range() {
     assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
     // Bad ranges and masks are refused.
     assert!(matches!(
-        sim.launch(s, KernelLaunch::new(k.clone(), tags(0, 0)).with_blocks(5..5)),
+        sim.launch(
+            s,
+            KernelLaunch::new(k.clone(), tags(0, 0)).with_blocks(5..5)
+        ),
         Err(SimError::BadBlockRange { .. })
     ));
     assert!(matches!(
-        sim.launch(s, KernelLaunch::new(k, tags(0, 0)).with_cus(CuSet::range(100, 120))),
+        sim.launch(
+            s,
+            KernelLaunch::new(k, tags(0, 0)).with_cus(CuSet::range(100, 120))
+        ),
         Err(SimError::EmptyCuSet { .. })
     ));
 }
@@ -158,7 +178,10 @@ fn second_stream_completion(priority: i32) -> u64 {
     let b = sim.launch(be, KernelLaunch::new(big, tags(1, 0))).unwrap();
     sim.advance_to(PATH + 1000);
     let r = sim
-        .launch(rt, KernelLaunch::new(shape(60, 64, 0, vec![10_000; 40]), tags(2, 0)))
+        .launch(
+            rt,
+            KernelLaunch::new(shape(60, 64, 0, vec![10_000; 40]), tags(2, 0)),
+        )
         .unwrap();
     let evs = drain(&mut sim);
     assert!(completion(&evs, b) >= PATH + 30_000);
@@ -249,7 +272,10 @@ fn clear_queue_and_levels() {
     let s = sim.create_stream(0, 4).unwrap();
     let k = shape(60, 64, 0, vec![10_000]);
     let ids: Vec<_> = (0..3)
-        .map(|i| sim.launch(s, KernelLaunch::new(k.clone(), tags(0, i))).unwrap())
+        .map(|i| {
+            sim.launch(s, KernelLaunch::new(k.clone(), tags(0, i)))
+                .unwrap()
+        })
         .collect();
     let removed = sim.clear_queue(s).unwrap();
     assert_eq!(removed, ids);
@@ -266,10 +292,8 @@ fn clear_queue_and_levels() {
         ]
     );
 
-    let text = include_str!("../devices/mi50.toml").replace(
-        "preempt_levels = [1, 2, 3]",
-        "preempt_levels = [1]",
-    );
+    let text = include_str!("../devices/mi50.toml")
+        .replace("preempt_levels = [1, 2, 3]", "preempt_levels = [1]");
     let spec = DeviceSpec::parse(std::path::Path::new("x.toml"), &text).unwrap();
     let mut sim = Sim::new(spec, SimConfig::default());
     let s = sim.create_stream(0, 4).unwrap();
@@ -283,8 +307,12 @@ fn clear_queue_and_levels() {
 #[test]
 fn spec_errors_name_file_and_field() {
     let e = DeviceSpec::parse(std::path::Path::new("bad.toml"), "name = 3").unwrap_err();
-    assert!(e.to_string().starts_with("bad.toml: invalid device spec"), "{e}");
-    let text = include_str!("../devices/mi50.toml").replace("compute_units = 60", "compute_units = 0");
+    assert!(
+        e.to_string().starts_with("bad.toml: invalid device spec"),
+        "{e}"
+    );
+    let text =
+        include_str!("../devices/mi50.toml").replace("compute_units = 60", "compute_units = 0");
     let e = DeviceSpec::parse(std::path::Path::new("z.toml"), &text).unwrap_err();
     assert!(e.to_string().contains("z.toml: compute_units"), "{e}");
     assert!(DeviceSpec::preset("tpu").is_err());
