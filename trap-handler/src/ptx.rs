@@ -268,6 +268,16 @@ pub fn inject(src: &str, file: &str, opts: &InjectOptions) -> Result<Injected, E
                                 format!("`{sym}` is declared outside the .global state space; the preemptor needs a .global .u32 (pick another name with --flag-symbol/--index-symbol)"),
                             ));
                         }
+                        if !stmt
+                            .iter()
+                            .any(|s| matches!(text(s), ".u32" | ".b32" | ".s32"))
+                            || stmt.iter().any(|s| s.kind == Kind::Punct('['))
+                        {
+                            return Err(err(
+                                t.line,
+                                format!("`{sym}` is declared here but not as a scalar 32-bit word (.u32/.b32/.s32); the preemptor loads and stores 32 bits"),
+                            ));
+                        }
                         *declared = true;
                     }
                 }
@@ -580,6 +590,19 @@ mod tests {
                 .unwrap_err(),
         );
         assert!(m.contains("state space"), "{m}");
+    }
+
+    #[test]
+    fn existing_symbol_of_the_wrong_type_is_an_error() {
+        for decl in [
+            ".global .u64 reef_preempt_flag;",
+            ".global .u32 reef_preempt_flag[4];",
+        ] {
+            let src = TWO.replace(".address_size 64\n", &format!(".address_size 64\n{decl}\n"));
+            let (l, m) = line_of(inj(&src).unwrap_err());
+            assert_eq!(l, 6, "{decl}");
+            assert!(m.contains("32-bit word"), "{decl}: {m}");
+        }
     }
 
     #[test]

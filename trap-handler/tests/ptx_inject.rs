@@ -172,16 +172,65 @@ fn check_preemptor(name: &str, code: &[String], cubin: &Cubin) -> Result<(), Str
     {
         return Err(format!("{name}: `{st}` runs before the preempt check"));
     }
-    if !code[exit_at..]
+    // Fig. 8 line 3: the kernel's index parameter (constant bank 0) is
+    // stored to reef_exec_index (its slot in bank 4) after the check.
+    let index_slots: Vec<u64> = cubin
+        .bank4
         .iter()
-        .any(|i| i.starts_with("STG.E.STRONG.SYS "))
-    {
-        return Err(format!("{name}: no execution-index store after the check"));
-    }
-    if !cubin.bank4.values().any(|s| s == "reef_exec_index") {
-        return Err(format!("{name}: reef_exec_index is not referenced"));
+        .filter(|(_, s)| s.as_str() == "reef_exec_index")
+        .map(|(o, _)| *o)
+        .collect();
+    let ok = (exit_at..code.len())
+        .filter(|&k| code[k].starts_with("STG.E.STRONG.SYS "))
+        .any(|k| {
+            let ops = code[k].split_once(' ').map_or("", |(_, o)| o);
+            let (addr, value) = ops.rsplit_once(", ").unwrap_or(("", ""));
+            // `[R2.64]`, `[UR4]`, `desc[UR4][R2.64]`: the last bracket is the base.
+            let base = addr
+                .rsplit('[')
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(']')
+                .trim_end_matches(".64");
+            let addr_ok = defining(code, k, base)
+                .is_some_and(|d| bank4_offsets(d).iter().any(|o| index_slots.contains(o)));
+            let value_ok = defining(code, k, value).is_some_and(|d| d.contains("c[0x0]["));
+            addr_ok && value_ok
+        });
+    if !ok {
+        return Err(format!(
+            "{name}: no store of the index parameter to reef_exec_index after the check \
+             (bank 4 {:?})",
+            cubin.bank4
+        ));
     }
     Ok(())
+}
+
+/// The last instruction before `before` whose destination is `reg`; a
+/// `.64` load (`LDC.64 R6, …`) defines R6 and R7.
+fn defining<'a>(code: &'a [String], before: usize, reg: &str) -> Option<&'a String> {
+    let split = |r: &str| -> Option<(String, u32)> {
+        let digits = r.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+        Some((
+            r[..r.len() - digits.len()].to_string(),
+            digits.parse().ok()?,
+        ))
+    };
+    let (class, num) = split(reg)?;
+    code[..before].iter().rev().find(|i| {
+        let body = if i.starts_with('@') {
+            i.split_once(' ').map_or("", |(_, b)| b)
+        } else {
+            i.as_str()
+        };
+        let Some((opcode, ops)) = body.split_once(' ') else {
+            return false;
+        };
+        let width = if opcode.contains(".64") { 2 } else { 1 };
+        split(ops.split(',').next().unwrap_or("").trim())
+            .is_some_and(|(c, n)| c == class && (n..n + width).contains(&num))
+    })
 }
 
 fn inject_cli(input: &Path, output: &Path, extra: &[&str]) -> String {
