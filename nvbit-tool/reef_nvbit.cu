@@ -67,8 +67,10 @@ std::map<CUcontext, CtxState> contexts;
 std::set<CUfunction> instrumented;
 uint32_t next_exec_idx = 0;  // Fig. 8 lines 6-8: host-side execution index
 // Set while the tool itself calls the driver, so its own calls are not
-// instrumented or traced.
-bool in_tool = false;
+// instrumented or traced. Thread-local and tested before `mu` is taken:
+// the driver calls back into nvbit_at_cuda_event on the calling thread,
+// which already holds `mu`.
+thread_local bool in_tool = false;
 
 [[noreturn]] void die(const char *what, const char *fix) {
     fprintf(stderr, "reef_nvbit: error: %s; %s\n", what, fix);
@@ -289,9 +291,12 @@ void record_memory_op(nvbit_api_cuda_t cbid, const char *name, void *params) {
 // For the REEF client runtime in the same process (dlsym): where the flag
 // and the global execution index of the current context live.
 extern "C" int reef_nvbit_addresses(uint64_t *flag, uint64_t *index) {
-    std::lock_guard<std::mutex> g(mu);
     CUcontext ctx;
-    if (cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !contexts.count(ctx)) return -1;
+    in_tool = true;
+    CUresult r = cuCtxGetCurrent(&ctx);
+    in_tool = false;
+    std::lock_guard<std::mutex> g(mu);
+    if (r != CUDA_SUCCESS || !contexts.count(ctx)) return -1;
     *flag = contexts[ctx].flag;
     *index = contexts[ctx].index;
     return 0;
@@ -355,8 +360,8 @@ void nvbit_at_ctx_init(CUcontext ctx) {
 
 void nvbit_at_cuda_event(CUcontext ctx, int is_exit, nvbit_api_cuda_t cbid, const char *name,
                          void *params, CUresult *pStatus) {
-    std::lock_guard<std::mutex> g(mu);
     if (in_tool) return;
+    std::lock_guard<std::mutex> g(mu);
     switch (cbid) {
     case API_CUDA_cuLaunchKernel:
     case API_CUDA_cuLaunchKernel_ptsz:
