@@ -8,7 +8,7 @@
 //! reset (§4.5, the rocm-patch's WAVE_RESET ioctl); this patch is the
 //! trap-based alternative for hosts where only KFD's debugger interface is
 //! available: installed as the second-level trap handler with
-//! `AMDKFD_IOC_SET_TRAP_HANDLER` (see docs/hardware-trap.md).
+//! `AMDKFD_IOC_SET_TRAP_HANDLER` (see docs/hardware.md, Part 2).
 //!
 //! ```text
 //!     s_mov_b32      ttmp2, flag[31:0]

@@ -11,7 +11,7 @@
 //!
 //! The binaries `reef-trap` and `reef-ptx-inject` wrap these. Nothing here
 //! needs a GPU; the tests check the generated code with NVIDIA's `nvdisasm`
-//! and `ptxas` and LLVM's AMDGPU disassembler (docs/hardware-trap.md says what
+//! and `ptxas` and LLVM's AMDGPU disassembler (docs/hardware.md, Part 2, says what
 //! that does and does not prove).
 
 pub mod amdgpu;

@@ -36,7 +36,7 @@
 //! those registers (the handler "pushes several general-purpose registers to
 //! the stack" before inspecting the trap reason, §4.6), or the registers are
 //! chosen among those the handler itself treats as scratch; see
-//! docs/hardware-trap.md.
+//! docs/hardware.md, Part 2.
 
 use crate::Error;
 
@@ -397,7 +397,7 @@ pub fn trap_patch(sm: Sm, flag_addr: u64, regs: NvRegs) -> Result<Vec<Instr>, Er
 /// The patch for a code cave: [`trap_patch`] placed at `base`, followed by
 /// `BRA resume` back into the original handler (the installer puts the
 /// instructions it displaced at the patch point into the cave before this
-/// branch, or resumes right after them; see docs/hardware-trap.md).
+/// branch, or resumes right after them; see docs/hardware.md, Part 2).
 pub fn trap_patch_cave(
     sm: Sm,
     flag_addr: u64,

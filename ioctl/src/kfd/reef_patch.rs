@@ -10,7 +10,7 @@
 //! These numbers are **not** in any upstream kernel: they are provided by the
 //! REEF patch to the amdgpu/amdkfd driver in `rocm-patch/` (whose test
 //! compiles the patched header and checks the request codes 0x40044B85 and
-//! 0x40084B86 that this module builds; see docs/hardware-trap.md). They sit
+//! 0x40084B86 that this module builds; see docs/hardware.md, Part 2). They sit
 //! above the upstream command range (`AMDKFD_COMMAND_END` = 0x27), so an
 //! unpatched kernel answers them with `ENOTTY` ("nr >= AMDKFD_CORE_IOCTL_COUNT"
 //! in `kfd_chardev.c`) or `EINVAL`, which [`crate::kfd::Kfd`] reports as

@@ -6,7 +6,7 @@
 //!
 //! Paper: REEF §4.6 and Figure 8, "Kernel killing" (the trap raised through the open
 //! driver's debugger interface, after which the patched trap handler exits
-//! the running blocks; see docs/hardware-trap.md) and "Queue eviction"
+//! the running blocks; see docs/hardware.md, Part 2) and "Queue eviction"
 //! (preempting the best-effort channel group).
 //!
 //! RM reports most failures in the `status` field of a successful ioctl;
