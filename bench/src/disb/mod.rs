@@ -77,10 +77,7 @@ pub fn parse_policies(s: &str) -> Result<Vec<String>> {
         }
     }
     if v.is_empty() {
-        bail!(
-            "--policy is empty: choose from {}",
-            POLICY_NAMES.join(", ")
-        );
+        bail!("--policy is empty: choose from {}", POLICY_NAMES.join(", "));
     }
     Ok(v)
 }
@@ -107,7 +104,9 @@ pub fn standalone_ns(spec: &DeviceSpec, m: &PreparedModel, runs: u32, seed: u64)
         name: m.name.clone(),
         model: 0,
         class: Class::RealTime,
-        gen: Gen::Count { remaining: runs + 1 },
+        gen: Gen::Count {
+            remaining: runs + 1,
+        },
     }];
     let one = std::slice::from_ref(m);
     let out = runner::simulate(
@@ -215,8 +214,18 @@ pub fn table(results: &[PolicyResult]) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "{:<4} {:<8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>3}\n",
-        "wl", "policy", "rt_mean", "rt_p50", "rt_p99", "rt_us", "thr_all", "thr_be", "preempt",
-        "pre_us_avg", "pre_us_p99", "lvl"
+        "wl",
+        "policy",
+        "rt_mean",
+        "rt_p50",
+        "rt_p99",
+        "rt_us",
+        "thr_all",
+        "thr_be",
+        "preempt",
+        "pre_us_avg",
+        "pre_us_p99",
+        "lvl"
     ));
     for r in results {
         s.push_str(&format!(
@@ -301,7 +310,10 @@ pub fn main(args: DisbArgs) -> Result<()> {
                     b.set_message(format!("{} {p}", workloads[w].name));
                     b.inc(1);
                 }
-                results.lock().expect("no panics hold the lock").insert(i, r);
+                results
+                    .lock()
+                    .expect("no panics hold the lock")
+                    .insert(i, r);
             });
         }
     });

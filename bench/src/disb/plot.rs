@@ -85,14 +85,19 @@ pub fn write_fig15(path: &Path, results: &[PolicyResult]) -> anyhow::Result<()> 
                 .filter_map(|(wi, w)| {
                     let v = get(w, p).and_then(metric)?;
                     let x0 = wi as f64 + 0.1 + pi as f64 * bw;
-                    Some(Rectangle::new([(x0, 0.0), (x0 + bw * 0.9, v)], color.filled()))
+                    Some(Rectangle::new(
+                        [(x0, 0.0), (x0 + bw * 0.9, v)],
+                        color.filled(),
+                    ))
                 })
                 .collect();
             chart
                 .draw_series(bars)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
                 .label(*p)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
         }
         chart
             .configure_series_labels()

@@ -18,12 +18,11 @@
 use super::workload::{Load, Workload};
 use reef_model::Model;
 use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, KernelTag, ModelId,
-    ModelInfo, PreemptLevel, PreemptionRecord, RequestId, Scheduler, StreamPriority, Time,
+    Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, KernelTag, ModelId, ModelInfo,
+    PreemptLevel, PreemptionRecord, RequestId, Scheduler, StreamPriority, Time,
 };
 use reef_sim::{
-    BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig,
-    Tags,
+    BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,13 +60,27 @@ impl PreparedModel {
 #[derive(Debug, Clone)]
 pub enum Gen {
     Continuous,
-    Periodic { next: Time, interval: Time },
-    Poisson { next: Time, rate_per_ns: f64, rng: u64 },
-    Trace { offsets: Vec<Time>, idx: usize },
+    Periodic {
+        next: Time,
+        interval: Time,
+    },
+    Poisson {
+        next: Time,
+        rate_per_ns: f64,
+        rng: u64,
+    },
+    Trace {
+        offsets: Vec<Time>,
+        idx: usize,
+    },
     /// Issues when every task in `prev` has returned a result of one serial.
-    Dependent { prev: Vec<usize> },
+    Dependent {
+        prev: Vec<usize>,
+    },
     /// Closed loop, a fixed number of requests (stand-alone measurement).
-    Count { remaining: u32 },
+    Count {
+        remaining: u32,
+    },
 }
 
 /// One client of a run.
@@ -86,7 +99,9 @@ enum CState {
     At(Time),
     /// Waiting for its dependencies.
     Waiting,
-    InFlight { issued: Time },
+    InFlight {
+        issued: Time,
+    },
     Finished,
 }
 
@@ -251,7 +266,10 @@ pub fn plan_clients(
                     rng: seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1)) | 1,
                 },
                 Load::Trace { offsets_ms, .. } => Gen::Trace {
-                    offsets: offsets_ms.iter().map(|&ms| ms as Time * 1_000_000).collect(),
+                    offsets: offsets_ms
+                        .iter()
+                        .map(|&ms| ms as Time * 1_000_000)
+                        .collect(),
                     idx: 0,
                 },
                 Load::Dependent { prev } => Gen::Dependent {
@@ -397,14 +415,16 @@ impl Run<'_> {
             self.stats[ci].completed += 1;
             self.stats[ci].latencies.push(now - issued);
         }
-        if let Some(reference) = self.reference.get(ci) {
+        if let Some(reference) = self.reference.get_mut(ci) {
             let m = &self.models[self.clients[ci].model];
-            let outs: Vec<BufferId> = m
-                .model
-                .kernels
-                .iter()
-                .flat_map(|k| k.writes.iter().map(|&b| buffer(ci, b)))
-                .collect();
+            let mut outs: Vec<BufferId> = Vec::new();
+            for (k, kern) in m.model.kernels.iter().enumerate() {
+                let r: Vec<BufferId> = kern.reads.iter().map(|&b| buffer(ci, b)).collect();
+                let w: Vec<BufferId> = kern.writes.iter().map(|&b| buffer(ci, b)).collect();
+                let sh = &m.shapes[k];
+                reference.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
+                outs.extend(w);
+            }
             if !self.sim.values().diff(reference, &outs).is_empty() {
                 self.corrupted += 1;
             }
@@ -581,25 +601,20 @@ pub fn simulate(
     let dependents: Vec<Vec<usize>> = (0..n)
         .map(|i| {
             (0..n)
-                .filter(|&j| matches!(&clients[j].gen, Gen::Dependent { prev } if prev.contains(&i)))
+                .filter(
+                    |&j| matches!(&clients[j].gen, Gen::Dependent { prev } if prev.contains(&i)),
+                )
                 .collect()
         })
         .collect();
-    // Reference values: each client's model run unpreempted.
-    let mut reference = Vec::new();
-    if opts.track_values {
-        for (ci, c) in clients.iter().enumerate() {
-            let m = &models[c.model];
-            let mut v = reef_sim::ValueTracker::new();
-            for (k, kern) in m.model.kernels.iter().enumerate() {
-                let r: Vec<BufferId> = kern.reads.iter().map(|&b| buffer(ci, b)).collect();
-                let w: Vec<BufferId> = kern.writes.iter().map(|&b| buffer(ci, b)).collect();
-                let sh = &m.shapes[k];
-                v.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
-            }
-            reference.push(v);
-        }
-    }
+    // Reference values: per client, a tracker that runs the same sequence
+    // of requests unpreempted (a request may read state an earlier one
+    // left, so the reference advances one clean inference per reply).
+    let reference = if opts.track_values {
+        vec![reef_sim::ValueTracker::new(); n]
+    } else {
+        Vec::new()
+    };
     let mut run = Run {
         models,
         big_queue: models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1,
@@ -632,4 +647,128 @@ pub fn simulate(
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disb::workload::Workload;
+    use std::path::Path;
+
+    fn setup(w: &Workload) -> (DeviceSpec, Vec<PreparedModel>, Vec<f64>) {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let dir = reef_model::default_models_dir();
+        let mut models: Vec<PreparedModel> = Vec::new();
+        for t in &w.tasks {
+            if !models.iter().any(|m| m.name == t.model_dir) {
+                let m = reef_model::load_named(&dir, &t.model_dir).unwrap();
+                models.push(PreparedModel::new(m, &spec).unwrap());
+            }
+        }
+        let sa = models
+            .iter()
+            .map(|m| m.model.measured_latency_ns().unwrap() as f64)
+            .collect();
+        (spec, models, sa)
+    }
+
+    fn opts(policy: &str, track: bool) -> RunOptions {
+        RunOptions {
+            policy: policy.into(),
+            seed: 7,
+            dq_capacity: 4,
+            track_values: track,
+        }
+    }
+
+    #[test]
+    fn reef_restores_preempted_work_without_corrupting_outputs() {
+        let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/A.json")).unwrap();
+        let (spec, models, sa) = setup(&w);
+        let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+        let plans = plan_clients(&w, &idx, &sa, 7);
+        let out = simulate(&spec, &models, plans, 300_000_000, &opts("reef", true)).unwrap();
+        assert!(out.preemptions.len() >= 25, "{}", out.preemptions.len());
+        assert!(out.restores >= 20);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert!(out.clients[0].completed >= 29, "{:?}", out.clients[0]);
+        assert!(out.clients[1].completed >= 5, "{:?}", out.clients[1]);
+        assert!(out
+            .preemptions
+            .iter()
+            .all(|p| p.level == PreemptLevel::Kill && p.latency().unwrap() < 200_000));
+    }
+
+    #[test]
+    fn value_tracking_detects_outputs_of_unfinished_work() {
+        // The check the runner applies: a killed kernel that is not re-run
+        // leaves outputs that differ from an unpreempted run.
+        let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/A.json")).unwrap();
+        let (_, models, _) = setup(&w);
+        let m = &models[0];
+        let mut clean = reef_sim::ValueTracker::new();
+        let mut dirty = reef_sim::ValueTracker::new();
+        for (k, kern) in m.model.kernels.iter().enumerate() {
+            let r: Vec<BufferId> = kern.reads.iter().map(|&b| buffer(0, b)).collect();
+            let wr: Vec<BufferId> = kern.writes.iter().map(|&b| buffer(0, b)).collect();
+            let sh = &m.shapes[k];
+            clean.complete(sh.identity, &r, &wr, sh.blocks as u64, sh.blocks as u64);
+            if k == 10 {
+                dirty.corrupt(&wr, 1);
+            } else {
+                dirty.complete(sh.identity, &r, &wr, sh.blocks as u64, sh.blocks as u64);
+            }
+        }
+        let outs: Vec<BufferId> = m
+            .model
+            .kernels
+            .iter()
+            .flat_map(|k| k.writes.iter().map(|&b| buffer(0, b)))
+            .collect();
+        assert!(clean.diff(&clean.clone(), &outs).is_empty());
+        assert!(!dirty.diff(&clean, &outs).is_empty());
+    }
+
+    #[test]
+    fn trace_and_dependent_clients_follow_disb_semantics() {
+        let text = r#"{"time": 1, "tasks": [
+          {"id": "cam_rt", "load": {"type": "trace", "trace": [0, 100, 101, 102, 300]}, "client": {"model_name": "densenet201-imagenet"}},
+          {"id": "post", "load": {"type": "dependent", "prev_task_ids": ["cam_rt"]}, "client": {"model_name": "distilbert"}},
+          {"id": "bg", "load": {"type": "continuous"}, "client": {"model_name": "vgg19-imagenet"}}
+        ]}"#;
+        let w = Workload::parse(Path::new("t.json"), text).unwrap();
+        let (spec, models, sa) = setup(&w);
+        let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+        let plans = plan_clients(&w, &idx, &sa, 1);
+        let out = simulate(&spec, &models, plans, 500_000_000, &opts("reef", false)).unwrap();
+        // Launches at 100, 101 and 102 ms: the first is late for the next
+        // slot by the time the client is free only if the previous request
+        // is still running; densenet (3.6 ms) is done by then, so 100 runs,
+        // 101 and 102 are both passed at 100+3.6 ms: 101 is skipped, 102 runs.
+        assert_eq!(out.clients[0].issued, 4, "{:?}", out.clients[0]);
+        // One dependent request per camera result.
+        assert_eq!(out.clients[1].issued, out.clients[0].completed);
+        assert!(out.clients[2].completed > 0);
+    }
+
+    #[test]
+    fn periodic_clients_of_equal_frequency_are_staggered() {
+        let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/D.json")).unwrap();
+        let (_, models, sa) = setup(&w);
+        let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+        let plans = plan_clients(&w, &idx, &sa, 1);
+        let starts: Vec<Time> = plans
+            .iter()
+            .filter_map(|p| match p.gen {
+                Gen::Periodic { next, .. } => Some(next),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(starts.len(), 5);
+        assert_eq!(starts[0], 0);
+        for i in 1..5 {
+            let prev_model = plans[i - 1].model;
+            assert_eq!(starts[i], starts[i - 1] + sa[prev_model] as Time);
+        }
+    }
 }

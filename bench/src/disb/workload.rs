@@ -131,12 +131,19 @@ impl Workload {
             path: path.to_path_buf(),
             source,
         })?;
-        let time = v
-            .get("time")
-            .and_then(Value::as_f64)
-            .ok_or_else(|| invalid(path, "time", "missing or not a number (run length in seconds)"))?;
+        let time = v.get("time").and_then(Value::as_f64).ok_or_else(|| {
+            invalid(
+                path,
+                "time",
+                "missing or not a number (run length in seconds)",
+            )
+        })?;
         if !(time.is_finite() && time > 0.0) {
-            return Err(invalid(path, "time", format!("must be positive, got {time}")));
+            return Err(invalid(
+                path,
+                "time",
+                format!("must be positive, got {time}"),
+            ));
         }
         let tasks_v = v
             .get("tasks")
@@ -151,7 +158,11 @@ impl Workload {
         }
         for (i, t) in tasks.iter().enumerate() {
             if tasks[..i].iter().any(|u| u.id == t.id) {
-                return Err(invalid(path, format!("task {:?}", t.id), "duplicate task id"));
+                return Err(invalid(
+                    path,
+                    format!("task {:?}", t.id),
+                    "duplicate task id",
+                ));
             }
             if let Load::Dependent { prev } = &t.load {
                 for p in prev {
@@ -159,11 +170,17 @@ impl Workload {
                         return Err(invalid(
                             path,
                             format!("task {:?}", t.id),
-                            format!("prev_task_ids names {p:?}, which is not a task of this workload"),
+                            format!(
+                                "prev_task_ids names {p:?}, which is not a task of this workload"
+                            ),
                         ));
                     }
                     if p == &t.id {
-                        return Err(invalid(path, format!("task {:?}", t.id), "depends on itself"));
+                        return Err(invalid(
+                            path,
+                            format!("task {:?}", t.id),
+                            "depends on itself",
+                        ));
                     }
                 }
             }
@@ -205,7 +222,13 @@ fn parse_task(path: &Path, i: usize, t: &Value) -> Result<Task, WorkloadError> {
         let f = load_v
             .get("frequency")
             .and_then(Value::as_f64)
-            .ok_or_else(|| invalid(path, &item, format!("{ty} load needs a numeric \"frequency\"")))?;
+            .ok_or_else(|| {
+                invalid(
+                    path,
+                    &item,
+                    format!("{ty} load needs a numeric \"frequency\""),
+                )
+            })?;
         if !(f.is_finite() && f > 0.0) {
             return Err(invalid(
                 path,
@@ -411,11 +434,17 @@ mod tests {
         let e = parse(&task(r#"{"type": "bursty"}"#, "vgg19-imagenet"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("/x/w.json") && e.contains("\"bursty\"") && e.contains("poisson"), "{e}");
+        assert!(
+            e.contains("/x/w.json") && e.contains("\"bursty\"") && e.contains("poisson"),
+            "{e}"
+        );
         let e = parse(&task(r#"{"type": "continuous"}"#, "yolov3"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("\"yolov3\"") && e.contains("vgg19-imagenet"), "{e}");
+        assert!(
+            e.contains("\"yolov3\"") && e.contains("vgg19-imagenet"),
+            "{e}"
+        );
         let e = parse(&task(r#"{"type": "periodic"}"#, "vgg"))
             .unwrap_err()
             .to_string();
@@ -425,7 +454,10 @@ mod tests {
         let e = Workload::load(Path::new("/nonexistent/Z.json"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("/nonexistent/Z.json") && e.contains("cannot read"), "{e}");
+        assert!(
+            e.contains("/nonexistent/Z.json") && e.contains("cannot read"),
+            "{e}"
+        );
         let e = parse(
             r#"{"time": 1, "tasks": [{"id": "d", "load": {"type": "dependent", "prev_task_ids": ["nope"]}, "client": {"model_name": "vgg"}}]}"#,
         )
@@ -437,7 +469,10 @@ mod tests {
     #[test]
     fn resolves_names_and_paths() {
         let s = Path::new("/s");
-        assert_eq!(resolve("b", s), vec![PathBuf::from("/s/disb/workloads/B.json")]);
+        assert_eq!(
+            resolve("b", s),
+            vec![PathBuf::from("/s/disb/workloads/B.json")]
+        );
         assert_eq!(resolve("my.json", s), vec![PathBuf::from("my.json")]);
     }
 }
