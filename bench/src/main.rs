@@ -16,6 +16,8 @@ enum Cmd {
     Standalone(reef_bench::standalone::StandaloneArgs),
     /// Simulator speed: kernel completions per wall second.
     Simspeed(reef_bench::simspeed::SimspeedArgs),
+    /// Per-kernel calibration detail: launch-path overhead and CU usage.
+    Kernels(reef_bench::kernels::KernelsArgs),
     /// DISB workloads under the scheduling policies (REEF Fig. 15, 17).
     Disb(reef_bench::disb::DisbArgs),
 }
@@ -25,6 +27,7 @@ fn main() -> std::process::ExitCode {
     let r = match cli.cmd {
         Cmd::Standalone(a) => reef_bench::standalone::main(a),
         Cmd::Simspeed(a) => reef_bench::simspeed::main(a),
+        Cmd::Kernels(a) => reef_bench::kernels::main(a),
         Cmd::Disb(a) => reef_bench::disb::main(a),
     };
     match r {

@@ -46,7 +46,12 @@ pub fn simulate(spec: &DeviceSpec, model: &Model, queue_cap: usize) -> Result<Ro
     let mut sim = Sim::new(spec.clone(), SimConfig::default());
     let r = back_to_back(&mut sim, model, &shapes, 1, queue_cap)?;
     let simulated_us = r.end_ns as f64 / 1000.0;
-    let measured_us = model.measured_latency_ns().map(|n| n as f64 / 1000.0);
+    // The profiles were measured on an MI50; on a device without measured
+    // profiles there is nothing to compare with.
+    let measured_us = model
+        .measured_latency_ns()
+        .filter(|_| spec.measured_profiles)
+        .map(|n| n as f64 / 1000.0);
     Ok(Row {
         model: model.name.clone(),
         simulated_us,

@@ -147,3 +147,28 @@ fn bad_model_files_exit_nonzero_with_clear_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device \"tpu9\""));
 }
+
+#[test]
+fn isolated_kernels_pay_the_launch_path_back_to_back_hides_it() {
+    // Each kernel simulated alone pays host launch + fetch + dispatch, as the
+    // measured total_latency does; their sum exceeds the back-to-back model
+    // latency, as measured.
+    let out = bench()
+        .args(["kernels", "--json", "--model", "vgg", "--model", "bert"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let f = |k: &str| r[k].as_f64().unwrap();
+        let (meas_sum, sim_sum) = (f("measured_sum_total_us"), f("simulated_sum_alone_us"));
+        assert!((sim_sum - meas_sum).abs() / meas_sum < 0.10, "{r}");
+        assert!(sim_sum > f("simulated_model_us"), "{r}");
+        assert!(meas_sum > f("measured_model_us"), "{r}");
+        assert!(r["busy_cus_max"].as_u64().unwrap() <= 60);
+    }
+}

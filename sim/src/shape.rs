@@ -10,9 +10,9 @@
 //!   measurement includes; floored at `min_block_ns`;
 //! - otherwise the measured (MI50) execution time scaled by the device's
 //!   `profile_scale` (per-CU peak FP32 ratio), never below a memory roofline:
-//!   k blocks share the CU's slice of memory bandwidth, each moving its share
-//!   of the kernel's buffer bytes; kernels without a profile use the roofline
-//!   alone.
+//!   each block moves its share of the kernel's buffer bytes, and with k
+//!   blocks per CU, k x min(blocks, CUs) blocks share the device's memory
+//!   bandwidth; kernels without a profile use the roofline alone.
 //!
 //! Occupancy: threads, waves, blocks, LDS and registers per CU. The REEF
 //! schedule format does not record registers; when a measured curve exists,
@@ -139,17 +139,20 @@ impl KernelShape {
         let threads = k.threads_per_block();
         let waves = threads.div_ceil(spec.wave_size).max(1);
         // Memory roofline: each block moves its share of the kernel's bytes;
-        // k co-resident blocks share the CU's slice of the bandwidth.
+        // with k blocks per CU, k x min(blocks, CUs) blocks of the kernel run
+        // at once and share the device's bandwidth.
         let bytes: u64 = k
             .args
             .iter()
             .filter_map(|&a| model.buffers.get(a))
             .map(|b| b.bytes)
             .sum();
-        let per_cu_bw = spec.memory_bandwidth_bytes_per_s as f64 / spec.compute_units as f64;
+        let bw = spec.memory_bandwidth_bytes_per_s as f64;
+        let spread = blocks.min(spec.compute_units) as f64;
         let roof = |kres: usize| -> u64 {
             let per_block = bytes as f64 / blocks as f64;
-            (per_block * kres as f64 / per_cu_bw * 1e9) as u64
+            let concurrent = (kres as f64 * spread).min(blocks as f64);
+            (per_block * concurrent / bw * 1e9) as u64
         };
         let (exec, regs) = match &k.profile {
             Some(p) => {

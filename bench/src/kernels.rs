@@ -1,0 +1,167 @@
+//! `reef-bench kernels`: the calibration mechanism made visible
+//! (docs/simulator.md "Calibration"). For each model it prints the sum of
+//! the measured stand-alone kernel latencies (`total_latency`), the sum of
+//! the simulated stand-alone kernel latencies (each kernel alone on an idle
+//! device, paying the whole launch path), the simulated and measured
+//! back-to-back model latency, the median per-kernel error, and the busy-CU
+//! range over one back-to-back inference (REEF §2.1 Fig. 3(b) reports 6.7%
+//! to 86.7% of 60 CUs for VGG on the MI50).
+
+use crate::run::{kernel_launch, REEF_DQ_CAPACITY};
+use anyhow::Result;
+use clap::Args;
+use reef_model::{list_models, load_named, Model};
+use reef_sim::{DeviceSpec, EventKind, HostQueues, KernelShape, Sim, SimConfig};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Args)]
+pub struct KernelsArgs {
+    #[arg(long, default_value = "mi50")]
+    pub device: String,
+    #[arg(long)]
+    pub models_dir: Option<PathBuf>,
+    #[arg(long = "model")]
+    pub models: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KernelsRow {
+    pub model: String,
+    pub kernels: usize,
+    pub measured_sum_total_us: f64,
+    pub simulated_sum_alone_us: f64,
+    pub measured_model_us: f64,
+    pub simulated_model_us: f64,
+    pub median_kernel_error_pct: f64,
+    pub busy_cus_min: usize,
+    pub busy_cus_max: usize,
+    pub busy_cus_mean: f64,
+}
+
+fn alone_ns(
+    spec: &DeviceSpec,
+    model: &Model,
+    shapes: &[Arc<KernelShape>],
+    i: usize,
+) -> Result<u64> {
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let s = sim.create_stream(0, 1)?;
+    sim.launch(s, kernel_launch(model, shapes, i, 0))?;
+    let mut end = 0;
+    while let Some((t, evs)) = sim.step() {
+        if evs.iter().any(|e| e.kind == EventKind::Completed) {
+            end = t;
+        }
+    }
+    Ok(end)
+}
+
+pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
+    let shapes = KernelShape::for_model(model, spec)?;
+    let mut sum_alone = 0u64;
+    let mut errs = Vec::new();
+    for (i, k) in model.kernels.iter().enumerate() {
+        let t = alone_ns(spec, model, &shapes, i)?;
+        sum_alone += t;
+        if let Some(p) = &k.profile {
+            let m = p.total_latency_ns as f64;
+            errs.push(100.0 * (t as f64 - m) / m);
+        }
+    }
+    errs.sort_by(|a, b| a.total_cmp(b));
+    let median = errs.get(errs.len() / 2).copied().unwrap_or(f64::NAN);
+
+    // One back-to-back inference, tracking busy CUs between kernel start and
+    // end (time-weighted mean).
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let s = sim.create_stream(0, REEF_DQ_CAPACITY)?;
+    let mut host = HostQueues::new();
+    for i in 0..model.kernels.len() {
+        host.submit(s, kernel_launch(model, &shapes, i, 0));
+    }
+    host.pump(&mut sim)?;
+    let (mut lo, mut hi, mut area, mut first, mut last) = (usize::MAX, 0, 0u128, None, 0u64);
+    let mut busy = 0usize;
+    while let Some((t, evs)) = sim.step() {
+        if first.is_some() {
+            area += busy as u128 * (t - last) as u128;
+        }
+        if first.is_none() && evs.iter().any(|e| e.kind == EventKind::Started) {
+            first = Some(t);
+        }
+        busy = sim.busy_cus();
+        if first.is_some() && !sim.stream_idle(s) && busy > 0 {
+            lo = lo.min(busy);
+            hi = hi.max(busy);
+        }
+        last = t;
+        host.pump(&mut sim)?;
+    }
+    let span = last - first.unwrap_or(0);
+    Ok(KernelsRow {
+        model: model.name.clone(),
+        kernels: model.kernels.len(),
+        measured_sum_total_us: model
+            .kernels
+            .iter()
+            .filter_map(|k| k.profile.as_ref())
+            .map(|p| p.total_latency_ns as f64 / 1000.0)
+            .sum(),
+        simulated_sum_alone_us: sum_alone as f64 / 1000.0,
+        measured_model_us: model.measured_latency_ns().unwrap_or(0) as f64 / 1000.0,
+        simulated_model_us: last as f64 / 1000.0,
+        median_kernel_error_pct: median,
+        busy_cus_min: if lo == usize::MAX { 0 } else { lo },
+        busy_cus_max: hi,
+        busy_cus_mean: if span > 0 {
+            area as f64 / span as f64
+        } else {
+            0.0
+        },
+    })
+}
+
+pub fn main(args: KernelsArgs) -> Result<()> {
+    let spec = DeviceSpec::by_name_or_path(&args.device)?;
+    let dir = args
+        .models_dir
+        .clone()
+        .unwrap_or_else(reef_model::default_models_dir);
+    let names = if args.models.is_empty() {
+        list_models(&dir)?
+    } else {
+        args.models.clone()
+    };
+    if !args.json {
+        println!(
+            "{:<10} {:>4} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}",
+            "model", "n", "sum_meas_us", "sum_sim_us", "model_us", "sim_us", "med_err%", "busy_cus"
+        );
+    }
+    for n in &names {
+        let model = load_named(&dir, n)?;
+        let r = row(&spec, &model)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:<10} {:>4} {:>12.0} {:>12.0} {:>10.0} {:>10.0} {:>9.1} {:>4}-{:<3}~{:>5.1}",
+                r.model,
+                r.kernels,
+                r.measured_sum_total_us,
+                r.simulated_sum_alone_us,
+                r.measured_model_us,
+                r.simulated_model_us,
+                r.median_kernel_error_pct,
+                r.busy_cus_min,
+                r.busy_cus_max,
+                r.busy_cus_mean
+            );
+        }
+    }
+    Ok(())
+}
