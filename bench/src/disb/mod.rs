@@ -9,6 +9,7 @@
 
 pub mod metrics;
 pub mod plot;
+pub mod preempt;
 pub mod runner;
 pub mod workload;
 
