@@ -20,6 +20,8 @@ enum Cmd {
     Kernels(reef_bench::kernels::KernelsArgs),
     /// DISB workloads under the scheduling policies (REEF Fig. 15, 17).
     Disb(reef_bench::disb::DisbArgs),
+    /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
+    Preempt(reef_bench::disb::preempt::PreemptArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +31,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Simspeed(a) => reef_bench::simspeed::main(a),
         Cmd::Kernels(a) => reef_bench::kernels::main(a),
         Cmd::Disb(a) => reef_bench::disb::main(a),
+        Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
