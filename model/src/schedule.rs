@@ -128,21 +128,24 @@ pub struct KernelProfile {
     /// overhead that back-to-back launches hide.
     pub total_latency_ns: u64,
     /// `block_latency_ns[k]`: duration of one block when k+1 blocks of this
-    /// kernel are resident on one compute unit (`latency[k]`). Never empty.
+    /// kernel are resident on one compute unit (`latency[k]`). Never empty
+    /// when loaded from a file.
     pub block_latency_ns: Vec<u64>,
 }
 
 impl KernelProfile {
     /// Block duration with `resident` (≥ 1) co-resident blocks on a CU; past
     /// the measured range the curve is extended linearly by the slope of its
-    /// last two points (never below the last point).
+    /// last two points (never below the last point); 0 for an empty curve.
     pub fn block_ns(&self, resident: usize) -> u64 {
         let c = &self.block_latency_ns;
         let k = resident.max(1);
         if k <= c.len() {
             return c[k - 1];
         }
-        let last = *c.last().expect("profile curve is never empty");
+        let Some(&last) = c.last() else {
+            return 0;
+        };
         let slope = if c.len() >= 2 {
             last.saturating_sub(c[c.len() - 2])
         } else {

@@ -369,3 +369,27 @@ fn same_seed_same_trace() {
     let c = mixed_trace(43);
     assert_ne!(a, c, "jitter must depend on the seed");
 }
+
+#[test]
+fn wall_clock_paces_simulated_time() {
+    // 20 ms of simulated work, paced by the wall clock, cannot finish in
+    // less than 20 ms of real time; virtual time finishes at the same
+    // simulated instant.
+    let k = shape(60, 64, 0, vec![20_000_000]);
+    let mut sim = Sim::new(mi50(), SimConfig::default());
+    let s = sim.create_stream(0, 4).unwrap();
+    let id = sim
+        .launch(s, KernelLaunch::new(k.clone(), tags(0, 0)))
+        .unwrap();
+    let mut clock = WallClock::new(0);
+    let t0 = std::time::Instant::now();
+    let evs = sim.advance_with_clock(&mut clock, PATH + 20_000_000);
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(20));
+    assert_eq!(completion(&evs, id), PATH + 20_000_000);
+
+    let mut sim = Sim::new(mi50(), SimConfig::default());
+    let s = sim.create_stream(0, 4).unwrap();
+    let id = sim.launch(s, KernelLaunch::new(k, tags(0, 0))).unwrap();
+    let evs = sim.advance_with_clock(&mut VirtualClock, PATH + 20_000_000);
+    assert_eq!(completion(&evs, id), PATH + 20_000_000);
+}
