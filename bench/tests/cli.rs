@@ -137,6 +137,16 @@ fn bad_model_files_exit_nonzero_with_clear_errors() {
         &["bad.json", "kernels[0] (k)", "5 is out of range"],
     );
 
+    // Loads, but a block cannot fit on any compute unit of the device.
+    let t = bad_models(
+        &OK_SCHEDULE.replace("[1, 1, 1, 64, 1, 1]", "[1, 1, 1, 4096, 1, 1]"),
+        Some(OK_PROFILE),
+    );
+    expect_error(
+        t.path(),
+        &["bad[0] k", "4096 threads per block exceed a mi50 CU"],
+    );
+
     let empty = tempfile::tempdir().unwrap();
     expect_error(empty.path(), &["no subdirectory"]);
 
