@@ -121,6 +121,12 @@ pub enum SimError {
     Unsupported { device: String, level: PreemptLevel },
     #[error("stream capacity must be at least 1")]
     ZeroCapacity,
+    #[error("out of device memory: {requested} B requested, {free} B of {total} B free")]
+    OutOfMemory {
+        requested: u64,
+        free: u64,
+        total: u64,
+    },
 }
 
 /// What happened to a launch.
@@ -293,6 +299,7 @@ pub struct Sim {
     out: Vec<DeviceEvent>,
     records: Vec<BlockRecord>,
     completed: u64,
+    memory_used: u64,
     // scratch
     allot: Vec<u32>,
     cand: Vec<(usize, u32)>,
@@ -326,6 +333,7 @@ impl Sim {
             out: Vec::new(),
             records: Vec::new(),
             completed: 0,
+            memory_used: 0,
         }
     }
 
@@ -630,6 +638,32 @@ impl Sim {
     /// Blocks resident on the device.
     pub fn resident_blocks(&self) -> u64 {
         self.usage.iter().map(|u| u.blocks as u64).sum()
+    }
+
+    /// Reserves device memory (model weights, activations); fails when the
+    /// device's `memory_bytes` would be exceeded.
+    pub fn alloc(&mut self, bytes: u64) -> Result<(), SimError> {
+        let total = self.spec.memory_bytes;
+        let free = total - self.memory_used;
+        if bytes > free {
+            return Err(SimError::OutOfMemory {
+                requested: bytes,
+                free,
+                total,
+            });
+        }
+        self.memory_used += bytes;
+        Ok(())
+    }
+
+    /// Releases device memory reserved with [`Sim::alloc`].
+    pub fn free(&mut self, bytes: u64) {
+        self.memory_used = self.memory_used.saturating_sub(bytes);
+    }
+
+    /// Device memory in use.
+    pub fn memory_used(&self) -> u64 {
+        self.memory_used
     }
 
     /// Kernels completed so far.

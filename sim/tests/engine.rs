@@ -393,3 +393,21 @@ fn wall_clock_paces_simulated_time() {
     let evs = sim.advance_with_clock(&mut VirtualClock, PATH + 20_000_000);
     assert_eq!(completion(&evs, id), PATH + 20_000_000);
 }
+
+#[test]
+fn device_memory_is_bounded() {
+    let mut sim = Sim::new(mi50(), SimConfig::default());
+    let total = mi50().memory_bytes;
+    sim.alloc(total - 10).unwrap();
+    assert_eq!(
+        sim.alloc(11),
+        Err(SimError::OutOfMemory {
+            requested: 11,
+            free: 10,
+            total
+        })
+    );
+    sim.free(100);
+    sim.alloc(110).unwrap();
+    assert_eq!(sim.memory_used(), total);
+}
