@@ -411,3 +411,41 @@ fn device_memory_is_bounded() {
     sim.alloc(110).unwrap();
     assert_eq!(sim.memory_used(), total);
 }
+
+#[test]
+fn reset_based_preemption_of_a_full_queue() {
+    // A BE stream runs a long kernel with a full 4-deep device queue behind
+    // it. Reset-based preemption (REEF §4): set the flag, kill the CUs. The
+    // queued kernels are evicted one after the other; the stream is empty
+    // kill + 4 x (dispatch + flag check) later = 35 us on mi50, inside the
+    // 30-38 us REEF reports for reset-based preemption (§6.4, Fig. 18).
+    let spec = mi50();
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let s = sim.create_stream(0, 4).unwrap();
+    let long = shape(60, 64, 0, vec![1_000_000]);
+    let mut host = HostQueues::new();
+    for i in 0..5 {
+        host.submit(s, KernelLaunch::new(long.clone(), tags(0, i)));
+    }
+    host.pump(&mut sim).unwrap();
+    sim.advance_to(200_000);
+    host.pump(&mut sim).unwrap();
+    assert_eq!(sim.queue_len(s), 4);
+    let t = sim.now();
+    sim.set_preempt_flag(s, true).unwrap();
+    sim.kill_stream(s).unwrap();
+    let evs = drain(&mut sim);
+    assert!(matches!(evs[0].kind, EventKind::Killed { .. }));
+    assert_eq!(evs[0].time, t + spec.kill_latency_ns);
+    let evicted: Vec<u64> = evs
+        .iter()
+        .filter(|e| e.kind == EventKind::Evicted)
+        .map(|e| e.time)
+        .collect();
+    assert_eq!(evicted.len(), 4);
+    let per = spec.cp_dispatch_ns + spec.flag_check_ns;
+    let expected = spec.kill_latency_ns + 4 * per;
+    assert_eq!(*evicted.last().unwrap() - t, expected);
+    assert!((30_000..=38_000).contains(&expected), "{expected}");
+    assert!(sim.stream_idle(s));
+}
