@@ -18,6 +18,7 @@
 //! ```
 
 mod core;
+pub mod dkp;
 pub mod fake;
 mod policy;
 mod types;

@@ -34,7 +34,15 @@ pub trait Policy: Send {
 }
 
 /// Names accepted by [`policy_by_name`], in the order reports list them.
-pub const POLICY_NAMES: &[&str] = &["rt-only", "seq", "streams", "wait", "reef"];
+pub const POLICY_NAMES: &[&str] = &[
+    "rt-only",
+    "seq",
+    "streams",
+    "wait",
+    "reef-nodkp",
+    "reef",
+    "reef-dkp-mv",
+];
 
 /// An unknown policy name.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -51,6 +59,11 @@ pub fn policy_by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
         "streams" => Box::new(Streams),
         "wait" => Box::new(Preemptive::wait()),
         "reef" => Box::new(Preemptive::reef()),
+        // Preemption only; `reef` and `reef-dkp-mv` add dynamic kernel
+        // padding when run through `dkp::PaddingScheduler` (which needs the
+        // kernels' offline profiles); by name alone they preempt only.
+        "reef-nodkp" => Box::new(Preemptive::reef_named("reef-nodkp")),
+        "reef-dkp-mv" => Box::new(Preemptive::reef_named("reef-dkp-mv")),
         _ => {
             return Err(UnknownPolicy {
                 name: name.to_string(),
@@ -202,6 +215,14 @@ impl Preemptive {
             // from the best-effort device queues meanwhile.
             rt_waits: false,
             mode: Mode::Normal,
+        }
+    }
+    /// [`Self::reef`] under another name (`reef-nodkp`, and the preemption
+    /// half of the padding schedulers in [`crate::dkp`]).
+    pub fn reef_named(name: &'static str) -> Self {
+        Self {
+            name,
+            ..Self::reef()
         }
     }
     /// Wait-based preemption extended with lazy eviction and no launch

@@ -1,0 +1,26 @@
+//! Dynamic kernel padding (REEF §5; Figs. 11–14; evaluated in §6.5,
+//! Figs. 23–27): padding a real-time kernel with best-effort blocks that
+//! use only the compute units the real-time kernel leaves idle.
+//!
+//! - [`profile`]: offline kernel characteristics (block and kernel execution
+//!   times, occupancy, resources) and the proxy kernels of §5.1.
+//! - [`select`]: the kernel selection policy of §5.2 (rules 1 and 2, greedy
+//!   over the best-effort queues, block ranges) with the multi-version
+//!   choice of §5.3.
+//! - [`versions`]: multi-version kernels by a documented cost model and the
+//!   offline dominance pruning of §5.3.
+//! - [`padded`]: the `reef` / `reef-dkp-mv` schedulers, preemption plus
+//!   padding, sans-IO like the rest of the core.
+//!
+//! See docs/padding.md.
+
+pub mod padded;
+pub mod profile;
+pub mod select;
+pub mod versions;
+
+pub use padded::{
+    variant_of, BePart, DkpAction, DkpCounters, DkpTable, PaddedLaunch, PaddingScheduler, Variant,
+};
+pub use profile::{DeviceLimits, KernelChar, ProxyKernels};
+pub use select::{Candidate, Padding, Part, Selector};

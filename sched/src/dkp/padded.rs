@@ -1,0 +1,872 @@
+//! The `reef` and `reef-dkp-mv` schedulers: reset-based preemption (the
+//! `reef-nodkp` policy, REEF §4) plus dynamic kernel padding (§5, Fig. 12)
+//! in real-time mode (§3.1: "before launching a real-time kernel, the DKP
+//! module will select appropriate best-effort kernels and dynamically pad
+//! them to the real-time kernel").
+//!
+//! [`PaddingScheduler`] wraps a [`Scheduler`] running the preemption policy
+//! and stays sans-IO: events in, [`DkpAction`]s out.
+//! - Real-time launches pass through a DKP transmitter that keeps at most
+//!   `window` real-time kernels on the device, so the best-effort blocks are
+//!   selected when the kernel is transmitted (Fig. 12 line 10), from the
+//!   best-effort tasks that are preempted and fully drained.
+//! - A padded launch completes as one kernel: the caller reports one
+//!   `KernelCompleted` for the real-time tag once every part has finished.
+//!   The best-effort blocks it ran are then credited to their tasks (block
+//!   offsets per task); a task kernel whose blocks are all done is reported
+//!   to the preemption core as started and completed, so a later restore
+//!   resumes after it, and a request finished entirely by padding replies.
+//! - Back in normal mode, a kernel that padding left partly done is
+//!   relaunched for its remaining blocks only ([`DkpAction::Rest`]), in the
+//!   version it started with.
+
+use super::profile::KernelChar;
+use super::select::{Candidate, Padding, Selector};
+use super::versions;
+use crate::core::{ClientSpec, Config, ConfigError, ModelInfo};
+use crate::policy::Preemptive;
+use crate::types::*;
+use crate::{Counters, PreemptionRecord, Scheduler};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Single-version padding (`reef`, "DKP" in §6.5) or multi-version
+/// (`reef-dkp-mv`, "DKP-MV").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Single,
+    MultiVersion,
+}
+
+/// The padding variant a policy name asks for (`reef`, `reef-dkp-mv`).
+pub fn variant_of(policy: &str) -> Option<Variant> {
+    match policy {
+        "reef" => Some(Variant::Single),
+        "reef-dkp-mv" => Some(Variant::MultiVersion),
+        _ => None,
+    }
+}
+
+/// The offline profile the selection policy uses: every kernel of every
+/// registered model, with its versions (index 0 is the compiled default).
+#[derive(Debug, Clone)]
+pub struct DkpTable {
+    pub selector: Selector,
+    /// `kernels[model][kernel]` = versions.
+    pub kernels: Vec<Vec<Vec<KernelChar>>>,
+}
+
+impl DkpTable {
+    /// Builds the table from each model's default kernels. With
+    /// [`Variant::MultiVersion`] the versions of §5.3 are derived
+    /// ([`versions::versions`], `t0` the fixed per-block cost) and pruned.
+    pub fn new(
+        selector: Selector,
+        models: Vec<Vec<KernelChar>>,
+        variant: Variant,
+        t0: u64,
+    ) -> Self {
+        let limits = *selector.limits();
+        let kernels = models
+            .into_iter()
+            .map(|ks| {
+                ks.into_iter()
+                    .map(|k| match variant {
+                        Variant::Single => vec![k],
+                        Variant::MultiVersion => versions::versions(&limits, &k, t0),
+                    })
+                    .collect()
+            })
+            .collect();
+        Self { selector, kernels }
+    }
+
+    /// Versions of kernel `k` of model `m`.
+    pub fn versions(&self, m: ModelId, k: u32) -> &[KernelChar] {
+        &self.kernels[m.0 as usize][k as usize]
+    }
+}
+
+/// Best-effort blocks of one task inside a padded launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BePart {
+    /// The task's own stream (its blocks run inside the real-time launch).
+    pub stream: StreamId,
+    pub client: ClientId,
+    pub model: ModelId,
+    pub tag: KernelTag,
+    pub version: u16,
+    pub blocks: Range<u32>,
+    /// Compute units given to these blocks.
+    pub cus: Range<u32>,
+    pub per_cu: u32,
+}
+
+/// One padded launch on the real-time stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaddedLaunch {
+    pub stream: StreamId,
+    pub tag: KernelTag,
+    pub model: ModelId,
+    /// The real-time kernel runs on CUs `0..rt_cus`.
+    pub rt_cus: u32,
+    pub proxy_level: u8,
+    /// Registers per thread the proxy kernel gives every part.
+    pub regs_per_thread: u32,
+    /// Dynamic shared memory per block.
+    pub lds: u32,
+    pub parts: Vec<BePart>,
+}
+
+/// What the caller performs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DkpAction {
+    /// An action of the preemption core, unchanged.
+    Core(Action),
+    /// A real-time kernel padded with best-effort blocks. Report
+    /// `KernelStarted`/`KernelCompleted` for `tag` on `stream` as for a
+    /// launch; completed means every part has completed.
+    Padded(PaddedLaunch),
+    /// Launch only `blocks` of version `version` of the kernel (the rest of
+    /// a kernel partly run by padding); events as for a `Launch`.
+    Rest {
+        stream: StreamId,
+        tag: KernelTag,
+        version: u16,
+        blocks: Range<u32>,
+    },
+}
+
+/// Counters of the padding module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DkpCounters {
+    pub rt_launches: u64,
+    pub padded_launches: u64,
+    pub be_blocks_padded: u64,
+    /// Best-effort kernels completed entirely inside padded launches.
+    pub be_kernels_completed: u64,
+    pub rest_launches: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    kernel: u32,
+    locked: Option<u16>,
+    next_block: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Credit {
+    kernel: u32,
+    version: u16,
+    done: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+struct BeState {
+    /// Mirror of the core's request on this stream and its completed prefix.
+    req: Option<(RequestId, ClientId)>,
+    done_upto: u32,
+    /// Blocks assigned to padded launches (valid while the stream stays
+    /// preempted).
+    plan: Option<Plan>,
+    /// Blocks of `kernel` completed inside padded launches (a prefix).
+    credit: Option<Credit>,
+}
+
+struct InFlight {
+    tag: KernelTag,
+    parts: Vec<BePart>,
+}
+
+/// Preemption plus dynamic kernel padding.
+pub struct PaddingScheduler {
+    inner: Scheduler,
+    table: Arc<DkpTable>,
+    clients: Vec<ClientSpec>,
+    models: Vec<u32>,
+    rt: StreamId,
+    window: usize,
+    req_client: HashMap<RequestId, ClientId>,
+    rt_pending: VecDeque<KernelTag>,
+    inflight: VecDeque<InFlight>,
+    be: Vec<BeState>,
+    out: VecDeque<DkpAction>,
+    rr: usize,
+    padding: Padding,
+    scratch: Vec<Action>,
+    counters: DkpCounters,
+}
+
+impl PaddingScheduler {
+    /// `window`: real-time kernels kept on the device at once (the DKP
+    /// transmitter's device-queue cap; `Config::dq_capacity` is the natural
+    /// choice). The policy name is `reef` or `reef-dkp-mv` after `variant`.
+    pub fn new(
+        variant: Variant,
+        table: Arc<DkpTable>,
+        cfg: Config,
+        models: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+        window: usize,
+    ) -> Result<Self, ConfigError> {
+        let name = match variant {
+            Variant::Single => "reef",
+            Variant::MultiVersion => "reef-dkp-mv",
+        };
+        let kernels: Vec<u32> = models.iter().map(|m| m.kernels).collect();
+        for (i, &n) in kernels.iter().enumerate() {
+            if table.kernels.get(i).map(|v| v.len()) != Some(n as usize) {
+                return Err(ConfigError::EmptyModel(format!(
+                    "{} (no padding profile for its {n} kernels)",
+                    models[i].name
+                )));
+            }
+        }
+        let inner = Scheduler::new(
+            Box::new(Preemptive::reef_named(name)),
+            cfg,
+            models,
+            clients.clone(),
+        )?;
+        let streams = inner.core().stream_count();
+        let mut s = Self {
+            inner,
+            table,
+            clients,
+            models: kernels,
+            rt: StreamId(0),
+            window: window.max(1),
+            req_client: HashMap::new(),
+            rt_pending: VecDeque::new(),
+            inflight: VecDeque::new(),
+            be: vec![BeState::default(); streams],
+            out: VecDeque::new(),
+            rr: 0,
+            padding: Padding::default(),
+            scratch: Vec::new(),
+            counters: DkpCounters::default(),
+        };
+        s.drain_inner(0);
+        Ok(s)
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.inner.policy_name()
+    }
+    pub fn inner(&self) -> &Scheduler {
+        &self.inner
+    }
+    pub fn counters(&self) -> Counters {
+        self.inner.counters()
+    }
+    pub fn preemptions(&self) -> &[PreemptionRecord] {
+        self.inner.preemptions()
+    }
+    pub fn dkp_counters(&self) -> DkpCounters {
+        self.counters
+    }
+    pub fn table(&self) -> &DkpTable {
+        &self.table
+    }
+
+    /// Next action to perform, in order.
+    pub fn poll_action(&mut self) -> Option<DkpAction> {
+        self.out.pop_front()
+    }
+
+    /// Feeds one event observed at `now`.
+    pub fn handle(&mut self, now: Time, ev: Event) {
+        match &ev {
+            Event::RequestArrived { req, client, .. } => {
+                self.req_client.insert(*req, *client);
+            }
+            Event::KernelCompleted { stream, tag } if *stream == self.rt => {
+                self.rt_finished(now, *tag, true);
+            }
+            Event::KernelEvicted { stream, tag } | Event::KernelKilled { stream, tag }
+                if *stream == self.rt =>
+            {
+                self.rt_finished(now, *tag, false);
+            }
+            Event::KernelCompleted { stream, tag } => {
+                if let Some(b) = self.be.get_mut(stream.0 as usize) {
+                    if b.req.map(|r| r.0) == Some(tag.req) {
+                        b.done_upto = b.done_upto.max(tag.kernel + 1);
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.inner.handle(now, ev);
+        self.drain_inner(now);
+        self.pump_rt();
+    }
+
+    /// A real-time launch left the device: credit its padding when it
+    /// completed (before the core sees it, so a restore it triggers already
+    /// knows the progress).
+    fn rt_finished(&mut self, now: Time, tag: KernelTag, completed: bool) {
+        let Some(pos) = self.inflight.iter().position(|f| f.tag == tag) else {
+            return;
+        };
+        let f = self.inflight.remove(pos).expect("position is valid");
+        if !completed {
+            return;
+        }
+        for p in f.parts {
+            self.credit(now, &p);
+        }
+    }
+
+    fn credit(&mut self, now: Time, p: &BePart) {
+        let total = self.table.versions(p.model, p.tag.kernel)[p.version as usize].blocks;
+        let b = &mut self.be[p.stream.0 as usize];
+        if b.req.map(|r| r.0) != Some(p.tag.req) || p.tag.kernel < b.done_upto {
+            return;
+        }
+        let c = match &mut b.credit {
+            Some(c) if c.kernel == p.tag.kernel && c.version == p.version => c,
+            slot => slot.insert(Credit {
+                kernel: p.tag.kernel,
+                version: p.version,
+                done: 0,
+            }),
+        };
+        if p.blocks.start != c.done {
+            // Not the next prefix (cannot happen with in-order launches);
+            // keep the credit conservative.
+            return;
+        }
+        c.done = p.blocks.end;
+        if c.done < total {
+            return;
+        }
+        b.credit = None;
+        b.done_upto = p.tag.kernel + 1;
+        self.counters.be_kernels_completed += 1;
+        self.inner.handle(
+            now,
+            Event::KernelStarted {
+                stream: p.stream,
+                tag: p.tag,
+            },
+        );
+        self.inner.handle(
+            now,
+            Event::KernelCompleted {
+                stream: p.stream,
+                tag: p.tag,
+            },
+        );
+        self.drain_inner(now);
+    }
+
+    /// Moves the core's actions out, holding real-time launches for the DKP
+    /// transmitter and turning relaunches of partly padded kernels into
+    /// [`DkpAction::Rest`].
+    fn drain_inner(&mut self, _now: Time) {
+        let mut acts = std::mem::take(&mut self.scratch);
+        self.inner.drain_actions(&mut acts);
+        for a in acts.drain(..) {
+            match a {
+                Action::Launch { stream, tag } if stream == self.rt => {
+                    self.rt_pending.push_back(tag);
+                }
+                Action::Launch { stream, tag } => {
+                    let client = self.req_client.get(&tag.req).copied();
+                    let Some(b) = self.be.get_mut(stream.0 as usize) else {
+                        self.out.push_back(DkpAction::Core(a));
+                        continue;
+                    };
+                    if b.req.map(|r| r.0) != Some(tag.req) {
+                        b.req = client.map(|c| (tag.req, c));
+                        b.done_upto = 0;
+                        b.credit = None;
+                    }
+                    b.plan = None;
+                    match b.credit.take() {
+                        Some(c) if c.kernel == tag.kernel && c.done > 0 => {
+                            let model = self.clients[client.map_or(0, |c| c.0 as usize)].model;
+                            let total =
+                                self.table.versions(model, tag.kernel)[c.version as usize].blocks;
+                            self.counters.rest_launches += 1;
+                            self.out.push_back(DkpAction::Rest {
+                                stream,
+                                tag,
+                                version: c.version,
+                                blocks: c.done..total,
+                            });
+                        }
+                        Some(c) if c.kernel > tag.kernel => {
+                            // A redundant relaunch of an earlier kernel:
+                            // the credit still applies afterwards.
+                            b.credit = Some(c);
+                            self.out.push_back(DkpAction::Core(a));
+                        }
+                        _ => self.out.push_back(DkpAction::Core(a)),
+                    }
+                }
+                Action::Restore {
+                    stream,
+                    from_kernel,
+                    ..
+                } => {
+                    if let Some(b) = self.be.get_mut(stream.0 as usize) {
+                        b.done_upto = from_kernel;
+                        b.plan = None;
+                    }
+                    self.out.push_back(DkpAction::Core(a));
+                }
+                Action::RequestDone { req, .. } | Action::RequestRejected { req, .. } => {
+                    self.req_client.remove(&req);
+                    for b in &mut self.be {
+                        if b.req.map(|r| r.0) == Some(req) {
+                            *b = BeState::default();
+                        }
+                    }
+                    self.out.push_back(DkpAction::Core(a));
+                }
+                other => self.out.push_back(DkpAction::Core(other)),
+            }
+        }
+        self.scratch = acts;
+    }
+
+    /// The DKP transmitter: selects padding for each real-time kernel as it
+    /// enters the device queue.
+    fn pump_rt(&mut self) {
+        while self.inflight.len() < self.window {
+            let Some(tag) = self.rt_pending.pop_front() else {
+                break;
+            };
+            self.counters.rt_launches += 1;
+            let Some(&client) = self.req_client.get(&tag.req) else {
+                self.inflight.push_back(InFlight {
+                    tag,
+                    parts: Vec::new(),
+                });
+                self.out.push_back(DkpAction::Core(Action::Launch {
+                    stream: self.rt,
+                    tag,
+                }));
+                continue;
+            };
+            let model = self.clients[client.0 as usize].model;
+            let parts = self.select_for(model, tag);
+            match parts {
+                Some(l) => {
+                    self.counters.padded_launches += 1;
+                    self.counters.be_blocks_padded +=
+                        l.parts.iter().map(|p| p.blocks.len() as u64).sum::<u64>();
+                    self.inflight.push_back(InFlight {
+                        tag,
+                        parts: l.parts.clone(),
+                    });
+                    self.out.push_back(DkpAction::Padded(l));
+                }
+                None => {
+                    self.inflight.push_back(InFlight {
+                        tag,
+                        parts: Vec::new(),
+                    });
+                    self.out.push_back(DkpAction::Core(Action::Launch {
+                        stream: self.rt,
+                        tag,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Runs the selection policy for real-time kernel `tag` of `model` over
+    /// the preempted, drained best-effort tasks, and commits the chosen
+    /// block ranges to their plans.
+    fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
+        let table = self.table.clone();
+        let rt_char = &table.versions(model, tag.kernel)[0];
+        let core = self.inner.core();
+        // (stream, client, model, kernel, locked, next_block)
+        let mut tasks: Vec<(StreamId, ClientId, ModelId, u32, Option<u16>, u32)> = Vec::new();
+        for (si, b) in self.be.iter_mut().enumerate() {
+            let s = StreamId(si as u32);
+            if s == self.rt {
+                continue;
+            }
+            let Some((req, client)) = b.req else { continue };
+            if !(core.is_paused(s) && core.outstanding(s) == 0 && core.has_request(s)) {
+                continue;
+            }
+            let m = self.clients[client.0 as usize].model;
+            let nk = self.models[m.0 as usize];
+            if b.plan.is_none() {
+                b.plan = Some(match b.credit {
+                    Some(c) if c.kernel == b.done_upto => Plan {
+                        kernel: c.kernel,
+                        locked: Some(c.version),
+                        next_block: c.done,
+                    },
+                    _ => Plan {
+                        kernel: b.done_upto,
+                        locked: None,
+                        next_block: 0,
+                    },
+                });
+            }
+            let plan = b.plan.as_mut().expect("set above");
+            if let Some(v) = plan.locked {
+                let total = table.versions(m, plan.kernel)[v as usize].blocks;
+                if plan.next_block >= total {
+                    *plan = Plan {
+                        kernel: plan.kernel + 1,
+                        locked: None,
+                        next_block: 0,
+                    };
+                }
+            }
+            if plan.kernel >= nk {
+                continue;
+            }
+            let _ = req;
+            tasks.push((s, client, m, plan.kernel, plan.locked, plan.next_block));
+        }
+        if tasks.is_empty() {
+            return None;
+        }
+        let cands: Vec<Candidate<'_>> = tasks
+            .iter()
+            .map(|&(_, _, m, k, locked, next_block)| Candidate {
+                versions: table.versions(m, k),
+                locked,
+                next_block,
+            })
+            .collect();
+        let start = self.rr % cands.len();
+        self.rr = self.rr.wrapping_add(1);
+        if !table
+            .selector
+            .select(rt_char, &cands, start, &mut self.padding)
+        {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(self.padding.parts.len());
+        for p in &self.padding.parts {
+            let (s, client, m, k, _, _) = tasks[p.task];
+            let b = &mut self.be[s.0 as usize];
+            let req = b.req.expect("eligible tasks have a request").0;
+            let plan = b.plan.as_mut().expect("planned above");
+            plan.locked = Some(p.version);
+            plan.next_block = p.blocks.end;
+            parts.push(BePart {
+                stream: s,
+                client,
+                model: m,
+                tag: KernelTag { req, kernel: k },
+                version: p.version,
+                blocks: p.blocks.clone(),
+                cus: p.cus.clone(),
+                per_cu: p.per_cu,
+            });
+        }
+        Some(PaddedLaunch {
+            stream: self.rt,
+            tag,
+            model,
+            rt_cus: self.padding.rt_cus,
+            proxy_level: self.padding.proxy_level,
+            regs_per_thread: self.padding.regs_per_thread,
+            lds: self.padding.lds,
+            parts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::profile::mi50;
+    use super::*;
+    use crate::core::ModelInfo;
+
+    fn k(blocks: u32, occ: u32, curve: Vec<u64>) -> KernelChar {
+        KernelChar::new(&mi50(), blocks, 256, 0, 65536 / occ, curve).unwrap()
+    }
+
+    fn setup(window: usize) -> PaddingScheduler {
+        // RT model: 4 kernels of 20 blocks, 50 us each. BE model: kernel 0
+        // of 100 blocks, kernel 1 of 300 blocks, 10 us blocks (+10 per
+        // co-resident block).
+        let rt: Vec<KernelChar> = (0..4).map(|_| k(20, 4, vec![50_000])).collect();
+        let curve = vec![
+            10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
+        ];
+        let be = vec![k(100, 8, curve.clone()), k(300, 8, curve)];
+        let table = DkpTable::new(
+            Selector::new(mi50(), 0),
+            vec![rt, be],
+            Variant::Single,
+            1_000,
+        );
+        let models = vec![
+            ModelInfo::idempotent("rt", 4),
+            ModelInfo::idempotent("be", 2),
+        ];
+        let clients = vec![
+            ClientSpec {
+                name: "rt".into(),
+                model: ModelId(0),
+                class: Class::RealTime,
+            },
+            ClientSpec {
+                name: "be".into(),
+                model: ModelId(1),
+                class: Class::BestEffort,
+            },
+        ];
+        PaddingScheduler::new(
+            Variant::Single,
+            Arc::new(table),
+            Config::default(),
+            models,
+            clients,
+            window,
+        )
+        .unwrap()
+    }
+
+    fn step(s: &mut PaddingScheduler, now: Time, ev: Event) -> Vec<DkpAction> {
+        s.handle(now, ev);
+        std::iter::from_fn(|| s.poll_action()).collect()
+    }
+
+    fn tag(req: u64, kernel: u32) -> KernelTag {
+        KernelTag {
+            req: RequestId(req),
+            kernel,
+        }
+    }
+
+    #[test]
+    fn pads_rt_kernels_with_preempted_be_blocks_and_resumes_the_rest() {
+        let mut s = setup(2);
+        let (rt, be) = (StreamId(0), StreamId(1));
+        let _created: Vec<_> = std::iter::from_fn(|| s.poll_action()).collect();
+        // A best-effort request starts on its stream.
+        let a = step(
+            &mut s,
+            0,
+            Event::RequestArrived {
+                req: RequestId(100),
+                client: ClientId(1),
+                deadline: None,
+            },
+        );
+        assert!(a.contains(&DkpAction::Core(Action::Launch {
+            stream: be,
+            tag: tag(100, 0)
+        })));
+        // A real-time request preempts it; the BE stream is still draining,
+        // so the first two real-time kernels (the window) go unpadded.
+        let a = step(
+            &mut s,
+            10,
+            Event::RequestArrived {
+                req: RequestId(1),
+                client: ClientId(0),
+                deadline: None,
+            },
+        );
+        assert!(a.contains(&DkpAction::Core(Action::KillStream { stream: be })));
+        let rt_launches: Vec<_> = a
+            .iter()
+            .filter(
+                |x| matches!(x, DkpAction::Core(Action::Launch { stream, .. }) if *stream == rt),
+            )
+            .collect();
+        assert_eq!(rt_launches.len(), 2);
+        assert!(!a.iter().any(|x| matches!(x, DkpAction::Padded(_))));
+        step(
+            &mut s,
+            12,
+            Event::KernelKilled {
+                stream: be,
+                tag: tag(100, 0),
+            },
+        );
+        step(
+            &mut s,
+            13,
+            Event::KernelEvicted {
+                stream: be,
+                tag: tag(100, 1),
+            },
+        );
+        // Real-time kernel 0 completes: kernel 2 is transmitted, padded with
+        // all 100 blocks of BE kernel 0 (4 per CU on 25 of the 40 free CUs).
+        let a = step(
+            &mut s,
+            50,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 0),
+            },
+        );
+        let p = a
+            .iter()
+            .find_map(|x| match x {
+                DkpAction::Padded(p) => Some(p.clone()),
+                _ => None,
+            })
+            .expect("padded launch");
+        assert_eq!(p.tag, tag(1, 2));
+        assert_eq!(p.rt_cus, 20);
+        assert_eq!(p.parts.len(), 1);
+        assert_eq!(p.parts[0].tag, tag(100, 0));
+        assert_eq!(p.parts[0].blocks, 0..100);
+        assert_eq!(p.parts[0].cus, 20..45);
+        // Kernel 3 pads the first 160 blocks of BE kernel 1 (its offset).
+        let a = step(
+            &mut s,
+            100,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 1),
+            },
+        );
+        let p = a
+            .iter()
+            .find_map(|x| match x {
+                DkpAction::Padded(p) => Some(p.clone()),
+                _ => None,
+            })
+            .expect("padded launch");
+        assert_eq!(p.parts[0].tag, tag(100, 1));
+        assert_eq!(p.parts[0].blocks, 0..160);
+        step(
+            &mut s,
+            150,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 2),
+            },
+        );
+        assert_eq!(s.dkp_counters().be_kernels_completed, 1);
+        // The last real-time kernel completes: normal mode resumes the BE
+        // request after kernel 0 (kernel 0 again as the redundant restore
+        // kernel) and kernel 1 only for its remaining blocks.
+        let a = step(
+            &mut s,
+            200,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 3),
+            },
+        );
+        assert!(a.contains(&DkpAction::Core(Action::RequestDone {
+            req: RequestId(1),
+            client: ClientId(0)
+        })));
+        assert!(a.contains(&DkpAction::Rest {
+            stream: be,
+            tag: tag(100, 1),
+            version: 0,
+            blocks: 160..300
+        }));
+        assert!(!a.contains(&DkpAction::Core(Action::Launch {
+            stream: be,
+            tag: tag(100, 1)
+        })));
+        // Completing the rest finishes the BE request.
+        step(
+            &mut s,
+            210,
+            Event::KernelCompleted {
+                stream: be,
+                tag: tag(100, 0),
+            },
+        );
+        let a = step(
+            &mut s,
+            220,
+            Event::KernelCompleted {
+                stream: be,
+                tag: tag(100, 1),
+            },
+        );
+        assert!(a.contains(&DkpAction::Core(Action::RequestDone {
+            req: RequestId(100),
+            client: ClientId(1)
+        })));
+        let c = s.dkp_counters();
+        assert_eq!(c.padded_launches, 2);
+        assert_eq!(c.be_blocks_padded, 260);
+        assert_eq!(c.rest_launches, 1);
+    }
+
+    #[test]
+    fn a_request_finished_by_padding_replies_in_real_time_mode() {
+        let mut s = setup(1);
+        let (rt, be) = (StreamId(0), StreamId(1));
+        let _ = std::iter::from_fn(|| s.poll_action()).count();
+        step(
+            &mut s,
+            0,
+            Event::RequestArrived {
+                req: RequestId(100),
+                client: ClientId(1),
+                deadline: None,
+            },
+        );
+        step(
+            &mut s,
+            1,
+            Event::RequestArrived {
+                req: RequestId(1),
+                client: ClientId(0),
+                deadline: None,
+            },
+        );
+        step(
+            &mut s,
+            2,
+            Event::KernelKilled {
+                stream: be,
+                tag: tag(100, 0),
+            },
+        );
+        step(
+            &mut s,
+            3,
+            Event::KernelEvicted {
+                stream: be,
+                tag: tag(100, 1),
+            },
+        );
+        // Window 1: kernels 1, 2 and 3 are padded one after the other:
+        // BE kernel 0 (100 blocks), then BE kernel 1 in two pieces.
+        let mut done_be = false;
+        let mut padded = Vec::new();
+        for i in 0..4u32 {
+            let a = step(
+                &mut s,
+                10 + i as u64,
+                Event::KernelCompleted {
+                    stream: rt,
+                    tag: tag(1, i),
+                },
+            );
+            for x in &a {
+                match x {
+                    DkpAction::Padded(p) => padded.push(p.parts[0].blocks.clone()),
+                    DkpAction::Core(Action::RequestDone { req, .. }) if *req == RequestId(100) => {
+                        done_be = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(padded, vec![0..100, 0..160, 160..300]);
+        assert!(done_be, "the BE request completed inside padded launches");
+        assert_eq!(s.dkp_counters().be_kernels_completed, 2);
+    }
+}

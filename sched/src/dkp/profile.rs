@@ -1,0 +1,298 @@
+//! Offline kernel characteristics and proxy kernels (REEF §5.1 "Dynamic
+//! register allocation" and "Dynamic shared memory"; §5.2 footnote 3 for CU
+//! occupancy; Fig. 13 for block vs kernel execution time).
+//!
+//! A [`KernelChar`] is what REEF's offline kernel profiler records for one
+//! kernel (or one version of it, §5.3): grid size, block size, per-block
+//! registers and shared memory, and the measured block execution time as a
+//! function of the number of co-resident blocks on a CU (the `latency[k]`
+//! curves of `../shared/models`). From these it derives the CU occupancy
+//! (blocks per CU, statically known) and the kernel execution time.
+//!
+//! [`ProxyKernels`]: one proxy (dkp) kernel per CU occupancy level. On the
+//! MI50 an occupancy level is a number of waves per SIMD (1..=10, §5.1: "10
+//! CU occupancy levels ... 10 proxy kernels"); proxy level `L` allocates the
+//! largest per-thread register count that still lets `L` waves share a SIMD.
+//! A padded launch uses the proxy with the fewest registers that fulfils the
+//! largest per-thread demand of its parts, and sizes its (dynamic) shared
+//! memory to the largest demand of its parts.
+
+/// Per-CU limits of the device the profiles were taken on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    pub compute_units: u32,
+    pub wave_size: u32,
+    pub max_waves_per_cu: u32,
+    pub max_threads_per_cu: u32,
+    pub max_blocks_per_cu: u32,
+    pub lds_bytes_per_cu: u32,
+    /// 32-bit registers per CU (all SIMDs).
+    pub registers_per_cu: u32,
+    /// SIMD units per CU (4 on GCN/Vega: AMD "Vega" ISA guide §2).
+    pub simds_per_cu: u32,
+}
+
+impl DeviceLimits {
+    /// Blocks of this shape that fit on one empty CU (0: does not fit).
+    pub fn occupancy(&self, threads: u32, lds: u32, regs_per_block: u32) -> u32 {
+        if threads == 0 {
+            return 0;
+        }
+        let waves = threads.div_ceil(self.wave_size).max(1);
+        let mut occ = (self.max_threads_per_cu / threads)
+            .min(self.max_waves_per_cu / waves)
+            .min(self.max_blocks_per_cu);
+        if let Some(o) = self.lds_bytes_per_cu.checked_div(lds) {
+            occ = occ.min(o);
+        }
+        if let Some(o) = self.registers_per_cu.checked_div(regs_per_block) {
+            occ = occ.min(o);
+        }
+        occ
+    }
+}
+
+/// One kernel (version) as the offline profiler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelChar {
+    /// Blocks in the grid.
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads: u32,
+    /// Shared memory (LDS) bytes per block.
+    pub lds: u32,
+    /// 32-bit registers per block (all threads).
+    pub regs_per_block: u32,
+    /// `curve[k-1]`: one block's execution time (ns) with k co-resident
+    /// blocks on its CU. Never empty.
+    curve: Vec<u64>,
+    /// `ceiling[k-1]` = max(curve[0..k]): a non-decreasing bound used by
+    /// rule 1 (a smaller co-residency is never assumed slower than this).
+    ceiling: Vec<u64>,
+    /// Blocks per CU (statically known, §5.2 rule 2).
+    pub occupancy: u32,
+    /// Execution time of all blocks on the whole device, ns (Fig. 13 hollow bars).
+    pub kernel_ns: u64,
+    /// Registers per thread (rounded up).
+    pub regs_per_thread: u32,
+}
+
+impl KernelChar {
+    /// Characteristics of a kernel on a device; `None` when a block does not
+    /// fit on a CU or the curve is empty.
+    pub fn new(
+        limits: &DeviceLimits,
+        blocks: u32,
+        threads: u32,
+        lds: u32,
+        regs_per_block: u32,
+        curve: Vec<u64>,
+    ) -> Option<Self> {
+        if blocks == 0 || curve.is_empty() {
+            return None;
+        }
+        let occupancy = limits.occupancy(threads, lds, regs_per_block);
+        if occupancy == 0 {
+            return None;
+        }
+        let mut ceiling = curve.clone();
+        for i in 1..ceiling.len() {
+            ceiling[i] = ceiling[i].max(ceiling[i - 1]);
+        }
+        let mut k = Self {
+            blocks,
+            threads,
+            lds,
+            regs_per_block,
+            curve,
+            ceiling,
+            occupancy,
+            kernel_ns: 0,
+            regs_per_thread: regs_per_block.div_ceil(threads),
+        };
+        k.kernel_ns = k.kernel_time(limits.compute_units);
+        Some(k)
+    }
+
+    /// One block's execution time with `k` (≥ 1) co-resident blocks; past the
+    /// measured curve it grows by the curve's last slope (as the simulator
+    /// extends it).
+    pub fn block_ns(&self, k: u32) -> u64 {
+        let k = k.max(1) as usize;
+        match self.curve.get(k - 1) {
+            Some(&t) => t,
+            None => {
+                let n = self.curve.len();
+                let last = self.curve[n - 1];
+                let slope = if n >= 2 {
+                    last.saturating_sub(self.curve[n - 2])
+                } else {
+                    0
+                };
+                last + slope * (k - n) as u64
+            }
+        }
+    }
+
+    /// The measured curve.
+    pub fn curve(&self) -> &[u64] {
+        &self.curve
+    }
+
+    /// Largest co-residency `p ≤ cap` whose block time (and the time of every
+    /// smaller co-residency) plus `skew` is below `limit` (rule 1); 0 if none.
+    pub fn max_coresidency_within(&self, cap: u32, limit: u64, skew: u64) -> u32 {
+        let cap = cap as usize;
+        let within = |t: u64| t.saturating_add(skew) < limit;
+        let n = self.ceiling.len();
+        // Measured part: binary search over the non-decreasing ceiling.
+        let measured = self.ceiling[..cap.min(n)].partition_point(|&t| within(t));
+        if measured < cap.min(n) || cap <= n {
+            return measured as u32;
+        }
+        // Past the curve: extension grows linearly from the last point.
+        let mut p = n;
+        while p < cap && within(self.block_ns(p as u32 + 1).max(self.ceiling[n - 1])) {
+            p += 1;
+        }
+        p as u32
+    }
+
+    /// Kernel execution time alone on `cus` compute units: blocks spread
+    /// evenly (at most `occupancy` per CU per wave), waves back to back.
+    fn kernel_time(&self, cus: u32) -> u64 {
+        let per_wave = cus as u64 * self.occupancy as u64;
+        let b = self.blocks as u64;
+        if b <= per_wave {
+            self.block_ns(b.div_ceil(cus as u64) as u32)
+        } else {
+            let full = b / per_wave;
+            let rest = b % per_wave;
+            let mut t = full * self.block_ns(self.occupancy);
+            if rest > 0 {
+                t += self.block_ns(rest.div_ceil(cus as u64) as u32);
+            }
+            t
+        }
+    }
+}
+
+/// The proxy kernels: one per occupancy level (waves per SIMD).
+#[derive(Debug, Clone)]
+pub struct ProxyKernels {
+    /// `alloc[L-1]`: registers per thread allocated by proxy level L.
+    alloc: Vec<u32>,
+}
+
+impl ProxyKernels {
+    /// Levels `1..=max_waves_per_cu / simds_per_cu`; level L allocates
+    /// `vgprs_per_lane / L` registers per thread, where `vgprs_per_lane =
+    /// registers_per_cu / (simds × wave_size)` (256 on the MI50).
+    pub fn new(limits: &DeviceLimits) -> Self {
+        let simds = limits.simds_per_cu.max(1);
+        let levels = (limits.max_waves_per_cu / simds).max(1);
+        let per_lane = limits.registers_per_cu / (simds * limits.wave_size.max(1));
+        Self {
+            alloc: (1..=levels).map(|l| per_lane / l).collect(),
+        }
+    }
+
+    /// Number of proxy kernels.
+    pub fn levels(&self) -> usize {
+        self.alloc.len()
+    }
+
+    /// Registers per thread allocated by level `l` (1-based).
+    pub fn alloc(&self, l: u8) -> u32 {
+        self.alloc[l as usize - 1]
+    }
+
+    /// The proxy with the fewest allocated registers that fulfils a demand of
+    /// `regs_per_thread` (the highest occupancy level possible); `None` when
+    /// even level 1 cannot.
+    pub fn pick(&self, regs_per_thread: u32) -> Option<u8> {
+        // alloc is decreasing in L: the last level whose allocation fits.
+        let n = self.alloc.partition_point(|&a| a >= regs_per_thread);
+        (n > 0).then_some(n as u8)
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn mi50() -> DeviceLimits {
+    DeviceLimits {
+        compute_units: 60,
+        wave_size: 64,
+        max_waves_per_cu: 40,
+        max_threads_per_cu: 2560,
+        max_blocks_per_cu: 40,
+        lds_bytes_per_cu: 65536,
+        registers_per_cu: 65536,
+        simds_per_cu: 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn occupancy_follows_the_tightest_limit() {
+        let d = mi50();
+        // 256 threads = 4 waves: 10 by waves.
+        assert_eq!(d.occupancy(256, 0, 0), 10);
+        // 8 KiB LDS per block: 8 by LDS.
+        assert_eq!(d.occupancy(256, 8192, 0), 8);
+        // 65536/5 registers per block: 5 by registers.
+        assert_eq!(d.occupancy(256, 0, 65536 / 5), 5);
+        assert_eq!(d.occupancy(64, 0, 0), 40);
+        assert_eq!(d.occupancy(256, 70000, 0), 0);
+    }
+
+    #[test]
+    fn kernel_time_counts_waves() {
+        let d = mi50();
+        // 30 blocks, occupancy 8: one block per CU at k=1.
+        let k = KernelChar::new(&d, 30, 256, 0, 65536 / 8, vec![10, 20, 30]).unwrap();
+        assert_eq!(k.occupancy, 8);
+        assert_eq!(k.kernel_ns, 10);
+        // 120 blocks on 60 CUs: 2 per CU.
+        let k = KernelChar::new(&d, 120, 256, 0, 65536 / 8, vec![10, 20, 30]).unwrap();
+        assert_eq!(k.kernel_ns, 20);
+        // 60*2*2 + 60 blocks at occupancy 2: two full waves at k=2, one at k=1.
+        let k = KernelChar::new(&d, 300, 256, 0, 65536 / 2, vec![10, 20]).unwrap();
+        assert_eq!(k.occupancy, 2);
+        assert_eq!(k.kernel_ns, 20 + 20 + 10);
+        // Past the curve: linear extension by the last slope.
+        assert_eq!(k.block_ns(4), 40);
+    }
+
+    #[test]
+    fn rule1_coresidency_search() {
+        let d = mi50();
+        let k = KernelChar::new(&d, 30, 64, 0, 0, vec![10, 12, 11, 20, 30]).unwrap();
+        // limit 21, no skew: ceiling = [10,12,12,20,30] → p=4.
+        assert_eq!(k.max_coresidency_within(40, 21, 0), 4);
+        assert_eq!(k.max_coresidency_within(3, 21, 0), 3);
+        // skew 5 → times must be < 16: p=3 (ceiling 12).
+        assert_eq!(k.max_coresidency_within(40, 21, 5), 3);
+        assert_eq!(k.max_coresidency_within(40, 10, 0), 0);
+        // Extension: slope 10 past k=5: 40, 50, 60, ...; limit 51 → p=7.
+        assert_eq!(k.max_coresidency_within(40, 51, 0), 7);
+        assert_eq!(k.max_coresidency_within(6, 51, 0), 6);
+    }
+
+    #[test]
+    fn proxy_picks_fewest_registers_that_fit() {
+        let p = ProxyKernels::new(&mi50());
+        assert_eq!(p.levels(), 10);
+        assert_eq!(p.alloc(1), 256);
+        assert_eq!(p.alloc(10), 25);
+        // 32 regs/thread: level 8 allocates 32.
+        assert_eq!(p.pick(32), Some(8));
+        // 33 regs: level 7 (36).
+        assert_eq!(p.pick(33), Some(7));
+        assert_eq!(p.pick(1), Some(10));
+        assert_eq!(p.pick(256), Some(1));
+        assert_eq!(p.pick(257), None);
+    }
+}

@@ -1,0 +1,413 @@
+//! The kernel selection policy of dynamic kernel padding (REEF §5.2, with the
+//! multi-version extension of §5.3; Fig. 12 for the CU partition).
+//!
+//! For one real-time kernel the selector first reserves the CUs the kernel
+//! needs (as many as it has blocks, each on its own CU as it runs alone; a
+//! kernel with at least one block per CU needs the whole GPU and is not
+//! padded), then walks the best-effort task queues greedily, taking blocks
+//! for the CUs left over until no CU or no candidate remains. A best-effort
+//! kernel is admitted only when
+//! - **rule 1**: its block execution time (at the co-residency it will run
+//!   at) is shorter than the real-time kernel's execution time, since the
+//!   padded kernel lasts as long as its slowest block; and
+//! - **rule 2**: its CU occupancy is at least the real-time kernel's, since
+//!   the padded kernel runs at the minimum occupancy of its parts. (The
+//!   paper says "higher"; an equal occupancy leaves the real-time kernel's
+//!   occupancy unchanged, which is the rule's purpose.)
+//!
+//! The padded launch uses one proxy kernel for all its parts
+//! ([`ProxyKernels`]): the one with the fewest registers that fulfils the
+//! largest per-thread demand, with shared memory sized to the largest
+//! demand. Every part's co-residency is checked under that allocation.
+//!
+//! A task's kernel may be spread over several padded launches by block
+//! ranges: [`Candidate::next_block`] is the task's block offset. With several
+//! versions of a kernel (§5.3), the shortest kernel (kernel execution time)
+//! among the versions that satisfy both rules is taken; once a kernel has
+//! started under a version its remaining blocks use that version
+//! ([`Candidate::locked`]).
+//!
+//! Selection allocates nothing (the output is reused), so its cost is a few
+//! comparisons per candidate version: see `reef-bench dkp --selection`.
+
+use super::profile::{DeviceLimits, KernelChar, ProxyKernels};
+use std::ops::Range;
+
+/// One best-effort task's next kernel, offered for padding.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    /// The versions of the task's next kernel (index 0: the default one).
+    pub versions: &'a [KernelChar],
+    /// The version the kernel is already running under, if it is partly done.
+    pub locked: Option<u16>,
+    /// Blocks of the (locked) version already assigned to earlier launches.
+    pub next_block: u32,
+}
+
+/// Best-effort blocks chosen for one padded launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Index of the candidate (task) in the slice given to [`Selector::select`].
+    pub task: usize,
+    pub version: u16,
+    /// Block range of that version.
+    pub blocks: Range<u32>,
+    /// Compute units reserved for it.
+    pub cus: Range<u32>,
+    /// Blocks per CU (the co-residency rule 1 was checked at).
+    pub per_cu: u32,
+    /// Threads per block of the version (to re-check it under a new proxy).
+    threads: u32,
+}
+
+/// A padded launch (Fig. 12): the real-time kernel on CUs `0..rt_cus`, the
+/// parts on disjoint ranges of the remaining CUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Padding {
+    pub rt_cus: u32,
+    /// Proxy kernel level (1-based).
+    pub proxy_level: u8,
+    /// Registers per thread the proxy allocates to every part.
+    pub regs_per_thread: u32,
+    /// Dynamic shared memory per block: the largest demand of the parts.
+    pub lds: u32,
+    pub parts: Vec<Part>,
+}
+
+impl Padding {
+    pub fn is_padded(&self) -> bool {
+        !self.parts.is_empty()
+    }
+    /// CUs given to best-effort blocks.
+    pub fn be_cus(&self) -> u32 {
+        self.parts.iter().map(|p| p.cus.len() as u32).sum()
+    }
+}
+
+/// The selection policy for one device.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    limits: DeviceLimits,
+    proxies: ProxyKernels,
+    /// Delay of the best-effort parts relative to the real-time kernel's
+    /// start, added to their block time in rule 1 (0 for a true single
+    /// padded launch; see docs/padding.md for the simulator emulation).
+    pub skew_ns: u64,
+}
+
+impl Selector {
+    pub fn new(limits: DeviceLimits, skew_ns: u64) -> Self {
+        Self {
+            proxies: ProxyKernels::new(&limits),
+            limits,
+            skew_ns,
+        }
+    }
+
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.limits
+    }
+
+    pub fn proxies(&self) -> &ProxyKernels {
+        &self.proxies
+    }
+
+    /// Chooses best-effort blocks to pad real-time kernel `rt` with, walking
+    /// `cands` from index `start` round robin. Fills `out` (cleared first);
+    /// returns whether any block was chosen.
+    pub fn select(
+        &self,
+        rt: &KernelChar,
+        cands: &[Candidate<'_>],
+        start: usize,
+        out: &mut Padding,
+    ) -> bool {
+        out.parts.clear();
+        let n = self.limits.compute_units;
+        out.rt_cus = rt.blocks.min(n);
+        out.lds = rt.lds;
+        out.regs_per_thread = rt.regs_per_thread;
+        out.proxy_level = self.proxies.pick(rt.regs_per_thread).unwrap_or(0);
+        if rt.blocks >= n || out.proxy_level == 0 || cands.is_empty() {
+            return false;
+        }
+        let mut free = n - out.rt_cus;
+        let mut next_cu = out.rt_cus;
+        let len = cands.len();
+        for i in 0..len {
+            if free == 0 {
+                break;
+            }
+            let ti = (start + i) % len;
+            let c = &cands[ti];
+            let range = match c.locked {
+                Some(v) => v as usize..(v as usize + 1).min(c.versions.len()),
+                None => 0..c.versions.len(),
+            };
+            // (version, per-CU co-residency, kernel time, level, lds)
+            let mut best: Option<(u16, u32, u64, u8, u32)> = None;
+            for v in range {
+                let k = &c.versions[v];
+                // Rule 2.
+                if k.occupancy < rt.occupancy {
+                    continue;
+                }
+                let offset = if c.locked.is_some() { c.next_block } else { 0 };
+                let remaining = k.blocks.saturating_sub(offset);
+                if remaining == 0 {
+                    continue;
+                }
+                if let Some(b) = best {
+                    if k.kernel_ns >= b.2 {
+                        continue;
+                    }
+                }
+                let demand = out.regs_per_thread.max(k.regs_per_thread);
+                let lds = out.lds.max(k.lds);
+                let Some(level) = self.proxies.pick(demand) else {
+                    continue;
+                };
+                let alloc = self.proxies.alloc(level);
+                let occ = |threads: u32| self.limits.occupancy(threads, lds, alloc * threads);
+                // The real-time part keeps one block per CU; earlier parts
+                // keep their co-residency.
+                if (level != out.proxy_level || lds != out.lds)
+                    && (occ(rt.threads) == 0 || out.parts.iter().any(|p| occ(p.threads) < p.per_cu))
+                {
+                    continue;
+                }
+                let cap = occ(k.threads).min(k.occupancy).min(remaining);
+                // Rule 1.
+                let p = k.max_coresidency_within(cap, rt.kernel_ns, self.skew_ns);
+                if p == 0 {
+                    continue;
+                }
+                best = Some((v as u16, p, k.kernel_ns, level, lds));
+            }
+            let Some((v, p, _, level, lds)) = best else {
+                continue;
+            };
+            let k = &c.versions[v as usize];
+            let offset = if c.locked.is_some() { c.next_block } else { 0 };
+            let remaining = k.blocks - offset;
+            let nblocks = remaining.min(free * p);
+            let cus = nblocks.div_ceil(p);
+            out.parts.push(Part {
+                task: ti,
+                version: v,
+                blocks: offset..offset + nblocks,
+                cus: next_cu..next_cu + cus,
+                per_cu: p.min(nblocks),
+                threads: k.threads,
+            });
+            next_cu += cus;
+            free -= cus;
+            out.proxy_level = level;
+            out.regs_per_thread = self.proxies.alloc(level);
+            out.lds = lds;
+        }
+        out.is_padded()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::profile::mi50;
+    use super::*;
+
+    fn k(blocks: u32, threads: u32, lds: u32, occ: u32, curve: Vec<u64>) -> KernelChar {
+        KernelChar::new(&mi50(), blocks, threads, lds, 65536 / occ, curve).unwrap()
+    }
+
+    #[test]
+    fn reserves_rt_cus_and_fills_the_rest() {
+        let s = Selector::new(mi50(), 0);
+        let rt = k(20, 256, 0, 4, vec![50_000]);
+        let be = vec![k(1000, 256, 0, 8, vec![10_000, 20_000, 30_000, 40_000])];
+        let cands = [Candidate {
+            versions: &be,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        assert!(s.select(&rt, &cands, 0, &mut out));
+        assert_eq!(out.rt_cus, 20);
+        let p = &out.parts[0];
+        // Rule 1 at co-residency 4: 40 us < 50 us; 5 would extend to 50.
+        assert_eq!(p.per_cu, 4);
+        assert_eq!(p.cus, 20..60);
+        assert_eq!(p.blocks, 0..160);
+        assert_eq!(out.be_cus(), 40);
+    }
+
+    #[test]
+    fn rule1_rejects_long_blocks_and_rule2_low_occupancy() {
+        let s = Selector::new(mi50(), 0);
+        let rt = k(20, 256, 0, 4, vec![15_000]);
+        let long = vec![k(100, 256, 0, 8, vec![20_000])];
+        let low_occ = vec![k(100, 256, 0, 2, vec![1_000])];
+        let mut out = Padding::default();
+        for be in [&long, &low_occ] {
+            let c = [Candidate {
+                versions: be,
+                locked: None,
+                next_block: 0,
+            }];
+            assert!(!s.select(&rt, &c, 0, &mut out));
+            assert!(out.parts.is_empty());
+        }
+        // A skew eats into the real-time kernel's time.
+        let ok = vec![k(100, 256, 0, 8, vec![10_000])];
+        let c = [Candidate {
+            versions: &ok,
+            locked: None,
+            next_block: 0,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
+        let skewed = Selector::new(mi50(), 6_000);
+        assert!(!skewed.select(&rt, &c, 0, &mut out));
+    }
+
+    #[test]
+    fn whole_gpu_rt_kernels_are_not_padded() {
+        let s = Selector::new(mi50(), 0);
+        let rt = k(60, 256, 0, 4, vec![100_000]);
+        let be = vec![k(10, 64, 0, 8, vec![1_000])];
+        let c = [Candidate {
+            versions: &be,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        assert!(!s.select(&rt, &c, 0, &mut out));
+    }
+
+    #[test]
+    fn greedy_over_queues_with_block_offsets() {
+        let s = Selector::new(mi50(), 0);
+        let rt = k(40, 256, 0, 4, vec![50_000]);
+        // Task 0: 30 blocks left of 100 (offset 70), 1 per CU is all it may
+        // take (rule 1 at 2 would be 60 us).
+        let a = vec![k(100, 256, 0, 8, vec![30_000, 60_000])];
+        let b = vec![k(500, 256, 0, 8, vec![10_000, 20_000])];
+        let c = [
+            Candidate {
+                versions: &a,
+                locked: Some(0),
+                next_block: 70,
+            },
+            Candidate {
+                versions: &b,
+                locked: None,
+                next_block: 0,
+            },
+        ];
+        let mut out = Padding::default();
+        assert!(s.select(&rt, &c, 0, &mut out));
+        // 20 free CUs, 1 per CU → blocks 70..90; nothing left for task 1.
+        assert_eq!(out.parts.len(), 1);
+        assert_eq!(out.parts[0].task, 0);
+        assert_eq!(out.parts[0].blocks, 70..90);
+        assert_eq!(out.parts[0].cus, 40..60);
+    }
+
+    #[test]
+    fn round_robin_start_and_partial_tail() {
+        let s = Selector::new(mi50(), 0);
+        let rt = k(40, 256, 0, 4, vec![50_000]);
+        let a = vec![k(5, 256, 0, 8, vec![10_000, 20_000, 30_000, 40_000])];
+        let b = vec![k(500, 256, 0, 8, vec![10_000, 20_000])];
+        let c = [
+            Candidate {
+                versions: &a,
+                locked: None,
+                next_block: 0,
+            },
+            Candidate {
+                versions: &b,
+                locked: None,
+                next_block: 0,
+            },
+        ];
+        let mut out = Padding::default();
+        // From task 0: its 5 blocks fit on 2 CUs at 4 per CU (40 us < 50 us).
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].blocks, 0..5);
+        assert_eq!(out.parts[0].cus, 40..42);
+        assert_eq!(out.parts[1].task, 1);
+        assert_eq!(out.parts[1].cus, 42..60);
+        // 4 per CU (the curve extends to 40 us at 4) on 18 CUs.
+        assert_eq!(out.parts[1].blocks, 0..72);
+        // From task 1: it takes every free CU.
+        assert!(s.select(&rt, &c, 1, &mut out));
+        assert_eq!(out.parts.len(), 1);
+        assert_eq!(out.parts[0].task, 1);
+        assert_eq!(out.parts[0].blocks, 0..80);
+    }
+
+    #[test]
+    fn multi_version_picks_shortest_kernel_satisfying_both_rules() {
+        let s = Selector::new(mi50(), 0);
+        let rt = k(30, 256, 0, 4, vec![20_000]);
+        let versions = vec![
+            // Default: fastest kernel, but blocks too long (rule 1).
+            k(60, 256, 0, 8, vec![30_000]),
+            // Occupancy too low (rule 2).
+            k(120, 256, 0, 2, vec![10_000]),
+            // Both rules hold; slower kernel (4 per CU: 51 us).
+            k(240, 256, 0, 8, vec![8_000, 9_000, 30_000]),
+            // Both rules hold; shortest of the admissible (2 per CU: 16 us).
+            k(120, 256, 0, 8, vec![15_000, 16_000, 40_000]),
+        ];
+        assert!(versions[1].kernel_ns < versions[3].kernel_ns);
+        assert!(versions[3].kernel_ns < versions[2].kernel_ns);
+        let c = [Candidate {
+            versions: &versions,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 3);
+        assert_eq!(out.parts[0].per_cu, 2);
+        // Locked to version 2: only it is considered.
+        let c = [Candidate {
+            versions: &versions,
+            locked: Some(2),
+            next_block: 10,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 2);
+        assert_eq!(out.parts[0].per_cu, 2);
+        assert_eq!(out.parts[0].blocks, 10..70);
+    }
+
+    #[test]
+    fn proxy_and_shared_memory_cover_the_largest_demand() {
+        let s = Selector::new(mi50(), 0);
+        // RT: 32 regs/thread (occupancy 8 at 256 threads).
+        let rt = k(30, 256, 1024, 8, vec![50_000]);
+        // BE: 64 regs/thread at 128 threads (occupancy 8), 4 KiB LDS.
+        let be = vec![KernelChar::new(&mi50(), 400, 128, 4096, 64 * 128, vec![10_000; 8]).unwrap()];
+        let c = [Candidate {
+            versions: &be,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.regs_per_thread, 64);
+        assert_eq!(out.proxy_level, 4);
+        assert_eq!(out.lds, 4096);
+        assert_eq!(out.parts[0].per_cu, 8);
+        // A version needing more registers than any proxy offers (and so
+        // of too low an occupancy) is skipped.
+        let huge = vec![KernelChar::new(&mi50(), 40, 64, 0, 300 * 64, vec![1_000]).unwrap()];
+        let c = [Candidate {
+            versions: &huge,
+            locked: None,
+            next_block: 0,
+        }];
+        assert!(!s.select(&rt, &c, 0, &mut out));
+    }
+}

@@ -1,0 +1,271 @@
+//! Multi-version kernels (REEF §5.3, Fig. 14): candidate implementations of
+//! each best-effort kernel and offline dominance pruning.
+//!
+//! The REEF authors generate versions with TVM's tuner and measure them. We
+//! have no GPU and no tuner, so versions are derived from the measured
+//! kernel ([`KernelChar`]) by a documented cost model of the three tuning
+//! knobs §5.3 names (docs/padding.md "Cost model"):
+//! - **tile split `s`** (1, 2, 4, 8): each block computes 1/s of its tile, so
+//!   the grid has `s×` the blocks, the per-block work above a fixed
+//!   per-block cost `t0` shrinks by `s`, and the loss of operand reuse in
+//!   shared memory costs `REUSE_LOSS` more work per halving. Shared memory
+//!   that stages tiles (≥ `TILE_LDS_MIN` bytes) shrinks by `s`.
+//!   Calibration: Fig. 14 (VGG convolution on the MI50): the fastest kernel
+//!   has 30.8 µs blocks, the shortest-block version 18.0 µs; a split of 2
+//!   gives 30.8 × (1 + 0.15) / 2 = 17.7 µs.
+//! - **block size** (threads halved, blocks doubled, same work per thread):
+//!   a half-size block does half the work; two of them contend like one
+//!   full block.
+//! - **unrolling** (registers halved): less unrolling frees registers, so
+//!   the register-bound occupancy doubles, at `UNROLL_LOSS` more time for
+//!   the work part of each block.
+//!
+//! [`prune`] removes every version dominated by another one over the six
+//! criteria of §5.3: kernel execution time, block execution time,
+//! registers, shared memory, block size and block number (lower is better
+//! in each; dominance needs ≤ in all and < in one).
+
+use super::profile::{DeviceLimits, KernelChar};
+
+/// Extra work per halving of the tile (loss of reuse), from Fig. 14.
+pub const REUSE_LOSS: f64 = 0.15;
+/// Extra work of a block compiled with half the registers (less unrolling).
+/// Assumption (no published figure): the same order as the reuse loss.
+pub const UNROLL_LOSS: f64 = 0.25;
+/// Shared memory below this is bookkeeping, not a staged tile.
+pub const TILE_LDS_MIN: u32 = 256;
+
+/// The knobs a version was derived with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Knobs {
+    pub split: u32,
+    pub half_threads: bool,
+    pub half_regs: bool,
+}
+
+/// Derives the candidate versions of `base` (the first is `base` itself),
+/// before pruning. `t0` is the fixed per-block cost (ns) that does not shrink
+/// with the tile (the device's shortest block).
+pub fn derive(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<(Knobs, KernelChar)> {
+    let mut out = vec![(
+        Knobs {
+            split: 1,
+            half_threads: false,
+            half_regs: false,
+        },
+        base.clone(),
+    )];
+    for split in [1u32, 2, 4, 8] {
+        for half_threads in [false, true] {
+            for half_regs in [false, true] {
+                if split == 1 && !half_threads && !half_regs {
+                    continue;
+                }
+                if half_threads && base.threads < 2 * limits.wave_size {
+                    continue;
+                }
+                let Some(blocks) = base
+                    .blocks
+                    .checked_mul(split * if half_threads { 2 } else { 1 })
+                else {
+                    continue;
+                };
+                let threads = if half_threads {
+                    base.threads / 2
+                } else {
+                    base.threads
+                };
+                let lds = if base.lds >= TILE_LDS_MIN {
+                    base.lds.div_ceil(split * if half_threads { 2 } else { 1 })
+                } else {
+                    base.lds
+                };
+                let rpt = if half_regs {
+                    base.regs_per_thread.div_ceil(2).max(1)
+                } else {
+                    base.regs_per_thread
+                };
+                let regs = rpt * threads;
+                let occ = limits.occupancy(threads, lds, regs);
+                if occ == 0 {
+                    continue;
+                }
+                let work_div = split as f64 * if half_threads { 2.0 } else { 1.0 };
+                let loss = 1.0 + REUSE_LOSS * (work_div.log2());
+                let unroll = if half_regs { 1.0 + UNROLL_LOSS } else { 1.0 };
+                let curve: Vec<u64> = (1..=occ)
+                    .map(|k| {
+                        // Two half-size blocks contend like one full block.
+                        let kk = if half_threads { k.div_ceil(2) } else { k };
+                        let t = base.block_ns(kk);
+                        let work = t.saturating_sub(t0) as f64 / work_div * loss * unroll;
+                        t0.min(t) + work.round() as u64
+                    })
+                    .collect();
+                if let Some(c) = KernelChar::new(limits, blocks, threads, lds, regs, curve) {
+                    out.push((
+                        Knobs {
+                            split,
+                            half_threads,
+                            half_regs,
+                        },
+                        c,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `a` dominates `b` over the six criteria of §5.3.
+pub fn dominates(a: &KernelChar, b: &KernelChar) -> bool {
+    let ka = crit(a);
+    let kb = crit(b);
+    ka.iter().zip(&kb).all(|(x, y)| x <= y) && ka.iter().zip(&kb).any(|(x, y)| x < y)
+}
+
+fn crit(k: &KernelChar) -> [u64; 6] {
+    [
+        k.kernel_ns,
+        k.block_ns(k.occupancy),
+        k.regs_per_block as u64,
+        k.lds as u64,
+        k.threads as u64,
+        k.blocks as u64,
+    ]
+}
+
+/// Offline pruning: keeps the versions no other version dominates, in their
+/// original order (so the default version, never dominated by a slower
+/// re-tiling in kernel time, stays first when it survives). Exact duplicates
+/// keep their first copy.
+pub fn prune<T>(versions: Vec<(T, KernelChar)>) -> Vec<(T, KernelChar)> {
+    let n = versions.len();
+    let keep: Vec<bool> = (0..n)
+        .map(|i| {
+            !(0..n).any(|j| {
+                j != i
+                    && (dominates(&versions[j].1, &versions[i].1)
+                        || (j < i && crit(&versions[j].1) == crit(&versions[i].1)))
+            })
+        })
+        .collect();
+    versions
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(v, k)| k.then_some(v))
+        .collect()
+}
+
+/// The pruned versions of `base`, default first.
+pub fn versions(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<KernelChar> {
+    let mut v: Vec<KernelChar> = prune(derive(limits, base, t0))
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    // The default version must be available (normal-mode launches use it).
+    if v.first() != Some(base) {
+        v.retain(|k| k != base);
+        v.insert(0, base.clone());
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::profile::mi50;
+    use super::*;
+
+    fn conv() -> KernelChar {
+        // Fig. 14-like convolution: 64 blocks of 256 threads, 8 KiB LDS,
+        // 8 per CU by registers, 30.8 us blocks growing with contention.
+        KernelChar::new(
+            &mi50(),
+            64,
+            256,
+            8192,
+            65536 / 8,
+            vec![
+                30_800, 40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000,
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn split_of_two_matches_fig14() {
+        let d = derive(&mi50(), &conv(), 1_000);
+        let (_, s2) = d
+            .iter()
+            .find(|(k, _)| k.split == 2 && !k.half_threads && !k.half_regs)
+            .unwrap();
+        assert_eq!(s2.blocks, 128);
+        assert_eq!(s2.lds, 4096);
+        // 1 + 29.8 / 2 × 1.15 = 18.1 us (Fig. 14: 18.0 us).
+        assert_eq!(s2.block_ns(1), 1_000 + 17_135);
+        assert!(s2.block_ns(1) < conv().block_ns(1));
+        // Half registers: occupancy doubles (waves allow 10).
+        let (_, hr) = d
+            .iter()
+            .find(|(k, _)| k.split == 1 && !k.half_threads && k.half_regs)
+            .unwrap();
+        assert_eq!(hr.occupancy, 8.max(conv().occupancy).min(10));
+    }
+
+    #[test]
+    fn dominance_needs_all_six_criteria() {
+        let d = mi50();
+        let a = KernelChar::new(&d, 10, 64, 0, 64 * 16, vec![1_000]).unwrap();
+        let slower = KernelChar::new(&d, 10, 64, 0, 64 * 16, vec![2_000]).unwrap();
+        let more_blocks_faster = KernelChar::new(&d, 20, 64, 0, 64 * 16, vec![500]).unwrap();
+        assert!(dominates(&a, &slower));
+        assert!(!dominates(&slower, &a));
+        assert!(!dominates(&a, &a));
+        assert!(!dominates(&a, &more_blocks_faster));
+        assert!(!dominates(&more_blocks_faster, &a));
+        let pruned = prune(vec![
+            (0, slower.clone()),
+            (1, a.clone()),
+            (2, more_blocks_faster),
+        ]);
+        let ids: Vec<i32> = pruned.iter().map(|(i, _)| *i).collect();
+        assert_eq!(ids, vec![1, 2]);
+        // Duplicates keep the first.
+        let pruned = prune(vec![(0, a.clone()), (1, a)]);
+        assert_eq!(pruned.len(), 1);
+        assert_eq!(pruned[0].0, 0);
+    }
+
+    #[test]
+    fn floor_bound_kernels_lose_their_useless_splits() {
+        // Element-wise kernel at the per-block floor, no staged tile:
+        // splitting only adds blocks, so pruning drops those versions.
+        let d = mi50();
+        let ew = KernelChar::new(&d, 48, 256, 4, 65536 / 8, vec![1_000; 8]).unwrap();
+        let all = derive(&d, &ew, 1_000);
+        let kept = versions(&d, &ew, 1_000);
+        assert!(kept.len() < all.len());
+        assert_eq!(kept[0], ew);
+        for k in &kept[1..] {
+            assert!(!dominates(&ew, k));
+        }
+        // The pruned set (the default is kept even when dominated, since
+        // normal-mode launches use it) is an antichain.
+        for a in &kept[1..] {
+            for b in &kept[1..] {
+                assert!(!dominates(a, b));
+            }
+        }
+    }
+
+    #[test]
+    fn compute_bound_kernels_keep_tradeoffs() {
+        let d = mi50();
+        let kept = versions(&d, &conv(), 1_000);
+        assert!(kept.len() >= 4, "{}", kept.len());
+        assert_eq!(kept[0], conv());
+        // Some kept version has shorter blocks than the default.
+        assert!(kept.iter().any(|k| k.block_ns(1) < conv().block_ns(1)));
+    }
+}
