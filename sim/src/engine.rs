@@ -301,8 +301,7 @@ pub struct Sim {
     completed: u64,
     memory_used: u64,
     // scratch
-    allot: Vec<u32>,
-    cand: Vec<(usize, u32)>,
+    cand: Vec<(usize, u32, u32)>,
 }
 
 impl Sim {
@@ -312,7 +311,6 @@ impl Sim {
         Sim {
             all_cus: CuSet::first(n),
             usage: vec![CuUsage::default(); n],
-            allot: vec![0; n],
             cand: Vec::with_capacity(n),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
@@ -911,14 +909,22 @@ impl Sim {
             self.make_groups(slot, &sh, buckets);
             return;
         }
+        // Candidates (cu, capacity left, blocks allotted) in rotating order
+        // from self.rr. With fewer blocks than candidates each of the first
+        // `remaining` candidates gets one block, so the scan stops there.
         self.cand.clear();
         let mut cu = self.rr;
+        let mut early = false;
         for _ in 0..n {
             if allowed.contains(cu) {
                 let u = &self.usage[cu];
                 let cap = if u.blocks == 0 { cap_empty } else { cap_of(u) };
                 if cap > 0 {
-                    self.cand.push((cu, cap));
+                    self.cand.push((cu, cap, 0));
+                    if self.cand.len() as u32 == remaining {
+                        early = true;
+                        break;
+                    }
                 }
             }
             cu += 1;
@@ -926,36 +932,54 @@ impl Sim {
                 cu = 0;
             }
         }
-        if self.cand.is_empty() {
+        let Some(&(last_cand, _, _)) = self.cand.last() else {
             return;
-        }
-        // Water-filling: spread blocks evenly over the candidate CUs.
-        for a in self.allot.iter_mut() {
-            *a = 0;
-        }
-        while remaining > 0 && !self.cand.is_empty() {
-            let m = self.cand.len() as u32;
-            let even = remaining / m;
-            if even == 0 {
-                for &(cu, _) in self.cand.iter().take(remaining as usize) {
-                    self.allot[cu] += 1;
-                }
-                let last = self.cand[remaining as usize - 1].0;
-                self.rr = (last + 1) % n;
-                break;
-            }
-            let min_cap = self.cand.iter().map(|c| c.1).min().unwrap_or(0);
-            let t = min_cap.min(even);
+        };
+        if early {
             for c in self.cand.iter_mut() {
-                self.allot[c.0] += t;
-                c.1 -= t;
+                c.2 = 1;
             }
-            remaining -= t * m;
-            self.cand.retain(|c| c.1 > 0);
+            self.rr = (last_cand + 1) % n;
+        } else {
+            // Water-filling: spread blocks evenly over the candidate CUs.
+            let mut active = self.cand.len() as u32;
+            while remaining > 0 && active > 0 {
+                let even = remaining / active;
+                if even == 0 {
+                    let mut last = 0;
+                    for c in self
+                        .cand
+                        .iter_mut()
+                        .filter(|c| c.1 > 0)
+                        .take(remaining as usize)
+                    {
+                        c.1 -= 1;
+                        c.2 += 1;
+                        last = c.0;
+                    }
+                    self.rr = (last + 1) % n;
+                    break;
+                }
+                let min_cap = self
+                    .cand
+                    .iter()
+                    .filter(|c| c.1 > 0)
+                    .map(|c| c.1)
+                    .min()
+                    .unwrap_or(0);
+                let t = min_cap.min(even);
+                remaining -= t * active;
+                for c in self.cand.iter_mut().filter(|c| c.1 > 0) {
+                    c.1 -= t;
+                    c.2 += t;
+                    if c.1 == 0 {
+                        active -= 1;
+                    }
+                }
+            }
         }
         // Bucket CUs by (blocks placed, resulting co-residency).
-        for cu in 0..n {
-            let a = self.allot[cu];
+        for &(cu, _, a) in &self.cand {
             if a == 0 {
                 continue;
             }
