@@ -121,6 +121,8 @@ pub enum SimError {
     Unsupported { device: String, level: PreemptLevel },
     #[error("stream capacity must be at least 1")]
     ZeroCapacity,
+    #[error("kernel {kernel}: a block does not fit on an empty {device} CU (shape built for another device?)")]
+    DoesNotFit { kernel: String, device: String },
     #[error("out of device memory: {requested} B requested, {free} B of {total} B free")]
     OutOfMemory {
         requested: u64,
@@ -416,6 +418,12 @@ impl Sim {
                 blocks: nb,
             });
         }
+        if self.empty_cu_capacity(&req.shape) == 0 {
+            return Err(SimError::DoesNotFit {
+                kernel: req.shape.name.clone(),
+                device: self.spec.name.clone(),
+            });
+        }
         let cus = match &req.cus {
             Some(c) => c.and(&self.all_cus),
             None => self.all_cus,
@@ -472,6 +480,21 @@ impl Sim {
         self.streams[s.0 as usize].dq.push_back(slot);
         self.schedule(visible_at, Ev::Stream(s.0));
         Ok(id)
+    }
+
+    /// Blocks of `sh` that fit on one empty CU of this device.
+    fn empty_cu_capacity(&self, sh: &KernelShape) -> u32 {
+        let spec = &self.spec;
+        let mut cap = spec.max_threads_per_cu / sh.threads_per_block.max(1);
+        cap = cap.min(spec.max_waves_per_cu / sh.waves_per_block.max(1));
+        cap = cap.min(spec.max_blocks_per_cu);
+        if let Some(c) = spec.lds_bytes_per_cu.checked_div(sh.lds_per_block) {
+            cap = cap.min(c);
+        }
+        if let Some(c) = spec.registers_per_cu.checked_div(sh.regs_per_block) {
+            cap = cap.min(c);
+        }
+        cap
     }
 
     /// Sets or clears a stream's preempt flag in device memory (level 2):

@@ -151,6 +151,14 @@ fn queue_capacity_and_cu_mask_and_block_range() {
     assert_eq!(ranges.first().unwrap().start, 100);
     assert_eq!(ranges.last().unwrap().end, 300);
     assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+    // A shape built for a device with more LDS per CU cannot run here.
+    let h100 = DeviceSpec::preset("h100").unwrap();
+    let big =
+        Arc::new(KernelShape::synthetic("big", 4, 64, 100_000, 0, vec![1000], &h100).unwrap());
+    assert!(matches!(
+        sim.launch(s, KernelLaunch::new(big, tags(0, 0))),
+        Err(SimError::DoesNotFit { .. })
+    ));
     // Bad ranges and masks are refused.
     assert!(matches!(
         sim.launch(
