@@ -28,9 +28,23 @@ impl CuSet {
 
     /// CUs `start..end`.
     pub fn range(start: usize, end: usize) -> Self {
+        let end = end.min(Self::CAPACITY);
         let mut s = Self::empty();
-        for cu in start..end.min(Self::CAPACITY) {
-            s.insert(cu);
+        if start >= end {
+            return s;
+        }
+        for (w, word) in s.0.iter_mut().enumerate() {
+            let (lo, hi) = (w * 64, w * 64 + 64);
+            let (a, b) = (start.max(lo), end.min(hi));
+            if a < b {
+                let bits = b - a;
+                let mask = if bits == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << bits) - 1) << (a - lo)
+                };
+                *word |= mask;
+            }
         }
         s
     }
@@ -108,6 +122,9 @@ mod tests {
 
     #[test]
     fn set_operations() {
+        assert_eq!(CuSet::range(0, 256).len(), 256);
+        assert_eq!(CuSet::range(64, 128).iter().next(), Some(64));
+        assert!(CuSet::range(5, 5).is_empty());
         let a = CuSet::range(3, 70);
         assert_eq!(a.len(), 67);
         assert!(a.contains(3) && a.contains(69) && !a.contains(70) && !a.contains(2));

@@ -209,6 +209,50 @@ pub struct CuUsage {
     pub regs: u32,
 }
 
+/// Per-CU usage packed in one u128, 24 bits per resource (threads, waves,
+/// blocks, LDS bytes, registers: every per-CU limit is below 2^24), so
+/// charging or freeing a CU is one add or subtract. Lanes never go negative
+/// or past a CU's limit, so no carry crosses lanes.
+type Packed = u128;
+const LANE: u32 = 24;
+const LANE_MASK: u128 = (1 << LANE) - 1;
+const BLOCKS_SHIFT: u32 = 2 * LANE;
+const WAVES_SHIFT: u32 = LANE;
+
+fn pack(u: &CuUsage) -> Packed {
+    u.threads as u128
+        | (u.waves as u128) << WAVES_SHIFT
+        | (u.blocks as u128) << BLOCKS_SHIFT
+        | (u.lds as u128) << (3 * LANE)
+        | (u.regs as u128) << (4 * LANE)
+}
+
+fn unpack(p: Packed) -> CuUsage {
+    let lane = |i: u32| ((p >> (i * LANE)) & LANE_MASK) as u32;
+    CuUsage {
+        threads: lane(0),
+        waves: lane(1),
+        blocks: lane(2),
+        lds: lane(3),
+        regs: lane(4),
+    }
+}
+
+fn blocks_of(p: Packed) -> u32 {
+    ((p >> BLOCKS_SHIFT) & LANE_MASK) as u32
+}
+
+/// One block of `sh`, packed.
+fn unit_of(sh: &KernelShape) -> Packed {
+    pack(&CuUsage {
+        threads: sh.threads_per_block,
+        waves: sh.waves_per_block,
+        blocks: 1,
+        lds: sh.lds_per_block,
+        regs: sh.regs_per_block,
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cp {
     Idle,
@@ -290,7 +334,7 @@ pub struct Sim {
     groups: Vec<Group>,
     free_groups: Vec<u32>,
     active: Vec<u32>,
-    usage: Vec<CuUsage>,
+    usage: Vec<Packed>,
     all_cus: CuSet,
     /// CUs with at least one resident block.
     busy: usize,
@@ -312,7 +356,7 @@ impl Sim {
         let n = spec.compute_units as usize;
         Sim {
             all_cus: CuSet::first(n),
-            usage: vec![CuUsage::default(); n],
+            usage: vec![0; n],
             cand: Vec::with_capacity(n),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
@@ -638,7 +682,7 @@ impl Sim {
 
     /// Resources in use on a CU.
     pub fn cu_usage(&self, cu: usize) -> CuUsage {
-        self.usage[cu]
+        unpack(self.usage[cu])
     }
 
     /// CUs with at least one resident block.
@@ -651,14 +695,14 @@ impl Sim {
         self.usage
             .iter()
             .enumerate()
-            .filter(|(_, u)| u.blocks > 0)
+            .filter(|(_, &u)| blocks_of(u) > 0)
             .map(|(i, _)| i)
             .collect()
     }
 
     /// Blocks resident on the device.
     pub fn resident_blocks(&self) -> u64 {
-        self.usage.iter().map(|u| u.blocks as u64).sum()
+        self.usage.iter().map(|&u| blocks_of(u) as u64).sum()
     }
 
     /// Reserves device memory (model weights, activations); fails when the
@@ -713,7 +757,8 @@ impl Sim {
                 u.regs += g.per_cu * sh.regs_per_block;
             }
         }
-        for (cu, (u, e)) in self.usage.iter().zip(&sum).enumerate() {
+        for (cu, (&p, e)) in self.usage.iter().zip(&sum).enumerate() {
+            let u = &unpack(p);
             if u != e {
                 return Err(format!("CU {cu}: usage {u:?} != resident groups {e:?}"));
             }
@@ -726,7 +771,7 @@ impl Sim {
                 return Err(format!("CU {cu} over its limits: {u:?}"));
             }
         }
-        let busy = self.usage.iter().filter(|u| u.blocks > 0).count();
+        let busy = self.usage.iter().filter(|&&u| blocks_of(u) > 0).count();
         if busy != self.busy {
             return Err(format!("busy CU count {} != {busy}", self.busy));
         }
@@ -897,6 +942,7 @@ impl Sim {
             cap
         };
         let cap_empty = cap_of(&CuUsage::default());
+        let unit = unit_of(&sh);
         let mut buckets: Vec<(u32, u32, CuSet)> = Vec::new();
         if self.busy == 0 && allowed == self.all_cus {
             // Fast path, idle device: an even spread, at most two buckets.
@@ -906,10 +952,10 @@ impl Sim {
             } else {
                 0
             };
-            let mut more = CuSet::empty();
-            for i in 0..extra {
-                more.insert((self.rr + i) % n);
-            }
+            // CUs rr, rr+1, ... (wrapping) get one block more.
+            let end = self.rr + extra;
+            let more =
+                CuSet::range(self.rr, end.min(n)).or(&CuSet::range(0, end.saturating_sub(n)));
             if extra > 0 {
                 self.rr = (self.rr + extra) % n;
             }
@@ -918,13 +964,9 @@ impl Sim {
                 if a == 0 || set.is_empty() {
                     continue;
                 }
+                let charge = a as u128 * unit;
                 for cu in set.iter() {
-                    let u = &mut self.usage[cu];
-                    u.threads = a * sh.threads_per_block;
-                    u.waves = a * sh.waves_per_block;
-                    u.blocks = a;
-                    u.lds = a * sh.lds_per_block;
-                    u.regs = a * sh.regs_per_block;
+                    self.usage[cu] = charge;
                 }
                 self.busy += set.len();
                 buckets.push((a, a, set));
@@ -940,8 +982,12 @@ impl Sim {
         let mut early = false;
         for _ in 0..n {
             if allowed.contains(cu) {
-                let u = &self.usage[cu];
-                let cap = if u.blocks == 0 { cap_empty } else { cap_of(u) };
+                let u = self.usage[cu];
+                let cap = if u == 0 {
+                    cap_empty
+                } else {
+                    cap_of(&unpack(u))
+                };
                 if cap > 0 {
                     self.cand.push((cu, cap, 0));
                     if self.cand.len() as u32 == remaining {
@@ -1007,19 +1053,16 @@ impl Sim {
                 continue;
             }
             let u = &mut self.usage[cu];
-            if u.blocks == 0 {
+            if *u == 0 {
                 self.busy += 1;
             }
-            u.threads += a * sh.threads_per_block;
-            u.waves += a * sh.waves_per_block;
-            u.blocks += a;
-            u.lds += a * sh.lds_per_block;
-            u.regs += a * sh.regs_per_block;
+            *u += a as u128 * unit;
+            let waves = ((*u >> WAVES_SHIFT) & LANE_MASK) as u32;
             let wpb = sh.waves_per_block;
             let k = if wpb.is_power_of_two() {
-                (u.waves + wpb - 1) >> wpb.trailing_zeros()
+                (waves + wpb - 1) >> wpb.trailing_zeros()
             } else {
-                u.waves.div_ceil(wpb)
+                waves.div_ceil(wpb)
             };
             match buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
                 Some(b) => b.2.insert(cu),
@@ -1098,15 +1141,11 @@ impl Sim {
         g.live = false;
         let (slot, per_cu, cus, record) = (g.launch, g.per_cu, g.cus, g.record);
         self.free_groups.push(gslot);
-        let sh = &self.launches[slot as usize].req.shape;
+        let free = per_cu as u128 * unit_of(&self.launches[slot as usize].req.shape);
         for cu in cus.iter() {
             let u = &mut self.usage[cu];
-            u.threads -= per_cu * sh.threads_per_block;
-            u.waves -= per_cu * sh.waves_per_block;
-            u.blocks -= per_cu;
-            u.lds -= per_cu * sh.lds_per_block;
-            u.regs -= per_cu * sh.regs_per_block;
-            if u.blocks == 0 {
+            *u -= free;
+            if *u == 0 {
                 self.busy -= 1;
             }
         }
