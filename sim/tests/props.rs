@@ -201,3 +201,93 @@ proptest! {
         prop_assert!(by_launch.is_empty(), "blocks of unknown launches");
     }
 }
+
+/// One VGG inference on one stream, killed at `kill_at` (ns) together with a
+/// queue clear and a host-queue reset (reset-based preemption, REEF §4), then
+/// restored by re-launching from the first kernel that did not complete
+/// (REEF §4.4: TVM kernels are idempotent). Returns the sim's final values
+/// and whether anything was killed.
+fn vgg_with_kill(kill_at: u64, restore: bool) -> (ValueTracker, bool) {
+    use reef_model::{default_models_dir, load_named};
+    let spec = DeviceSpec::preset("mi50").unwrap();
+    let m = load_named(&default_models_dir(), "vgg").unwrap();
+    let shapes = KernelShape::for_model(&m, &spec).unwrap();
+    let launch = |i: usize| {
+        let k = &m.kernels[i];
+        KernelLaunch::new(
+            shapes[i].clone(),
+            Tags {
+                task: 0,
+                kernel: i as u32,
+                user: 0,
+            },
+        )
+        .with_buffers(
+            k.reads.iter().map(|&b| BufferId(b as u64)).collect(),
+            k.writes.iter().map(|&b| BufferId(b as u64)).collect(),
+        )
+    };
+    let mut sim = Sim::new(spec, SimConfig::default());
+    let s = sim.create_stream(0, 4).unwrap();
+    let mut host = HostQueues::new();
+    for i in 0..m.kernels.len() {
+        host.submit(s, launch(i));
+    }
+    host.pump(&mut sim).unwrap();
+    let mut done = vec![false; m.kernels.len()];
+    let mut killed = false;
+    let mut preempted = false;
+    loop {
+        let next = sim.next_event_time();
+        if !preempted && next.is_none_or(|t| t > kill_at) {
+            sim.advance_to(kill_at);
+            preempted = true;
+            sim.set_preempt_flag(s, true).unwrap();
+            sim.kill_stream(s).unwrap();
+            host.reset(s);
+            continue;
+        }
+        let Some(t) = next else { break };
+        for e in sim.advance_to(t) {
+            match e.kind {
+                EventKind::Completed => done[e.tags.kernel as usize] = true,
+                EventKind::Killed { .. } => killed = true,
+                _ => {}
+            }
+        }
+        if preempted && sim.stream_idle(s) && sim.preempt_flag(s) {
+            // Preemption finished: restore from the first incomplete kernel.
+            sim.set_preempt_flag(s, false).unwrap();
+            if restore {
+                if let Some(first) = done.iter().position(|d| !d) {
+                    for i in first..m.kernels.len() {
+                        host.submit(s, launch(i));
+                    }
+                }
+            }
+        }
+        host.pump(&mut sim).unwrap();
+    }
+    (sim.values().clone(), killed)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Value tracking: a kill leaves outputs that differ from an unpreempted
+    /// run unless the work is restored; restoring from the first incomplete
+    /// kernel gives exactly the unpreempted outputs.
+    #[test]
+    fn restore_after_kill_matches_unpreempted_run(kill_at in 20_000u64..4_700_000) {
+        let (reference, _) = vgg_with_kill(u64::MAX / 2, true);
+        let buffers: Vec<BufferId> = (0..113).map(BufferId).collect();
+        let (restored, _) = vgg_with_kill(kill_at, true);
+        prop_assert!(restored.diff(&reference, &buffers).is_empty());
+        let (abandoned, killed) = vgg_with_kill(kill_at, false);
+        let diff = abandoned.diff(&reference, &buffers);
+        prop_assert!(!diff.is_empty(), "an abandoned inference cannot match");
+        if killed {
+            prop_assert!(abandoned.corruptions() > 0);
+        }
+    }
+}
