@@ -351,8 +351,14 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// A device of `spec`, idle at time 0.
-    pub fn new(spec: DeviceSpec, cfg: SimConfig) -> Self {
+    /// A device of `spec`, idle at time 0. A jitter outside [0, 1) is
+    /// clamped into it.
+    pub fn new(spec: DeviceSpec, mut cfg: SimConfig) -> Self {
+        cfg.jitter = if cfg.jitter.is_finite() {
+            cfg.jitter.clamp(0.0, 0.999)
+        } else {
+            0.0
+        };
         let n = spec.compute_units as usize;
         Sim {
             all_cus: CuSet::first(n),
@@ -408,7 +414,7 @@ impl Sim {
         self.streams.push(Stream {
             priority,
             capacity: device_queue_capacity,
-            dq: VecDeque::with_capacity(device_queue_capacity),
+            dq: VecDeque::with_capacity(device_queue_capacity.min(64)),
             host_free_at: 0,
             flag: false,
             cp: Cp::Idle,

@@ -122,6 +122,11 @@ fn queue_capacity_and_cu_mask_and_block_range() {
     assert_eq!(sim.queue_len(s), 2);
     drain(&mut sim);
     assert_eq!(sim.queue_len(s), 0);
+    // An effectively unbounded queue is fine.
+    let big = sim.create_stream(0, usize::MAX).unwrap();
+    sim.launch(big, KernelLaunch::new(k.clone(), tags(0, 3)))
+        .unwrap();
+    assert_eq!(sim.queue_capacity(big), usize::MAX);
 
     // A CU mask confines blocks; a block range runs only those blocks.
     let cfg = SimConfig {
