@@ -63,6 +63,12 @@ pub struct DeviceConfig {
     pub shared_dir: String,
     /// Where `models load NAME` finds models. Empty: `<shared>/models/mi50`.
     pub models_dir: String,
+    /// The AMD KFD device file the `kfd` backend opens (REEF §4.5).
+    pub kfd_path: PathBuf,
+    /// The KFD topology nodes directory that maps `kfd:N` to a gpu_id.
+    pub kfd_topology: PathBuf,
+    /// The NVIDIA RM control device the `cuda` backend opens (REEF §4.6).
+    pub nvidiactl_path: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -110,6 +116,9 @@ impl Default for DeviceConfig {
             device: "auto".into(),
             shared_dir: String::new(),
             models_dir: String::new(),
+            kfd_path: "/dev/kfd".into(),
+            kfd_topology: crate::backend::kfd::DEFAULT_TOPOLOGY_DIR.into(),
+            nvidiactl_path: "/dev/nvidiactl".into(),
         }
     }
 }

@@ -83,6 +83,9 @@ pub fn start(opts: StartOptions) -> anyhow::Result<()> {
     let cfg = &opts.config;
     cfg.validate()?;
     let spec = DeviceSpec::parse(&cfg.device.device).map_err(anyhow::Error::msg)?;
+    // kfd:N and cuda:N: open the configured device through its backend,
+    // then refuse (no kernel launch path in this build); see backend/mod.rs.
+    crate::backend::check_hardware(&spec, cfg, device::is_root())?;
     let selected = device::select(&spec, &device::probe(), device::is_root())?;
     let mode = cfg.socket_mode()?;
     let group = if cfg.daemon.socket_group.is_empty() {

@@ -9,6 +9,7 @@
 //! configuration ([`config`]), device selection ([`device`]) and the daemon's
 //! life cycle ([`daemon`]). Other programs use [`client`] only.
 
+pub mod backend;
 pub mod client;
 pub mod config;
 pub mod daemon;

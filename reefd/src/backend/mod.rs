@@ -1,0 +1,217 @@
+//! Hardware device backends: the preemption paths of REEF on real GPUs,
+//! driven through the `reef-ioctl` wrappers.
+//!
+//! Paper: REEF §4.5 "Reset-Based Preemption on Open-Source GPUs" (AMD, the
+//! [`kfd`] backend: suspend the best-effort queues, drop their unfetched
+//! packets, kill the running waves; Figure 7 ❷ and ❸) and §4.6
+//! "Reset-Based Preemption on Closed-Source GPUs" (NVIDIA, the [`cuda`]
+//! backend: preempt the best-effort channel group and raise the GPU trap
+//! through the debugger object, whose patched handler exits the running
+//! blocks; Figure 8 lines 12–16). DESIGN.md layer 2: a backend reports the
+//! preemption levels it has (1 = evict host-queue work, 2 = lazy eviction by
+//! the preempt flag checked at kernel entry, 3 = kill running blocks) and
+//! degrades to a lower one, saying why, when a piece is missing.
+//!
+//! What these backends cannot do here: execute kernels. Launching needs the
+//! vendor runtime (HIP on AMD, the CUDA driver on NVIDIA) on a host with the
+//! GPU; every launch returns [`BackendError::CannotExecute`] naming what is
+//! missing, never a panic. `reefd start --device kfd:N|cuda:N` therefore
+//! opens the configured device through the backend (so a wrong path, a
+//! non-device file or a missing privilege is reported exactly) and then
+//! stops with that error ([`check_hardware`]). docs/hardware.md says what
+//! each path needs on a GPU host.
+
+pub mod cuda;
+pub mod kfd;
+
+use std::fmt;
+
+use reef_sched::PreemptLevel;
+
+use crate::config::Config;
+use crate::device::DeviceSpec;
+
+pub use cuda::{CudaBackend, CudaContextHandles, CudaOptions};
+pub use kfd::{KfdBackend, KfdOptions};
+
+/// Everything a hardware backend can fail with. The texts are for the
+/// operator: what was refused, where, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A driver call failed; reef-ioctl's text names the file and the fix.
+    #[error(transparent)]
+    Ioctl(#[from] reef_ioctl::Error),
+    /// Hardware devices are driven through privileged ioctls.
+    #[error("device {0} needs root: hardware GPUs are driven through privileged ioctls; run `sudo reefd start`, or use --device sim:mi50")]
+    NeedsRoot(String),
+    /// The GPU index does not name a GPU of this host.
+    #[error("device {device}: {detail}")]
+    NoSuchGpu { device: String, detail: String },
+    /// The backend would have to execute a kernel, which needs the vendor
+    /// runtime on a GPU host.
+    #[error("device {device}: cannot execute kernels: {reason}")]
+    CannotExecute { device: String, reason: String },
+    /// A preemption call came in an order the backend cannot honour.
+    #[error("device {device}: {detail}")]
+    InvalidState { device: String, detail: String },
+}
+
+/// The preemption levels a backend offers, with the reasons for any level
+/// it lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Levels {
+    /// Ascending; always includes [`PreemptLevel::HostQueue`].
+    pub available: Vec<PreemptLevel>,
+    /// Why a level is missing (empty when all three are there).
+    pub notes: Vec<String>,
+}
+
+impl Levels {
+    /// The highest level available: the one the scheduler uses.
+    pub fn highest(&self) -> PreemptLevel {
+        self.available
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(PreemptLevel::HostQueue)
+    }
+
+    /// Whether running kernels can be killed (level 3).
+    pub fn can_kill(&self) -> bool {
+        self.highest() == PreemptLevel::Kill
+    }
+
+    /// The level numbers, as `EngineInfo::preemption_levels` carries them.
+    pub fn numbers(&self) -> Vec<u8> {
+        self.available.iter().map(|l| l.number()).collect()
+    }
+
+    fn up_to(highest: PreemptLevel, notes: Vec<String>) -> Levels {
+        Levels {
+            available: [
+                PreemptLevel::HostQueue,
+                PreemptLevel::LazyEviction,
+                PreemptLevel::Kill,
+            ]
+            .into_iter()
+            .filter(|l| *l <= highest)
+            .collect(),
+            notes,
+        }
+    }
+}
+
+impl fmt::Display for Levels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n: Vec<String> = self.numbers().iter().map(u8::to_string).collect();
+        write!(f, "preemption levels {}", n.join(","))?;
+        for note in &self.notes {
+            write!(f, "; {note}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What one `preempt_be` did at the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreemptReport {
+    /// The level the preemption was carried out at.
+    pub level: PreemptLevel,
+    /// Driver operations issued, in order (for logs and tests), e.g.
+    /// `suspend_queues [3, 4]`, `clear_queue 3`, `wave_reset gpu 0x1a2b`.
+    pub steps: Vec<String>,
+    /// Queues or channel groups the driver reported it could not act on.
+    pub refused: Vec<String>,
+}
+
+/// The preemption interface shared by the hardware backends (REEF §4.3
+/// Figure 8 lines 12–16; the preempt flag itself is device memory the
+/// runtime writes, see each backend's notes).
+pub trait HardwareBackend {
+    /// `kfd:N` or `cuda:N`.
+    fn device(&self) -> String;
+    /// What this backend can do on this host.
+    fn levels(&self) -> &Levels;
+    /// Evicts and (at level 3) kills the best-effort work on the GPU.
+    fn preempt_be(&mut self) -> Result<PreemptReport, BackendError>;
+    /// Lets the best-effort work run again after the real-time work.
+    fn restore_be(&mut self) -> Result<Vec<String>, BackendError>;
+    /// Launches kernel `name` with execution index `exec_index` (REEF
+    /// Figure 8 line 8). Always [`BackendError::CannotExecute`] in this
+    /// build: see the backend's documentation for what a GPU host needs.
+    fn launch(&mut self, name: &str, exec_index: u32) -> Result<(), BackendError>;
+}
+
+/// The hook `reefd start` calls before serving. Simulated devices (and
+/// `auto`, which falls back to the simulator) pass. A hardware device needs
+/// root; as root it is opened through its backend at the paths in the
+/// configuration (`device.kfd_path`, `device.kfd_topology`,
+/// `device.nvidiactl_path`) and then refused with
+/// [`BackendError::CannotExecute`], because nothing in this build can
+/// execute inference kernels on it.
+pub fn check_hardware(spec: &DeviceSpec, cfg: &Config, is_root: bool) -> Result<(), BackendError> {
+    let (DeviceSpec::Kfd(index) | DeviceSpec::Cuda(index)) = *spec else {
+        return Ok(());
+    };
+    if !is_root {
+        return Err(BackendError::NeedsRoot(spec.to_string()));
+    }
+    let (device, opened, missing) = match spec {
+        DeviceSpec::Kfd(_) => {
+            let b = KfdBackend::open(&KfdOptions {
+                path: cfg.device.kfd_path.clone(),
+                topology_dir: cfg.device.kfd_topology.clone(),
+                index,
+                // No HIP runtime lives in this build's process, so reefd is
+                // the process's only KFD user and enables the runtime itself.
+                enable_runtime: true,
+                grace_period_us: kfd::DEFAULT_GRACE_PERIOD_US,
+            })?;
+            (b.device(), b.summary(), kfd::HIP_MISSING.to_string())
+        }
+        _ => {
+            let b = CudaBackend::open(&CudaOptions {
+                nvidiactl_path: cfg.device.nvidiactl_path.clone(),
+                index,
+            })?;
+            (b.device(), b.summary(), b.launch_unavailable_reason())
+        }
+    };
+    Err(BackendError::CannotExecute {
+        device,
+        reason: format!(
+            "opened {opened}, but {missing}; serve on the simulated GPU with --device sim:mi50 \
+             (or sim:gv100)"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_report_the_highest_and_the_reasons() {
+        let l = Levels::up_to(PreemptLevel::LazyEviction, vec!["no patch".into()]);
+        assert_eq!(l.numbers(), vec![1, 2]);
+        assert_eq!(l.highest(), PreemptLevel::LazyEviction);
+        assert!(!l.can_kill());
+        assert_eq!(l.to_string(), "preemption levels 1,2; no patch");
+        let l = Levels::up_to(PreemptLevel::Kill, vec![]);
+        assert_eq!(l.numbers(), vec![1, 2, 3]);
+        assert!(l.can_kill());
+    }
+
+    #[test]
+    fn simulated_devices_pass_and_hardware_needs_root() {
+        let cfg = Config::default();
+        for spec in [DeviceSpec::Auto, DeviceSpec::Sim("mi50".into())] {
+            assert!(check_hardware(&spec, &cfg, false).is_ok());
+        }
+        for spec in [DeviceSpec::Kfd(0), DeviceSpec::Cuda(1)] {
+            let e = check_hardware(&spec, &cfg, false).unwrap_err();
+            assert!(matches!(e, BackendError::NeedsRoot(_)), "{e}");
+            assert!(e.to_string().contains("needs root"), "{e}");
+        }
+    }
+}
