@@ -2,6 +2,7 @@
 //! of the `reef-bench` binary.
 
 pub mod disb;
+pub mod dkp;
 pub mod kernels;
 pub mod run;
 pub mod simspeed;

@@ -16,7 +16,9 @@
 //! therefore costs nothing on the simulated critical path.
 
 use super::workload::{Load, Workload};
+use crate::dkp::{PadExec, PadStats, RunSched};
 use reef_model::Model;
+use reef_sched::dkp::{DkpAction, PaddingScheduler};
 use reef_sched::{
     Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, KernelTag, ModelId, ModelInfo,
     PreemptLevel, PreemptionRecord, RequestId, Scheduler, StreamPriority, Time,
@@ -129,6 +131,8 @@ pub struct RunOutcome {
     pub corrupted_outputs: u64,
     /// Preemption levels the device offers.
     pub device_max_level: PreemptLevel,
+    /// Dynamic kernel padding figures (policies `reef`, `reef-dkp-mv`).
+    pub padding: Option<PadStats>,
 }
 
 /// Knobs of one run.
@@ -320,7 +324,9 @@ struct Run<'a> {
     clients: Vec<ClientPlan>,
     opts: &'a RunOptions,
     duration: Time,
-    sched: Scheduler,
+    sched: RunSched,
+    /// Executes padded launches (policies with dynamic kernel padding).
+    pad: Option<PadExec>,
     sim: Sim,
     big_queue: usize,
     streams: Vec<reef_sim::StreamId>,
@@ -339,7 +345,14 @@ impl Run<'_> {
     /// Performs the scheduler's pending actions at the current instant.
     fn apply_actions(&mut self) -> anyhow::Result<()> {
         let now = self.sim.now();
-        while let Some(a) = self.sched.poll_action() {
+        while let Some(da) = self.sched.poll() {
+            let a = match da {
+                DkpAction::Core(a) => a,
+                other => {
+                    self.apply_padding(other)?;
+                    continue;
+                }
+            };
             match a {
                 Action::CreateStream {
                     stream,
@@ -478,8 +491,81 @@ impl Run<'_> {
         );
     }
 
+    /// Padded launches and the rest of partly padded kernels (REEF §5).
+    fn apply_padding(&mut self, a: DkpAction) -> anyhow::Result<()> {
+        let Some(pad) = self.pad.as_mut() else {
+            anyhow::bail!(
+                "policy {} asked for padding without profiles",
+                self.opts.policy
+            );
+        };
+        let track = self.opts.track_values;
+        let models = self.models;
+        let clients = &self.clients;
+        let bufs = |ci: usize, k: usize| -> (Vec<BufferId>, Vec<BufferId>) {
+            if !track {
+                return (Vec::new(), Vec::new());
+            }
+            let kern = &models[clients[ci].model].model.kernels[k];
+            (
+                kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
+                kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
+            )
+        };
+        match a {
+            DkpAction::Padded(p) => {
+                let ci = req_client(p.tag.req);
+                let m = &models[clients[ci].model];
+                let rt_bufs = bufs(ci, p.tag.kernel as usize);
+                let s0 = self.streams[p.stream.0 as usize];
+                pad.launch(
+                    &mut self.sim,
+                    s0,
+                    p,
+                    m,
+                    &|part| models[part.model.0 as usize].shapes[part.tag.kernel as usize].clone(),
+                    rt_bufs,
+                    &|part| bufs(req_client(part.tag.req), part.tag.kernel as usize),
+                )?;
+            }
+            DkpAction::Rest {
+                stream,
+                tag,
+                version,
+                blocks,
+            } => {
+                let ci = req_client(tag.req);
+                let mi = clients[ci].model;
+                let base = &models[mi].shapes[tag.kernel as usize];
+                let tags = Tags {
+                    task: tag.req.0,
+                    kernel: tag.kernel,
+                    user: 0,
+                };
+                let (r, w) = bufs(ci, tag.kernel as usize);
+                let l = pad
+                    .rest(base, mi as u32, version, tags, blocks)?
+                    .with_buffers(r, w);
+                self.sim.launch(self.streams[stream.0 as usize], l)?;
+            }
+            DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
+        }
+        Ok(())
+    }
+
     fn on_device_event(&mut self, ev: &DeviceEvent) {
         self.device_events += 1;
+        let filtered;
+        let ev = match self.pad.as_mut() {
+            Some(p) => match p.filter(&mut self.sim, ev) {
+                Some(e) => {
+                    filtered = e;
+                    &filtered
+                }
+                None => return,
+            },
+            None => ev,
+        };
         let stream = reef_sched::StreamId(self.rev[ev.stream.0 as usize]);
         let tag = KernelTag {
             req: RequestId(ev.tags.task),
@@ -579,8 +665,23 @@ pub fn simulate(
             class: c.class,
         })
         .collect();
-    let policy = reef_sched::policy_by_name(&opts.policy)?;
-    let sched = Scheduler::new(policy, cfg, infos, specs)?;
+    let (sched, pad) = match reef_sched::dkp::variant_of(&opts.policy) {
+        Some(v) => {
+            let table = Arc::new(crate::dkp::table(spec, models, v)?);
+            let s = PaddingScheduler::new(v, table.clone(), cfg, infos, specs, opts.dq_capacity)?;
+            (
+                RunSched::Padded(Box::new(s)),
+                Some(PadExec::new(spec, table)),
+            )
+        }
+        None => {
+            let policy = reef_sched::policy_by_name(&opts.policy)?;
+            (
+                RunSched::Plain(Box::new(Scheduler::new(policy, cfg, infos, specs)?)),
+                None,
+            )
+        }
+    };
     let sim = Sim::new(
         spec.clone(),
         SimConfig {
@@ -622,6 +723,7 @@ pub fn simulate(
         opts,
         duration,
         sched,
+        pad,
         sim,
         streams: Vec::new(),
         rev: Vec::new(),
@@ -646,6 +748,18 @@ pub fn simulate(
         device_events: run.device_events,
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
+        padding: run.pad.map(|p| {
+            let mut st = p.stats;
+            if let RunSched::Padded(d) = &run.sched {
+                let c = d.dkp_counters();
+                st.rt_launches = c.rt_launches;
+                st.padded_launches = c.padded_launches;
+                st.be_blocks_padded = c.be_blocks_padded;
+                st.be_kernels_completed_by_padding = c.be_kernels_completed;
+                st.rest_launches = c.rest_launches;
+            }
+            st
+        }),
     })
 }
 

@@ -1,0 +1,818 @@
+//! `reef-bench dkp`: dynamic kernel padding (REEF §5) on the simulated GPU,
+//! and the execution of padded launches for the DISB runner.
+//!
+//! - `--selection`: kernel selection time per real-time kernel with one and
+//!   with five best-effort clients of ten versions each (§6.5 "Kernel
+//!   selection", Fig. 26: 0.4 µs with one BE client, 1.2 µs with several).
+//! - default: the pairwise experiment of §6.5 (Fig. 23): one real-time and
+//!   one best-effort client, both closed-loop, for every ordered pair of the
+//!   five models, under GPU streams, DKP (`reef`) and DKP-MV
+//!   (`reef-dkp-mv`), with `reef-nodkp` as the padding-free reference; the
+//!   CU usage of Fig. 24 and the padded real-time kernel overhead of Fig. 27.
+//!
+//! Padded launches on the simulator (Fig. 12): the simulator has no launch
+//! that runs several kernels as one, so a padded launch is one launch per
+//! part: the real-time kernel on CUs `0..rt_cus` of the real-time stream,
+//! each best-effort part on its CU range on a per-task padding stream, all
+//! parts with the padded launch's resource demand (the proxy kernel's
+//! registers per thread and the largest shared memory) through derived
+//! kernel shapes. The best-effort parts are submitted when the real-time
+//! part starts, so they start one launch path (host launch + fetch +
+//! dispatch) later; the selector's rule 1 accounts for that skew
+//! (`Selector::skew_ns`), which a device-side padded launch would not need
+//! (docs/padding.md). The padded launch is reported completed to the
+//! scheduler once every part has completed.
+
+use crate::disb::runner::{self, ClientPlan, Gen, PreparedModel, RunOptions};
+use anyhow::{bail, Result};
+use reef_sched::dkp::{
+    Candidate, DeviceLimits, DkpAction, DkpTable, KernelChar, PaddedLaunch, Padding,
+    PaddingScheduler, Selector, Variant,
+};
+use reef_sched::{Class, Counters, Event, PreemptionRecord, Scheduler, Time};
+use reef_sim::{
+    BufferId, CuSet, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim,
+    Tags,
+};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The device limits the selection policy needs.
+pub fn limits(spec: &DeviceSpec) -> DeviceLimits {
+    DeviceLimits {
+        compute_units: spec.compute_units,
+        wave_size: spec.wave_size,
+        max_waves_per_cu: spec.max_waves_per_cu,
+        max_threads_per_cu: spec.max_threads_per_cu,
+        max_blocks_per_cu: spec.max_blocks_per_cu,
+        lds_bytes_per_cu: spec.lds_bytes_per_cu,
+        registers_per_cu: spec.registers_per_cu,
+        // GCN / Vega: 4 SIMD units per CU (AMD "Vega" ISA guide §2).
+        simds_per_cu: 4,
+    }
+}
+
+/// The offline profile of one kernel: the simulator's shape is exactly what
+/// the device executes (grid, block, resources, measured block curve).
+///
+/// One correction: the schedule format records no registers, and the
+/// simulator infers them from the length of the measured curve (the highest
+/// co-residency the profiler reached, docs/simulator.md). When the curve is
+/// as long as the grid, the profiler ran out of blocks, not of registers:
+/// such a curve says nothing about the register demand, so the profile
+/// records none (the occupancy is then bounded by threads, waves and shared
+/// memory). Without this, every one-block kernel (softmax, the last dense
+/// layers) would count as occupancy 1 and fail rule 2 against nearly every
+/// real-time kernel.
+pub fn kernel_char(spec: &DeviceSpec, s: &KernelShape) -> Option<KernelChar> {
+    let curve = (1..=s.curve_len() as u32).map(|k| s.exec_ns(k)).collect();
+    let grid_limited = s.curve_len() as u64 >= s.blocks as u64;
+    KernelChar::new(
+        &limits(spec),
+        s.blocks,
+        s.threads_per_block,
+        s.lds_per_block,
+        if grid_limited { 0 } else { s.regs_per_block },
+        curve,
+    )
+}
+
+/// Rule 1 skew of the emulated padded launch (see the module doc).
+pub fn pad_skew_ns(spec: &DeviceSpec) -> u64 {
+    spec.launch_path_ns()
+}
+
+/// The padding table of a run's models.
+pub fn table(spec: &DeviceSpec, models: &[PreparedModel], variant: Variant) -> Result<DkpTable> {
+    let mut all = Vec::new();
+    for m in models {
+        let mut ks = Vec::new();
+        for s in &m.shapes {
+            match kernel_char(spec, s) {
+                Some(k) => ks.push(k),
+                None => bail!("{}: kernel {} does not fit a CU", m.name, s.name),
+            }
+        }
+        all.push(ks);
+    }
+    Ok(DkpTable::new(
+        Selector::new(limits(spec), pad_skew_ns(spec)),
+        all,
+        variant,
+        spec.min_block_ns,
+    ))
+}
+
+/// Reads and writes of a launch (value tracking).
+pub type Buffers = (Vec<BufferId>, Vec<BufferId>);
+
+/// The scheduler of a DISB run: the plain core, or the core with padding.
+pub enum RunSched {
+    Plain(Box<Scheduler>),
+    Padded(Box<PaddingScheduler>),
+}
+
+impl RunSched {
+    pub fn handle(&mut self, now: Time, ev: Event) {
+        match self {
+            RunSched::Plain(s) => s.handle(now, ev),
+            RunSched::Padded(s) => s.handle(now, ev),
+        }
+    }
+    pub fn poll(&mut self) -> Option<DkpAction> {
+        match self {
+            RunSched::Plain(s) => s.poll_action().map(DkpAction::Core),
+            RunSched::Padded(s) => s.poll_action(),
+        }
+    }
+    pub fn counters(&self) -> Counters {
+        match self {
+            RunSched::Plain(s) => s.counters(),
+            RunSched::Padded(s) => s.counters(),
+        }
+    }
+    pub fn preemptions(&self) -> &[PreemptionRecord] {
+        match self {
+            RunSched::Plain(s) => s.preemptions(),
+            RunSched::Padded(s) => s.preemptions(),
+        }
+    }
+}
+
+/// Padding figures of one run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PadStats {
+    pub rt_launches: u64,
+    pub padded_launches: u64,
+    pub be_blocks_padded: u64,
+    pub be_kernels_completed_by_padding: u64,
+    pub rest_launches: u64,
+    /// Per padded launch: its duration (real-time part start to the last
+    /// part's completion) minus the real-time kernel's stand-alone
+    /// execution time, ns (Fig. 27).
+    pub overhead_ns: Vec<i64>,
+    /// CU·ns of real-time parts and of best-effort parts of padded
+    /// launches, and of all real-time kernels' whole-device time.
+    pub rt_cu_ns: u128,
+    pub be_cu_ns: u128,
+    pub device_cu_ns: u128,
+}
+
+struct Pending {
+    tag: reef_sched::KernelTag,
+    rt_ns: u64,
+    rt_cus: u32,
+    be_cus: u32,
+    /// Best-effort part launches not yet submitted: (padding stream, launch).
+    be: Vec<(reef_sim::StreamId, KernelLaunch)>,
+    parts_left: usize,
+    rt_done: bool,
+    started: Option<Time>,
+    /// The real-time stream's sim id (for the synthesized completion).
+    s0: reef_sim::StreamId,
+}
+
+/// Executes padded launches on the simulator (see the module doc).
+pub struct PadExec {
+    table: Arc<DkpTable>,
+    spec: DeviceSpec,
+    pad_streams: HashMap<u32, reef_sim::StreamId>,
+    pending: HashMap<LaunchId, Pending>,
+    part_of: HashMap<LaunchId, LaunchId>,
+    shapes: HashMap<(u32, u32, u16, u32, u32), Arc<KernelShape>>,
+    pub stats: PadStats,
+}
+
+impl PadExec {
+    pub fn new(spec: &DeviceSpec, table: Arc<DkpTable>) -> Self {
+        Self {
+            table,
+            spec: spec.clone(),
+            pad_streams: HashMap::new(),
+            pending: HashMap::new(),
+            part_of: HashMap::new(),
+            shapes: HashMap::new(),
+            stats: PadStats::default(),
+        }
+    }
+
+    /// The shape of version `v` of kernel `k` of model `m`, with the given
+    /// per-thread register allocation (0: its own) and shared memory.
+    fn shape(
+        &mut self,
+        base: &Arc<KernelShape>,
+        m: u32,
+        k: u32,
+        v: u16,
+        regs_per_thread: u32,
+        lds: Option<u32>,
+    ) -> Result<Arc<KernelShape>> {
+        let c = &self.table.kernels[m as usize][k as usize][v as usize];
+        let regs = if regs_per_thread == 0 {
+            c.regs_per_block
+        } else {
+            regs_per_thread * c.threads
+        };
+        let lds = lds.unwrap_or(c.lds);
+        if v == 0 && regs == base.regs_per_block && lds == base.lds_per_block {
+            return Ok(base.clone());
+        }
+        let key = (m, k, v, regs, lds);
+        if let Some(s) = self.shapes.get(&key) {
+            return Ok(s.clone());
+        }
+        let mut s = KernelShape::synthetic(
+            &format!("{} v{v}", base.name),
+            c.blocks,
+            c.threads,
+            lds,
+            regs,
+            c.curve().to_vec(),
+            &self.spec,
+        )
+        .map_err(|e| anyhow::anyhow!("derived shape: {e}"))?;
+        // Same computation, same outputs: value tracking sees one kernel.
+        s.identity = base.identity;
+        let s = Arc::new(s);
+        self.shapes.insert(key, s.clone());
+        Ok(s)
+    }
+
+    /// Launches a padded launch on real-time stream `s0`. `be_shape(part)`
+    /// gives a part's default kernel shape; `be_buffers(part)` its reads
+    /// and writes (empty when values are not tracked).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &mut self,
+        sim: &mut Sim,
+        s0: reef_sim::StreamId,
+        p: PaddedLaunch,
+        rt_model: &PreparedModel,
+        be_shape: &dyn Fn(&reef_sched::dkp::BePart) -> Arc<KernelShape>,
+        rt_buffers: Buffers,
+        be_buffers: &dyn Fn(&reef_sched::dkp::BePart) -> Buffers,
+    ) -> Result<()> {
+        let k = p.tag.kernel;
+        let rt_char = &self.table.kernels[p.model.0 as usize][k as usize][0];
+        let rt_ns = rt_char.kernel_ns;
+        let rt_shape = self.shape(
+            &rt_model.shapes[k as usize],
+            p.model.0,
+            k,
+            0,
+            p.regs_per_thread,
+            Some(p.lds),
+        )?;
+        let idle = sim.stream_idle(s0);
+        let rt = KernelLaunch::new(
+            rt_shape,
+            Tags {
+                task: p.tag.req.0,
+                kernel: k,
+                user: 0,
+            },
+        )
+        .with_buffers(rt_buffers.0, rt_buffers.1)
+        .with_cus(CuSet::range(0, p.rt_cus as usize));
+        let id = sim.launch(s0, rt)?;
+        let mut be = Vec::new();
+        let mut be_cus = 0;
+        for part in &p.parts {
+            let ps = match self.pad_streams.get(&part.stream.0) {
+                Some(&s) => s,
+                None => {
+                    let s = sim.create_stream(0, 64)?;
+                    self.pad_streams.insert(part.stream.0, s);
+                    s
+                }
+            };
+            let base = be_shape(part);
+            let shape = self.shape(
+                &base,
+                part.model.0,
+                part.tag.kernel,
+                part.version,
+                p.regs_per_thread,
+                Some(p.lds),
+            )?;
+            let (r, w) = be_buffers(part);
+            be_cus += part.cus.len() as u32;
+            be.push((
+                ps,
+                KernelLaunch::new(
+                    shape,
+                    Tags {
+                        task: part.tag.req.0,
+                        kernel: part.tag.kernel,
+                        user: 1,
+                    },
+                )
+                .with_buffers(r, w)
+                .with_blocks(part.blocks.clone())
+                .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize)),
+            ));
+        }
+        let mut pend = Pending {
+            tag: p.tag,
+            rt_ns,
+            rt_cus: p.rt_cus,
+            be_cus,
+            parts_left: be.len(),
+            be,
+            rt_done: false,
+            started: None,
+            s0,
+        };
+        if idle {
+            // Nothing ahead on the real-time stream: all parts go together.
+            self.submit(sim, id, &mut pend)?;
+        }
+        self.pending.insert(id, pend);
+        Ok(())
+    }
+
+    fn submit(&mut self, sim: &mut Sim, rt: LaunchId, p: &mut Pending) -> Result<()> {
+        for (s, l) in p.be.drain(..) {
+            let pid = sim.launch(s, l)?;
+            self.part_of.insert(pid, rt);
+        }
+        Ok(())
+    }
+
+    /// Launches the rest of a partly padded kernel on its own stream.
+    pub fn rest(
+        &mut self,
+        base: &Arc<KernelShape>,
+        model: u32,
+        version: u16,
+        tags: Tags,
+        blocks: std::ops::Range<u32>,
+    ) -> Result<KernelLaunch> {
+        let shape = self.shape(base, model, tags.kernel, version, 0, None)?;
+        Ok(KernelLaunch::new(shape, tags).with_blocks(blocks))
+    }
+
+    /// Filters a device event: events of padding parts are absorbed, a
+    /// padded launch's completion is reported once all parts are done.
+    pub fn filter(&mut self, sim: &mut Sim, ev: &DeviceEvent) -> Option<DeviceEvent> {
+        if let Some(&rt) = self.part_of.get(&ev.launch) {
+            if !matches!(ev.kind, EventKind::Started) {
+                self.part_of.remove(&ev.launch);
+                let p = self.pending.get_mut(&rt)?;
+                p.parts_left = p.parts_left.saturating_sub(1);
+                if p.parts_left == 0 && p.rt_done {
+                    let p = self.pending.remove(&rt)?;
+                    return Some(self.finish(rt, p, ev.time));
+                }
+            }
+            return None;
+        }
+        let Some(mut p) = self.pending.remove(&ev.launch) else {
+            return Some(*ev);
+        };
+        match ev.kind {
+            EventKind::Started => {
+                p.started = Some(ev.time);
+                if let Err(e) = self.submit(sim, ev.launch, &mut p) {
+                    // Padding streams are never full or preempted.
+                    panic!("padding part launch refused: {e}");
+                }
+                self.pending.insert(ev.launch, p);
+                Some(*ev)
+            }
+            EventKind::Completed if p.parts_left > 0 => {
+                p.rt_done = true;
+                self.pending.insert(ev.launch, p);
+                None
+            }
+            EventKind::Completed => Some(self.finish(ev.launch, p, ev.time)),
+            _ => Some(*ev),
+        }
+    }
+
+    fn finish(&mut self, rt: LaunchId, p: Pending, t: Time) -> DeviceEvent {
+        let n = self.spec.compute_units as u128;
+        if let Some(s) = p.started {
+            let d = t - s;
+            self.stats.overhead_ns.push(d as i64 - p.rt_ns as i64);
+            self.stats.rt_cu_ns += p.rt_cus as u128 * d as u128;
+            self.stats.be_cu_ns += p.be_cus as u128 * d as u128;
+            self.stats.device_cu_ns += n * d as u128;
+        }
+        DeviceEvent {
+            time: t,
+            stream: p.s0,
+            launch: rt,
+            tags: Tags {
+                task: p.tag.req.0,
+                kernel: p.tag.kernel,
+                user: 0,
+            },
+            kind: EventKind::Completed,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// `reef-bench dkp`
+
+/// Arguments of `reef-bench dkp`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DkpArgs {
+    /// Only the kernel selection time benchmark.
+    #[arg(long)]
+    pub selection: bool,
+    /// Virtual seconds per pair and policy.
+    #[arg(long, default_value_t = 1.0)]
+    pub duration: f64,
+    /// Simulated device.
+    #[arg(long, default_value = "mi50")]
+    pub device: String,
+    /// Comma-separated models (default: the five measured models).
+    #[arg(long, default_value = "resnet152,vgg,densenet,inception,bert")]
+    pub models: String,
+    /// Policies of the pairwise experiment.
+    #[arg(long, default_value = "streams,reef-nodkp,reef,reef-dkp-mv")]
+    pub policy: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// One JSON object per line instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Selection benchmark iterations per configuration.
+    #[arg(long, default_value_t = 200_000)]
+    pub iterations: u64,
+}
+
+/// Selection time of one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct SelectionTime {
+    pub be_clients: usize,
+    pub versions_per_kernel: usize,
+    pub ns_per_rt_kernel: f64,
+    pub padded_share: f64,
+}
+
+/// Measures the selection policy alone: for every real-time kernel of
+/// `rt` (round robin), select among `clients` best-effort tasks whose
+/// current kernels are drawn from `be` kernels with `versions` versions
+/// each (ten from the multi-version cost model where pruning leaves ten or
+/// more; cycled through the kernel list).
+pub fn selection_time(
+    spec: &DeviceSpec,
+    rt: &PreparedModel,
+    be: &PreparedModel,
+    clients: usize,
+    versions: usize,
+    iterations: u64,
+) -> Result<SelectionTime> {
+    let t = table(spec, std::slice::from_ref(be), Variant::MultiVersion)?;
+    let rtk: Vec<KernelChar> = rt
+        .shapes
+        .iter()
+        .filter_map(|s| kernel_char(spec, s))
+        .collect();
+    // BE kernels with at least `versions` surviving versions.
+    let pool: Vec<&[KernelChar]> = t.kernels[0]
+        .iter()
+        .filter(|v| v.len() >= versions)
+        .map(|v| &v[..versions])
+        .collect();
+    if pool.is_empty() {
+        bail!(
+            "no kernel of {} has {versions} versions after pruning",
+            be.name
+        );
+    }
+    let mut out = Padding::default();
+    let mut padded = 0u64;
+    let mut sets: Vec<Vec<Candidate<'_>>> = Vec::new();
+    for i in 0..64usize {
+        sets.push(
+            (0..clients)
+                .map(|c| Candidate {
+                    versions: pool[(i * 7 + c * 13) % pool.len()],
+                    locked: None,
+                    next_block: 0,
+                })
+                .collect(),
+        );
+    }
+    let sel = &t.selector;
+    let t0 = Instant::now();
+    for i in 0..iterations as usize {
+        let k = &rtk[i % rtk.len()];
+        let c = &sets[i % sets.len()];
+        if sel.select(std::hint::black_box(k), c, i, &mut out) {
+            padded += 1;
+        }
+    }
+    let ns = t0.elapsed().as_nanos() as f64 / iterations as f64;
+    Ok(SelectionTime {
+        be_clients: clients,
+        versions_per_kernel: versions,
+        ns_per_rt_kernel: ns,
+        padded_share: padded as f64 / iterations as f64,
+    })
+}
+
+/// One pair under one policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairResult {
+    pub rt: String,
+    pub be: String,
+    pub policy: String,
+    /// Mean RT latency over the RT model's stand-alone latency.
+    pub rt_latency_norm: f64,
+    /// RT requests/s over the stand-alone maximum.
+    pub rt_throughput_norm: f64,
+    pub be_throughput_norm: f64,
+    pub overall_throughput_norm: f64,
+    /// Time-weighted CU shares during padded launches (Fig. 24).
+    pub rt_cu_share: Option<f64>,
+    pub be_cu_share: Option<f64>,
+    pub padded_launches: u64,
+    pub rt_launches: u64,
+    pub be_blocks_padded: u64,
+    pub be_kernels_completed_by_padding: u64,
+    pub rest_launches: u64,
+    pub be_completed: u64,
+    pub overhead_ns: Vec<i64>,
+}
+
+fn run_pair(
+    spec: &DeviceSpec,
+    models: &[PreparedModel],
+    standalone: &[f64],
+    rt: usize,
+    be: usize,
+    policy: &str,
+    args: &DkpArgs,
+) -> Result<PairResult> {
+    let two = vec![
+        PreparedModel::new(models[rt].model.clone(), spec)?,
+        PreparedModel::new(models[be].model.clone(), spec)?,
+    ];
+    let plans = vec![
+        ClientPlan {
+            name: format!("rt-{}", models[rt].name),
+            model: 0,
+            class: Class::RealTime,
+            gen: Gen::Continuous,
+        },
+        ClientPlan {
+            name: format!("be-{}", models[be].name),
+            model: 1,
+            class: Class::BestEffort,
+            gen: Gen::Continuous,
+        },
+    ];
+    let dur = (args.duration * 1e9) as u64;
+    let out = runner::simulate(
+        spec,
+        &two,
+        plans,
+        dur,
+        &RunOptions {
+            policy: policy.to_string(),
+            seed: args.seed,
+            dq_capacity: crate::run::REEF_DQ_CAPACITY,
+            track_values: false,
+        },
+    )?;
+    let secs = dur as f64 / 1e9;
+    let thr = |ci: usize, m: usize| out.clients[ci].completed as f64 / secs * standalone[m] / 1e9;
+    let lat = &out.clients[0].latencies;
+    let rt_latency_norm = if lat.is_empty() {
+        f64::NAN
+    } else {
+        lat.iter().sum::<u64>() as f64 / lat.len() as f64 / standalone[rt]
+    };
+    let (rt_thr, be_thr) = (thr(0, rt), thr(1, be));
+    let pad = out.padding.clone().unwrap_or_default();
+    let share = |x: u128| (pad.device_cu_ns > 0).then(|| x as f64 / pad.device_cu_ns as f64);
+    Ok(PairResult {
+        rt: models[rt].name.clone(),
+        be: models[be].name.clone(),
+        policy: policy.to_string(),
+        rt_latency_norm,
+        rt_throughput_norm: rt_thr,
+        be_throughput_norm: be_thr,
+        overall_throughput_norm: rt_thr + be_thr,
+        rt_cu_share: share(pad.rt_cu_ns),
+        be_cu_share: share(pad.be_cu_ns),
+        padded_launches: pad.padded_launches,
+        rt_launches: pad.rt_launches,
+        be_blocks_padded: pad.be_blocks_padded,
+        be_kernels_completed_by_padding: pad.be_kernels_completed_by_padding,
+        rest_launches: pad.rest_launches,
+        be_completed: out.clients[1].completed,
+        overhead_ns: pad.overhead_ns,
+    })
+}
+
+fn pct(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let r = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[r.clamp(1, sorted.len()) - 1]
+}
+
+/// Entry point of `reef-bench dkp`.
+pub fn main(args: DkpArgs) -> Result<()> {
+    let spec = DeviceSpec::by_name_or_path(&args.device)?;
+    let dir = reef_model::default_models_dir();
+    let names: Vec<&str> = args.models.split(',').map(str::trim).collect();
+    let mut models = Vec::new();
+    for n in &names {
+        models.push(PreparedModel::new(reef_model::load_named(&dir, n)?, &spec)?);
+    }
+    // Selection time (Fig. 26): RT resnet152 kernels, BE clients on the
+    // kernels of the other models with ten versions each.
+    let rt_i = 0;
+    let mut sel = Vec::new();
+    for clients in [1usize, 5] {
+        for (bi, be) in models.iter().enumerate() {
+            if bi == rt_i && models.len() > 1 {
+                continue;
+            }
+            match selection_time(&spec, &models[rt_i], be, clients, 10, args.iterations) {
+                Ok(r) => sel.push((be.name.clone(), r)),
+                Err(e) => eprintln!("selection with BE {}: {e}", be.name),
+            }
+        }
+    }
+    if args.json {
+        for (be, r) in &sel {
+            println!(
+                "{}",
+                serde_json::json!({"selection": r, "rt": models[rt_i].name, "be": be})
+            );
+        }
+    } else {
+        println!(
+            "kernel selection time per RT kernel (RT {}; BE kernels with 10 versions each):",
+            models[rt_i].name
+        );
+        println!(
+            "{:<10} {:>10} {:>12} {:>8}",
+            "BE model", "BE clients", "ns/RT kernel", "padded"
+        );
+        for (be, r) in &sel {
+            println!(
+                "{:<10} {:>10} {:>12.0} {:>7.0}%",
+                be,
+                r.be_clients,
+                r.ns_per_rt_kernel,
+                100.0 * r.padded_share
+            );
+        }
+    }
+    if args.selection {
+        return Ok(());
+    }
+    let policies: Vec<String> = args
+        .policy
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    for p in &policies {
+        reef_sched::policy_by_name(p)?;
+    }
+    let standalone: Vec<f64> = models
+        .iter()
+        .map(|m| crate::disb::standalone_ns(&spec, m, 5, args.seed))
+        .collect::<Result<_>>()?;
+    let mut jobs = Vec::new();
+    for rt in 0..models.len() {
+        for be in 0..models.len() {
+            for p in &policies {
+                jobs.push((rt, be, p.clone()));
+            }
+        }
+    }
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, jobs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    let t0 = Instant::now();
+    std::thread::scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((rt, be, p)) = jobs.get(i) else {
+                    break;
+                };
+                let r = run_pair(&spec, &models, &standalone, *rt, *be, p, &args);
+                results.lock().expect("no panic holds it").push((i, r));
+            });
+        }
+    });
+    let mut rs = results.into_inner().expect("joined");
+    rs.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::new();
+    for (_, r) in rs {
+        out.push(r?);
+    }
+    if args.json {
+        for r in &out {
+            let mut v = serde_json::to_value(r)?;
+            v.as_object_mut().map(|o| o.remove("overhead_ns"));
+            println!("{v}");
+        }
+    } else {
+        print_pairs(&out);
+    }
+    eprintln!(
+        "{} runs of {} s virtual time in {:.1} s wall",
+        out.len(),
+        args.duration,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn print_pairs(out: &[PairResult]) {
+    println!("\nFig. 23: RT latency (norm.), RT + BE throughput (norm.) per RT-BE pair");
+    println!(
+        "{:<10} {:<10} {:<12} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>8}",
+        "RT", "BE", "policy", "rt_lat", "rt_thr", "be_thr", "overall", "rt_cu", "be_cu", "padded"
+    );
+    for r in out {
+        let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
+        println!(
+            "{:<10} {:<10} {:<12} {:>8.3} {:>7.3} {:>7.3} {:>8.3} {:>7} {:>7} {:>7.0}%",
+            r.rt,
+            r.be,
+            r.policy,
+            r.rt_latency_norm,
+            r.rt_throughput_norm,
+            r.be_throughput_norm,
+            r.overall_throughput_norm,
+            f(r.rt_cu_share),
+            f(r.be_cu_share),
+            if r.rt_launches > 0 {
+                100.0 * r.padded_launches as f64 / r.rt_launches as f64
+            } else {
+                0.0
+            }
+        );
+    }
+    let mut pols: Vec<&str> = out.iter().map(|r| r.policy.as_str()).collect();
+    pols.dedup();
+    pols.sort();
+    pols.dedup();
+    println!("\nAverages over pairs:");
+    for p in &pols {
+        let rs: Vec<&PairResult> = out.iter().filter(|r| r.policy == *p).collect();
+        let n = rs.len() as f64;
+        let avg = |f: &dyn Fn(&PairResult) -> f64| rs.iter().map(|r| f(r)).sum::<f64>() / n;
+        let starved: Vec<String> = rs
+            .iter()
+            .filter(|r| r.be_throughput_norm == 0.0)
+            .map(|r| format!("{}-{}", r.rt, r.be))
+            .collect();
+        println!(
+            "{:<12} rt_lat {:.3} (max {:.3})  overall {:.3} (max {:.3})  BE starved in {} pairs{}",
+            p,
+            avg(&|r| r.rt_latency_norm),
+            rs.iter().map(|r| r.rt_latency_norm).fold(0.0, f64::max),
+            avg(&|r| r.overall_throughput_norm),
+            rs.iter()
+                .map(|r| r.overall_throughput_norm)
+                .fold(0.0, f64::max),
+            starved.len(),
+            if starved.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", starved.join(", "))
+            }
+        );
+        let mut o: Vec<i64> = rs
+            .iter()
+            .flat_map(|r| r.overhead_ns.iter().copied())
+            .collect();
+        if !o.is_empty() {
+            o.sort_unstable();
+            let zero = o.iter().filter(|&&x| x <= 0).count() as f64 / o.len() as f64;
+            println!(
+                "{:<12} Fig. 27 padded RT kernel overhead over {} launches: {:.1}% <= 0; p50 {} ns, p90 {} ns, p99 {} ns, max {} ns",
+                "",
+                o.len(),
+                100.0 * zero,
+                pct(&o, 50.0),
+                pct(&o, 90.0),
+                pct(&o, 99.0),
+                o[o.len() - 1]
+            );
+        }
+    }
+}
