@@ -568,12 +568,23 @@ impl Core {
             });
         }
         if let Some(a) = &mut st.active {
-            // Without start reports the first unfinished kernel is the one
-            // that may have been interrupted.
-            let interrupted = a.last_started.unwrap_or(a.completed_upto);
-            let from = self.models[a.model.0 as usize]
-                .restore_point(interrupted)
-                .min(a.completed_upto);
+            // Streams run in order, so kernels 0..c completed and the global
+            // execution index l is c (kernel c was interrupted), c-1 (it
+            // completed and kernel c never passed its flag check), or past c
+            // after a restore to an earlier group start. Fig. 8 restarts from
+            // find_idem_entry(l) in every case, re-running a completed kernel
+            // in the second; knowing completions, the core restarts at c
+            // there (nothing of c ran). With a closed-loop real-time client
+            // that preempts right after every restore, re-running the
+            // completed kernel each time would stop best-effort progress.
+            // Without start reports, c is assumed interrupted.
+            let c = a.completed_upto;
+            let model = &self.models[a.model.0 as usize];
+            let from = match a.last_started {
+                Some(l) if l + 1 == c => c,
+                Some(l) if l >= c => model.restore_point(l).min(c),
+                _ => model.restore_point(c).min(c),
+            };
             self.counters.restores += 1;
             self.counters.redundant_kernels += u64::from(a.completed_upto - from);
             a.next_launch = from;
@@ -637,7 +648,8 @@ impl Core {
 
     pub(crate) fn on_started(&mut self, s: StreamId, tag: KernelTag) {
         if let Some(a) = self.active_for(s, tag) {
-            a.last_started = Some(a.last_started.map_or(tag.kernel, |l| l.max(tag.kernel)));
+            // The global index holds the latest kernel to pass its check.
+            a.last_started = Some(tag.kernel);
         }
     }
 
