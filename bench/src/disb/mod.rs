@@ -299,13 +299,23 @@ pub fn main(args: DisbArgs) -> Result<()> {
     } else {
         None
     };
+    // Longest runs first so the workers finish together: concurrent
+    // uncapped streams cost the simulator most (many blocks in flight).
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    let cost = |i: usize| {
+        let (w, p) = jobs[i];
+        let weight = if p == "streams" { 10 } else { 1 };
+        weight * workloads[w].tasks.len()
+    };
+    order.sort_by_key(|&i| std::cmp::Reverse(cost(i)));
     let next = AtomicUsize::new(0);
     let results: Mutex<BTreeMap<usize, Result<PolicyResult>>> = Mutex::new(BTreeMap::new());
     std::thread::scope(|sc| {
         for _ in 0..threads {
             sc.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(w, p)) = jobs.get(i) else { break };
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&i) = order.get(k) else { break };
+                let (w, p) = jobs[i];
                 let r = run_one(&spec, &set, &workloads[w], p, &args);
                 if let Some(b) = &bar {
                     b.set_message(format!("{} {p}", workloads[w].name));
