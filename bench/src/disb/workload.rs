@@ -404,12 +404,12 @@ mod tests {
 
     #[test]
     fn reads_trace_and_dependent_loads() {
-        let w = parse(&format!(
-            r#"{{"time": 2, "tasks": [
-              {{"id": "a_rt", "load": {{"type": "trace", "trace": [30, 10, 20]}}, "client": {{"model_name": "distilbert"}}}},
-              {{"id": "b", "load": {{"type": "dependent", "prev_task_ids": ["a_rt"]}}, "client": {{"model_name": "vgg"}}}}
-            ]}}"#
-        ))
+        let w = parse(
+            r#"{"time": 2, "tasks": [
+              {"id": "a_rt", "load": {"type": "trace", "trace": [30, 10, 20]}, "client": {"model_name": "distilbert"}},
+              {"id": "b", "load": {"type": "dependent", "prev_task_ids": ["a_rt"]}, "client": {"model_name": "vgg"}}
+            ]}"#
+        )
         .unwrap();
         assert_eq!(
             w.tasks[0].load,
