@@ -294,6 +294,20 @@ impl PaddingScheduler {
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
                     if b.req.map(|r| r.0) == Some(tag.req) {
                         b.done_upto = b.done_upto.max(tag.kernel + 1);
+                        if b.credit.is_some_and(|c| c.kernel < b.done_upto) {
+                            b.credit = None;
+                        }
+                    }
+                }
+            }
+            Event::KernelKilled { stream, tag } => {
+                // Killed blocks corrupt the kernel's outputs: the blocks
+                // padding completed earlier must run again.
+                if let Some(b) = self.be.get_mut(stream.0 as usize) {
+                    if b.req.map(|r| r.0) == Some(tag.req)
+                        && b.credit.is_some_and(|c| c.kernel == tag.kernel)
+                    {
+                        b.credit = None;
                     }
                 }
             }
@@ -386,7 +400,11 @@ impl PaddingScheduler {
                         b.credit = None;
                     }
                     b.plan = None;
-                    match b.credit.take() {
+                    // The credit stays until the relaunch completes (then
+                    // the kernel is done) or is killed (then its outputs
+                    // are corrupted and every block must run again); an
+                    // evicted relaunch ran no block and keeps it.
+                    match b.credit {
                         Some(c) if c.kernel == tag.kernel && c.done > 0 => {
                             let model = self.clients[client.map_or(0, |c| c.0 as usize)].model;
                             let total =
@@ -399,12 +417,12 @@ impl PaddingScheduler {
                                 blocks: c.done..total,
                             });
                         }
-                        Some(c) if c.kernel > tag.kernel => {
-                            // A redundant relaunch of an earlier kernel:
-                            // the credit still applies afterwards.
-                            b.credit = Some(c);
+                        Some(c) if c.kernel == tag.kernel => {
+                            b.credit = None;
                             self.out.push_back(DkpAction::Core(a));
                         }
+                        // A redundant relaunch of an earlier kernel: the
+                        // credit still applies afterwards.
                         _ => self.out.push_back(DkpAction::Core(a)),
                     }
                 }
