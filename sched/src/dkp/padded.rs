@@ -887,4 +887,83 @@ mod tests {
         assert!(done_be, "the BE request completed inside padded launches");
         assert_eq!(s.dkp_counters().be_kernels_completed, 2);
     }
+
+    #[test]
+    fn an_evicted_rest_keeps_the_credit_and_a_killed_one_drops_it() {
+        let (rt, be) = (StreamId(0), StreamId(1));
+        for killed in [false, true] {
+            let mut s = setup(1);
+            let _ = std::iter::from_fn(|| s.poll_action()).count();
+            let arrive = |s: &mut PaddingScheduler, t: Time, req: u64, client: u32| {
+                step(
+                    s,
+                    t,
+                    Event::RequestArrived {
+                        req: RequestId(req),
+                        client: ClientId(client),
+                        deadline: None,
+                    },
+                )
+            };
+            arrive(&mut s, 0, 100, 1);
+            arrive(&mut s, 1, 1, 0);
+            step(
+                &mut s,
+                2,
+                Event::KernelKilled {
+                    stream: be,
+                    tag: tag(100, 0),
+                },
+            );
+            step(
+                &mut s,
+                3,
+                Event::KernelEvicted {
+                    stream: be,
+                    tag: tag(100, 1),
+                },
+            );
+            // RT kernels 1 and 2 pad BE kernel 0 and blocks 0..160 of kernel 1.
+            for i in 0..3u32 {
+                step(
+                    &mut s,
+                    10 + i as u64,
+                    Event::KernelCompleted {
+                        stream: rt,
+                        tag: tag(1, i),
+                    },
+                );
+            }
+            // RT kernel 3 (padded with blocks 160..300) is evicted: its
+            // padding is not credited; kernel 1 has 160 blocks done.
+            step(
+                &mut s,
+                20,
+                Event::KernelEvicted {
+                    stream: rt,
+                    tag: tag(1, 3),
+                },
+            );
+            assert_eq!(s.be[1].credit.map(|c| (c.kernel, c.done)), Some((1, 160)));
+            // A relaunch of BE kernel 1 on its own stream ends killed or evicted.
+            let ev = if killed {
+                Event::KernelKilled {
+                    stream: be,
+                    tag: tag(100, 1),
+                }
+            } else {
+                Event::KernelEvicted {
+                    stream: be,
+                    tag: tag(100, 1),
+                }
+            };
+            step(&mut s, 30, ev);
+            let c = s.be[1].credit.map(|c| c.done);
+            if killed {
+                assert_eq!(c, None, "killed blocks corrupt the output: redo all");
+            } else {
+                assert_eq!(c, Some(160), "an evicted relaunch ran no block");
+            }
+        }
+    }
 }
