@@ -121,6 +121,8 @@ pub enum SimError {
     Unsupported { device: String, level: PreemptLevel },
     #[error("stream capacity must be at least 1")]
     ZeroCapacity,
+    #[error("a padded launch needs at least one part")]
+    EmptyPaddedLaunch,
     #[error("kernel {kernel}: a block does not fit on an empty {device} CU (shape built for another device?)")]
     DoesNotFit { kernel: String, device: String },
     #[error("out of device memory: {requested} B requested, {free} B of {total} B free")]
@@ -277,6 +279,8 @@ enum LState {
     Queued,
     Evicting,
     Active,
+    /// A padded launch's leader that finished before its other parts.
+    Done,
 }
 
 #[derive(Debug)]
@@ -297,6 +301,12 @@ struct Launch {
     seq: u64,
     groups: Vec<u32>,
     cus: CuSet,
+    /// Slot of the padded launch's first part (itself for a plain launch).
+    leader: u32,
+    /// On a leader: parts not yet finished.
+    parts_left: u32,
+    /// On a leader: the other parts' slots.
+    followers: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -455,6 +465,67 @@ impl Sim {
                 capacity: st.capacity,
             });
         }
+        let (start, end, cus) = self.check_launch(&req)?;
+        let st = &mut self.streams[s.0 as usize];
+        let visible_at = st.host_free_at.max(self.now) + self.spec.host_launch_ns;
+        st.host_free_at = visible_at;
+        let slot = self.alloc_launch(s, req, start, end, cus, visible_at);
+        self.streams[s.0 as usize].dq.push_back(slot);
+        self.schedule(visible_at, Ev::Stream(s.0));
+        Ok(self.launches[slot as usize].id)
+    }
+
+    /// Enqueues a padded launch (REEF §5.1, Fig. 12: one `dkp` kernel whose
+    /// blocks run a real-time kernel and best-effort kernels): the parts
+    /// occupy one device-queue slot, are fetched and dispatched once, and
+    /// become runnable together, part 0 placed first. Each part has its own
+    /// block range, CU set, buffers and tags, and its own events and id; the
+    /// stream's next kernel is dispatched when every part has finished. The
+    /// preempt flag evicts all parts; a kill kills the parts still running.
+    pub fn launch_padded(
+        &mut self,
+        s: StreamId,
+        parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, SimError> {
+        let st = self.stream(s)?;
+        if st.dq.len() >= st.capacity {
+            return Err(SimError::QueueFull {
+                stream: s.0,
+                capacity: st.capacity,
+            });
+        }
+        if parts.is_empty() {
+            return Err(SimError::EmptyPaddedLaunch);
+        }
+        let mut checked = Vec::with_capacity(parts.len());
+        for req in &parts {
+            checked.push(self.check_launch(req)?);
+        }
+        let st = &mut self.streams[s.0 as usize];
+        let visible_at = st.host_free_at.max(self.now) + self.spec.host_launch_ns;
+        st.host_free_at = visible_at;
+        let nparts = parts.len() as u32;
+        let mut slots = Vec::with_capacity(parts.len());
+        let mut ids = Vec::with_capacity(parts.len());
+        for (req, (start, end, cus)) in parts.into_iter().zip(checked) {
+            let slot = self.alloc_launch(s, req, start, end, cus, visible_at);
+            ids.push(self.launches[slot as usize].id);
+            slots.push(slot);
+        }
+        let leader = slots[0];
+        for &slot in &slots {
+            self.launches[slot as usize].leader = leader;
+        }
+        let l = &mut self.launches[leader as usize];
+        l.parts_left = nparts;
+        l.followers = slots[1..].to_vec();
+        self.streams[s.0 as usize].dq.push_back(leader);
+        self.schedule(visible_at, Ev::Stream(s.0));
+        Ok(ids)
+    }
+
+    /// Validates one launch: (first block, end block, allowed CUs).
+    fn check_launch(&self, req: &KernelLaunch) -> Result<(u32, u32, CuSet), SimError> {
         let nb = req.shape.blocks;
         let (start, end) = match &req.blocks {
             Some(r) => (r.start, r.end),
@@ -484,9 +555,18 @@ impl Sim {
                 cus: self.spec.compute_units,
             });
         }
-        let st = &mut self.streams[s.0 as usize];
-        let visible_at = st.host_free_at.max(self.now) + self.spec.host_launch_ns;
-        st.host_free_at = visible_at;
+        Ok((start, end, cus))
+    }
+
+    fn alloc_launch(
+        &mut self,
+        s: StreamId,
+        req: KernelLaunch,
+        start: u32,
+        end: u32,
+        cus: CuSet,
+        visible_at: u64,
+    ) -> u32 {
         let slot = match self.free_launches.pop() {
             Some(i) => i,
             None => {
@@ -506,14 +586,16 @@ impl Sim {
                     seq: 0,
                     groups: Vec::new(),
                     cus,
+                    leader: 0,
+                    parts_left: 0,
+                    followers: Vec::new(),
                 });
                 self.launches.len() as u32 - 1
             }
         };
         let l = &mut self.launches[slot as usize];
         l.gen = l.gen.wrapping_add(1);
-        let id = LaunchId(((l.gen as u64) << 32) | slot as u64);
-        l.id = id;
+        l.id = LaunchId(((l.gen as u64) << 32) | slot as u64);
         l.live = true;
         l.stream = s.0;
         l.req = req;
@@ -527,9 +609,10 @@ impl Sim {
         l.seq = 0;
         l.groups.clear();
         l.cus = cus;
-        self.streams[s.0 as usize].dq.push_back(slot);
-        self.schedule(visible_at, Ev::Stream(s.0));
-        Ok(id)
+        l.leader = slot;
+        l.parts_left = 1;
+        l.followers.clear();
+        slot
     }
 
     /// Blocks of `sh` that fit on one empty CU of this device.
@@ -593,8 +676,8 @@ impl Sim {
 
     /// Empties a stream's device queue now (REEF's CLEAR_QUEUE), except a
     /// packet the command processor is already dispatching. Each removed
-    /// kernel is reported as [`EventKind::Cleared`]; their ids are returned
-    /// in queue order.
+    /// kernel (every part of a padded launch) is reported as
+    /// [`EventKind::Cleared`]; their ids are returned in queue order.
     pub fn clear_queue(&mut self, s: StreamId) -> Result<Vec<LaunchId>, SimError> {
         self.stream(s)?;
         let st = &mut self.streams[s.0 as usize];
@@ -606,17 +689,12 @@ impl Sim {
             st.cp = Cp::Idle;
             st.dq.drain(..).collect()
         };
-        for slot in drained {
-            let l = &self.launches[slot as usize];
-            removed.push(l.id);
-            self.out.push(DeviceEvent {
-                time: self.now,
-                stream: s,
-                launch: l.id,
-                tags: l.req.tags,
-                kind: EventKind::Cleared,
-            });
-            self.release_launch(slot);
+        for leader in drained {
+            for slot in self.parts_of(leader) {
+                removed.push(self.launches[slot as usize].id);
+                self.emit(slot, EventKind::Cleared);
+                self.release_launch(slot);
+            }
         }
         Ok(removed)
     }
@@ -811,6 +889,41 @@ impl Sim {
         });
     }
 
+    /// The slots of a padded launch, leader first.
+    fn parts_of(&self, leader: u32) -> Vec<u32> {
+        let mut v = Vec::with_capacity(1 + self.launches[leader as usize].followers.len());
+        v.push(leader);
+        v.extend_from_slice(&self.launches[leader as usize].followers);
+        v
+    }
+
+    /// A part finished (completed or killed): frees it, and when it was the
+    /// last part of its launch, frees the stream for its next kernel.
+    fn finish_part(&mut self, slot: u32) {
+        self.remove_active(slot);
+        let (s, leader) = {
+            let l = &self.launches[slot as usize];
+            (l.stream, l.leader)
+        };
+        let ld = &mut self.launches[leader as usize];
+        ld.parts_left -= 1;
+        let last = ld.parts_left == 0;
+        if slot != leader {
+            self.release_launch(slot);
+        } else if !last {
+            self.launches[slot as usize].state = LState::Done;
+        }
+        if last {
+            if slot != leader {
+                self.release_launch(leader);
+            } else {
+                self.release_launch(slot);
+            }
+            self.streams[s as usize].running = None;
+            self.stream_step(s);
+        }
+    }
+
     fn release_launch(&mut self, slot: u32) {
         let l = &mut self.launches[slot as usize];
         l.live = false;
@@ -827,9 +940,11 @@ impl Sim {
                 let l = &self.launches[slot as usize];
                 if l.live && l.gen == gen && l.state == LState::Evicting {
                     let s = l.stream;
-                    self.emit(slot, EventKind::Evicted);
+                    for part in self.parts_of(slot) {
+                        self.emit(part, EventKind::Evicted);
+                        self.release_launch(part);
+                    }
                     self.streams[s as usize].running = None;
-                    self.release_launch(slot);
                     self.stream_step(s);
                 }
             }
@@ -883,17 +998,25 @@ impl Sim {
                         let gen = l.gen;
                         self.schedule(now + self.spec.flag_check_ns, Ev::EvictDone(slot, gen));
                     } else {
-                        self.dispatch_seq += 1;
-                        let l = &mut self.launches[slot as usize];
-                        l.state = LState::Active;
-                        l.seq = self.dispatch_seq;
-                        // Insert keeping (priority desc, seq asc) order.
-                        let key = (Reverse(prio), self.dispatch_seq);
-                        let pos = self.active.partition_point(|&a| {
-                            let la = &self.launches[a as usize];
-                            (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
-                        });
-                        self.active.insert(pos, slot);
+                        let nf = self.launches[slot as usize].followers.len();
+                        for i in 0..=nf {
+                            let part = if i == 0 {
+                                slot
+                            } else {
+                                self.launches[slot as usize].followers[i - 1]
+                            };
+                            self.dispatch_seq += 1;
+                            let l = &mut self.launches[part as usize];
+                            l.state = LState::Active;
+                            l.seq = self.dispatch_seq;
+                            // Insert keeping (priority desc, seq asc) order.
+                            let key = (Reverse(prio), self.dispatch_seq);
+                            let pos = self.active.partition_point(|&a| {
+                                let la = &self.launches[a as usize];
+                                (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
+                            });
+                            self.active.insert(pos, part);
+                        }
                         self.place();
                     }
                     continue;
@@ -1185,7 +1308,6 @@ impl Sim {
 
     fn complete_launch(&mut self, slot: u32) {
         let l = &self.launches[slot as usize];
-        let s = l.stream;
         let sh = &l.req.shape;
         self.values.complete(
             sh.identity,
@@ -1196,10 +1318,7 @@ impl Sim {
         );
         self.completed += 1;
         self.emit(slot, EventKind::Completed);
-        self.remove_active(slot);
-        self.streams[s as usize].running = None;
-        self.release_launch(slot);
-        self.stream_step(s);
+        self.finish_part(slot);
     }
 
     fn remove_active(&mut self, slot: u32) {
@@ -1221,14 +1340,11 @@ impl Sim {
                 self.retire_group(g, BlockOutcome::Killed);
             }
             let l = &self.launches[slot as usize];
-            let (s, done, id) = (l.stream, l.done, l.id.0);
+            let (done, id) = (l.done, l.id.0);
             let writes = l.req.writes.clone();
             self.values.corrupt(&writes, id);
             self.emit(slot, EventKind::Killed { blocks_done: done });
-            self.remove_active(slot);
-            self.streams[s as usize].running = None;
-            self.release_launch(slot);
-            self.stream_step(s);
+            self.finish_part(slot);
         }
         self.place();
     }

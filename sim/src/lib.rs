@@ -14,6 +14,8 @@
 //! - [`Sim::launch`]`(stream, `[`KernelLaunch`]`)` → [`LaunchId`] or
 //!   [`SimError::QueueFull`]. A launch carries caller [`Tags`], the buffers
 //!   it reads and writes, an optional block range and an optional [`CuSet`].
+//!   [`Sim::launch_padded`] enqueues several such parts as one padded
+//!   launch (REEF §5.1 Fig. 12: dispatched together, one queue slot).
 //! - Time: [`Sim::next_event_time`], [`Sim::advance_to`] / [`Sim::step`]
 //!   return [`DeviceEvent`]s (Started, Completed, Evicted, Cleared, Killed)
 //!   with the time, stream, launch id and tags. Act between calls at

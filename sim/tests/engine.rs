@@ -462,3 +462,75 @@ fn reset_based_preemption_of_a_full_queue() {
     assert!((30_000..=38_000).contains(&expected), "{expected}");
     assert!(sim.stream_idle(s));
 }
+
+#[test]
+fn padded_launch_dispatches_parts_together() {
+    // REEF Fig. 12: an RT kernel on CUs 0..20 padded with a BE kernel on
+    // CUs 20..60 is one launch: one queue slot, one launch path, both parts
+    // start together; the stream's next kernel waits for both.
+    let spec = mi50();
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let s = sim.create_stream(0, 2).unwrap();
+    let rt =
+        KernelLaunch::new(shape(20, 64, 0, vec![30_000]), tags(1, 0)).with_cus(CuSet::range(0, 20));
+    let be = KernelLaunch::new(shape(40, 64, 0, vec![50_000]), tags(2, 7))
+        .with_cus(CuSet::range(20, 60));
+    let ids = sim.launch_padded(s, vec![rt, be]).unwrap();
+    assert_eq!(sim.queue_len(s), 1);
+    let next = sim
+        .launch(
+            s,
+            KernelLaunch::new(shape(60, 64, 0, vec![10_000]), tags(3, 0)),
+        )
+        .unwrap();
+    let evs = drain(&mut sim);
+    let started: Vec<u64> = evs
+        .iter()
+        .filter(|e| e.kind == EventKind::Started && ids.contains(&e.launch))
+        .map(|e| e.time)
+        .collect();
+    assert_eq!(started, vec![PATH, PATH]);
+    assert_eq!(completion(&evs, ids[0]), PATH + 30_000);
+    assert_eq!(completion(&evs, ids[1]), PATH + 50_000);
+    assert_eq!(
+        completion(&evs, next),
+        PATH + 50_000 + spec.cp_dispatch_ns + 10_000
+    );
+    let be_ev = evs.iter().find(|e| e.launch == ids[1]).unwrap();
+    assert_eq!(be_ev.tags, tags(2, 7));
+
+    // The flag evicts every part; a kill kills the parts still running.
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let s = sim.create_stream(0, 2).unwrap();
+    sim.set_preempt_flag(s, true).unwrap();
+    let parts = || {
+        vec![
+            KernelLaunch::new(shape(20, 64, 0, vec![30_000]), tags(1, 0)),
+            KernelLaunch::new(shape(40, 64, 0, vec![50_000]), tags(2, 0)),
+        ]
+    };
+    let ids = sim.launch_padded(s, parts()).unwrap();
+    let evs = drain(&mut sim);
+    for id in &ids {
+        let e = evs.iter().find(|e| e.launch == *id).unwrap();
+        assert_eq!(e.kind, EventKind::Evicted);
+    }
+    sim.set_preempt_flag(s, false).unwrap();
+    let ids = sim.launch_padded(s, parts()).unwrap();
+    let mut evs = sim.advance_to(sim.now() + PATH + 40_000);
+    sim.kill_stream(s).unwrap();
+    evs.extend(drain(&mut sim));
+    let kinds: Vec<EventKind> = ids
+        .iter()
+        .map(|id| evs.iter().rev().find(|e| e.launch == *id).unwrap().kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![EventKind::Completed, EventKind::Killed { blocks_done: 0 }]
+    );
+    assert!(sim.stream_idle(s));
+    assert!(matches!(
+        sim.launch_padded(s, vec![]),
+        Err(SimError::EmptyPaddedLaunch)
+    ));
+}

@@ -26,6 +26,8 @@ enum Op {
         kernel: usize,
         range: Option<(u32, u32)>,
         mask: Option<(usize, usize)>,
+        /// A second part (padded launch, REEF Fig. 12): kernel and CU mask.
+        pad: Option<(usize, (usize, usize))>,
     },
     Flag {
         stream: usize,
@@ -60,8 +62,9 @@ fn kspec() -> impl Strategy<Value = KSpec> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0usize..4, 0usize..6, prop::option::of((0u32..1000, 0u32..1000)),
-              prop::option::of((0usize..60, 1usize..20)))
-            .prop_map(|(stream, kernel, range, mask)| Op::Launch { stream, kernel, range, mask }),
+              prop::option::of((0usize..60, 1usize..20)),
+              prop::option::of((0usize..6, (0usize..60, 1usize..30))))
+            .prop_map(|(stream, kernel, range, mask, pad)| Op::Launch { stream, kernel, range, mask, pad }),
         1 => (0usize..4, any::<bool>()).prop_map(|(stream, on)| Op::Flag { stream, on }),
         1 => (0usize..4).prop_map(|stream| Op::Kill { stream }),
         1 => Just(Op::KillAll),
@@ -114,7 +117,7 @@ proptest! {
             let until = sim.now() + dt;
             check_step(&mut sim, until, &mut events);
             match op {
-                Op::Launch { stream, kernel, range, mask } => {
+                Op::Launch { stream, kernel, range, mask, pad } => {
                     let Some(sh) = shapes[kernel].clone() else { continue };
                     let mut l = KernelLaunch::new(sh.clone(), Tags::default());
                     let mut r = 0..sh.blocks;
@@ -127,12 +130,25 @@ proptest! {
                     if let Some((s, n)) = mask {
                         l = l.with_cus(CuSet::range(s % ncu, (s % ncu + n).min(ncu)));
                     }
+                    let mut parts = vec![(l, r)];
+                    if let Some((k2, (s, n))) = pad {
+                        if let Some(sh2) = shapes[k2].clone() {
+                            let mask = CuSet::range(s % ncu, (s % ncu + n).min(ncu));
+                            let r2 = 0..sh2.blocks;
+                            parts.push((KernelLaunch::new(sh2, Tags::default()).with_cus(mask), r2));
+                        }
+                    }
+                    let ranges: Vec<Range<u32>> = parts.iter().map(|p| p.1.clone()).collect();
+                    let reqs: Vec<KernelLaunch> = parts.into_iter().map(|p| p.0).collect();
                     let st = ids[stream];
                     let full = sim.queue_len(st) >= sim.queue_capacity(st);
-                    match sim.launch(st, l) {
-                        Ok(id) => {
+                    match sim.launch_padded(st, reqs) {
+                        Ok(lids) => {
                             prop_assert!(!full);
-                            launched.insert(id, r);
+                            prop_assert_eq!(lids.len(), ranges.len());
+                            for (id, r) in lids.into_iter().zip(ranges) {
+                                launched.insert(id, r);
+                            }
                         }
                         Err(SimError::QueueFull { .. }) => prop_assert!(full),
                         Err(e) => panic!("unexpected {e}"),
