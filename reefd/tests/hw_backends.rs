@@ -576,7 +576,9 @@ fn reefd_start_hardware_as_non_root_says_root_is_needed() {
             .uid(65534)
             .gid(65534)
             .output()
-            .unwrap();
+            .expect(
+            "running reefd as uid 65534: its binary and directories must be traversable by nobody",
+        );
         assert_failed_cleanly(
             &out,
             &[&format!("device {device} needs root"), "sudo reefd start"],

@@ -189,8 +189,10 @@ impl KfdBackend {
                 Err(e) => return Err(e.into()),
             }
         }
-        // KFD writes one byte per debug event to this file (kfd_debug.c's
-        // kernel_write), so a non-blocking pipe serves, as rocgdb's does.
+        // KFD writes one byte ('.') per debug event to this file with
+        // kernel_write (kfd_debug.c, debug_event_write_work_handler and
+        // kfd_dbg_ev_raise). A non-blocking pipe takes that; an eventfd
+        // would refuse writes shorter than 8 bytes and lose the events.
         let (r, w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
                 .map_err(|e| BackendError::InvalidState {
