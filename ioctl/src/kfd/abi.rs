@@ -137,7 +137,8 @@ pub struct KfdIoctlDbgTrapEnableArgs {
     pub rinfo_ptr: u64,
     /// In: size of the buffer; out: size KFD saved.
     pub rinfo_size: u32,
-    /// An eventfd the KFD signals raised exceptions on.
+    /// A file descriptor the KFD signals raised exceptions on by writing one
+    /// byte (a pipe; an eventfd would reject one-byte writes).
     pub dbg_fd: u32,
 }
 

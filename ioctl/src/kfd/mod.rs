@@ -231,7 +231,8 @@ impl Kfd {
 
     /// KFD_IOC_DBG_TRAP_ENABLE: starts a debug session on process `pid`,
     /// whose raised exceptions in `exception_mask` are signalled on `dbg_fd`
-    /// (an eventfd). Returns the runtime information KFD saved for `pid`.
+    /// (a pipe's write end: the kernel writes one byte per event, which an
+    /// eventfd would reject). Returns the runtime information KFD saved for `pid`.
     ///
     /// The caller must be `pid` itself or be ptrace-attached to it.
     pub fn dbg_trap_enable(
