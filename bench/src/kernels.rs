@@ -26,6 +26,21 @@ pub struct KernelsArgs {
     pub models: Vec<String>,
     #[arg(long)]
     pub json: bool,
+    /// Also print every kernel: measured total_latency against the
+    /// simulated stand-alone latency.
+    #[arg(long)]
+    pub per_kernel: bool,
+}
+
+/// One kernel alone: measured `total_latency` against the simulation.
+#[derive(Debug, Serialize)]
+pub struct KernelRow {
+    pub model: String,
+    pub index: usize,
+    pub kernel: String,
+    pub blocks: u64,
+    pub measured_us: Option<f64>,
+    pub simulated_us: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -40,6 +55,8 @@ pub struct KernelsRow {
     pub busy_cus_min: usize,
     pub busy_cus_max: usize,
     pub busy_cus_mean: f64,
+    #[serde(skip)]
+    pub per_kernel: Vec<KernelRow>,
 }
 
 fn alone_ns(
@@ -64,9 +81,21 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
     let shapes = KernelShape::for_model(model, spec)?;
     let mut sum_alone = 0u64;
     let mut errs = Vec::new();
+    let mut per_kernel = Vec::with_capacity(model.kernels.len());
     for (i, k) in model.kernels.iter().enumerate() {
         let t = alone_ns(spec, model, &shapes, i)?;
         sum_alone += t;
+        per_kernel.push(KernelRow {
+            model: model.name.clone(),
+            index: i,
+            kernel: k.name.clone(),
+            blocks: k.num_blocks(),
+            measured_us: k
+                .profile
+                .as_ref()
+                .map(|p| p.total_latency_ns as f64 / 1000.0),
+            simulated_us: t as f64 / 1000.0,
+        });
         if let Some(p) = &k.profile {
             let m = p.total_latency_ns as f64;
             errs.push(100.0 * (t as f64 - m) / m);
@@ -122,6 +151,7 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
         } else {
             0.0
         },
+        per_kernel,
     })
 }
 
@@ -145,6 +175,23 @@ pub fn main(args: KernelsArgs) -> Result<()> {
     for n in &names {
         let model = load_named(&dir, n)?;
         let r = row(&spec, &model)?;
+        if args.per_kernel {
+            for k in &r.per_kernel {
+                if args.json {
+                    println!("{}", serde_json::to_string(k)?);
+                } else {
+                    println!(
+                        "  {:<10} {:>4} {:>6} blocks {:>8} us measured {:>8.1} us simulated  {}",
+                        k.model,
+                        k.index,
+                        k.blocks,
+                        k.measured_us.map_or("-".into(), |m| format!("{m:.1}")),
+                        k.simulated_us,
+                        k.kernel
+                    );
+                }
+            }
+        }
         if args.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {
