@@ -347,12 +347,18 @@ impl Model {
                     ),
                 )
             })?;
+            let bytes = (s.size as u64).checked_mul(es).ok_or_else(|| {
+                invalid(
+                    item.clone(),
+                    format!("size {} x {es} B overflows 64 bits", s.size),
+                )
+            })?;
             buffers.push(Buffer {
                 index: i,
                 name: s.name.clone(),
                 elements: s.size as u64,
                 stype: s.stype.clone(),
-                bytes: s.size as u64 * es,
+                bytes,
             });
         }
         let nstorage = buffers.len();
@@ -396,6 +402,23 @@ impl Model {
                     ));
                 }
                 lp[d] = v as u32;
+            }
+            let product = |v: &[u32]| {
+                v.iter()
+                    .try_fold(1u64, |acc, &x| acc.checked_mul(x as u64))
+                    .filter(|&p| p <= u32::MAX as u64)
+            };
+            if product(&lp[..3]).is_none() {
+                return Err(invalid(
+                    item,
+                    format!("grid {:?} has 2^32 blocks or more", &lp[..3]),
+                ));
+            }
+            if product(&lp[3..]).is_none() {
+                return Err(invalid(
+                    item,
+                    format!("block {:?} has 2^32 threads or more", &lp[3..]),
+                ));
             }
             if k.args.is_empty() {
                 return Err(invalid(
