@@ -816,3 +816,109 @@ fn print_pairs(out: &[PairResult]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn models(spec: &DeviceSpec, names: &[&str]) -> Vec<PreparedModel> {
+        let dir = reef_model::default_models_dir();
+        names
+            .iter()
+            .map(|n| PreparedModel::new(reef_model::load_named(&dir, n).unwrap(), spec).unwrap())
+            .collect()
+    }
+
+    fn pair(policy: &str, secs: f64) -> runner::RunOutcome {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &["vgg", "resnet152"]);
+        let plans = vec![
+            ClientPlan {
+                name: "rt".into(),
+                model: 0,
+                class: Class::RealTime,
+                gen: Gen::Continuous,
+            },
+            ClientPlan {
+                name: "be".into(),
+                model: 1,
+                class: Class::BestEffort,
+                gen: Gen::Continuous,
+            },
+        ];
+        runner::simulate(
+            &spec,
+            &ms,
+            plans,
+            (secs * 1e9) as u64,
+            &RunOptions {
+                policy: policy.into(),
+                seed: 1,
+                dq_capacity: 4,
+                track_values: true,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn padding_gives_be_progress_without_touching_rt_and_keeps_values() {
+        // DISB B-like: closed-loop RT vgg, closed-loop BE resnet152.
+        let base = pair("reef-nodkp", 0.5);
+        let mv = pair("reef-dkp-mv", 0.5);
+        let mean = |o: &runner::RunOutcome| {
+            let l = &o.clients[0].latencies;
+            l.iter().sum::<u64>() as f64 / l.len() as f64
+        };
+        assert_eq!(base.corrupted_outputs, 0);
+        assert_eq!(mv.corrupted_outputs, 0);
+        // Preemption alone starves BE under a closed-loop RT client.
+        assert_eq!(base.clients[1].completed, 0);
+        let p = mv.padding.as_ref().unwrap();
+        assert!(p.padded_launches > 0);
+        assert!(p.be_kernels_completed_by_padding > 0);
+        assert!(
+            mv.clients[1].completed > 0,
+            "BE requests completed by padding"
+        );
+        // RT latency within 3% of preemption alone.
+        assert!(
+            mean(&mv) <= 1.03 * mean(&base),
+            "{} vs {}",
+            mean(&mv),
+            mean(&base)
+        );
+        // Rule 1 with the launch skew: no padded launch outlasts its RT kernel.
+        assert!(p.overhead_ns.iter().all(|&o| o <= 0));
+        assert!(base.padding.is_none());
+    }
+
+    #[test]
+    fn grid_limited_curves_carry_no_register_demand() {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &["resnet152"]);
+        let shapes = &ms[0].shapes;
+        // The softmax: one block, a one-point curve.
+        let one = shapes.iter().find(|s| s.blocks == 1).unwrap();
+        let k = kernel_char(&spec, one).unwrap();
+        assert_eq!(k.regs_per_block, 0);
+        assert!(k.occupancy > 1);
+        // A kernel whose curve is shorter than its grid keeps the inference.
+        let big = shapes
+            .iter()
+            .find(|s| (s.curve_len() as u32) < s.blocks)
+            .unwrap();
+        let k = kernel_char(&spec, big).unwrap();
+        assert_eq!(k.regs_per_block, big.regs_per_block);
+    }
+
+    #[test]
+    fn selection_time_runs_over_ten_versions() {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &["resnet152", "inception"]);
+        let r = selection_time(&spec, &ms[0], &ms[1], 5, 10, 1000).unwrap();
+        assert_eq!(r.be_clients, 5);
+        assert_eq!(r.versions_per_kernel, 10);
+        assert!(r.padded_share > 0.0);
+    }
+}
