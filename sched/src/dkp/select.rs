@@ -131,6 +131,16 @@ impl Selector {
         if rt.blocks >= n || out.proxy_level == 0 || cands.is_empty() {
             return false;
         }
+        // The proxy rounds the allocation up to its level: the real-time
+        // block must still fit a CU under it.
+        let alloc = self.proxies.alloc(out.proxy_level);
+        if self
+            .limits
+            .occupancy(rt.threads, rt.lds, alloc * rt.threads)
+            == 0
+        {
+            return false;
+        }
         let mut free = n - out.rt_cus;
         let mut next_cu = out.rt_cus;
         let len = cands.len();
@@ -266,6 +276,22 @@ mod tests {
         assert!(s.select(&rt, &c, 0, &mut out));
         let skewed = Selector::new(mi50(), 6_000);
         assert!(!skewed.select(&rt, &c, 0, &mut out));
+    }
+
+    #[test]
+    fn rt_kernels_the_proxy_cannot_host_are_not_padded() {
+        let s = Selector::new(mi50(), 0);
+        // 289 threads with the whole register file: 227 registers per
+        // thread, rounded up to the level-1 proxy's 256 = 73984 > 65536.
+        let rt = KernelChar::new(&mi50(), 10, 289, 0, 65536, vec![100_000]).unwrap();
+        let be = vec![k(10, 64, 0, 8, vec![1_000])];
+        let c = [Candidate {
+            versions: &be,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        assert!(!s.select(&rt, &c, 0, &mut out));
     }
 
     #[test]
