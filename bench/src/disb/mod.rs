@@ -331,9 +331,17 @@ pub fn main(args: DisbArgs) -> Result<()> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
+    // Report every run that worked, then fail on the first that did not.
     let mut out = Vec::new();
+    let mut first_err = None;
     for (_, r) in results.into_inner().expect("threads joined") {
-        out.push(r?);
+        match r {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                eprintln!("reef-bench disb: {e:#}");
+                first_err.get_or_insert(e);
+            }
+        }
     }
     if args.json {
         for r in &out {
@@ -356,5 +364,8 @@ pub fn main(args: DisbArgs) -> Result<()> {
             println!("plot: {}", args.plot.display());
         }
     }
-    Ok(())
+    match first_err {
+        Some(e) => Err(e.context("some runs failed (the others are reported above)")),
+        None => Ok(()),
+    }
 }

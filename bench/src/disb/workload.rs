@@ -70,15 +70,14 @@ pub struct Workload {
 /// Why a workload could not be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
-    #[error("{path}: cannot read DISB workload: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: not valid JSON: {source}")]
+    // The cause is part of the message, not a `source`, so `{:#}` chains
+    // do not print it twice.
+    #[error("{path}: cannot read DISB workload: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("{path}: not valid JSON: {err}")]
     Json {
         path: PathBuf,
-        source: serde_json::Error,
+        err: serde_json::Error,
     },
     #[error("{path}: {item}: {problem}")]
     Invalid {
@@ -118,18 +117,18 @@ pub fn resolve(arg: &str, shared: &Path) -> Vec<PathBuf> {
 impl Workload {
     /// Reads and validates a workload file.
     pub fn load(path: &Path) -> Result<Self, WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WorkloadError::Io {
+        let text = std::fs::read_to_string(path).map_err(|err| WorkloadError::Io {
             path: path.to_path_buf(),
-            source,
+            err,
         })?;
         Self::parse(path, &text)
     }
 
     /// Parses workload text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Self, WorkloadError> {
-        let v: Value = serde_json::from_str(text).map_err(|source| WorkloadError::Json {
+        let v: Value = serde_json::from_str(text).map_err(|err| WorkloadError::Json {
             path: path.to_path_buf(),
-            source,
+            err,
         })?;
         let time = v.get("time").and_then(Value::as_f64).ok_or_else(|| {
             invalid(
