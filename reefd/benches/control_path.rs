@@ -7,7 +7,8 @@
 //!
 //! Run: `cargo bench -p reefd --bench control_path`
 //! (REEF_BENCH_RT_REQUESTS sets the number of RT requests, default 400;
-//! REEF_BENCH_POLICY the policy, default reef.)
+//! REEF_BENCH_POLICY the policy, default reef; REEF_BENCH_DAEMON_LOG a file
+//! for the daemon's log, at the level RUST_LOG sets.)
 
 use reefd::client::Client;
 use reefd::metrics::summarize;
@@ -41,8 +42,14 @@ fn main() -> anyhow::Result<()> {
         .arg(&socket)
         .arg("--pid-file")
         .arg(dir.path().join("reefd.pid"))
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::null())
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stderr(match std::env::var_os("REEF_BENCH_DAEMON_LOG") {
+            Some(p) => Stdio::from(std::fs::File::create(p)?),
+            None => Stdio::null(),
+        })
         .spawn()?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut admin = loop {

@@ -24,6 +24,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
+/// Events due this soon are waited for by polling the clock instead of a
+/// timed sleep, which on Linux wakes tens of microseconds late.
+const SPIN_WINDOW: Duration = Duration::from_micros(100);
+
 /// Credentials of a connected peer (from SO_PEERCRED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
@@ -206,6 +210,17 @@ impl Runtime {
                 Some(t) => Duration::from_nanos(t - now),
                 None => Duration::from_secs(3600),
             };
+            if wait <= SPIN_WINDOW {
+                // A timed sleep wakes tens of microseconds late; for events
+                // this close, poll the clock with the lock released.
+                drop(st);
+                let deadline = Instant::now() + wait;
+                while Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+                st = self.lock();
+                continue;
+            }
             st = self
                 .cond
                 .wait_timeout(st, wait)
@@ -225,14 +240,24 @@ impl Runtime {
     fn apply_events(&self, st: &mut State, ev: &mut Vec<EngineEvent>) {
         for e in ev.drain(..) {
             match e {
-                EngineEvent::FirstKernelQueued { task, at: _ } => {
-                    // The wall-clock instant the kernel was pushed into the
-                    // (simulated) device queue: now, whichever thread did it.
-                    let when = Instant::now();
+                EngineEvent::FirstKernelQueued { task, at, issued } => {
+                    // The wall-clock instant the launch was issued to the
+                    // (simulated) device queue, whichever thread did it.
+                    let when = issued;
                     if let Some(t) = st.tasks.get_mut(&task) {
                         if t.first_queued.is_none() {
                             t.first_queued = Some(when);
                             let us = when.saturating_duration_since(t.arrival).as_secs_f64() * 1e6;
+                            tracing::trace!(
+                                task,
+                                control_path_us = us,
+                                device_time_us = self
+                                    .at(at)
+                                    .saturating_duration_since(t.arrival)
+                                    .as_secs_f64()
+                                    * 1e6,
+                                "first kernel queued"
+                            );
                             st.metrics.control_path.observe_us(us);
                         }
                     }
@@ -605,6 +630,9 @@ impl Runtime {
                 }
                 self.apply_events(st, &mut ev);
                 st.events = ev;
+                if priority == Priority::Rt {
+                    self.run_until_first_kernel(st, task);
+                }
                 handled
             }
             Err(e) => {
@@ -612,6 +640,35 @@ impl Runtime {
                 st.tasks.remove(&task);
                 Handled::Error(engine_failure(e))
             }
+        }
+    }
+
+    /// The RT control path: when the engine's next step for a new RT task
+    /// (e.g. launching its first kernel once the preempted BE kernels are
+    /// killed) is due within [`SPIN_WINDOW`], run it on this thread rather
+    /// than waiting for the pacer to be woken and scheduled.
+    fn run_until_first_kernel(&self, st: &mut State, task: u64) {
+        let limit = Instant::now() + SPIN_WINDOW;
+        while st
+            .tasks
+            .get(&task)
+            .is_some_and(|t| t.first_queued.is_none())
+        {
+            let Some(t) = st.engine.next_event_time() else {
+                return;
+            };
+            let due = self.at(t);
+            if due > limit {
+                return;
+            }
+            while Instant::now() < due {
+                std::hint::spin_loop();
+            }
+            let now = self.now_ns();
+            let mut ev = std::mem::take(&mut st.events);
+            st.engine.advance(now, &mut ev);
+            self.apply_events(st, &mut ev);
+            st.events = ev;
         }
     }
 

@@ -89,6 +89,7 @@ impl InOrderExecutor {
             out.push(EngineEvent::FirstKernelQueued {
                 task: job.task,
                 at: now,
+                issued: std::time::Instant::now(),
             });
             out.push(EngineEvent::KernelsLaunched { count: 1 });
             self.running = Some(Running {

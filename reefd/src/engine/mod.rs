@@ -42,8 +42,14 @@ pub struct EngineInfo {
 /// What happened inside the engine, for the runtime to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EngineEvent {
-    /// The task's first kernel entered the device queue at `at`.
-    FirstKernelQueued { task: u64, at: Nanos },
+    /// The task's first kernel entered the device queue at engine time
+    /// `at`; `issued` is the wall-clock instant the launch was issued (for
+    /// measuring the control path only).
+    FirstKernelQueued {
+        task: u64,
+        at: Nanos,
+        issued: std::time::Instant,
+    },
     /// `count` kernels were pushed into device queues.
     KernelsLaunched { count: u64 },
     /// One preemption at `level` took `kernels` kernels off the device

@@ -362,13 +362,6 @@ impl SchedEngine {
             let ns = d.ns;
             self.build.slots[slot].inflight += 1;
             let kernels = self.models[mi].shapes.len();
-            // A new request starts from fresh buffers: its input, and
-            // intermediates not carried over from the previous request.
-            let values = self.build.sim.values_mut();
-            for b in 0..self.models[mi].model.buffers.len() {
-                let id = buffer(ns, b);
-                values.set(id, ValueTracker::initial(id));
-            }
             self.tasks.insert(
                 task,
                 TaskRec {
@@ -390,6 +383,16 @@ impl SchedEngine {
                 },
             );
             self.apply_actions(out);
+            // A new request starts from fresh buffers: its input, and
+            // intermediates not carried over from the previous request of
+            // this stream. Kernels read their inputs when they complete, so
+            // doing this after the first launches (off the control path) is
+            // equivalent to doing it before.
+            let values = self.build.sim.values_mut();
+            for b in 0..self.models[mi].model.buffers.len() {
+                let id = buffer(ns, b);
+                values.set(id, ValueTracker::initial(id));
+            }
         }
     }
 
@@ -424,6 +427,11 @@ impl SchedEngine {
                         kern.reads.iter().map(|&x| buffer(ns, x)).collect(),
                         kern.writes.iter().map(|&x| buffer(ns, x)).collect(),
                     );
+                    // The control path ends when the launch is issued to the
+                    // device queue; what the simulator then computes is the
+                    // GPU's own work. (A wall-clock reading for measurement
+                    // only: no decision depends on it.)
+                    let issued = std::time::Instant::now();
                     if let Err(e) = b.sim.launch(b.streams[stream.0 as usize], l) {
                         tracing::error!(error = %e, "launch refused by the device");
                         continue;
@@ -434,6 +442,7 @@ impl SchedEngine {
                         out.push(EngineEvent::FirstKernelQueued {
                             task,
                             at: b.base + now,
+                            issued,
                         });
                     }
                     out.push(EngineEvent::KernelsLaunched { count: 1 });
@@ -542,6 +551,12 @@ impl SchedEngine {
     }
 
     fn run_device(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+        self.run_device_only(now, out);
+        self.maybe_rebuild(now);
+        self.forward(out);
+    }
+
+    fn run_device_only(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         let t_now = self.sim_now(now);
         loop {
             match self.build.sim.next_event_time() {
@@ -562,8 +577,6 @@ impl SchedEngine {
             self.device_event(&ev, out);
         }
         self.evbuf = buf;
-        self.maybe_rebuild(now);
-        self.forward(out);
     }
 
     fn sched_streams_of(&self, stream: u64) -> Vec<u32> {
