@@ -369,3 +369,70 @@ pub fn main(args: DisbArgs) -> Result<()> {
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: DisbArgs,
+    }
+
+    fn run(args: &[&str]) -> String {
+        let cli = Cli::try_parse_from(std::iter::once("disb").chain(args.iter().copied())).unwrap();
+        format!("{:#}", main(cli.a).unwrap_err())
+    }
+
+    #[test]
+    fn bad_input_fails_with_a_clear_error() {
+        let e = run(&["A", "--policy", "reef,fifo", "--no-plot"]);
+        assert!(e.contains("\"fifo\"") && e.contains("rt-only"), "{e}");
+        let e = run(&["/nonexistent/W.json", "--no-plot"]);
+        assert!(
+            e.contains("/nonexistent/W.json") && e.contains("cannot read"),
+            "{e}"
+        );
+        assert_eq!(e.matches("No such file").count(), 1, "{e}");
+        let dir = std::env::temp_dir().join(format!("reef-disb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.json");
+        std::fs::write(
+            &p,
+            r#"{"time": 1, "tasks": [{"id": "x", "load": {"type": "bursty"}, "client": {"model_name": "vgg19-imagenet"}}]}"#,
+        )
+        .unwrap();
+        let e = run(&[p.to_str().unwrap(), "--no-plot"]);
+        assert!(
+            e.contains("bad.json") && e.contains("unknown load type \"bursty\""),
+            "{e}"
+        );
+        let e = run(&["A", "--device", "tpu9", "--no-plot"]);
+        assert!(e.contains("tpu9"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_short_run_reports_every_policy_and_writes_the_plot() {
+        let dir = std::env::temp_dir().join(format!("reef-disb-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plot = dir.join("fig15.svg");
+        let cli = Cli::try_parse_from([
+            "disb",
+            "A",
+            "--duration",
+            "0.2",
+            "--policy",
+            "rt-only,seq,reef-nodkp",
+            "--plot",
+            plot.to_str().unwrap(),
+        ])
+        .unwrap();
+        main(cli.a).unwrap();
+        let svg = std::fs::read_to_string(&plot).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("reef-nodkp") && svg.contains("DISB A"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
