@@ -289,3 +289,36 @@ pub fn stop(pid_file: &Path, timeout: Duration) -> anyhow::Result<()> {
     }
     bail!("reefd (pid {pid}) did not exit within {timeout:?} after SIGTERM")
 }
+
+/// An error and its causes on one line, each cause once: many errors here
+/// already quote their cause in their own message.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_chain_names_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(io).context("cannot open /x: no such file");
+        assert_eq!(super::error_chain(&e), "cannot open /x: no such file");
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(io).context("cannot bind the socket /s");
+        assert_eq!(
+            super::error_chain(&e),
+            "cannot bind the socket /s: no such file"
+        );
+    }
+}

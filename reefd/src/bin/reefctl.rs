@@ -91,7 +91,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("reefctl: error: {e:#}");
+            eprintln!("reefctl: error: {}", reefd::daemon::error_chain(&e));
             ExitCode::FAILURE
         }
     }

@@ -79,7 +79,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("reefd: error: {e:#}");
+            eprintln!("reefd: error: {}", daemon::error_chain(&e));
             ExitCode::FAILURE
         }
     }
