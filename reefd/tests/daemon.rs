@@ -341,3 +341,83 @@ fn requests_after_shutdown_begins_are_refused_explicitly() {
     assert!(child.wait().unwrap().success());
     assert!(!d.socket.exists());
 }
+
+#[test]
+fn metrics_endpoint_serves_prometheus_text() {
+    use std::io::{Read, Write};
+    // A free loopback port for the metrics listener.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = Daemon::start_with(
+        "",
+        &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let mut c = d.client();
+    c.load_model("vgg", None).unwrap();
+    let s = c.register(Priority::Rt, None).unwrap();
+    c.infer(s.stream, "vgg").unwrap();
+    let get = |path: &str| {
+        let mut t = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(t, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        t.read_to_string(&mut body).unwrap();
+        body
+    };
+    let text = get("/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains("reef_tasks_completed_total 1"), "{text}");
+    assert!(text.contains("reef_rt_latency_seconds_count 1"), "{text}");
+    assert!(text.contains("reef_kernels_launched_total 71"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "reef_queue_depth{{stream=\"{}\",priority=\"rt\",queue=\"host\"}} 0",
+            s.stream
+        )),
+        "{text}"
+    );
+    assert!(get("/other").starts_with("HTTP/1.1 404"));
+}
+
+#[test]
+fn policy_switch_and_model_load_while_busy_take_effect_without_losing_work() {
+    let d = Daemon::start("");
+    let mut c = d.client();
+    c.load_model("resnet152", None).unwrap();
+    let be = c.register(Priority::Be, None).unwrap();
+    let queued: Vec<u64> = (0..4)
+        .map(|_| c.infer_async(be.stream, "resnet152").unwrap())
+        .collect();
+    // Loading a model rebuilds the scheduler once nothing is inside it.
+    let mut c2 = d.client();
+    c2.load_model("vgg", None).unwrap();
+    assert_eq!(c2.set_policy("seq").unwrap(), "seq");
+    let rt = c2.register(Priority::Rt, None).unwrap();
+    let r = c2.infer(rt.stream, "vgg").unwrap();
+    assert_eq!(r.outputs_verified, Some(true));
+    assert_eq!(c2.status().unwrap().policy, "seq");
+    let mut done = Vec::new();
+    for _ in 0..queued.len() {
+        match c.next_event(Some(Duration::from_secs(20))).unwrap() {
+            Event::TaskDone(r) => {
+                assert_eq!(r.outputs_verified, Some(true));
+                done.push(r.task)
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(done, queued);
+    let e = c2.set_policy("fastest").unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::BadRequest));
+}
+
+#[test]
+fn hello_reports_the_peer_credentials() {
+    let d = Daemon::start("");
+    let h = d.client().hello().unwrap();
+    assert_eq!(h.peer_uid, nix::unistd::geteuid().as_raw());
+    assert_eq!(h.peer_pid, Some(std::process::id() as i32));
+    assert_eq!(h.protocol, reefd::protocol::PROTOCOL_VERSION);
+}

@@ -36,10 +36,15 @@ impl Daemon {
         let socket = dir.path().join("reefd.sock");
         let pid_file = dir.path().join("reefd.pid");
         let cfg = dir.path().join("reefd.toml");
+        let metrics = if other_sections.contains("[metrics]") {
+            ""
+        } else {
+            "[metrics]\nenabled = false\n"
+        };
         std::fs::write(
             &cfg,
             format!(
-                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = \"sim:mi50\"\n[metrics]\nenabled = false\n{other_sections}\n",
+                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = \"sim:mi50\"\n{metrics}{other_sections}\n",
                 socket, pid_file
             ),
         )
