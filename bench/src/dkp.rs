@@ -17,8 +17,9 @@
 //! parts with the padded launch's resource demand (the proxy kernel's
 //! registers per thread and the largest shared memory) through derived
 //! kernel shapes. The best-effort parts are submitted when the real-time
-//! part starts, so they start one launch path (host launch + fetch +
-//! dispatch) later; the selector's rule 1 accounts for that skew
+//! launch ahead of the padded one completes (the moment the real-time part
+//! is dispatched), so they start a host launch and a fetch later; the
+//! selector's rule 1 accounts for that skew
 //! (`Selector::skew_ns`), which a device-side padded launch would not need
 //! (docs/padding.md). The padded launch is reported completed to the
 //! scheduler once every part has completed.
@@ -79,9 +80,12 @@ pub fn kernel_char(spec: &DeviceSpec, s: &KernelShape) -> Option<KernelChar> {
     )
 }
 
-/// Rule 1 skew of the emulated padded launch (see the module doc).
+/// Rule 1 skew of the emulated padded launch (see the module doc): the
+/// parts are launched when the real-time launch before them completes, so
+/// they start a host launch and a fetch after the real-time part (which was
+/// fetched while its predecessor ran).
 pub fn pad_skew_ns(spec: &DeviceSpec) -> u64 {
-    spec.launch_path_ns()
+    spec.host_launch_ns + spec.cp_fetch_ns
 }
 
 /// The padding table of a run's models.
@@ -167,6 +171,8 @@ struct Pending {
     be_cus: u32,
     /// Best-effort part launches not yet submitted: (padding stream, launch).
     be: Vec<(reef_sim::StreamId, KernelLaunch)>,
+    /// Real-time launches still ahead of this one on the stream.
+    ahead: u32,
     parts_left: usize,
     rt_done: bool,
     started: Option<Time>,
@@ -182,6 +188,8 @@ pub struct PadExec {
     pending: HashMap<LaunchId, Pending>,
     part_of: HashMap<LaunchId, LaunchId>,
     shapes: HashMap<(u32, u32, u16, u32, u32), Arc<KernelShape>>,
+    /// The real-time stream.
+    s0: Option<reef_sim::StreamId>,
     pub stats: PadStats,
 }
 
@@ -194,6 +202,7 @@ impl PadExec {
             pending: HashMap::new(),
             part_of: HashMap::new(),
             shapes: HashMap::new(),
+            s0: None,
             stats: PadStats::default(),
         }
     }
@@ -265,7 +274,7 @@ impl PadExec {
             p.regs_per_thread,
             Some(p.lds),
         )?;
-        let idle = sim.stream_idle(s0);
+        self.s0 = Some(s0);
         let rt = KernelLaunch::new(
             rt_shape,
             Tags {
@@ -321,11 +330,16 @@ impl PadExec {
             be_cus,
             parts_left: be.len(),
             be,
+            // The scheduler counts launches whose real-time part is done
+            // but whose parts still run; those are off the stream.
+            ahead: p
+                .ahead
+                .saturating_sub(self.pending.values().filter(|q| q.rt_done).count() as u32),
             rt_done: false,
             started: None,
             s0,
         };
-        if idle {
+        if pend.ahead == 0 {
             // Nothing ahead on the real-time stream: all parts go together.
             self.submit(sim, id, &mut pend)?;
         }
@@ -357,6 +371,27 @@ impl PadExec {
     /// Filters a device event: events of padding parts are absorbed, a
     /// padded launch's completion is reported once all parts are done.
     pub fn filter(&mut self, sim: &mut Sim, ev: &DeviceEvent) -> Option<DeviceEvent> {
+        if Some(ev.stream) == self.s0 && !matches!(ev.kind, EventKind::Started) {
+            // A real-time launch left the stream: the next one is being
+            // dispatched; padded launches it was ahead of move up.
+            let mut ready = Vec::new();
+            for (&id, p) in self.pending.iter_mut() {
+                if id != ev.launch && p.ahead > 0 {
+                    p.ahead -= 1;
+                    if p.ahead == 0 {
+                        ready.push(id);
+                    }
+                }
+            }
+            for id in ready {
+                let mut p = self.pending.remove(&id).expect("listed above");
+                if let Err(e) = self.submit(sim, id, &mut p) {
+                    // Padding streams are never full or preempted.
+                    panic!("padding part launch refused: {e}");
+                }
+                self.pending.insert(id, p);
+            }
+        }
         if let Some(&rt) = self.part_of.get(&ev.launch) {
             if !matches!(ev.kind, EventKind::Started) {
                 self.part_of.remove(&ev.launch);
@@ -375,15 +410,17 @@ impl PadExec {
         match ev.kind {
             EventKind::Started => {
                 p.started = Some(ev.time);
-                if let Err(e) = self.submit(sim, ev.launch, &mut p) {
-                    // Padding streams are never full or preempted.
-                    panic!("padding part launch refused: {e}");
-                }
                 self.pending.insert(ev.launch, p);
                 Some(*ev)
             }
             EventKind::Completed if p.parts_left > 0 => {
                 p.rt_done = true;
+                if !p.be.is_empty() {
+                    // Never left waiting (cannot happen when `ahead` is exact).
+                    if let Err(e) = self.submit(sim, ev.launch, &mut p) {
+                        panic!("padding part launch refused: {e}");
+                    }
+                }
                 self.pending.insert(ev.launch, p);
                 None
             }

@@ -117,6 +117,10 @@ pub struct PaddedLaunch {
     /// Dynamic shared memory per block.
     pub lds: u32,
     pub parts: Vec<BePart>,
+    /// Real-time launches still on the device ahead of this one (an
+    /// executor that cannot launch the parts as one kernel uses it to
+    /// start them when this launch reaches the head of the stream).
+    pub ahead: u32,
 }
 
 /// What the caller performs.
@@ -472,7 +476,8 @@ impl PaddingScheduler {
                 continue;
             };
             let model = self.clients[client.0 as usize].model;
-            let parts = self.select_for(model, tag);
+            let ahead = self.inflight.len() as u32;
+            let parts = self.select_for(model, tag, ahead);
             match parts {
                 Some(l) => {
                     self.counters.padded_launches += 1;
@@ -501,7 +506,7 @@ impl PaddingScheduler {
     /// Runs the selection policy for real-time kernel `tag` of `model` over
     /// the preempted, drained best-effort tasks, and commits the chosen
     /// block ranges to their plans.
-    fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
+    fn select_for(&mut self, model: ModelId, tag: KernelTag, ahead: u32) -> Option<PaddedLaunch> {
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
         let core = self.inner.core();
@@ -596,6 +601,7 @@ impl PaddingScheduler {
             regs_per_thread: self.padding.regs_per_thread,
             lds: self.padding.lds,
             parts,
+            ahead,
         })
     }
 }
@@ -737,6 +743,8 @@ mod tests {
             })
             .expect("padded launch");
         assert_eq!(p.tag, tag(1, 2));
+        // Kernel 1 is still on the device ahead of it.
+        assert_eq!(p.ahead, 1);
         assert_eq!(p.rt_cus, 20);
         assert_eq!(p.parts.len(), 1);
         assert_eq!(p.parts[0].tag, tag(100, 0));
