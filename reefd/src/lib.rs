@@ -7,15 +7,25 @@
 //! ([`protocol`]), the runtime holding task queues and streams ([`runtime`]),
 //! the engine that executes tasks ([`engine`]), metrics ([`metrics`]),
 //! configuration ([`config`]), device selection ([`device`]) and the daemon's
-//! life cycle ([`daemon`]). Other programs use [`client`] only.
+//! life cycle ([`daemon`]). Other programs use [`client`] only, and can
+//! depend on this crate with `default-features = false` to get just the
+//! protocol and the client.
 
+#[cfg(feature = "daemon")]
 pub mod backend;
 pub mod client;
+#[cfg(feature = "daemon")]
 pub mod config;
+#[cfg(feature = "daemon")]
 pub mod daemon;
+#[cfg(feature = "daemon")]
 pub mod device;
+#[cfg(feature = "daemon")]
 pub mod engine;
+#[cfg(feature = "daemon")]
 pub mod metrics;
 pub mod protocol;
+#[cfg(feature = "daemon")]
 pub mod runtime;
+#[cfg(feature = "daemon")]
 pub mod server;

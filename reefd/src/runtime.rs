@@ -28,6 +28,10 @@ use tokio::sync::{mpsc, oneshot};
 /// timed sleep, which on Linux wakes tens of microseconds late.
 const SPIN_WINDOW: Duration = Duration::from_micros(100);
 
+/// The pacer polls rather than sleeps for events this close: short enough
+/// that a busy device does not keep a core spinning.
+const PACER_SPIN: Duration = Duration::from_micros(20);
+
 /// Credentials of a connected peer (from SO_PEERCRED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
@@ -210,7 +214,7 @@ impl Runtime {
                 Some(t) => Duration::from_nanos(t - now),
                 None => Duration::from_secs(3600),
             };
-            if wait <= SPIN_WINDOW {
+            if wait <= PACER_SPIN {
                 // A timed sleep wakes tens of microseconds late; for events
                 // this close, poll the clock with the lock released.
                 drop(st);
