@@ -6,8 +6,10 @@
 //! tests be built and run independently of which scheduler executes the work.
 //!
 //! Time is nanoseconds since the runtime's epoch on the wall clock: the
-//! runtime passes `now` with every call and the engine never reads a clock,
-//! so an engine built on the sans-IO scheduler core stays sans-IO.
+//! runtime passes `now` with every call and no decision of the engine reads
+//! a clock, so an engine built on the sans-IO scheduler core stays sans-IO
+//! and can be driven in virtual time by tests. The one wall-clock reading is
+//! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
 pub mod inorder;
 pub mod sched;

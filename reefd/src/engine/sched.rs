@@ -25,10 +25,16 @@
 //! already running.
 //!
 //! Value tracking (DESIGN.md, simulator): every kernel launch carries the
-//! buffers it reads and writes; buffers are per scheduler client, so every
-//! request of a client must end with the same output versions as one
-//! unpreempted run of its model. Each finished request is checked against
-//! that reference (`outputs_verified`).
+//! buffers it reads and writes. Each daemon stream has its own buffer
+//! namespace (reused once the stream and its last request are gone), reset
+//! to fresh versions when one of its requests enters the scheduler; when the
+//! request finishes, its output versions are compared with the same request
+//! run once, unpreempted (`outputs_verified`). A kill leaves corrupted
+//! versions behind, so a wrong restore point shows up as a mismatch.
+//!
+//! The control path is measured to the instant a launch is issued to the
+//! simulated device queue; the simulator's computation of what the GPU does
+//! next (fetch, block placement) is device work and is not counted.
 
 use super::{Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, TaskProgress};
 use crate::protocol::{Priority, TaskState};
@@ -839,5 +845,120 @@ impl Engine for SchedEngine {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(be_streams: usize) -> SchedEngine {
+        let mut e = SchedEngine::new(SchedSettings {
+            preset: "mi50".into(),
+            policy: "reef".into(),
+            dq_capacity: 4,
+            be_streams_per_model: be_streams,
+            seed: 0,
+        })
+        .unwrap();
+        let m = reef_model::load_named(&reef_model::default_models_dir(), "vgg").unwrap();
+        e.add_model(EngineModel {
+            name: "vgg".into(),
+            model: Arc::new(m),
+            idempotence: None,
+        })
+        .unwrap();
+        e
+    }
+
+    /// Runs the engine in virtual time until it is idle; returns the events.
+    fn run(e: &mut SchedEngine, out: &mut Vec<EngineEvent>) -> Nanos {
+        let mut now = 0;
+        while let Some(t) = e.next_event_time() {
+            now = t;
+            e.advance(t, out);
+        }
+        now
+    }
+
+    fn done(out: &[EngineEvent]) -> Vec<(u64, Option<bool>)> {
+        out.iter()
+            .filter_map(|e| match e {
+                EngineEvent::TaskDone { task, verified, .. } => Some((*task, *verified)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn be_streams_beyond_the_slots_wait_for_a_free_one() {
+        let mut e = engine(1);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        e.open_stream(2, Priority::Be).unwrap();
+        e.submit(0, 10, 1, "vgg", &mut out).unwrap();
+        e.submit(0, 20, 2, "vgg", &mut out).unwrap();
+        // Only stream 1 got the model's single BE client.
+        assert_eq!(e.task_progress(20).unwrap().state, TaskState::Queued);
+        assert!(out
+            .iter()
+            .any(|x| matches!(x, EngineEvent::FirstKernelQueued { task: 10, .. })));
+        assert!(!out
+            .iter()
+            .any(|x| matches!(x, EngineEvent::FirstKernelQueued { task: 20, .. })));
+        let t = run(&mut e, &mut out);
+        assert_eq!(done(&out), vec![(10, Some(true))]);
+        // Stream 1 keeps its client while open; closing it frees it.
+        let dropped = e.close_stream(t, 1, &mut out);
+        assert!(dropped.is_empty());
+        run(&mut e, &mut out);
+        assert_eq!(done(&out), vec![(10, Some(true)), (20, Some(true))]);
+    }
+
+    #[test]
+    fn closing_a_stream_drops_its_queue_and_orphans_its_running_request() {
+        let mut e = engine(2);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        for task in 1..=3 {
+            e.submit(0, task, 1, "vgg", &mut out).unwrap();
+        }
+        e.advance(1_000_000, &mut out);
+        let mut dropped = e.close_stream(1_000_000, 1, &mut out);
+        dropped.sort();
+        assert_eq!(dropped, vec![1, 2, 3]);
+        assert_eq!(e.queue_depths(1), (0, 0));
+        run(&mut e, &mut out);
+        // The orphan finished without a TaskDone; the device is idle and a
+        // new stream gets the freed client.
+        assert!(done(&out).is_empty());
+        assert!(e.next_event_time().is_none());
+        e.open_stream(2, Priority::Be).unwrap();
+        e.submit(50_000_000, 4, 2, "vgg", &mut out).unwrap();
+        run(&mut e, &mut out);
+        assert_eq!(done(&out), vec![(4, Some(true))]);
+    }
+
+    #[test]
+    fn an_rt_arrival_preempts_be_work_and_every_output_stays_correct() {
+        let mut e = engine(1);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        e.open_stream(2, Priority::Rt).unwrap();
+        e.submit(0, 1, 1, "vgg", &mut out).unwrap();
+        e.advance(2_000_000, &mut out);
+        e.submit(2_000_000, 2, 2, "vgg", &mut out).unwrap();
+        assert!(
+            out.iter()
+                .any(|x| matches!(x, EngineEvent::Preempted { .. })),
+            "the RT arrival must preempt the running BE request"
+        );
+        run(&mut e, &mut out);
+        let mut d = done(&out);
+        d.sort();
+        assert_eq!(d, vec![(1, Some(true)), (2, Some(true))]);
+        assert!(out
+            .iter()
+            .any(|x| matches!(x, EngineEvent::Restored { task: 1 })));
     }
 }
