@@ -711,6 +711,30 @@ pub fn main(args: DkpArgs) -> Result<()> {
             );
         }
     }
+    // Multi-version candidates per kernel after dominance pruning (§5.3).
+    for m in &models {
+        let t = table(&spec, std::slice::from_ref(m), Variant::MultiVersion)?;
+        let n: Vec<usize> = t.kernels[0].iter().map(|v| v.len()).collect();
+        let ten = n.iter().filter(|&&x| x >= 10).count();
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"versions": m.name, "kernels": n.len(),
+                    "min": n.iter().min(), "max": n.iter().max(),
+                    "mean": n.iter().sum::<usize>() as f64 / n.len() as f64, "with_ten": ten})
+            );
+        } else {
+            println!(
+                "versions after pruning, {}: {} kernels, min {} mean {:.1} max {} (of 16 candidates); {} kernels keep >= 10",
+                m.name,
+                n.len(),
+                n.iter().min().unwrap_or(&0),
+                n.iter().sum::<usize>() as f64 / n.len().max(1) as f64,
+                n.iter().max().unwrap_or(&0),
+                ten
+            );
+        }
+    }
     if args.selection {
         return Ok(());
     }
