@@ -34,12 +34,15 @@ pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>
     Ok(Box::new(e))
 }
 
-/// Reads the PID in a PID file, if the file exists and the process lives.
+/// Reads the PID in a PID file, if the file exists and names a live reefd.
 pub fn running_pid(pid_file: &Path) -> Option<i32> {
     let text = std::fs::read_to_string(pid_file).ok()?;
     let pid: i32 = text.trim().parse().ok()?;
     kill(Pid::from_raw(pid), None).ok()?;
-    Some(pid)
+    // A stale PID file may name a PID the kernel has given to another
+    // program since: only a process named reefd counts.
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    comm.trim().starts_with("reefd").then_some(pid)
 }
 
 fn write_pid_file(path: &Path) -> anyhow::Result<()> {
