@@ -214,7 +214,7 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 pub fn table(results: &[PolicyResult]) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<4} {:<8} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>3}\n",
+        "{:<4} {:<11} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>3}\n",
         "wl",
         "policy",
         "rt_mean",
@@ -230,7 +230,7 @@ pub fn table(results: &[PolicyResult]) -> String {
     ));
     for r in results {
         s.push_str(&format!(
-            "{:<4} {:<8} {:>8} {:>8} {:>8} {:>10} {:>8.3} {:>8.3} {:>7} {:>10} {:>10} {:>3}\n",
+            "{:<4} {:<11} {:>8} {:>8} {:>8} {:>10} {:>8.3} {:>8.3} {:>7} {:>10} {:>10} {:>3}\n",
             r.workload,
             r.policy,
             fmt_opt(r.rt_latency_norm_mean, 3),

@@ -814,6 +814,37 @@ mod tests {
     }
 
     #[test]
+    fn a_device_without_kill_degrades_to_lazy_eviction_and_records_it() {
+        let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/A.json")).unwrap();
+        let (mut spec, models, sa) = setup(&w);
+        spec.preempt_levels = vec![1, 2];
+        let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+        for (levels, want) in [
+            (vec![1, 2], PreemptLevel::LazyEviction),
+            (vec![1], PreemptLevel::HostQueue),
+        ] {
+            spec.preempt_levels = levels;
+            let plans = plan_clients(&w, &idx, &sa, 7);
+            let out = simulate(
+                &spec,
+                &models,
+                plans,
+                300_000_000,
+                &opts("reef-nodkp", true),
+            )
+            .unwrap();
+            assert!(out.preemptions.len() >= 25);
+            assert!(out
+                .preemptions
+                .iter()
+                .all(|p| p.level == want && p.killed == 0));
+            assert_eq!(out.device_max_level, want);
+            assert_eq!(out.corrupted_outputs, 0);
+            assert!(out.clients[1].completed >= 5);
+        }
+    }
+
+    #[test]
     fn value_tracking_detects_outputs_of_unfinished_work() {
         // The check the runner applies: a killed kernel that is not re-run
         // leaves outputs that differ from an unpreempted run.
