@@ -982,4 +982,112 @@ mod tests {
         assert_eq!(r.versions_per_kernel, 10);
         assert!(r.padded_share > 0.0);
     }
+
+    #[test]
+    fn padding_parts_start_a_host_launch_and_a_fetch_after_the_rt_part() {
+        use reef_sched::dkp::BePart;
+        use reef_sched::{ClientId, KernelTag, ModelId, RequestId, StreamId};
+        use reef_sim::SimConfig;
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &["resnet152", "vgg"]);
+        let t = Arc::new(table(&spec, &ms, Variant::Single).unwrap());
+        // RT: a resnet152 kernel of fewer blocks than CUs, long enough to pad.
+        let (rk, rc) = t.kernels[0]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, &v[0]))
+            .find(|(_, c)| c.blocks < 40 && c.kernel_ns > 20_000)
+            .unwrap();
+        // BE: the first vgg kernel (48 blocks, short).
+        let bc = &t.kernels[1][0][0];
+        assert!(bc.block_ns(1) + pad_skew_ns(&spec) < rc.kernel_ns);
+        let mut sim = Sim::new(
+            spec.clone(),
+            SimConfig {
+                record_blocks: true,
+                ..SimConfig::default()
+            },
+        );
+        let s0 = sim.create_stream(0, 64).unwrap();
+        let mut px = PadExec::new(&spec, t.clone());
+        // A plain RT launch ahead of the padded one.
+        let tags = |k: u32| Tags {
+            task: 1,
+            kernel: k,
+            user: 0,
+        };
+        sim.launch(s0, KernelLaunch::new(ms[0].shapes[0].clone(), tags(0)))
+            .unwrap();
+        let rt_cus = rc.blocks;
+        let p = PaddedLaunch {
+            stream: StreamId(0),
+            tag: KernelTag {
+                req: RequestId(1),
+                kernel: rk as u32,
+            },
+            model: ModelId(0),
+            rt_cus,
+            proxy_level: 8,
+            regs_per_thread: 32,
+            lds: rc.lds.max(bc.lds),
+            parts: vec![BePart {
+                stream: StreamId(1),
+                client: ClientId(1),
+                model: ModelId(1),
+                tag: KernelTag {
+                    req: RequestId(2),
+                    kernel: 0,
+                },
+                version: 0,
+                blocks: 0..bc.blocks.min(60 - rt_cus),
+                cus: rt_cus..60,
+                per_cu: 1,
+            }],
+            ahead: 1,
+        };
+        px.launch(
+            &mut sim,
+            s0,
+            p,
+            &ms[0],
+            &|part| ms[part.model.0 as usize].shapes[part.tag.kernel as usize].clone(),
+            (Vec::new(), Vec::new()),
+            &|_| (Vec::new(), Vec::new()),
+        )
+        .unwrap();
+        let mut rt_start = None;
+        let mut done = None;
+        let mut plain_done = None;
+        while let Some((_, evs)) = sim.step() {
+            for e in evs {
+                let Some(f) = px.filter(&mut sim, &e) else {
+                    continue;
+                };
+                match (f.tags.kernel, f.kind) {
+                    (0, EventKind::Completed) => plain_done = Some(f.time),
+                    (k, EventKind::Started) if k == rk as u32 => rt_start = Some(f.time),
+                    (k, EventKind::Completed) if k == rk as u32 => done = Some(f.time),
+                    _ => {}
+                }
+            }
+        }
+        let (rt_start, done, plain_done) = (rt_start.unwrap(), done.unwrap(), plain_done.unwrap());
+        // The RT part (fetched meanwhile) is dispatched right after the plain one.
+        assert_eq!(rt_start, plain_done + spec.cp_dispatch_ns);
+        // BE blocks start a host launch and a fetch after the RT part, on
+        // their own CUs.
+        let part = *px.stats.overhead_ns.first().unwrap();
+        let be_first = sim
+            .block_records()
+            .iter()
+            .filter(|r| r.cus.iter().all(|c| c >= rt_cus as usize))
+            .map(|r| r.start)
+            .filter(|&s| s >= rt_start)
+            .min()
+            .unwrap();
+        assert_eq!(be_first - rt_start, pad_skew_ns(&spec));
+        // Rule 1 held: the padded launch lasted as long as the RT kernel.
+        assert_eq!(part, 0);
+        assert_eq!(done - rt_start, rc.kernel_ns);
+    }
 }
