@@ -7,10 +7,12 @@
 //!   priority (Triton; GPUStreams in §6.2, Fig. 4c).
 //! - `wait`: wait-based preemption with lazy eviction and no device-queue cap
 //!   (the extended baseline of §6.4, Fig. 4b).
-//! - `reef`: reset-based preemption (§4, Figs. 6–8) with normal and
-//!   real-time modes (§3.1). Dynamic kernel padding (§5, `reef` vs
-//!   `reef-nodkp`) is not implemented yet: in real-time mode best-effort
-//!   streams stay preempted until the real-time queue is empty.
+//! - `reef-nodkp` (and `reef` by name alone): reset-based preemption (§4,
+//!   Figs. 6–8) with normal and real-time modes (§3.1); in real-time mode
+//!   best-effort streams stay preempted until the real-time queue is empty.
+//! - `reef` and `reef-dkp-mv` with dynamic kernel padding (§5) need the
+//!   kernels' offline profiles and run through
+//!   [`crate::dkp::PaddingScheduler`], which wraps this preemption policy.
 //!
 //! Later policies (EDF ordering is [`crate::RtOrder::Edf`]; DKP, FIKIT, CASE,
 //! Aker) implement the same trait and register in [`policy_by_name`].
