@@ -350,10 +350,10 @@ pub fn main(args: DisbArgs) -> Result<()> {
     } else {
         print!("{}", table(&out));
         println!(
-            "{} runs of {} s virtual time in {:.1} s wall ({} threads)",
+            "{} runs of {} of virtual time in {:.1} s wall ({} threads)",
             out.len(),
             args.duration
-                .map_or_else(|| "the workload's".into(), |d| d.to_string()),
+                .map_or_else(|| "the workload file's `time`".into(), |d| format!("{d} s")),
             t0.elapsed().as_secs_f64(),
             threads
         );
