@@ -62,6 +62,11 @@ pub fn detect(path: &Path) -> Result<InputKind> {
     if head.first() == Some(&0x08) {
         return Ok(InputKind::Onnx);
     }
+    // Not JSON inside, but named as a schedule: let the schedule loader say
+    // what is wrong with it.
+    if name.ends_with(".json") {
+        return Ok(InputKind::Schedule);
+    }
     bail!(
         "{}: cannot tell what this file is; expected a REEF schedule (directory or .json), \
          an ONNX model (.onnx), a reef-trace (.reeftrace) or a TensorRT engine (.engine)",
@@ -71,8 +76,9 @@ pub fn detect(path: &Path) -> Result<InputKind> {
 
 /// Lowers a REEF schedule to a buffer-level trace: buffer `i` occupies its
 /// own address range, kernels read every argument but the last and write the
-/// last (../shared/models/README.md).
-pub fn schedule_trace(model: &Model) -> Trace {
+/// last (../shared/models/README.md). Fails when the buffers together do
+/// not fit a 64-bit address space.
+pub fn schedule_trace(model: &Model) -> Result<Trace> {
     let mut addr = Vec::with_capacity(model.buffers.len());
     let mut next = 0u64;
     for b in &model.buffers {
@@ -81,7 +87,12 @@ pub fn schedule_trace(model: &Model) -> Trace {
             len: b.bytes,
         });
         // Keep buffers apart even when a size is 0.
-        next += b.bytes.max(1);
+        next = next.checked_add(b.bytes.max(1)).with_context(|| {
+            format!(
+                "storage[{}] ({}): the buffers up to this one need more than 2^64 bytes",
+                b.index, b.name
+            )
+        })?;
     }
     let ops = model
         .kernels
@@ -93,10 +104,10 @@ pub fn schedule_trace(model: &Model) -> Trace {
             writes: k.writes.iter().map(|&b| addr[b]).collect(),
         })
         .collect();
-    Trace {
+    Ok(Trace {
         model: model.name.clone(),
         ops,
-    }
+    })
 }
 
 /// The recorded trace that stands for a TensorRT engine.
@@ -114,7 +125,7 @@ pub fn load(path: &Path, onnx_opts: &onnx::Options) -> Result<Trace> {
     match detect(path)? {
         InputKind::Schedule => {
             let m = Model::load(path).map_err(anyhow::Error::new)?;
-            Ok(schedule_trace(&m))
+            schedule_trace(&m).with_context(|| path.display().to_string())
         }
         InputKind::Onnx => Ok(onnx::load(path, onnx_opts)?),
         InputKind::Trace => Ok(Trace::load(path)?),

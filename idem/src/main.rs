@@ -51,6 +51,12 @@ fn run(cli: &Cli) -> Result<()> {
         (None, false) => onnx::Options::default(),
     };
     let trace = input::load(&cli.model, &opts)?;
+    if trace.kernel_count() == 0 {
+        anyhow::bail!(
+            "{}: no kernel operations: there is nothing to analyse",
+            cli.model.display()
+        );
+    }
     if let Some(p) = &cli.dump_trace {
         let f =
             std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?;

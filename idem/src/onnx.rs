@@ -220,19 +220,42 @@ pub const INPLACE_OPS: &[&str] = &[
 const ROUND: u64 = 512;
 /// Parameter buffers are placed from here up, activations below.
 const PARAM_BASE: u64 = 1 << 40;
+/// The largest tensor the lowering accepts: every activation must fit below
+/// [`PARAM_BASE`], so no single tensor may be larger.
+const MAX_TENSOR_BYTES: u64 = PARAM_BASE;
+
+/// Checks that a tensor's dimensions are non-negative and that its size in
+/// bytes fits [`MAX_TENSOR_BYTES`], so that size arithmetic cannot overflow.
+fn check_shape(shape: &[i64], elem: u64) -> Result<(), String> {
+    if let Some(d) = shape.iter().find(|&&d| d < 0) {
+        return Err(format!("dimension {d} in {shape:?} is negative"));
+    }
+    shape
+        .iter()
+        .try_fold(elem, |acc, &d| acc.checked_mul(d as u64))
+        .filter(|&b| b <= MAX_TENSOR_BYTES)
+        .map(|_| ())
+        .ok_or_else(|| format!("a tensor of shape {shape:?} would exceed {MAX_TENSOR_BYTES} bytes"))
+}
+
+/// The product of `dims`, or an error when it overflows.
+fn checked_product(dims: &[i64]) -> Result<i64, String> {
+    dims.iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("the element count of {dims:?} overflows"))
+}
 
 /// Why an ONNX model could not be lowered.
+/// The underlying error is part of the message (field `cause`), not a
+/// `source()`, so printing the chain (`{:#}`) shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
-    #[error("{path}: cannot read ONNX model: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path}: not a valid ONNX protobuf: {source}")]
+    #[error("{path}: cannot read ONNX model: {cause}")]
+    Io { path: String, cause: std::io::Error },
+    #[error("{path}: not a valid ONNX protobuf: {cause}")]
     Decode {
         path: String,
-        source: prost::DecodeError,
+        cause: prost::DecodeError,
     },
     #[error("{path}: {what}")]
     Invalid { path: String, what: String },
@@ -294,6 +317,8 @@ struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// The size in bytes; every shape is checked by [`check_shape`] when it
+    /// enters the lowering, so this cannot overflow.
     fn bytes(&self) -> u64 {
         self.shape.iter().map(|&d| d.max(0) as u64).product::<u64>() * self.elem
     }
@@ -401,12 +426,15 @@ fn window_out(
             if s <= 0 {
                 return Err(format!("stride {s} is not positive"));
             }
-            let eff = (kernel[i] - 1) * dil[i] + 1;
+            // In i128: attribute values are arbitrary i64s, and no sum or
+            // product of two of them overflows i128.
+            let (s, x) = (i128::from(s), i128::from(spatial[i]));
+            let eff = (i128::from(kernel[i]) - 1) * i128::from(dil[i]) + 1;
             let v = match auto_pad.as_str() {
-                "SAME_UPPER" | "SAME_LOWER" => (spatial[i] + s - 1) / s,
-                "VALID" => (spatial[i] - eff) / s + 1,
+                "SAME_UPPER" | "SAME_LOWER" => (x + s - 1) / s,
+                "VALID" => (x - eff) / s + 1,
                 _ => {
-                    let span = spatial[i] + pads[i] + pads[i + k] - eff;
+                    let span = x + i128::from(pads[i]) + i128::from(pads[i + k]) - eff;
                     if ceil {
                         (span + s - 1) / s + 1
                     } else {
@@ -414,6 +442,8 @@ fn window_out(
                     }
                 }
             };
+            let v = i64::try_from(v)
+                .map_err(|_| format!("window output size {v} does not fit 64 bits"))?;
             if v <= 0 {
                 Err(format!("window output size {v} is not positive"))
             } else {
@@ -539,8 +569,10 @@ fn infer(n: &NodeProto, ins: &[Option<&TensorInfo>]) -> Result<Vec<TensorInfo>, 
             let mut s = first.shape.clone();
             s[ax] = all
                 .iter()
-                .map(|t| t.shape.get(ax).copied().unwrap_or(0))
-                .sum();
+                .try_fold(0i64, |acc, t| {
+                    acc.checked_add(t.shape.get(ax).copied().unwrap_or(0))
+                })
+                .ok_or("the concatenated dimension overflows")?;
             vec![mk(s, first.elem)]
         }
         "Transpose" => {
@@ -566,7 +598,7 @@ fn infer(n: &NodeProto, ins: &[Option<&TensorInfo>]) -> Result<Vec<TensorInfo>, 
                     .clone()
                     .ok_or("the shape input is not a constant integer tensor")?,
             };
-            let total: i64 = x.shape.iter().product();
+            let total = checked_product(&x.shape)?;
             let mut s: Vec<i64> = spec
                 .iter()
                 .enumerate()
@@ -578,14 +610,18 @@ fn infer(n: &NodeProto, ins: &[Option<&TensorInfo>]) -> Result<Vec<TensorInfo>, 
                     }
                 })
                 .collect();
-            let known: i64 = s.iter().filter(|&&d| d != -1).product();
+            let known = s
+                .iter()
+                .filter(|&&d| d != -1)
+                .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+                .ok_or_else(|| format!("the element count of {spec:?} overflows"))?;
             if let Some(p) = s.iter().position(|&d| d == -1) {
                 if known == 0 {
                     return Err("cannot infer -1 with a zero-sized dimension".into());
                 }
                 s[p] = total / known;
             }
-            if s.iter().product::<i64>() != total {
+            if checked_product(&s)? != total {
                 return Err(format!(
                     "cannot reshape {:?} to {spec:?} ({total} elements)",
                     x.shape
@@ -677,6 +713,9 @@ fn infer(n: &NodeProto, ins: &[Option<&TensorInfo>]) -> Result<Vec<TensorInfo>, 
     if out.iter().any(|t| t.shape.iter().any(|&d| d < 0)) {
         return Err("inferred a negative dimension".into());
     }
+    for t in &out {
+        check_shape(&t.shape, t.elem)?;
+    }
     Ok(out)
 }
 
@@ -719,7 +758,8 @@ impl Planner {
             live: 0,
             pinned: false,
         });
-        self.next_addr += size;
+        // Saturating: `lower` refuses a plan that reaches PARAM_BASE.
+        self.next_addr = self.next_addr.saturating_add(size);
         b
     }
 }
@@ -729,12 +769,12 @@ pub fn load(path: &Path, opts: &Options) -> Result<Trace, OnnxError> {
     let p = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
         path: p.clone(),
-        source,
+        cause: source,
     })?;
     let model: proto::ModelProto =
         prost::Message::decode(bytes.as_slice()).map_err(|source| OnnxError::Decode {
             path: p.clone(),
-            source,
+            cause: source,
         })?;
     let name = path
         .file_stem()
@@ -760,6 +800,7 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
                 t.name, t.data_type
             )
         })?;
+        check_shape(&t.dims, elem).map_err(|e| format!("initializer {:?}: {e}", t.name))?;
         info.insert(
             t.name.clone(),
             TensorInfo {
@@ -805,6 +846,7 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
                 vi.name, tt.elem_type
             )
         })?;
+        check_shape(&shape, elem).map_err(|e| format!("graph input {:?}: {e}", vi.name))?;
         info.insert(
             vi.name.clone(),
             TensorInfo {
@@ -948,15 +990,21 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
                 for i in n.input.iter().filter(|i| !i.is_empty()) {
                     let t = &info[i];
                     if t.constant {
-                        let r = *params.entry(i.clone()).or_insert_with(|| {
-                            let len = t.bytes();
-                            let r = Range {
-                                addr: next_param,
-                                len,
-                            };
-                            next_param += len.max(1).div_ceil(ROUND) * ROUND;
-                            r
-                        });
+                        let r = match params.get(i) {
+                            Some(&r) => r,
+                            None => {
+                                let len = t.bytes();
+                                let r = Range {
+                                    addr: next_param,
+                                    len,
+                                };
+                                next_param = next_param
+                                    .checked_add(len.max(1).div_ceil(ROUND) * ROUND)
+                                    .ok_or("the parameters exceed the 64-bit address space")?;
+                                params.insert(i.clone(), r);
+                                r
+                            }
+                        };
                         reads.push(r);
                     } else {
                         let b = tensor_block[i];
@@ -1050,6 +1098,13 @@ pub fn lower(model: &proto::ModelProto, name: &str, opts: &Options) -> Result<Tr
             reads: vec![range_of(t, &plan.blocks[b])],
             writes: vec![],
         });
+    }
+    if plan.next_addr > PARAM_BASE {
+        return Err(format!(
+            "the activations need {} bytes, more than the {PARAM_BASE} bytes the lowering \
+             reserves for them below the parameters",
+            plan.next_addr
+        ));
     }
     Ok(Trace {
         model: name.to_string(),
@@ -1288,5 +1343,69 @@ mod tests {
         let t = lower(&m, "m", &Options::default()).unwrap();
         // a is freed after the second conv, so the third conv writes into it.
         assert_eq!(t.ops[3].writes[0].addr, t.ops[1].writes[0].addr);
+    }
+
+    fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            ints: v.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// Sizes from the file are arbitrary 64-bit numbers: sizes that do not
+    /// fit are errors naming the tensor or node, never an overflow panic.
+    #[test]
+    fn huge_sizes_are_errors_not_overflows() {
+        let big = 1i64 << 40;
+        let mut m = model(vec![node("Relu", &["x"], &["y"])], vec![], "y");
+        m.graph.as_mut().unwrap().input = vec![input("x", &[big, big, big])];
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
+        assert!(
+            e.contains("graph input \"x\"") && e.contains("exceed"),
+            "{e}"
+        );
+
+        let m = model(
+            vec![node("Relu", &["x"], &["y"])],
+            vec![weight("w", &[big, big])],
+            "y",
+        );
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
+        assert!(
+            e.contains("initializer \"w\"") && e.contains("exceed"),
+            "{e}"
+        );
+
+        let mut shape = weight("s", &[3]);
+        shape.data_type = 7; // int64
+        shape.int64_data = vec![big, big, big];
+        let m = model(vec![node("Reshape", &["x", "s"], &["y"])], vec![shape], "y");
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
+        assert!(e.contains("node #0") && e.contains("overflows"), "{e}");
+
+        let mut conv = node("Conv", &["x", "w"], &["y"]);
+        conv.attribute = vec![
+            ints_attr("pads", &[i64::MAX, i64::MAX, i64::MAX, i64::MAX]),
+            ints_attr("dilations", &[i64::MAX, 1]),
+        ];
+        let m = model(vec![conv], vec![weight("w", &[4, 4, 3, 3])], "y");
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
+        assert!(e.contains("node #0"), "{e}");
+
+        // Many activations that each fit but together reach the parameters.
+        let half = 1i64 << 37; // 2^37 f32 = 512 GiB per tensor, 4 of them live
+        let mut m = model(
+            vec![
+                node("Relu", &["x"], &["a"]),
+                node("Sigmoid", &["x"], &["b"]),
+                node("Add", &["a", "b"], &["y"]),
+            ],
+            vec![],
+            "y",
+        );
+        m.graph.as_mut().unwrap().input = vec![input("x", &[half])];
+        let e = lower(&m, "m", &Options::no_in_place()).unwrap_err();
+        assert!(e.contains("activations need"), "{e}");
     }
 }

@@ -189,6 +189,46 @@ fn bad_inputs_are_named() {
     let out = run(&[&sched]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.json"));
+
+    // An empty .json is read as a schedule, and the parser's message is
+    // printed once, not repeated by the error chain.
+    let empty = d.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let out = run(&[&empty]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a valid kernel schedule JSON"), "{err}");
+    assert_eq!(err.matches("EOF while parsing").count(), 1, "{err}");
+
+    // Buffers that each fit 64 bits but together do not.
+    let wide = d.join("wide.json");
+    let b = r#"{"name":"b","size":2305843009213693952,"stype":"float32"}"#;
+    std::fs::write(
+        &wide,
+        format!(
+            r#"{{"storage":[{b},{b}],"kernels":[{{"name":"k","launch_params":[1,1,1,1,1,1],"args":[0,1]}}]}}"#
+        ),
+    )
+    .unwrap();
+    let out = run(&[&wide]);
+    assert_eq!(out.status.code(), Some(1), "a clean error, not a panic");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("wide.json") && err.contains("storage[1]"),
+        "{err}"
+    );
+
+    // A trace with a header and no operation has nothing to analyse.
+    let hollow = d.join("hollow.reeftrace");
+    std::fs::write(
+        &hollow,
+        r#"{"format":"reef-trace","version":1,"model":"h"}"#,
+    )
+    .unwrap();
+    let out = run(&[&hollow]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no kernel operations"), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
 
