@@ -84,13 +84,12 @@ pub struct Trace {
 }
 
 /// Why a trace could not be read. Line numbers count from 1.
+/// The underlying error is part of the message (field `cause`), not a
+/// `source()`, so printing the chain (`{:#}`) shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("{path}: cannot read trace: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: cannot read trace: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("{path}:{line}: {what}")]
     Line {
         path: String,
@@ -237,7 +236,7 @@ impl Trace {
         let p = path.display().to_string();
         let file = std::fs::File::open(path).map_err(|source| TraceError::Io {
             path: p.clone(),
-            source,
+            cause: source,
         })?;
         Self::read(std::io::BufReader::new(file), &p)
     }
@@ -255,7 +254,7 @@ impl Trace {
             let lineno = i + 1;
             let line = line.map_err(|source| TraceError::Io {
                 path: name.to_string(),
-                source,
+                cause: source,
             })?;
             let text = line.trim();
             if text.is_empty() {

@@ -47,17 +47,16 @@ pub struct KernelIdempotence {
 }
 
 /// Why a metadata file could not be used.
+/// The underlying error is part of the message (field `cause`), not a
+/// `source()`, so printing the chain (`{:#}`) shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
-    #[error("{path}: cannot read idempotence metadata: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path}: not valid idempotence metadata JSON: {source}")]
+    #[error("{path}: cannot read idempotence metadata: {cause}")]
+    Io { path: String, cause: std::io::Error },
+    #[error("{path}: not valid idempotence metadata JSON: {cause}")]
     Json {
         path: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     #[error("{path}: {what}")]
     Invalid { path: String, what: String },
@@ -114,11 +113,11 @@ impl IdempotenceMetadata {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| MetadataError::Io {
             path: p.clone(),
-            source,
+            cause: source,
         })?;
         let meta: Self = serde_json::from_str(&text).map_err(|source| MetadataError::Json {
             path: p.clone(),
-            source,
+            cause: source,
         })?;
         meta.validate()
             .map_err(|what| MetadataError::Invalid { path: p, what })?;

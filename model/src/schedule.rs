@@ -69,18 +69,20 @@ pub fn dir_to_disb(dir: &str) -> Option<&'static str> {
 
 /// Why a model could not be loaded. Every variant names the file; `Invalid`
 /// also names the item (kernel, buffer, field) and what is wrong with it.
+/// The underlying error is part of the message (field `cause`), not a
+/// `source()`, so printing the chain (`{:#}`) shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{path}: not a valid {what} JSON file: {source}")]
+    #[error("{path}: not a valid {what} JSON file: {cause}")]
     Json {
         path: PathBuf,
         what: &'static str,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     #[error("{path}: {item}: {problem}")]
     Invalid {
@@ -287,7 +289,7 @@ impl Model {
         };
         let text = std::fs::read_to_string(&schedule).map_err(|source| LoadError::Io {
             path: schedule.clone(),
-            source,
+            cause: source,
         })?;
         let name = schedule
             .file_stem()
@@ -298,7 +300,7 @@ impl Model {
             Some(
                 std::fs::read_to_string(&profile_path).map_err(|source| LoadError::Io {
                     path: profile_path.clone(),
-                    source,
+                    cause: source,
                 })?,
             )
         } else {
@@ -324,7 +326,7 @@ impl Model {
             serde_json::from_str(schedule).map_err(|source| LoadError::Json {
                 path: path.to_path_buf(),
                 what: "kernel schedule",
-                source,
+                cause: source,
             })?;
         let invalid = |item: String, problem: String| LoadError::Invalid {
             path: path.to_path_buf(),
@@ -465,7 +467,7 @@ impl Model {
                 serde_json::from_str(ptext).map_err(|source| LoadError::Json {
                     path: ppath.to_path_buf(),
                     what: "kernel profile",
-                    source,
+                    cause: source,
                 })?;
             let pinvalid = |item: String, problem: String| LoadError::Invalid {
                 path: ppath.to_path_buf(),
@@ -557,13 +559,13 @@ impl Model {
 pub fn list_models(dir: &Path) -> Result<Vec<String>, LoadError> {
     let rd = std::fs::read_dir(dir).map_err(|source| LoadError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let mut names = Vec::new();
     for e in rd {
         let e = e.map_err(|source| LoadError::Io {
             path: dir.to_path_buf(),
-            source,
+            cause: source,
         })?;
         let name = e.file_name().to_string_lossy().into_owned();
         if e.path().join(format!("{name}.json")).is_file() {
