@@ -10,24 +10,21 @@
 //!   (`reef-dkp-mv`), with `reef-nodkp` as the padding-free reference; the
 //!   CU usage of Fig. 24 and the padded real-time kernel overhead of Fig. 27.
 //!
-//! Padded launches on the simulator (Fig. 12): the simulator has no launch
-//! that runs several kernels as one, so a padded launch is one launch per
-//! part: the real-time kernel on CUs `0..rt_cus` of the real-time stream,
-//! each best-effort part on its CU range on a per-task padding stream, all
-//! parts with the padded launch's resource demand (the proxy kernel's
+//! Padded launches on the simulator (Fig. 12): one [`Sim::launch_padded`]
+//! on the real-time stream, part 0 the real-time kernel on CUs `0..rt_cus`,
+//! then one part per best-effort task on its CU range and block range; all
+//! parts take the padded launch's resource demand (the proxy kernel's
 //! registers per thread and the largest shared memory) through derived
-//! kernel shapes. The best-effort parts are submitted when the real-time
-//! launch ahead of the padded one completes (the moment the real-time part
-//! is dispatched), so they start a host launch and a fetch later; the
-//! selector's rule 1 accounts for that skew
-//! (`Selector::skew_ns`), which a device-side padded launch would not need
-//! (docs/padding.md). The padded launch is reported completed to the
-//! scheduler once every part has completed.
+//! kernel shapes. The parts share one device-queue slot, one fetch and one
+//! dispatch and start together, so rule 1 needs no launch skew. The padded
+//! launch is reported to the scheduler as the real-time kernel: started when
+//! its real-time part starts, completed (or evicted, or killed) once every
+//! part has finished.
 
 use crate::disb::runner::{self, ClientPlan, Gen, PreparedModel, RunOptions};
 use anyhow::{bail, Result};
 use reef_sched::dkp::{
-    Candidate, DeviceLimits, DkpAction, DkpTable, KernelChar, PaddedLaunch, Padding,
+    BlockCost, Candidate, DeviceLimits, DkpAction, DkpTable, KernelChar, PaddedLaunch, Padding,
     PaddingScheduler, Selector, Variant,
 };
 use reef_sched::{Class, Counters, Event, PreemptionRecord, Scheduler, Time};
@@ -55,18 +52,21 @@ pub fn limits(spec: &DeviceSpec) -> DeviceLimits {
     }
 }
 
-/// The offline profile of one kernel: the simulator's shape is exactly what
-/// the device executes (grid, block, resources, measured block curve).
-///
-/// One correction: the schedule format records no registers, and the
-/// simulator infers them from the length of the measured curve (the highest
-/// co-residency the profiler reached, docs/simulator.md). When the curve is
-/// as long as the grid, the profiler ran out of blocks, not of registers:
-/// such a curve says nothing about the register demand, so the profile
-/// records none (the occupancy is then bounded by threads, waves and shared
-/// memory). Without this, every one-block kernel (softmax, the last dense
-/// layers) would count as occupancy 1 and fail rule 2 against nearly every
-/// real-time kernel.
+/// The block-cost parameters of the device (see
+/// [`reef_sched::dkp::table`]).
+pub fn block_cost(spec: &DeviceSpec) -> BlockCost {
+    BlockCost {
+        launch_path_ns: spec.launch_path_ns(),
+        min_block_ns: spec.min_block_ns,
+        profile_scale: (!spec.measured_profiles).then_some(spec.profile_scale),
+        memory_bandwidth_bytes_per_s: spec.memory_bandwidth_bytes_per_s,
+    }
+}
+
+/// The offline profile of one simulator kernel shape: what the device
+/// executes (grid, block, resources, block curve), with no inferred
+/// register demand for a grid-limited curve. The reference against which
+/// the schedule-only builder ([`reef_sched::dkp::build_table`]) is tested.
 pub fn kernel_char(spec: &DeviceSpec, s: &KernelShape) -> Option<KernelChar> {
     let curve = (1..=s.curve_len() as u32).map(|k| s.exec_ns(k)).collect();
     let grid_limited = s.curve_len() as u64 >= s.blocks as u64;
@@ -80,29 +80,32 @@ pub fn kernel_char(spec: &DeviceSpec, s: &KernelShape) -> Option<KernelChar> {
     )
 }
 
-/// Rule 1 skew of the emulated padded launch (see the module doc): the
-/// parts are launched when the real-time launch before them completes, so
-/// they start a host launch and a fetch after the real-time part (which was
-/// fetched while its predecessor ran).
-pub fn pad_skew_ns(spec: &DeviceSpec) -> u64 {
-    spec.host_launch_ns + spec.cp_fetch_ns
-}
-
-/// The padding table of a run's models.
+/// The padding table of a run's models: from their schedules
+/// ([`reef_sched::dkp::table::kernel_char`], the function the daemon can use
+/// too); a synthetic model without a schedule (only simulator shapes, e.g.
+/// `reef-bench preempt`) from its shapes.
 pub fn table(spec: &DeviceSpec, models: &[PreparedModel], variant: Variant) -> Result<DkpTable> {
-    let mut all = Vec::new();
+    let (l, c) = (limits(spec), block_cost(spec));
+    let mut all = Vec::with_capacity(models.len());
     for m in models {
-        let mut ks = Vec::new();
-        for s in &m.shapes {
-            match kernel_char(spec, s) {
-                Some(k) => ks.push(k),
-                None => bail!("{}: kernel {} does not fit a CU", m.name, s.name),
-            }
-        }
+        let ks = if m.model.kernels.len() == m.shapes.len() {
+            (0..m.shapes.len())
+                .map(|i| reef_sched::dkp::table::kernel_char(&l, &c, &m.model, i))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            m.shapes
+                .iter()
+                .map(|s| {
+                    kernel_char(spec, s).ok_or_else(|| {
+                        anyhow::anyhow!("{}: kernel {} does not fit a CU", m.name, s.name)
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
         all.push(ks);
     }
     Ok(DkpTable::new(
-        Selector::new(limits(spec), pad_skew_ns(spec)),
+        Selector::new(l),
         all,
         variant,
         spec.min_block_ns,
@@ -169,27 +172,26 @@ struct Pending {
     rt_ns: u64,
     rt_cus: u32,
     be_cus: u32,
-    /// Best-effort part launches not yet submitted: (padding stream, launch).
-    be: Vec<(reef_sim::StreamId, KernelLaunch)>,
-    /// Real-time launches still ahead of this one on the stream.
-    ahead: u32,
+    /// Parts not yet finished (completed, evicted, cleared or killed).
     parts_left: usize,
-    rt_done: bool,
+    /// How the parts that finished ended: the worst outcome is reported.
+    killed: bool,
+    evicted: bool,
     started: Option<Time>,
-    /// The real-time stream's sim id (for the synthesized completion).
+    /// The real-time stream's sim id and the real-time part's launch id.
     s0: reef_sim::StreamId,
+    rt: LaunchId,
 }
 
 /// Executes padded launches on the simulator (see the module doc).
 pub struct PadExec {
     table: Arc<DkpTable>,
     spec: DeviceSpec,
-    pad_streams: HashMap<u32, reef_sim::StreamId>,
+    /// Padded launches by the launch id of their real-time part.
     pending: HashMap<LaunchId, Pending>,
+    /// Every part's launch id (real-time part included) → real-time part's.
     part_of: HashMap<LaunchId, LaunchId>,
     shapes: HashMap<(u32, u32, u16, u32, u32), Arc<KernelShape>>,
-    /// The real-time stream.
-    s0: Option<reef_sim::StreamId>,
     pub stats: PadStats,
 }
 
@@ -198,11 +200,9 @@ impl PadExec {
         Self {
             table,
             spec: spec.clone(),
-            pad_streams: HashMap::new(),
             pending: HashMap::new(),
             part_of: HashMap::new(),
             shapes: HashMap::new(),
-            s0: None,
             stats: PadStats::default(),
         }
     }
@@ -249,9 +249,10 @@ impl PadExec {
         Ok(s)
     }
 
-    /// Launches a padded launch on real-time stream `s0`. `be_shape(part)`
-    /// gives a part's default kernel shape; `be_buffers(part)` its reads
-    /// and writes (empty when values are not tracked).
+    /// Launches a padded launch on real-time stream `s0` as one
+    /// [`Sim::launch_padded`]. `be_shape(part)` gives a part's default
+    /// kernel shape; `be_buffers(part)` its reads and writes (empty when
+    /// values are not tracked).
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &mut self,
@@ -264,8 +265,7 @@ impl PadExec {
         be_buffers: &dyn Fn(&reef_sched::dkp::BePart) -> Buffers,
     ) -> Result<()> {
         let k = p.tag.kernel;
-        let rt_char = &self.table.kernels[p.model.0 as usize][k as usize][0];
-        let rt_ns = rt_char.kernel_ns;
+        let rt_ns = self.table.kernels[p.model.0 as usize][k as usize][0].kernel_ns;
         let rt_shape = self.shape(
             &rt_model.shapes[k as usize],
             p.model.0,
@@ -274,29 +274,21 @@ impl PadExec {
             p.regs_per_thread,
             Some(p.lds),
         )?;
-        self.s0 = Some(s0);
-        let rt = KernelLaunch::new(
-            rt_shape,
-            Tags {
-                task: p.tag.req.0,
-                kernel: k,
-                user: 0,
-            },
-        )
-        .with_buffers(rt_buffers.0, rt_buffers.1)
-        .with_cus(CuSet::range(0, p.rt_cus as usize));
-        let id = sim.launch(s0, rt)?;
-        let mut be = Vec::new();
+        let mut parts = Vec::with_capacity(1 + p.parts.len());
+        parts.push(
+            KernelLaunch::new(
+                rt_shape,
+                Tags {
+                    task: p.tag.req.0,
+                    kernel: k,
+                    user: 0,
+                },
+            )
+            .with_buffers(rt_buffers.0, rt_buffers.1)
+            .with_cus(CuSet::range(0, p.rt_cus as usize)),
+        );
         let mut be_cus = 0;
         for part in &p.parts {
-            let ps = match self.pad_streams.get(&part.stream.0) {
-                Some(&s) => s,
-                None => {
-                    let s = sim.create_stream(0, 64)?;
-                    self.pad_streams.insert(part.stream.0, s);
-                    s
-                }
-            };
             let base = be_shape(part);
             let shape = self.shape(
                 &base,
@@ -308,8 +300,7 @@ impl PadExec {
             )?;
             let (r, w) = be_buffers(part);
             be_cus += part.cus.len() as u32;
-            be.push((
-                ps,
+            parts.push(
                 KernelLaunch::new(
                     shape,
                     Tags {
@@ -321,37 +312,28 @@ impl PadExec {
                 .with_buffers(r, w)
                 .with_blocks(part.blocks.clone())
                 .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize)),
-            ));
+            );
         }
-        let mut pend = Pending {
-            tag: p.tag,
-            rt_ns,
-            rt_cus: p.rt_cus,
-            be_cus,
-            parts_left: be.len(),
-            be,
-            // The scheduler counts launches whose real-time part is done
-            // but whose parts still run; those are off the stream.
-            ahead: p
-                .ahead
-                .saturating_sub(self.pending.values().filter(|q| q.rt_done).count() as u32),
-            rt_done: false,
-            started: None,
-            s0,
-        };
-        if pend.ahead == 0 {
-            // Nothing ahead on the real-time stream: all parts go together.
-            self.submit(sim, id, &mut pend)?;
+        let ids = sim.launch_padded(s0, parts)?;
+        let rt = ids[0];
+        for &id in &ids {
+            self.part_of.insert(id, rt);
         }
-        self.pending.insert(id, pend);
-        Ok(())
-    }
-
-    fn submit(&mut self, sim: &mut Sim, rt: LaunchId, p: &mut Pending) -> Result<()> {
-        for (s, l) in p.be.drain(..) {
-            let pid = sim.launch(s, l)?;
-            self.part_of.insert(pid, rt);
-        }
+        self.pending.insert(
+            rt,
+            Pending {
+                tag: p.tag,
+                rt_ns,
+                rt_cus: p.rt_cus,
+                be_cus,
+                parts_left: ids.len(),
+                killed: false,
+                evicted: false,
+                started: None,
+                s0,
+                rt,
+            },
+        );
         Ok(())
     }
 
@@ -368,70 +350,48 @@ impl PadExec {
         Ok(KernelLaunch::new(shape, tags).with_blocks(blocks))
     }
 
-    /// Filters a device event: events of padding parts are absorbed, a
-    /// padded launch's completion is reported once all parts are done.
-    pub fn filter(&mut self, sim: &mut Sim, ev: &DeviceEvent) -> Option<DeviceEvent> {
-        if Some(ev.stream) == self.s0 && !matches!(ev.kind, EventKind::Started) {
-            // A real-time launch left the stream: the next one is being
-            // dispatched; padded launches it was ahead of move up.
-            let mut ready = Vec::new();
-            for (&id, p) in self.pending.iter_mut() {
-                if id != ev.launch && p.ahead > 0 {
-                    p.ahead -= 1;
-                    if p.ahead == 0 {
-                        ready.push(id);
-                    }
-                }
-            }
-            for id in ready {
-                let mut p = self.pending.remove(&id).expect("listed above");
-                if let Err(e) = self.submit(sim, id, &mut p) {
-                    // Padding streams are never full or preempted.
-                    panic!("padding part launch refused: {e}");
-                }
-                self.pending.insert(id, p);
-            }
-        }
-        if let Some(&rt) = self.part_of.get(&ev.launch) {
-            if !matches!(ev.kind, EventKind::Started) {
-                self.part_of.remove(&ev.launch);
-                let p = self.pending.get_mut(&rt)?;
-                p.parts_left = p.parts_left.saturating_sub(1);
-                if p.parts_left == 0 && p.rt_done {
-                    let p = self.pending.remove(&rt)?;
-                    return Some(self.finish(rt, p, ev.time));
-                }
-            }
-            return None;
-        }
-        let Some(mut p) = self.pending.remove(&ev.launch) else {
+    /// Filters a device event. Events of plain launches pass. Of a padded
+    /// launch's parts, the real-time part's start passes; the launch is
+    /// reported once, as the real-time kernel, when its last part has
+    /// finished: killed if any part was killed, else evicted if any part
+    /// was evicted or cleared, else completed.
+    pub fn filter(&mut self, ev: &DeviceEvent) -> Option<DeviceEvent> {
+        let Some(&rt) = self.part_of.get(&ev.launch) else {
             return Some(*ev);
         };
+        let p = self.pending.get_mut(&rt)?;
         match ev.kind {
             EventKind::Started => {
-                p.started = Some(ev.time);
-                self.pending.insert(ev.launch, p);
-                Some(*ev)
-            }
-            EventKind::Completed if p.parts_left > 0 => {
-                p.rt_done = true;
-                if !p.be.is_empty() {
-                    // Never left waiting (cannot happen when `ahead` is exact).
-                    if let Err(e) = self.submit(sim, ev.launch, &mut p) {
-                        panic!("padding part launch refused: {e}");
-                    }
+                if ev.launch != rt {
+                    return None;
                 }
-                self.pending.insert(ev.launch, p);
-                None
+                p.started = Some(ev.time);
+                return Some(*ev);
             }
-            EventKind::Completed => Some(self.finish(ev.launch, p, ev.time)),
-            _ => Some(*ev),
+            EventKind::Completed => {}
+            EventKind::Evicted | EventKind::Cleared => p.evicted = true,
+            EventKind::Killed { .. } => p.killed = true,
         }
+        self.part_of.remove(&ev.launch);
+        p.parts_left -= 1;
+        if p.parts_left > 0 {
+            return None;
+        }
+        let p = self.pending.remove(&rt)?;
+        Some(self.finish(p, ev.time))
     }
 
-    fn finish(&mut self, rt: LaunchId, p: Pending, t: Time) -> DeviceEvent {
-        let n = self.spec.compute_units as u128;
-        if let Some(s) = p.started {
+    fn finish(&mut self, p: Pending, t: Time) -> DeviceEvent {
+        let kind = if p.killed {
+            // Blocks done are not meaningful for a padded launch as a whole.
+            EventKind::Killed { blocks_done: 0 }
+        } else if p.evicted {
+            EventKind::Evicted
+        } else {
+            EventKind::Completed
+        };
+        if let (EventKind::Completed, Some(s)) = (kind, p.started) {
+            let n = self.spec.compute_units as u128;
             let d = t - s;
             self.stats.overhead_ns.push(d as i64 - p.rt_ns as i64);
             self.stats.rt_cu_ns += p.rt_cus as u128 * d as u128;
@@ -441,13 +401,13 @@ impl PadExec {
         DeviceEvent {
             time: t,
             stream: p.s0,
-            launch: rt,
+            launch: p.rt,
             tags: Tags {
                 task: p.tag.req.0,
                 kernel: p.tag.kernel,
                 user: 0,
             },
-            kind: EventKind::Completed,
+            kind,
         }
     }
 }
@@ -949,7 +909,7 @@ mod tests {
             mean(&mv),
             mean(&base)
         );
-        // Rule 1 with the launch skew: no padded launch outlasts its RT kernel.
+        // Rule 1: no padded launch outlasts its RT kernel.
         assert!(p.overhead_ns.iter().all(|&o| o <= 0));
         assert!(base.padding.is_none());
     }
@@ -974,6 +934,32 @@ mod tests {
     }
 
     #[test]
+    fn schedule_only_table_equals_the_simulated_shapes() {
+        // The table any caller builds from the schedules alone is exactly
+        // what the simulator executes, on a device with measured profiles
+        // and on one with the cost model.
+        for dev in ["mi50", "gv100"] {
+            let spec = DeviceSpec::preset(dev).unwrap();
+            let ms = models(
+                &spec,
+                &["resnet152", "vgg", "densenet", "inception", "bert"],
+            );
+            let t = table(&spec, &ms, Variant::Single).unwrap();
+            for (m, ks) in ms.iter().zip(&t.kernels) {
+                assert_eq!(ks.len(), m.shapes.len());
+                for (s, v) in m.shapes.iter().zip(ks) {
+                    assert_eq!(
+                        Some(&v[0]),
+                        kernel_char(&spec, s).as_ref(),
+                        "{dev} {}",
+                        s.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn selection_time_runs_over_ten_versions() {
         let spec = DeviceSpec::preset("mi50").unwrap();
         let ms = models(&spec, &["resnet152", "inception"]);
@@ -983,41 +969,24 @@ mod tests {
         assert!(r.padded_share > 0.0);
     }
 
-    #[test]
-    fn padding_parts_start_a_host_launch_and_a_fetch_after_the_rt_part() {
+    /// A padded launch of an RT resnet152 kernel of fewer blocks than CUs
+    /// (long enough to pad) with the first vgg kernel: (table, models, RT
+    /// kernel index, the launch).
+    fn padded_fixture(
+        spec: &DeviceSpec,
+    ) -> (Arc<DkpTable>, Vec<PreparedModel>, usize, PaddedLaunch) {
         use reef_sched::dkp::BePart;
         use reef_sched::{ClientId, KernelTag, ModelId, RequestId, StreamId};
-        use reef_sim::SimConfig;
-        let spec = DeviceSpec::preset("mi50").unwrap();
-        let ms = models(&spec, &["resnet152", "vgg"]);
-        let t = Arc::new(table(&spec, &ms, Variant::Single).unwrap());
-        // RT: a resnet152 kernel of fewer blocks than CUs, long enough to pad.
+        let ms = models(spec, &["resnet152", "vgg"]);
+        let t = Arc::new(table(spec, &ms, Variant::Single).unwrap());
         let (rk, rc) = t.kernels[0]
             .iter()
             .enumerate()
             .map(|(i, v)| (i, &v[0]))
             .find(|(_, c)| c.blocks < 40 && c.kernel_ns > 20_000)
             .unwrap();
-        // BE: the first vgg kernel (48 blocks, short).
         let bc = &t.kernels[1][0][0];
-        assert!(bc.block_ns(1) + pad_skew_ns(&spec) < rc.kernel_ns);
-        let mut sim = Sim::new(
-            spec.clone(),
-            SimConfig {
-                record_blocks: true,
-                ..SimConfig::default()
-            },
-        );
-        let s0 = sim.create_stream(0, 64).unwrap();
-        let mut px = PadExec::new(&spec, t.clone());
-        // A plain RT launch ahead of the padded one.
-        let tags = |k: u32| Tags {
-            task: 1,
-            kernel: k,
-            user: 0,
-        };
-        sim.launch(s0, KernelLaunch::new(ms[0].shapes[0].clone(), tags(0)))
-            .unwrap();
+        assert!(bc.block_ns(1) < rc.kernel_ns);
         let rt_cus = rc.blocks;
         let p = PaddedLaunch {
             stream: StreamId(0),
@@ -1043,10 +1012,19 @@ mod tests {
                 cus: rt_cus..60,
                 per_cu: 1,
             }],
-            ahead: 1,
         };
+        (t, ms, rk, p)
+    }
+
+    fn launch_fixture(
+        px: &mut PadExec,
+        sim: &mut Sim,
+        s0: reef_sim::StreamId,
+        ms: &[PreparedModel],
+        p: PaddedLaunch,
+    ) {
         px.launch(
-            &mut sim,
+            sim,
             s0,
             p,
             &ms[0],
@@ -1055,39 +1033,113 @@ mod tests {
             &|_| (Vec::new(), Vec::new()),
         )
         .unwrap();
-        let mut rt_start = None;
-        let mut done = None;
-        let mut plain_done = None;
+    }
+
+    #[test]
+    fn padded_parts_start_together_with_the_rt_part_on_their_cus() {
+        use reef_sim::SimConfig;
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let (t, ms, rk, p) = padded_fixture(&spec);
+        let rc = &t.kernels[0][rk][0];
+        let rt_cus = p.rt_cus;
+        let mut sim = Sim::new(
+            spec.clone(),
+            SimConfig {
+                record_blocks: true,
+                ..SimConfig::default()
+            },
+        );
+        let s0 = sim.create_stream(0, 64).unwrap();
+        let mut px = PadExec::new(&spec, t.clone());
+        // A plain RT launch ahead of the padded one.
+        let tags = Tags {
+            task: 1,
+            kernel: 0,
+            user: 0,
+        };
+        sim.launch(s0, KernelLaunch::new(ms[0].shapes[0].clone(), tags))
+            .unwrap();
+        launch_fixture(&mut px, &mut sim, s0, &ms, p);
+        let mut seen = Vec::new();
         while let Some((_, evs)) = sim.step() {
             for e in evs {
-                let Some(f) = px.filter(&mut sim, &e) else {
-                    continue;
-                };
-                match (f.tags.kernel, f.kind) {
-                    (0, EventKind::Completed) => plain_done = Some(f.time),
-                    (k, EventKind::Started) if k == rk as u32 => rt_start = Some(f.time),
-                    (k, EventKind::Completed) if k == rk as u32 => done = Some(f.time),
-                    _ => {}
+                if let Some(f) = px.filter(&e) {
+                    seen.push((f.tags.kernel, f.kind, f.time, f.tags.user));
                 }
             }
         }
-        let (rt_start, done, plain_done) = (rt_start.unwrap(), done.unwrap(), plain_done.unwrap());
-        // The RT part (fetched meanwhile) is dispatched right after the plain one.
+        // Only RT-tagged events reach the scheduler: the plain launch's
+        // start and completion, the padded launch's start and completion.
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        assert!(seen.iter().all(|e| e.3 == 0));
+        let at = |k: u32, kind: EventKind| {
+            seen.iter()
+                .find(|e| e.0 == k && e.1 == kind)
+                .map(|e| e.2)
+                .unwrap()
+        };
+        let plain_done = at(0, EventKind::Completed);
+        let rt_start = at(rk as u32, EventKind::Started);
+        let done = at(rk as u32, EventKind::Completed);
+        // The padded launch (fetched meanwhile) is dispatched right after
+        // the plain one, as one kernel.
         assert_eq!(rt_start, plain_done + spec.cp_dispatch_ns);
-        // BE blocks start a host launch and a fetch after the RT part, on
-        // their own CUs.
-        let part = *px.stats.overhead_ns.first().unwrap();
-        let be_first = sim
-            .block_records()
+        // BE blocks start with the RT blocks, on the CUs left over; RT
+        // blocks stay on theirs.
+        let recs = sim.block_records();
+        let be_first = recs
             .iter()
-            .filter(|r| r.cus.iter().all(|c| c >= rt_cus as usize))
+            .filter(|r| r.start >= rt_start && r.cus.iter().all(|c| c >= rt_cus as usize))
             .map(|r| r.start)
-            .filter(|&s| s >= rt_start)
             .min()
             .unwrap();
-        assert_eq!(be_first - rt_start, pad_skew_ns(&spec));
+        assert_eq!(be_first, rt_start);
+        assert!(recs.iter().filter(|r| r.start >= rt_start).all(|r| r
+            .cus
+            .iter()
+            .all(|c| c >= rt_cus as usize)
+            || r.cus.iter().all(|c| c < rt_cus as usize)));
         // Rule 1 held: the padded launch lasted as long as the RT kernel.
-        assert_eq!(part, 0);
+        assert_eq!(px.stats.overhead_ns, vec![0]);
         assert_eq!(done - rt_start, rc.kernel_ns);
+    }
+
+    #[test]
+    fn killed_or_evicted_padded_launches_are_reported_once_as_the_rt_kernel() {
+        use reef_sim::SimConfig;
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let (t, ms, rk, p) = padded_fixture(&spec);
+        for kill in [true, false] {
+            let mut sim = Sim::new(spec.clone(), SimConfig::default());
+            let s0 = sim.create_stream(1, 64).unwrap();
+            let mut px = PadExec::new(&spec, t.clone());
+            if !kill {
+                sim.set_preempt_flag(s0, true).unwrap();
+            }
+            launch_fixture(&mut px, &mut sim, s0, &ms, p.clone());
+            let mut seen = Vec::new();
+            let mut killed = false;
+            while let Some((_, evs)) = sim.step() {
+                for e in evs {
+                    if let Some(f) = px.filter(&e) {
+                        if kill && f.kind == EventKind::Started && !killed {
+                            sim.kill_stream(s0).unwrap();
+                            killed = true;
+                        }
+                        seen.push((f.tags.task, f.tags.kernel, f.kind));
+                    }
+                }
+            }
+            let last = *seen.last().unwrap();
+            assert_eq!((last.0, last.1), (1, rk as u32));
+            if kill {
+                assert_eq!(seen.len(), 2, "{seen:?}");
+                assert!(matches!(last.2, EventKind::Killed { .. }));
+            } else {
+                assert_eq!(seen, vec![(1, rk as u32, EventKind::Evicted)]);
+            }
+            assert!(px.pending.is_empty() && px.part_of.is_empty());
+            assert!(px.stats.overhead_ns.is_empty());
+        }
     }
 }

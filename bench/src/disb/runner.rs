@@ -557,7 +557,7 @@ impl Run<'_> {
         self.device_events += 1;
         let filtered;
         let ev = match self.pad.as_mut() {
-            Some(p) => match p.filter(&mut self.sim, ev) {
+            Some(p) => match p.filter(ev) {
                 Some(e) => {
                     filtered = e;
                     &filtered

@@ -9,6 +9,8 @@
 //!   choice of §5.3.
 //! - [`versions`]: multi-version kernels by a documented cost model and the
 //!   offline dominance pruning of §5.3.
+//! - [`table`]: the profile table built from the models' schedules (a pure
+//!   function; the benchmarks and the daemon share it).
 //! - [`padded`]: the `reef` / `reef-dkp-mv` schedulers, preemption plus
 //!   padding, sans-IO like the rest of the core.
 //!
@@ -17,6 +19,7 @@
 pub mod padded;
 pub mod profile;
 pub mod select;
+pub mod table;
 pub mod versions;
 
 pub use padded::{
@@ -24,3 +27,4 @@ pub use padded::{
 };
 pub use profile::{DeviceLimits, KernelChar, ProxyKernels};
 pub use select::{Candidate, Padding, Part, Selector};
+pub use table::{build_table, BlockCost, TableError};

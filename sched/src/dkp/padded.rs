@@ -117,10 +117,6 @@ pub struct PaddedLaunch {
     /// Dynamic shared memory per block.
     pub lds: u32,
     pub parts: Vec<BePart>,
-    /// Real-time launches still on the device ahead of this one (an
-    /// executor that cannot launch the parts as one kernel uses it to
-    /// start them when this launch reaches the head of the stream).
-    pub ahead: u32,
 }
 
 /// What the caller performs.
@@ -177,6 +173,14 @@ struct BeState {
     plan: Option<Plan>,
     /// Blocks of `kernel` completed inside padded launches (a prefix).
     credit: Option<Credit>,
+}
+
+/// How a real-time launch left the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RtEnd {
+    Completed,
+    Evicted,
+    Killed,
 }
 
 struct InFlight {
@@ -287,12 +291,13 @@ impl PaddingScheduler {
                 self.req_client.insert(*req, *client);
             }
             Event::KernelCompleted { stream, tag } if *stream == self.rt => {
-                self.rt_finished(now, *tag, true);
+                self.rt_finished(now, *tag, RtEnd::Completed);
             }
-            Event::KernelEvicted { stream, tag } | Event::KernelKilled { stream, tag }
-                if *stream == self.rt =>
-            {
-                self.rt_finished(now, *tag, false);
+            Event::KernelEvicted { stream, tag } if *stream == self.rt => {
+                self.rt_finished(now, *tag, RtEnd::Evicted);
+            }
+            Event::KernelKilled { stream, tag } if *stream == self.rt => {
+                self.rt_finished(now, *tag, RtEnd::Killed);
             }
             Event::KernelCompleted { stream, tag } => {
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
@@ -324,17 +329,28 @@ impl PaddingScheduler {
 
     /// A real-time launch left the device: credit its padding when it
     /// completed (before the core sees it, so a restore it triggers already
-    /// knows the progress).
-    fn rt_finished(&mut self, now: Time, tag: KernelTag, completed: bool) {
+    /// knows the progress). An evicted padded launch ran no block: its
+    /// tasks plan again from their credit. A killed one corrupted the
+    /// outputs of the kernels it padded: their credit is dropped too, so
+    /// every block runs again.
+    fn rt_finished(&mut self, now: Time, tag: KernelTag, end: RtEnd) {
         let Some(pos) = self.inflight.iter().position(|f| f.tag == tag) else {
             return;
         };
         let f = self.inflight.remove(pos).expect("position is valid");
-        if !completed {
-            return;
-        }
         for p in f.parts {
-            self.credit(now, &p);
+            if end == RtEnd::Completed {
+                self.credit(now, &p);
+                continue;
+            }
+            let b = &mut self.be[p.stream.0 as usize];
+            if b.req.map(|r| r.0) != Some(p.tag.req) {
+                continue;
+            }
+            b.plan = None;
+            if end == RtEnd::Killed && b.credit.is_some_and(|c| c.kernel == p.tag.kernel) {
+                b.credit = None;
+            }
         }
     }
 
@@ -476,8 +492,7 @@ impl PaddingScheduler {
                 continue;
             };
             let model = self.clients[client.0 as usize].model;
-            let ahead = self.inflight.len() as u32;
-            let parts = self.select_for(model, tag, ahead);
+            let parts = self.select_for(model, tag);
             match parts {
                 Some(l) => {
                     self.counters.padded_launches += 1;
@@ -506,7 +521,7 @@ impl PaddingScheduler {
     /// Runs the selection policy for real-time kernel `tag` of `model` over
     /// the preempted, drained best-effort tasks, and commits the chosen
     /// block ranges to their plans.
-    fn select_for(&mut self, model: ModelId, tag: KernelTag, ahead: u32) -> Option<PaddedLaunch> {
+    fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
         let core = self.inner.core();
@@ -601,7 +616,6 @@ impl PaddingScheduler {
             regs_per_thread: self.padding.regs_per_thread,
             lds: self.padding.lds,
             parts,
-            ahead,
         })
     }
 }
@@ -625,12 +639,7 @@ mod tests {
             10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
         ];
         let be = vec![k(100, 8, curve.clone()), k(300, 8, curve)];
-        let table = DkpTable::new(
-            Selector::new(mi50(), 0),
-            vec![rt, be],
-            Variant::Single,
-            1_000,
-        );
+        let table = DkpTable::new(Selector::new(mi50()), vec![rt, be], Variant::Single, 1_000);
         let models = vec![
             ModelInfo::idempotent("rt", 4),
             ModelInfo::idempotent("be", 2),
@@ -743,8 +752,6 @@ mod tests {
             })
             .expect("padded launch");
         assert_eq!(p.tag, tag(1, 2));
-        // Kernel 1 is still on the device ahead of it.
-        assert_eq!(p.ahead, 1);
         assert_eq!(p.rt_cus, 20);
         assert_eq!(p.parts.len(), 1);
         assert_eq!(p.parts[0].tag, tag(100, 0));

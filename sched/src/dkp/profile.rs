@@ -140,10 +140,10 @@ impl KernelChar {
     }
 
     /// Largest co-residency `p ≤ cap` whose block time (and the time of every
-    /// smaller co-residency) plus `skew` is below `limit` (rule 1); 0 if none.
-    pub fn max_coresidency_within(&self, cap: u32, limit: u64, skew: u64) -> u32 {
+    /// smaller co-residency) is below `limit` (rule 1); 0 if none.
+    pub fn max_coresidency_within(&self, cap: u32, limit: u64) -> u32 {
         let cap = cap as usize;
-        let within = |t: u64| t.saturating_add(skew) < limit;
+        let within = |t: u64| t < limit;
         let n = self.ceiling.len();
         // Measured part: binary search over the non-decreasing ceiling.
         let measured = self.ceiling[..cap.min(n)].partition_point(|&t| within(t));
@@ -270,15 +270,16 @@ mod tests {
     fn rule1_coresidency_search() {
         let d = mi50();
         let k = KernelChar::new(&d, 30, 64, 0, 0, vec![10, 12, 11, 20, 30]).unwrap();
-        // limit 21, no skew: ceiling = [10,12,12,20,30] → p=4.
-        assert_eq!(k.max_coresidency_within(40, 21, 0), 4);
-        assert_eq!(k.max_coresidency_within(3, 21, 0), 3);
-        // skew 5 → times must be < 16: p=3 (ceiling 12).
-        assert_eq!(k.max_coresidency_within(40, 21, 5), 3);
-        assert_eq!(k.max_coresidency_within(40, 10, 0), 0);
+        // limit 21: ceiling = [10,12,12,20,30] → p=4.
+        assert_eq!(k.max_coresidency_within(40, 21), 4);
+        assert_eq!(k.max_coresidency_within(3, 21), 3);
+        // limit 16: p=3 (ceiling 12; the measured 11 at k=3 counts as 12).
+        assert_eq!(k.max_coresidency_within(40, 16), 3);
+        // strict: a block as long as the limit does not pass.
+        assert_eq!(k.max_coresidency_within(40, 10), 0);
         // Extension: slope 10 past k=5: 40, 50, 60, ...; limit 51 → p=7.
-        assert_eq!(k.max_coresidency_within(40, 51, 0), 7);
-        assert_eq!(k.max_coresidency_within(6, 51, 0), 6);
+        assert_eq!(k.max_coresidency_within(40, 51), 7);
+        assert_eq!(k.max_coresidency_within(6, 51), 6);
     }
 
     #[test]

@@ -89,18 +89,13 @@ impl Padding {
 pub struct Selector {
     limits: DeviceLimits,
     proxies: ProxyKernels,
-    /// Delay of the best-effort parts relative to the real-time kernel's
-    /// start, added to their block time in rule 1 (0 for a true single
-    /// padded launch; see docs/padding.md for the simulator emulation).
-    pub skew_ns: u64,
 }
 
 impl Selector {
-    pub fn new(limits: DeviceLimits, skew_ns: u64) -> Self {
+    pub fn new(limits: DeviceLimits) -> Self {
         Self {
             proxies: ProxyKernels::new(&limits),
             limits,
-            skew_ns,
         }
     }
 
@@ -188,7 +183,7 @@ impl Selector {
                 }
                 let cap = occ(k.threads).min(k.occupancy).min(remaining);
                 // Rule 1.
-                let p = k.max_coresidency_within(cap, rt.kernel_ns, self.skew_ns);
+                let p = k.max_coresidency_within(cap, rt.kernel_ns);
                 if p == 0 {
                     continue;
                 }
@@ -231,7 +226,7 @@ mod tests {
 
     #[test]
     fn reserves_rt_cus_and_fills_the_rest() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         let rt = k(20, 256, 0, 4, vec![50_000]);
         let be = vec![k(1000, 256, 0, 8, vec![10_000, 20_000, 30_000, 40_000])];
         let cands = [Candidate {
@@ -252,7 +247,7 @@ mod tests {
 
     #[test]
     fn rule1_rejects_long_blocks_and_rule2_low_occupancy() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         let rt = k(20, 256, 0, 4, vec![15_000]);
         let long = vec![k(100, 256, 0, 8, vec![20_000])];
         let low_occ = vec![k(100, 256, 0, 2, vec![1_000])];
@@ -266,21 +261,22 @@ mod tests {
             assert!(!s.select(&rt, &c, 0, &mut out));
             assert!(out.parts.is_empty());
         }
-        // A skew eats into the real-time kernel's time.
-        let ok = vec![k(100, 256, 0, 8, vec![10_000])];
-        let c = [Candidate {
-            versions: &ok,
-            locked: None,
-            next_block: 0,
-        }];
-        assert!(s.select(&rt, &c, 0, &mut out));
-        let skewed = Selector::new(mi50(), 6_000);
-        assert!(!skewed.select(&rt, &c, 0, &mut out));
+        // Rule 1 is strict: a block as long as the real-time kernel fails,
+        // a shorter one passes (the parts start together, Fig. 12).
+        for (t, ok) in [(15_000, false), (14_999, true)] {
+            let be = vec![k(100, 256, 0, 8, vec![t])];
+            let c = [Candidate {
+                versions: &be,
+                locked: None,
+                next_block: 0,
+            }];
+            assert_eq!(s.select(&rt, &c, 0, &mut out), ok);
+        }
     }
 
     #[test]
     fn rt_kernels_the_proxy_cannot_host_are_not_padded() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         // 289 threads with the whole register file: 227 registers per
         // thread, rounded up to the level-1 proxy's 256 = 73984 > 65536.
         let rt = KernelChar::new(&mi50(), 10, 289, 0, 65536, vec![100_000]).unwrap();
@@ -296,7 +292,7 @@ mod tests {
 
     #[test]
     fn whole_gpu_rt_kernels_are_not_padded() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         let rt = k(60, 256, 0, 4, vec![100_000]);
         let be = vec![k(10, 64, 0, 8, vec![1_000])];
         let c = [Candidate {
@@ -310,7 +306,7 @@ mod tests {
 
     #[test]
     fn greedy_over_queues_with_block_offsets() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         let rt = k(40, 256, 0, 4, vec![50_000]);
         // Task 0: 30 blocks left of 100 (offset 70), 1 per CU is all it may
         // take (rule 1 at 2 would be 60 us).
@@ -339,7 +335,7 @@ mod tests {
 
     #[test]
     fn round_robin_start_and_partial_tail() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         let rt = k(40, 256, 0, 4, vec![50_000]);
         let a = vec![k(5, 256, 0, 8, vec![10_000, 20_000, 30_000, 40_000])];
         let b = vec![k(500, 256, 0, 8, vec![10_000, 20_000])];
@@ -373,7 +369,7 @@ mod tests {
 
     #[test]
     fn multi_version_picks_shortest_kernel_satisfying_both_rules() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         let rt = k(30, 256, 0, 4, vec![20_000]);
         let versions = vec![
             // Default: fastest kernel, but blocks too long (rule 1).
@@ -410,7 +406,7 @@ mod tests {
 
     #[test]
     fn proxy_and_shared_memory_cover_the_largest_demand() {
-        let s = Selector::new(mi50(), 0);
+        let s = Selector::new(mi50());
         // RT: 32 regs/thread (occupancy 8 at 256 threads).
         let rt = k(30, 256, 1024, 8, vec![50_000]);
         // BE: 64 regs/thread at 128 threads (occupancy 8), 4 KiB LDS.
