@@ -31,8 +31,13 @@ use workload::Workload;
 pub struct DisbArgs {
     /// `A`..`E`, `all`, or a path to a DISB workload JSON file.
     pub workload: String,
-    /// Comma-separated policies (rt-only, seq, streams, wait, reef).
-    #[arg(long, default_value = "rt-only,seq,streams,wait,reef")]
+    /// Comma-separated policies (rt-only, seq, streams, wait, reef-nodkp:
+    /// preemption only, reef: preemption and dynamic kernel padding,
+    /// reef-dkp-mv: padding with multi-version kernels).
+    #[arg(
+        long,
+        default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv"
+    )]
     pub policy: String,
     /// Simulated device: a preset (mi50, gv100, h100) or a .toml spec path.
     #[arg(long, default_value = "mi50")]
