@@ -8,7 +8,8 @@
 //! Run: `cargo bench -p reefd --bench control_path`
 //! (REEF_BENCH_RT_REQUESTS sets the number of RT requests, default 400;
 //! REEF_BENCH_POLICY the policy, default reef; REEF_BENCH_DAEMON_LOG a file
-//! for the daemon's log, at the level RUST_LOG sets.)
+//! for the daemon's log, at the level RUST_LOG sets; REEF_BENCH_RT_PRIORITY
+//! the daemon's `realtime_priority`, default 0.)
 
 use reefd::client::Client;
 use reefd::metrics::summarize;
@@ -26,6 +27,15 @@ fn main() -> anyhow::Result<()> {
     let policy = std::env::var("REEF_BENCH_POLICY").unwrap_or_else(|_| "reef".into());
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("reefd.sock");
+    let rt_prio: u8 = std::env::var("REEF_BENCH_RT_PRIORITY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let config = dir.path().join("reefd.toml");
+    std::fs::write(
+        &config,
+        format!("[daemon]\nrealtime_priority = {rt_prio}\n"),
+    )?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_reefd"))
         .args([
             "start",
@@ -37,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         .arg("--policy")
         .arg(&policy)
         .arg("--config")
-        .arg("/dev/null")
+        .arg(&config)
         .arg("--socket")
         .arg(&socket)
         .arg("--pid-file")
@@ -125,7 +135,9 @@ fn main() -> anyhow::Result<()> {
 
     let c = summarize(control.iter().copied());
     let x = summarize(normalized.iter().copied());
-    println!("reefd live control path (sim:mi50, policy {policy}, 2 BE resnet152 clients, RT vgg)");
+    println!(
+        "reefd live control path (sim:mi50, policy {policy}, 2 BE resnet152 clients, RT vgg, daemon.realtime_priority {rt_prio})"
+    );
     println!(
         "  RT arrival at socket -> first kernel in device queue: n={} p50 {:.1} us  p99 {:.1} us  mean {:.1} us  max {:.1} us  (target p99 <= 50 us)",
         c.count, c.p50_us, c.p99_us, c.mean_us, c.max_us

@@ -51,6 +51,9 @@ pub struct DaemonConfig {
     /// On SIGTERM/SIGINT, how long in-flight inferences may run to completion
     /// before they are failed with `shutting_down`.
     pub shutdown_grace_ms: u64,
+    /// SCHED_FIFO priority (1-99) of the threads on the RT control path (the
+    /// socket threads and the pacer); 0 leaves them at normal priority.
+    pub realtime_priority: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -106,6 +109,7 @@ impl Default for DaemonConfig {
             max_connections: 1024,
             max_tasks_per_stream: 256,
             shutdown_grace_ms: 5000,
+            realtime_priority: 0,
         }
     }
 }
@@ -248,6 +252,12 @@ impl Config {
                 "daemon.max_connections and daemon.max_tasks_per_stream must be at least 1".into(),
             ));
         }
+        if self.daemon.realtime_priority > 99 {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.realtime_priority = {} must be 0 (off) or a SCHED_FIFO priority 1-99",
+                self.daemon.realtime_priority
+            )));
+        }
         tracing_level(&self.daemon.log_level)?;
         Ok(())
     }
@@ -312,6 +322,7 @@ mod tests {
             ("[scheduler]\npolicy = \"fastest\"\n", "policy"),
             ("[device]\ndevice = \"tpu:0\"\n", "device"),
             ("[daemon]\nlog_level = \"loud\"\n", "log_level"),
+            ("[daemon]\nrealtime_priority = 120\n", "realtime_priority"),
         ] {
             let e = Config::parse(text, Path::new("x.toml")).unwrap_err();
             assert!(e.to_string().contains(key), "{text}: {e}");

@@ -173,11 +173,13 @@ fn run(
             max_frame_bytes: cfg.daemon.max_frame_bytes,
         },
     );
-    let pacer = rt.start_pacer();
+    let prio = cfg.daemon.realtime_priority;
+    let pacer = rt.start_pacer(prio);
     let tokio_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .thread_name("reefd-io")
+        .on_thread_start(move || crate::runtime::set_realtime_priority(prio))
         .build()
         .context("cannot start the I/O runtime")?;
     let opts = ServerOptions {

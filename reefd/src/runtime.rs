@@ -185,12 +185,16 @@ impl Runtime {
         self.epoch + Duration::from_nanos(ns)
     }
 
-    /// Starts the thread that paces the engine to the wall clock.
-    pub fn start_pacer(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+    /// Starts the thread that paces the engine to the wall clock, at
+    /// SCHED_FIFO priority `realtime_priority` when that is not 0.
+    pub fn start_pacer(self: &Arc<Self>, realtime_priority: u8) -> std::thread::JoinHandle<()> {
         let rt = Arc::clone(self);
         std::thread::Builder::new()
             .name("reefd-pacer".into())
-            .spawn(move || rt.pacer())
+            .spawn(move || {
+                set_realtime_priority(realtime_priority);
+                rt.pacer()
+            })
             .expect("spawning the pacer thread")
     }
 
@@ -936,6 +940,27 @@ impl Runtime {
             }
         }
         n
+    }
+}
+
+/// Puts the calling thread in SCHED_FIFO at `priority` (0: leave it).
+/// Failure (no CAP_SYS_NICE) is logged, not fatal.
+pub fn set_realtime_priority(priority: u8) {
+    if priority == 0 {
+        return;
+    }
+    let param = libc::sched_param {
+        sched_priority: priority as i32,
+    };
+    // SAFETY: pthread_self() is the calling thread and `param` is a valid
+    // sched_param for SCHED_FIFO.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        tracing::warn!(
+            priority,
+            error = %std::io::Error::from_raw_os_error(rc),
+            "cannot use SCHED_FIFO (daemon.realtime_priority needs root or CAP_SYS_NICE); running at normal priority"
+        );
     }
 }
 
