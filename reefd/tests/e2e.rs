@@ -29,7 +29,7 @@ fn rt_and_be_clients_with_preemption_keep_every_output_correct() {
         be.push(std::thread::spawn(move || -> Vec<TaskResult> {
             let s = c.register(Priority::Be, Some(&format!("be{i}"))).unwrap();
             tx.send(s.stream).unwrap();
-            (0..12)
+            (0..20)
                 .map(|_| c.infer(s.stream, "resnet152").unwrap())
                 .collect()
         }));
@@ -87,7 +87,7 @@ fn rt_and_be_clients_with_preemption_keep_every_output_correct() {
     let rt_results = rt.join().unwrap();
     let be_results: Vec<TaskResult> = be.into_iter().flat_map(|h| h.join().unwrap()).collect();
     assert_eq!(rt_results.len(), 15);
-    assert_eq!(be_results.len(), 24);
+    assert_eq!(be_results.len(), 40);
     for r in rt_results.iter().chain(&be_results) {
         assert_eq!(
             r.outputs_verified,
@@ -113,6 +113,6 @@ fn rt_and_be_clients_with_preemption_keep_every_output_correct() {
     assert_eq!(stats.corrupted_outputs, 0);
     assert!(stats.restores >= preempted_be as u64);
     assert!(stats.preemptions.values().sum::<u64>() > 0, "{stats:?}");
-    assert_eq!(stats.tasks_completed, 39);
+    assert_eq!(stats.tasks_completed, 55);
     assert!(admin.tasks().unwrap().is_empty());
 }
