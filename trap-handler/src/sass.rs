@@ -406,7 +406,16 @@ pub fn trap_patch_cave(
     resume: u64,
 ) -> Result<Vec<Instr>, Error> {
     let mut code = trap_patch(sm, flag_addr, regs)?;
-    let at = base + 16 * code.len() as u64;
+    let at = base
+        .checked_add(16 * code.len() as u64)
+        .filter(|at| at.checked_add(16).is_some())
+        .ok_or_else(|| {
+            Error::BadBranch(format!(
+                "a {}-instruction patch placed at {base:#x} runs past the end of the \
+                 64-bit address space",
+                code.len() + 1
+            ))
+        })?;
     code.push(bra(sm, at, resume, Ctrl::stall(5, true))?);
     Ok(code)
 }
@@ -520,6 +529,15 @@ mod tests {
     }
 
     /// Encodings nvdisasm 13.5 decodes to the commented targets.
+    #[test]
+    fn cave_past_the_address_space_is_an_error() {
+        let e = trap_patch_cave(Sm::Sm80, 0x10, NvRegs::default(), u64::MAX - 15, 0).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadBranch(m) if m.contains("address space")),
+            "{e}"
+        );
+    }
+
     #[test]
     fn branch_offsets_match_nvdisasm() {
         let c = Ctrl::stall(0, false);
