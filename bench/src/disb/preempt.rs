@@ -1,4 +1,4 @@
-//! `reef-bench preempt`: preemption latency of reset-based (`reef`) against
+//! `reef-bench preempt`: preemption latency of reset-based (`reef-nodkp`) against
 //! wait-based (`wait`) preemption (REEF §6.4):
 //! - per model (Fig. 18): one best-effort client runs a model back to back;
 //!   real-time requests arrive after random intervals and preempt it;
@@ -31,7 +31,7 @@ pub struct PreemptArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Comma-separated policies to compare.
-    #[arg(long, default_value = "wait,reef")]
+    #[arg(long, default_value = "wait,reef-nodkp")]
     pub policy: String,
     /// Measured models directory (default: <shared>/models/mi50).
     #[arg(long)]
@@ -293,7 +293,7 @@ mod tests {
             assert_eq!(l.len(), 20);
             mean(&l).unwrap()
         };
-        let (r10, r200) = (lat(10, "reef"), lat(200, "reef"));
+        let (r10, r200) = (lat(10, "reef-nodkp"), lat(200, "reef-nodkp"));
         let (w10, w200) = (lat(10, "wait"), lat(200, "wait"));
         // Reset-based: bounded by the kill plus at most 3 lazily evicted
         // kernels, whatever the queue behind them.
