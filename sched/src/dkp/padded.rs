@@ -904,6 +904,77 @@ mod tests {
     }
 
     #[test]
+    fn an_evicted_or_killed_padded_launch_is_padded_again_and_not_credited() {
+        let (rt, be) = (StreamId(0), StreamId(1));
+        for killed in [false, true] {
+            let mut s = setup(1);
+            let _ = std::iter::from_fn(|| s.poll_action()).count();
+            for (t, req, client) in [(0, 100, 1), (1, 1, 0)] {
+                step(
+                    &mut s,
+                    t,
+                    Event::RequestArrived {
+                        req: RequestId(req),
+                        client: ClientId(client),
+                        deadline: None,
+                    },
+                );
+            }
+            step(
+                &mut s,
+                2,
+                Event::KernelKilled {
+                    stream: be,
+                    tag: tag(100, 0),
+                },
+            );
+            step(
+                &mut s,
+                3,
+                Event::KernelEvicted {
+                    stream: be,
+                    tag: tag(100, 1),
+                },
+            );
+            let padded = |a: &[DkpAction]| {
+                a.iter().find_map(|x| match x {
+                    DkpAction::Padded(p) => {
+                        Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone()))
+                    }
+                    _ => None,
+                })
+            };
+            let a = step(
+                &mut s,
+                10,
+                Event::KernelCompleted {
+                    stream: rt,
+                    tag: tag(1, 0),
+                },
+            );
+            assert_eq!(padded(&a), Some((tag(1, 1), tag(100, 0), 0..100)));
+            // The padded launch of RT kernel 1 ends without running (or with
+            // its blocks killed): no credit; the next padded launch pads the
+            // same blocks again.
+            let ev = if killed {
+                Event::KernelKilled {
+                    stream: rt,
+                    tag: tag(1, 1),
+                }
+            } else {
+                Event::KernelEvicted {
+                    stream: rt,
+                    tag: tag(1, 1),
+                }
+            };
+            let a = step(&mut s, 20, ev);
+            assert_eq!(s.dkp_counters().be_kernels_completed, 0);
+            let again = padded(&a).map(|p| (p.1, p.2));
+            assert_eq!(again, Some((tag(100, 0), 0..100)), "killed {killed}: {a:?}");
+        }
+    }
+
+    #[test]
     fn an_evicted_rest_keeps_the_credit_and_a_killed_one_drops_it() {
         let (rt, be) = (StreamId(0), StreamId(1));
         for killed in [false, true] {
