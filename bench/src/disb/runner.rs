@@ -172,12 +172,14 @@ impl Gen {
                 }
             }
             Gen::Periodic { next, interval } => {
+                // Skip to the last slot whose successor has not passed
+                // (DISB drops launches already late for the next slot).
+                let iv = (*interval).max(1);
                 let mut nl = *next;
-                let mut nnl = nl + *interval;
-                while nnl < now {
-                    nl = nnl;
-                    nnl += *interval;
+                if nl + iv < now {
+                    nl += ((now - nl).div_ceil(iv) - 1) * iv;
                 }
+                let nnl = nl + iv;
                 if nl >= end {
                     return None;
                 }
@@ -894,6 +896,32 @@ mod tests {
         // One dependent request per camera result.
         assert_eq!(out.clients[1].issued, out.clients[0].completed);
         assert!(out.clients[2].completed > 0);
+    }
+
+    #[test]
+    fn periodic_launches_late_for_the_next_slot_are_dropped() {
+        let mut g = Gen::Periodic {
+            next: 0,
+            interval: 10,
+        };
+        assert_eq!(g.next(0, 1000), Some(0));
+        // Idle again at 35: slots 10 and 20 were missed, 30 is late but its
+        // successor (40) has not passed, so it launches now.
+        assert_eq!(g.next(35, 1000), Some(35));
+        assert_eq!(g.next(36, 1000), Some(40));
+        // At 60 the successor of slot 50 (60) has not passed yet (a slot
+        // is dropped only when its successor is strictly in the past).
+        assert_eq!(g.next(60, 1000), Some(60));
+        assert_eq!(g.next(61, 1000), Some(61));
+        // Slot 990 is the last one before the end.
+        assert_eq!(g.next(995, 1000), Some(995));
+        assert_eq!(g.next(996, 1000), None);
+        // A huge gap is skipped in constant time.
+        let mut g = Gen::Periodic {
+            next: 0,
+            interval: 1,
+        };
+        assert_eq!(g.next(u64::MAX / 4, u64::MAX / 2), Some(u64::MAX / 4));
     }
 
     #[test]

@@ -95,6 +95,10 @@ fn invalid(path: &Path, item: impl Into<String>, problem: impl Into<String>) -> 
     }
 }
 
+/// Highest accepted request frequency (requests/s): far above any DNN
+/// inference rate, and it keeps arrival generation bounded.
+pub const MAX_FREQUENCY: f64 = 1e6;
+
 /// The official workload names, in order.
 pub const WORKLOADS: &[&str] = &["A", "B", "C", "D", "E"];
 
@@ -228,11 +232,11 @@ fn parse_task(path: &Path, i: usize, t: &Value) -> Result<Task, WorkloadError> {
                     format!("{ty} load needs a numeric \"frequency\""),
                 )
             })?;
-        if !(f.is_finite() && f > 0.0) {
+        if !(f.is_finite() && f > 0.0 && f <= MAX_FREQUENCY) {
             return Err(invalid(
                 path,
                 &item,
-                format!("frequency must be positive, got {f}"),
+                format!("frequency must be in (0, {MAX_FREQUENCY}] requests/s, got {f}"),
             ));
         }
         Ok(f)
@@ -448,6 +452,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("frequency"), "{e}");
+        let e = parse(&task(r#"{"type": "poisson", "frequency": 1e12}"#, "vgg"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("frequency must be in"), "{e}");
         let e = parse("{").unwrap_err().to_string();
         assert!(e.contains("not valid JSON"), "{e}");
         let e = Workload::load(Path::new("/nonexistent/Z.json"))
