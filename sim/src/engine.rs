@@ -216,7 +216,9 @@ pub struct CuUsage {
 /// charging or freeing a CU is one add or subtract. Lanes never go negative
 /// or past a CU's limit, so no carry crosses lanes.
 type Packed = u128;
-const LANE: u32 = 24;
+/// Bits per resource lane; `DeviceSpec` validation refuses limits that do
+/// not fit one.
+pub(crate) const LANE: u32 = 24;
 const LANE_MASK: u128 = (1 << LANE) - 1;
 const BLOCKS_SHIFT: u32 = 2 * LANE;
 const WAVES_SHIFT: u32 = LANE;

@@ -61,6 +61,10 @@ pub fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
     h
 }
 
+/// The longest a block may run: one hour. Curves with longer blocks are
+/// refused and extrapolation stops there, so simulated times cannot overflow.
+pub const MAX_BLOCK_NS: u64 = 3_600_000_000_000;
+
 impl KernelShape {
     /// A shape from explicit numbers (tests, synthetic workloads). `exec_ns`
     /// is the block execution curve (index k-1 = k co-resident blocks).
@@ -100,6 +104,12 @@ impl KernelShape {
             return Err(err(format!(
                 "{regs_per_block} registers per block exceed a {} CU ({})",
                 spec.name, spec.registers_per_cu
+            )));
+        }
+        if let Some(e) = exec_ns.iter().find(|&&e| e > MAX_BLOCK_NS) {
+            return Err(err(format!(
+                "a block duration of {e} ns is longer than the simulator's limit of \
+                 {MAX_BLOCK_NS} ns (1 hour)"
             )));
         }
         let exec_ns: Vec<u64> = exec_ns.iter().map(|&e| e.max(spec.min_block_ns)).collect();
@@ -146,7 +156,7 @@ impl KernelShape {
             .iter()
             .filter_map(|&a| model.buffers.get(a))
             .map(|b| b.bytes)
-            .sum();
+            .fold(0u64, u64::saturating_add);
         let bw = spec.memory_bandwidth_bytes_per_s as f64;
         let spread = blocks.min(spec.compute_units) as f64;
         let roof = |kres: usize| -> u64 {
@@ -173,14 +183,17 @@ impl KernelShape {
                     .collect();
                 let regs = k
                     .registers
-                    .map(|r| r * threads)
+                    .map(|r| r.saturating_mul(threads))
                     .unwrap_or(spec.registers_per_cu / len as u32);
                 (exec, regs)
             }
             None => {
                 let max_k = (spec.max_waves_per_cu / waves).max(1) as usize;
                 let exec = (1..=max_k).map(roof).collect();
-                (exec, k.registers.map(|r| r * threads).unwrap_or(0))
+                (
+                    exec,
+                    k.registers.map(|r| r.saturating_mul(threads)).unwrap_or(0),
+                )
             }
         };
         let mut s = Self::synthetic(&name, blocks, threads, k.shared_mem_bytes, regs, exec, spec)?;
@@ -206,7 +219,10 @@ impl KernelShape {
             Some(&e) => e,
             None => {
                 let last = *self.exec_ns.last().expect("curve is never empty");
-                last + self.slope_ns * (k - self.exec_ns.len()) as u64
+                let extra = self
+                    .slope_ns
+                    .saturating_mul((k - self.exec_ns.len()) as u64);
+                last.saturating_add(extra).min(MAX_BLOCK_NS)
             }
         }
     }

@@ -20,6 +20,10 @@ fn preset_text(name: &str) -> Option<&'static str> {
     })
 }
 
+/// The largest value a spec may give a launch-path, flag, kill or block
+/// time: one second, far above any GPU's (the MI50's are microseconds).
+pub const MAX_DEVICE_TIME_NS: u64 = 1_000_000_000;
+
 /// A preemption capability (DESIGN.md layer 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PreemptLevel {
@@ -151,6 +155,36 @@ impl DeviceSpec {
         ] {
             if v == 0 {
                 return bad(f, "must be positive");
+            }
+        }
+        // The engine packs a CU's usage in 24-bit lanes (engine.rs `Packed`).
+        let lane_max = (1u32 << crate::engine::LANE) - 1;
+        for (f, v) in [
+            ("max_waves_per_cu", self.max_waves_per_cu),
+            ("max_threads_per_cu", self.max_threads_per_cu),
+            ("max_blocks_per_cu", self.max_blocks_per_cu),
+            ("lds_bytes_per_cu", self.lds_bytes_per_cu),
+            ("registers_per_cu", self.registers_per_cu),
+        ] {
+            if v > lane_max {
+                return bad(f, &format!("must be at most {lane_max} (a per-CU limit)"));
+            }
+        }
+        if self.memory_bandwidth_bytes_per_s == 0 {
+            return bad("memory_bandwidth_bytes_per_s", "must be positive");
+        }
+        // Times are added to the simulated clock: keep each one within a
+        // second so that no sum of them can overflow.
+        for (f, v) in [
+            ("host_launch_ns", self.host_launch_ns),
+            ("cp_fetch_ns", self.cp_fetch_ns),
+            ("cp_dispatch_ns", self.cp_dispatch_ns),
+            ("flag_check_ns", self.flag_check_ns),
+            ("kill_latency_ns", self.kill_latency_ns),
+            ("min_block_ns", self.min_block_ns),
+        ] {
+            if v > MAX_DEVICE_TIME_NS {
+                return bad(f, &format!("must be at most {MAX_DEVICE_TIME_NS} ns (1 s)"));
             }
         }
         if !(self.profile_scale.is_finite() && self.profile_scale > 0.0) {

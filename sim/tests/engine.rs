@@ -328,6 +328,33 @@ fn spec_errors_name_file_and_field() {
         include_str!("../devices/mi50.toml").replace("compute_units = 60", "compute_units = 0");
     let e = DeviceSpec::parse(std::path::Path::new("z.toml"), &text).unwrap_err();
     assert!(e.to_string().contains("z.toml: compute_units"), "{e}");
+    // Limits the engine cannot represent and times that could overflow the
+    // clock are refused, naming the field.
+    for (from, to, field) in [
+        (
+            "max_threads_per_cu = 2560",
+            "max_threads_per_cu = 16777216",
+            "max_threads_per_cu",
+        ),
+        (
+            "memory_bandwidth_bytes_per_s = 1024000000000",
+            "memory_bandwidth_bytes_per_s = 0",
+            "memory_bandwidth_bytes_per_s",
+        ),
+        (
+            "host_launch_ns = 4000",
+            "host_launch_ns = 9223372036854775807",
+            "host_launch_ns",
+        ),
+    ] {
+        let text = include_str!("../devices/mi50.toml").replace(from, to);
+        assert_ne!(text, include_str!("../devices/mi50.toml"), "{from}");
+        let e = DeviceSpec::parse(std::path::Path::new("z.toml"), &text).unwrap_err();
+        assert!(e.to_string().contains(&format!("z.toml: {field}")), "{e}");
+    }
+    // A block longer than the simulator's limit is a shape error.
+    let e = KernelShape::synthetic("long", 1, 64, 0, 0, vec![u64::MAX / 2], &mi50()).unwrap_err();
+    assert!(e.to_string().contains("longer than"), "{e}");
     assert!(DeviceSpec::preset("tpu").is_err());
     for p in PRESETS {
         DeviceSpec::preset(p).unwrap();
