@@ -9,8 +9,10 @@
 //! ENODEV (a GPU cannot debug).
 
 use std::fmt;
+use std::fs::{File, OpenOptions};
 use std::io;
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 
@@ -103,6 +105,17 @@ impl Error {
 
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Opens the device node at `path` read-write and close-on-exec; a failure
+/// is explained by [`open_error`].
+pub(crate) fn open_device(device: Device, path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(device, path.to_path_buf(), e))
+}
 
 /// Explains a failed `open(2)` of a device file.
 pub(crate) fn open_error(device: Device, path: PathBuf, source: io::Error) -> Error {

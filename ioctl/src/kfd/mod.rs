@@ -15,14 +15,13 @@
 pub mod abi;
 pub mod reef_patch;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 
-use crate::error::{open_error, Device, Error, Result};
+use crate::error::{open_device, Device, Error, Result};
 use abi::*;
 use reef_patch::*;
 
@@ -85,12 +84,7 @@ impl Kfd {
     /// GET_VERSION, that it is one and speaks interface major version 1.
     pub fn open(path: impl AsRef<Path>) -> Result<Kfd> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| open_error(Device::Kfd, path.clone(), e))?;
+        let file = open_device(Device::Kfd, &path)?;
         let mut kfd = Kfd {
             file,
             path,

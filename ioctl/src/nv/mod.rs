@@ -14,15 +14,14 @@
 
 pub mod abi;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::errno::Errno;
 
-use crate::error::{open_error, Device, Error, Result};
+use crate::error::{open_device, Device, Error, Result};
 use abi::status::*;
 use abi::*;
 
@@ -73,12 +72,7 @@ impl NvRm {
     /// reports a non-RM file as [`Error::NotADevice`].
     pub fn open(path: impl AsRef<Path>) -> Result<NvRm> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| open_error(Device::NvidiaCtl, path.clone(), e))?;
+        let file = open_device(Device::NvidiaCtl, &path)?;
         Ok(NvRm { file, path })
     }
 
