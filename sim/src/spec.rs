@@ -73,17 +73,19 @@ pub struct DeviceSpec {
     pub preempt_levels: Vec<u8>,
 }
 
-/// Why a device spec could not be used.
+/// Why a device spec could not be used. The underlying error is part of
+/// the message (field `cause`), not a `source()`, so printing the chain
+/// (`{:#}`) shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error(
         "unknown device {0:?}: known presets are mi50, gv100, h100, or pass a path to a .toml spec"
     )]
     UnknownPreset(String),
-    #[error("{path}: cannot read device spec: {source}")]
+    #[error("{path}: cannot read device spec: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: invalid device spec: {message}")]
     Parse { path: PathBuf, message: String },
@@ -115,9 +117,9 @@ impl DeviceSpec {
 
     /// Reads a spec file.
     pub fn from_file(path: &Path) -> Result<Self, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
+        let text = std::fs::read_to_string(path).map_err(|cause| SpecError::Io {
             path: path.into(),
-            source,
+            cause,
         })?;
         Self::parse(path, &text)
     }
