@@ -106,11 +106,13 @@ fn compress(t: &Trace) -> Trace {
 #[test]
 fn onnx_models_under_the_in_place_planner() {
     let dir = light_dir();
-    for name in [
-        "light_resnet50",
-        "light_densenet121",
-        "light_inception_v2",
-        "light_squeezenet",
+    // (model, idempotent/total and largest group with the default set) as
+    // docs/idempotence-results.md reports them.
+    for (name, idem, total, max_group) in [
+        ("light_resnet50", 57, 175, 12),
+        ("light_densenet121", 242, 668, 5),
+        ("light_inception_v2", 94, 370, 5),
+        ("light_squeezenet", 39, 65, 2),
     ] {
         let path = dir.join(format!("{name}.onnx"));
         // The torchvision-like set: groups still agree with the definition.
@@ -128,6 +130,11 @@ fn onnx_models_under_the_in_place_planner() {
         let a = analyze(&trace).unwrap();
         let non_idem = a.kernels.len() - a.idempotent_count();
         assert!(non_idem > 0, "{name}: in-place kernels exist");
+        assert_eq!(
+            (a.idempotent_count(), a.kernels.len(), a.max_group()),
+            (idem, total, max_group),
+            "{name}: the figures in docs/idempotence-results.md"
+        );
         // Non-idempotent exactly where a kernel writes a range it reads.
         for k in &a.kernels {
             let op = &trace.ops[k.op];
