@@ -25,8 +25,11 @@
 //! How userspace encodes an escape: `_IOWR(NV_IOCTL_MAGIC, NV_ESC_*,
 //! sizeof(params))`; the driver (`kernel-open/nvidia/nv.c`, `nvidia_ioctl`)
 //! takes the escape from `_IOC_NR` and the copy size from `_IOC_SIZE`. So
-//! NV_ESC_RM_CONTROL with the 32-byte NVOS54 is 0xC020462A, the value seen in
-//! traces of libcuda.
+//! NV_ESC_RM_CONTROL with the 32-byte NVOS54 is 0xC020462A. The same three
+//! codes are the ones envytools' ioctl tracer for the NVIDIA driver decodes
+//! (envytools/valgrind, `mmt/mmt_nv_ioctl.c`: 0xc020462b "create gpu
+//! object", 0xc020462a "call method", 0xc0104629 "destroy object"); no
+//! trace was recorded here.
 
 use std::mem::{offset_of, size_of};
 
