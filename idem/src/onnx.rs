@@ -559,12 +559,16 @@ fn infer(n: &NodeProto, ins: &[Option<&TensorInfo>]) -> Result<Vec<TensorInfo>, 
         }
         "Add" | "Sum" | "Mul" | "Sub" | "Div" => {
             let all: Vec<&TensorInfo> = (0..n.input.len()).map(get).collect::<Result<_, _>>()?;
+            let first = all.first().ok_or_else(|| format!("{op} has no inputs"))?;
             let shapes: Vec<&[i64]> = all.iter().map(|t| t.shape.as_slice()).collect();
-            vec![mk(broadcast(&shapes)?, all[0].elem)]
+            vec![mk(broadcast(&shapes)?, first.elem)]
         }
         "Concat" => {
             let all: Vec<&TensorInfo> = (0..n.input.len()).map(get).collect::<Result<_, _>>()?;
             let first = all.first().ok_or("Concat has no inputs")?;
+            if first.shape.is_empty() {
+                return Err("Concat of scalars (rank 0) is not supported".into());
+            }
             let ax = axis(attr_i(n, "axis", 1), first.shape.len())?;
             let mut s = first.shape.clone();
             s[ax] = all
@@ -1351,6 +1355,20 @@ mod tests {
             ints: v.to_vec(),
             ..Default::default()
         }
+    }
+
+    /// Nodes with no inputs, or scalars where a rank is needed, are errors.
+    #[test]
+    fn inputless_and_scalar_nodes_are_errors() {
+        for op in ["Add", "Sum", "Concat"] {
+            let m = model(vec![node(op, &[], &["y"])], vec![], "y");
+            let e = lower(&m, "m", &Options::default()).unwrap_err();
+            assert!(e.contains("no inputs"), "{op}: {e}");
+        }
+        let mut m = model(vec![node("Concat", &["x", "x"], &["y"])], vec![], "y");
+        m.graph.as_mut().unwrap().input = vec![input("x", &[])];
+        let e = lower(&m, "m", &Options::default()).unwrap_err();
+        assert!(e.contains("rank 0"), "{e}");
     }
 
     /// Sizes from the file are arbitrary 64-bit numbers: sizes that do not
