@@ -148,28 +148,22 @@ impl DeviceSpec {
                 &format!("must be 1..={}", crate::CuSet::CAPACITY),
             );
         }
-        for (f, v) in [
-            ("wave_size", self.wave_size),
-            ("max_waves_per_cu", self.max_waves_per_cu),
-            ("max_threads_per_cu", self.max_threads_per_cu),
-            ("max_blocks_per_cu", self.max_blocks_per_cu),
-            ("registers_per_cu", self.registers_per_cu),
+        // Per-CU limits: positive (LDS may be 0), and within the 24-bit lanes
+        // the engine packs a CU's usage in (engine.rs `Packed`).
+        let lane_max = (1u32 << crate::engine::LANE) - 1;
+        for (f, v, min, max) in [
+            ("wave_size", self.wave_size, 1, u32::MAX),
+            ("max_waves_per_cu", self.max_waves_per_cu, 1, lane_max),
+            ("max_threads_per_cu", self.max_threads_per_cu, 1, lane_max),
+            ("max_blocks_per_cu", self.max_blocks_per_cu, 1, lane_max),
+            ("lds_bytes_per_cu", self.lds_bytes_per_cu, 0, lane_max),
+            ("registers_per_cu", self.registers_per_cu, 1, lane_max),
         ] {
-            if v == 0 {
+            if v < min {
                 return bad(f, "must be positive");
             }
-        }
-        // The engine packs a CU's usage in 24-bit lanes (engine.rs `Packed`).
-        let lane_max = (1u32 << crate::engine::LANE) - 1;
-        for (f, v) in [
-            ("max_waves_per_cu", self.max_waves_per_cu),
-            ("max_threads_per_cu", self.max_threads_per_cu),
-            ("max_blocks_per_cu", self.max_blocks_per_cu),
-            ("lds_bytes_per_cu", self.lds_bytes_per_cu),
-            ("registers_per_cu", self.registers_per_cu),
-        ] {
-            if v > lane_max {
-                return bad(f, &format!("must be at most {lane_max} (a per-CU limit)"));
+            if v > max {
+                return bad(f, &format!("must be at most {max} (a per-CU limit)"));
             }
         }
         if self.memory_bandwidth_bytes_per_s == 0 {
