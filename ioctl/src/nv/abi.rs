@@ -19,7 +19,9 @@
 //! - `src/common/sdk/nvidia/inc/class/cl83de.h` @1739a20e
 //! - `src/common/sdk/nvidia/inc/ctrl/ctrl83de/ctrl83dedebug.h` @877fd23c
 //! - `src/common/sdk/nvidia/inc/ctrl/ctrla06c.h` @1739a20e
-//! - `src/common/sdk/nvidia/inc/ctrl/ctrl2080/ctrl2080gpu.h` (REG_OP)
+//! - `src/common/sdk/nvidia/inc/ctrl/ctrl2080/ctrl2080gpu.h` @448d5cc6 (REG_OP:
+//!   the struct, READ_32/WRITE_32, TYPE_GLOBAL/GR_CTX, STATUS_SUCCESS/INVALID_OP;
+//!   a large generated file, so no line numbers)
 //! - `src/common/sdk/nvidia/inc/nvstatuscodes.h` @307159f2
 //!
 //! How userspace encodes an escape: `_IOWR(NV_IOCTL_MAGIC, NV_ESC_*,
