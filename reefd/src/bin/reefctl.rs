@@ -87,6 +87,13 @@ enum ModelsCmd {
 }
 
 fn main() -> ExitCode {
+    // Exit quietly when stdout is a closed pipe (`... --json | head`), as Unix
+    // tools do, instead of panicking inside println!.
+    // SAFETY: runs first in main, before any thread exists; SIG_DFL is always a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
