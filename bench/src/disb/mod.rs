@@ -7,6 +7,7 @@
 //! normalisation base), then the workload's clients run for `time` seconds
 //! of virtual time. Runs are independent and execute on worker threads.
 
+pub mod live;
 pub mod metrics;
 pub mod plot;
 pub mod preempt;
@@ -71,6 +72,14 @@ pub struct DisbArgs {
     /// unpreempted run (slower).
     #[arg(long)]
     pub check_values: bool,
+    /// Drive the workload on the wall clock against a running reefd through
+    /// its client API instead of in virtual time (see `disb::live`).
+    #[arg(long)]
+    pub live: bool,
+    /// reefd's socket for --live (default: $REEF_SOCKET, else
+    /// /run/reef/reefd.sock).
+    #[arg(long, requires = "live")]
+    pub socket: Option<PathBuf>,
 }
 
 /// Parses a comma list of policy names; unknown names are an error.
@@ -255,6 +264,9 @@ pub fn table(results: &[PolicyResult]) -> String {
 
 /// Entry point of `reef-bench disb`.
 pub fn main(args: DisbArgs) -> Result<()> {
+    if args.live {
+        return live::main(args);
+    }
     let policies = parse_policies(&args.policy)?;
     if args.dq_capacity == 0 {
         bail!("--dq-capacity must be at least 1");

@@ -1,0 +1,957 @@
+//! `reef-bench disb WORKLOAD --live [--socket PATH]`: the DISB workloads
+//! driven on the wall clock against a running reefd through its client API
+//! (`reefd::client`, docs/protocol.md), instead of in virtual time.
+//!
+//! Everything that defines the workload is shared with the virtual-time run:
+//! the same reader (`workload`), the same client plans and arrival generation
+//! for the same seed (`runner::plan_clients`, DISB's client loop: each client
+//! waits for its next launch, issues one request and waits for the reply;
+//! periodic, Poisson and trace launches already late for the next slot are
+//! dropped; dependent clients issue when all their inputs have returned a
+//! result of one serial), and the same metrics (`metrics::summarize`, so the
+//! `--json` object has the virtual run's fields, plus a `live` object).
+//!
+//! The normalisation base is measured through the daemon first, as the
+//! virtual run measures it through the scheduler: per model, one RT client
+//! alone runs one warm-up and ten inferences; the base is the mean of the
+//! ten. Latency is measured by the client, from just before a request is
+//! written to the socket to its reply (DISB measures at the client), for the
+//! stand-alone phase and the run alike.
+//!
+//! Each DISB task is one connection and one registered stream (RT or BE as
+//! the workload says), driven by its own thread. The daemon's policy is
+//! switched through the API when `--policy` names another one (and switched
+//! back at the end); without `--policy` the daemon's current policy is used.
+//!
+//! What the daemon does not report is not made up: preemption latency,
+//! redundant kernels and device events are null or 0 and listed in
+//! `live.not_measured`; preemption counts, levels, restores and launched
+//! kernels are the daemon's counters over the run (other clients of the same
+//! daemon would be counted too: the run warns when the daemon is not idle).
+
+use super::metrics::{self, PolicyResult};
+use super::runner::{self, ClientPlan, ClientStats, Gen, RunOutcome};
+use super::workload::{self, Workload};
+use super::DisbArgs;
+use anyhow::{bail, Context, Result};
+use reef_sched::{Class, PreemptLevel, Time};
+use reefd::client::{Client, ClientError};
+use reefd::protocol::{ErrorCode, Priority, Stats, StatusInfo, TaskResult};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The daemon's default socket (docs/daemon.md).
+pub const DEFAULT_SOCKET: &str = "/run/reef/reefd.sock";
+
+/// Stand-alone phase: one warm-up, then this many measured inferences.
+const STANDALONE_RUNS: usize = 10;
+
+/// How long after the end of a run the clients may wait for replies still
+/// in flight before the run is declared stuck.
+const GRACE: Duration = Duration::from_secs(30);
+
+/// Fields of the virtual-time result the daemon cannot supply.
+const NOT_MEASURED: &[&str] = &[
+    "preempt_latency_us_mean",
+    "preempt_latency_us_p99",
+    "redundant_kernels",
+    "device_events",
+];
+
+/// The socket `--live` talks to: `--socket`, else `$REEF_SOCKET`, else the
+/// daemon's default.
+pub fn socket_path(args: &DisbArgs) -> PathBuf {
+    args.socket
+        .clone()
+        .or_else(|| std::env::var_os("REEF_SOCKET").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+}
+
+/// The default value of a `disb` flag (to tell "not given" from "given").
+fn default_of(id: &str) -> Option<String> {
+    let cmd = <DisbArgs as clap::Args>::augment_args(clap::Command::new("disb"));
+    let arg = cmd.get_arguments().find(|a| a.get_id() == id)?;
+    arg.get_default_values()
+        .first()
+        .map(|v| v.to_string_lossy().into_owned())
+}
+
+fn connect(socket: &Path) -> Result<Client> {
+    let start = format!(
+        "start one with `reefd start --foreground --device sim:mi50 --socket {}` \
+         (docs/daemon.md), or point --socket / REEF_SOCKET at a running one",
+        socket.display()
+    );
+    let mut c = match Client::connect(socket) {
+        Ok(c) => c,
+        Err(ClientError::Connect { source, .. }) => {
+            bail!(
+                "no reefd answers at {}: {source}; {start}",
+                socket.display()
+            )
+        }
+        Err(e) => return Err(e.into()),
+    };
+    c.hello().map_err(|e| match e {
+        ClientError::Server { code, message } => {
+            anyhow::anyhow!(
+                "reefd at {} refused us ({code}): {message}",
+                socket.display()
+            )
+        }
+        e => anyhow::anyhow!(
+            "something listens at {} but does not speak reefd's protocol ({e}); {start}",
+            socket.display()
+        ),
+    })?;
+    Ok(c)
+}
+
+/// xorshift64* as the virtual runner uses it (`runner.rs`): the same
+/// uniform source, so Poisson arrivals are the same for the same seed.
+fn xorshift(s: &mut u64) -> f64 {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    let v = s.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    ((v >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+/// The next launch of an idle client at `now` (ns since the run's start),
+/// or `None` when it has no more launches before `end`: DISB's
+/// `waitUntilNextLaunch`, the same rule as the virtual runner's `Gen::next`
+/// (which is private to `runner.rs`; keep the two in step). Dependent
+/// clients return `Some(now)`; the caller waits for their inputs.
+pub fn next_launch(gen: &mut Gen, now: Time, end: Time) -> Option<Time> {
+    match gen {
+        Gen::Continuous | Gen::Dependent { .. } => (now < end).then_some(now),
+        Gen::Count { remaining } => {
+            if *remaining == 0 {
+                None
+            } else {
+                *remaining -= 1;
+                Some(now)
+            }
+        }
+        Gen::Periodic { next, interval } => {
+            let iv = (*interval).max(1);
+            let mut nl = *next;
+            if nl + iv < now {
+                nl += ((now - nl).div_ceil(iv) - 1) * iv;
+            }
+            if nl >= end {
+                return None;
+            }
+            *next = nl + iv;
+            Some(nl.max(now))
+        }
+        Gen::Poisson {
+            next,
+            rate_per_ns,
+            rng,
+        } => {
+            let rate = *rate_per_ns;
+            let draw = |rng: &mut u64| (-(xorshift(rng)).ln() / rate) as Time;
+            let mut nl = *next;
+            let mut nnl = nl + draw(rng);
+            while nnl < now {
+                nl = nnl;
+                nnl = nl + draw(rng);
+            }
+            if nl >= end {
+                return None;
+            }
+            *next = nnl;
+            Some(nl.max(now))
+        }
+        Gen::Trace { offsets, idx } => {
+            if *idx >= offsets.len() {
+                return None;
+            }
+            let mut nl = offsets[*idx];
+            let mut j = *idx + 1;
+            while j < offsets.len() && offsets[j] < now {
+                nl = offsets[j];
+                j += 1;
+            }
+            *idx = j;
+            if nl >= end {
+                return None;
+            }
+            Some(nl.max(now))
+        }
+    }
+}
+
+/// Stand-alone latencies measured through the daemon.
+struct Standalone {
+    /// Client-side mean, ns (the normalisation base).
+    client_ns: Vec<f64>,
+    /// The daemon's own latency (arrival at the socket to completion), us.
+    daemon_us: Vec<f64>,
+}
+
+fn measure_standalone(socket: &Path, models: &[String]) -> Result<Standalone> {
+    let mut c = connect(socket)?;
+    let s = c
+        .register(Priority::Rt, Some("reef-bench standalone"))
+        .context("registering the stand-alone RT client")?;
+    let mut out = Standalone {
+        client_ns: Vec::new(),
+        daemon_us: Vec::new(),
+    };
+    for m in models {
+        let mut client = Vec::new();
+        let mut daemon = Vec::new();
+        for i in 0..=STANDALONE_RUNS {
+            let t = Instant::now();
+            let r = c
+                .infer(s.stream, m)
+                .with_context(|| format!("stand-alone inference of {m}"))?;
+            let lat = t.elapsed().as_nanos() as f64;
+            check_outputs(&r)?;
+            if i > 0 {
+                client.push(lat);
+                daemon.push(r.latency_us);
+            }
+        }
+        out.client_ns
+            .push(metrics::mean(&client).expect("runs > 0"));
+        out.daemon_us
+            .push(metrics::mean(&daemon).expect("runs > 0"));
+    }
+    c.unregister(s.stream)?;
+    Ok(out)
+}
+
+fn check_outputs(r: &TaskResult) -> Result<()> {
+    if r.outputs_verified == Some(false) {
+        bail!(
+            "task {} ({} on stream {}): the daemon reports outputs that differ from an unpreempted run",
+            r.task,
+            r.model,
+            r.stream
+        );
+    }
+    Ok(())
+}
+
+/// What one client thread measured.
+#[derive(Default)]
+struct ClientOut {
+    stats: ClientStats,
+    /// Daemon-side latency of completed requests, us.
+    daemon_us: Vec<f64>,
+    /// Control path (arrival at the socket to first kernel queued), us.
+    control_us: Vec<f64>,
+    /// Actual send minus planned launch, us.
+    late_us: Vec<f64>,
+    verified: u64,
+    corrupted: u64,
+    unchecked: u64,
+    error: Option<String>,
+}
+
+/// State the client threads share.
+struct Shared {
+    t0: Instant,
+    end: Time,
+    /// Per dependent client: results seen per serial number.
+    dep_ready: Mutex<Vec<BTreeMap<u64, usize>>>,
+    cv: Condvar,
+    abort: AtomicBool,
+}
+
+impl Shared {
+    fn now(&self) -> Time {
+        self.t0.elapsed().as_nanos() as Time
+    }
+}
+
+struct ClientJob<'a> {
+    ci: usize,
+    plan: ClientPlan,
+    model: &'a str,
+    client: Client,
+    stream: u64,
+    dependents: Vec<usize>,
+    rt_only: bool,
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+/// DISB's client loop on the wall clock.
+fn client_loop(mut job: ClientJob<'_>, sh: &Shared) -> ClientOut {
+    let mut out = ClientOut::default();
+    let need = match &job.plan.gen {
+        Gen::Dependent { prev } => Some(prev.len()),
+        _ => None,
+    };
+    let mut planned = match need {
+        Some(_) => None,
+        None => next_launch(&mut job.plan.gen, 0, sh.end),
+    };
+    loop {
+        if sh.abort.load(Ordering::Relaxed) {
+            break;
+        }
+        let t = match (need, planned) {
+            (None, None) => break,
+            (None, Some(t)) => {
+                sleep_until(sh.t0 + Duration::from_nanos(t));
+                t
+            }
+            (Some(need), _) => {
+                // Wait until every input has returned a result of one serial.
+                let mut g = sh.dep_ready.lock().expect("no panics hold the lock");
+                let ready = loop {
+                    let hit = g[job.ci].iter().find(|(_, &c)| c >= need).map(|(&s, _)| s);
+                    if let Some(serial) = hit {
+                        // DISB gives up older incomplete serials.
+                        g[job.ci] = g[job.ci].split_off(&(serial + 1));
+                        break true;
+                    }
+                    let now = sh.now();
+                    if now >= sh.end || sh.abort.load(Ordering::Relaxed) {
+                        break false;
+                    }
+                    g = sh
+                        .cv
+                        .wait_timeout(g, Duration::from_nanos(sh.end - now))
+                        .expect("no panics hold the lock")
+                        .0;
+                };
+                drop(g);
+                let now = sh.now();
+                if !ready || now >= sh.end {
+                    break;
+                }
+                now
+            }
+        };
+        let sent = Instant::now();
+        let sent_rel = sent.duration_since(sh.t0).as_nanos() as Time;
+        out.late_us.push(sent_rel.saturating_sub(t) as f64 / 1e3);
+        out.stats.issued += 1;
+        let r = job.client.infer(job.stream, job.model);
+        let done = Instant::now();
+        let done_rel = done.duration_since(sh.t0).as_nanos() as Time;
+        match r {
+            Ok(r) => {
+                match r.outputs_verified {
+                    Some(true) => out.verified += 1,
+                    Some(false) => out.corrupted += 1,
+                    None => out.unchecked += 1,
+                }
+                // As in virtual time: a reply after the end is not seen.
+                if done_rel > sh.end {
+                    break;
+                }
+                out.stats.completed += 1;
+                out.stats.latencies.push((done - sent).as_nanos() as Time);
+                out.daemon_us.push(r.latency_us);
+                if let Some(c) = r.control_path_us {
+                    out.control_us.push(c);
+                }
+                if !job.dependents.is_empty() {
+                    let serial = out.stats.completed;
+                    let mut g = sh.dep_ready.lock().expect("no panics hold the lock");
+                    for &d in &job.dependents {
+                        *g[d].entry(serial).or_default() += 1;
+                    }
+                    sh.cv.notify_all();
+                }
+            }
+            Err(e)
+                if job.rt_only
+                    && job.plan.class == Class::BestEffort
+                    && e.code() == Some(ErrorCode::Unsupported) =>
+            {
+                // rt-only refuses best-effort work (virtual: RequestRejected).
+                out.stats.issued -= 1;
+                out.stats.rejected = true;
+                break;
+            }
+            Err(e) => {
+                out.error = Some(format!(
+                    "client {} ({} on stream {}): {e}",
+                    job.plan.name, job.model, job.stream
+                ));
+                sh.abort.store(true, Ordering::Relaxed);
+                sh.cv.notify_all();
+                break;
+            }
+        }
+        planned = next_launch(&mut job.plan.gen, done_rel, sh.end);
+    }
+    // Wake dependents waiting for this client.
+    sh.cv.notify_all();
+    out
+}
+
+/// The `live` object added to each `--json` line.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveInfo {
+    pub socket: PathBuf,
+    pub daemon_version: String,
+    pub daemon_device: String,
+    pub daemon_engine: String,
+    pub daemon_policy: String,
+    /// Whether the daemon's engine runs dynamic kernel padding (it does not:
+    /// its `reef` is reset-based preemption only, as `reef-nodkp`).
+    pub padding: bool,
+    /// Stand-alone latency per model measured through the daemon by the
+    /// client (the normalisation base), us.
+    pub standalone_us: BTreeMap<String, f64>,
+    /// The same, as the daemon measured it (arrival at the socket to
+    /// completion), us.
+    pub standalone_daemon_us: BTreeMap<String, f64>,
+    /// Mean RT latency by the daemon's clock over its own stand-alone base.
+    pub rt_latency_norm_mean_daemon: Option<f64>,
+    /// RT control path (arrival at the socket to first kernel queued), us.
+    pub rt_control_path_us_p50: Option<f64>,
+    pub rt_control_path_us_p99: Option<f64>,
+    /// How late requests were sent after their planned launch, us.
+    pub launch_late_us_mean: Option<f64>,
+    pub launch_late_us_p99: Option<f64>,
+    /// Requests whose outputs the daemon compared with an unpreempted run.
+    pub outputs_verified: u64,
+    pub outputs_corrupted: u64,
+    pub outputs_unchecked: u64,
+    /// The daemon's preemption counters over the run, by level.
+    pub preemptions_by_level: BTreeMap<String, u64>,
+    pub not_measured: Vec<&'static str>,
+}
+
+struct Ctx {
+    socket: PathBuf,
+    status: StatusInfo,
+    models: Vec<String>,
+    standalone: Standalone,
+}
+
+fn counter_delta(after: &Stats, before: &Stats) -> BTreeMap<String, u64> {
+    after
+        .preemptions
+        .iter()
+        .map(|(k, &v)| {
+            let b = before.preemptions.get(k).copied().unwrap_or(0);
+            (k.clone(), v.saturating_sub(b))
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+fn max_level(levels: &[u8]) -> PreemptLevel {
+    match levels.iter().copied().max() {
+        Some(l) if l >= 3 => PreemptLevel::Kill,
+        Some(2) => PreemptLevel::LazyEviction,
+        _ => PreemptLevel::HostQueue,
+    }
+}
+
+/// Runs one workload under the daemon's current policy.
+fn run_one(
+    ctx: &Ctx,
+    admin: &mut Client,
+    w: &Workload,
+    policy: &str,
+    args: &DisbArgs,
+) -> Result<(PolicyResult, LiveInfo)> {
+    let secs = args.duration.unwrap_or(w.time);
+    if !(secs.is_finite() && secs > 0.0) {
+        bail!("--duration must be a positive number of seconds, got {secs}");
+    }
+    let end = (secs * 1e9) as Time;
+    let index = |d: &str| {
+        ctx.models
+            .iter()
+            .position(|m| m == d)
+            .expect("workload models loaded")
+    };
+    let plans = runner::plan_clients(w, &index, &ctx.standalone.client_ns, args.seed);
+    let n = plans.len();
+    let dependents: Vec<Vec<usize>> = (0..n)
+        .map(|i| {
+            (0..n)
+                .filter(|&j| matches!(&plans[j].gen, Gen::Dependent { prev } if prev.contains(&i)))
+                .collect()
+        })
+        .collect();
+    let status = admin.status()?;
+    if status.tasks_in_flight > 0 || status.streams > 0 {
+        eprintln!(
+            "reef-bench disb --live: warning: the daemon already has {} streams and {} tasks in flight; \
+             their work shares the device and the daemon's counters",
+            status.streams, status.tasks_in_flight
+        );
+    }
+    // One connection and one stream per DISB task.
+    let mut jobs = Vec::new();
+    let mut socks: Vec<UnixStream> = Vec::new();
+    for (ci, plan) in plans.iter().enumerate() {
+        let mut c = connect(&ctx.socket)?;
+        let prio = match plan.class {
+            Class::RealTime => Priority::Rt,
+            Class::BestEffort => Priority::Be,
+        };
+        let s = c
+            .register(prio, Some(&plan.name))
+            .with_context(|| format!("registering client {}", plan.name))?;
+        socks.push(c.socket().try_clone()?);
+        jobs.push(ClientJob {
+            ci,
+            plan: plan.clone(),
+            model: &ctx.models[plan.model],
+            client: c,
+            stream: s.stream,
+            dependents: dependents[ci].clone(),
+            rt_only: policy == "rt-only",
+        });
+    }
+    let before = admin.stats()?;
+    let sh = Shared {
+        // A little head room so every thread is waiting at time 0.
+        t0: Instant::now() + Duration::from_millis(20),
+        end,
+        dep_ready: Mutex::new(vec![BTreeMap::new(); n]),
+        cv: Condvar::new(),
+        abort: AtomicBool::new(false),
+    };
+    let started = Instant::now();
+    let (tx, rx) = mpsc::channel::<(usize, ClientOut)>();
+    let mut outs: Vec<Option<ClientOut>> = (0..n).map(|_| None).collect();
+    let mut stuck = false;
+    std::thread::scope(|sc| {
+        for job in jobs {
+            let tx = tx.clone();
+            let sh = &sh;
+            sc.spawn(move || {
+                let ci = job.ci;
+                let o = client_loop(job, sh);
+                let _ = tx.send((ci, o));
+            });
+        }
+        drop(tx);
+        let deadline = sh.t0 + Duration::from_nanos(end) + GRACE;
+        let mut got = 0;
+        while got < n {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok((ci, o)) => {
+                    outs[ci] = Some(o);
+                    got += 1;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !stuck => {
+                    // Unblock clients waiting on a daemon that stopped answering.
+                    stuck = true;
+                    sh.abort.store(true, Ordering::Relaxed);
+                    sh.cv.notify_all();
+                    for s in &socks {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+                Err(_) => {
+                    // Disconnected, or still nothing after the shutdown:
+                    // the scope joins what is left.
+                    for (ci, o) in rx.iter() {
+                        outs[ci] = Some(o);
+                    }
+                    break;
+                }
+            }
+        }
+    });
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    if stuck {
+        bail!(
+            "reefd at {} did not answer the run's requests within {} s after its end",
+            ctx.socket.display(),
+            GRACE.as_secs()
+        );
+    }
+    let outs: Vec<ClientOut> = outs
+        .into_iter()
+        .map(|o| o.expect("every client reported"))
+        .collect();
+    if let Some(e) = outs.iter().find_map(|o| o.error.clone()) {
+        bail!("{e}");
+    }
+    let corrupted: u64 = outs.iter().map(|o| o.corrupted).sum();
+    if corrupted > 0 {
+        bail!(
+            "{corrupted} requests returned outputs that differ from an unpreempted run (daemon's value tracking)"
+        );
+    }
+    let after = admin.stats()?;
+    let by_level = counter_delta(&after, &before);
+    let outcome = RunOutcome {
+        clients: outs.iter().map(|o| o.stats.clone()).collect(),
+        preemptions: Vec::new(),
+        duration: end,
+        restores: after.restores.saturating_sub(before.restores),
+        redundant_kernels: 0,
+        kernels_launched: after
+            .kernels_launched
+            .saturating_sub(before.kernels_launched),
+        device_events: 0,
+        corrupted_outputs: corrupted,
+        device_max_level: max_level(&ctx.status.preemption_levels),
+        padding: None,
+    };
+    let mut r = metrics::summarize(
+        &w.name,
+        policy,
+        &ctx.status.device,
+        args.seed,
+        &plans,
+        &ctx.models,
+        &ctx.standalone.client_ns,
+        &outcome,
+        wall_ms,
+    );
+    r.preemptions = by_level.values().sum::<u64>() as usize;
+    r.preempt_level = by_level.keys().filter_map(|k| k.parse::<u8>().ok()).max();
+    r.preempt_latency_us_mean = None;
+    r.preempt_latency_us_p99 = None;
+    let mut rt_daemon_norm = Vec::new();
+    let mut control = Vec::new();
+    for (plan, o) in plans.iter().zip(&outs) {
+        if plan.class == Class::RealTime {
+            let base = ctx.standalone.daemon_us[plan.model];
+            rt_daemon_norm.extend(o.daemon_us.iter().map(|l| l / base));
+            control.extend_from_slice(&o.control_us);
+        }
+    }
+    control.sort_by(f64::total_cmp);
+    let mut late: Vec<f64> = outs
+        .iter()
+        .flat_map(|o| o.late_us.iter().copied())
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let info = LiveInfo {
+        socket: ctx.socket.clone(),
+        daemon_version: ctx.status.daemon_version.clone(),
+        daemon_device: ctx.status.device.clone(),
+        daemon_engine: ctx.status.engine.clone(),
+        daemon_policy: admin.status()?.policy,
+        padding: false,
+        standalone_us: ctx
+            .models
+            .iter()
+            .zip(&ctx.standalone.client_ns)
+            .map(|(m, ns)| (m.clone(), ns / 1e3))
+            .collect(),
+        standalone_daemon_us: ctx
+            .models
+            .iter()
+            .zip(&ctx.standalone.daemon_us)
+            .map(|(m, us)| (m.clone(), *us))
+            .collect(),
+        rt_latency_norm_mean_daemon: metrics::mean(&rt_daemon_norm),
+        rt_control_path_us_p50: metrics::percentile(&control, 50.0),
+        rt_control_path_us_p99: metrics::percentile(&control, 99.0),
+        launch_late_us_mean: metrics::mean(&late),
+        launch_late_us_p99: metrics::percentile(&late, 99.0),
+        outputs_verified: outs.iter().map(|o| o.verified).sum(),
+        outputs_corrupted: corrupted,
+        outputs_unchecked: outs.iter().map(|o| o.unchecked).sum(),
+        preemptions_by_level: by_level,
+        not_measured: NOT_MEASURED.to_vec(),
+    };
+    Ok((r, info))
+}
+
+/// Entry point of `reef-bench disb --live`.
+pub fn main(args: DisbArgs) -> Result<()> {
+    let socket = socket_path(&args);
+    if let Some(d) = default_of("dq_capacity") {
+        if args.dq_capacity.to_string() != d {
+            bail!(
+                "--dq-capacity is the daemon's setting in --live mode: set scheduler.device_queue_capacity \
+                 in its reefd.toml (docs/daemon.md) and restart it"
+            );
+        }
+    }
+    let shared = reef_model::shared_dir();
+    let mut workloads = Vec::new();
+    for p in workload::resolve(&args.workload, &shared) {
+        workloads.push(Workload::load(&p)?);
+    }
+    let mut admin = connect(&socket)?;
+    let status = admin.status()?;
+    // --device: the daemon's device; only checked when given.
+    if default_of("device").as_deref() != Some(args.device.as_str()) {
+        let want = if args.device.contains(':') {
+            args.device.clone()
+        } else {
+            format!("sim:{}", args.device)
+        };
+        if status.device != want {
+            bail!(
+                "reefd at {} serves on {}, not {want}: restart it with `reefd start --device {want} \
+                 --socket {}`, or leave out --device",
+                socket.display(),
+                status.device,
+                socket.display()
+            );
+        }
+    }
+    // --policy: the daemon's current policy unless given.
+    let policies = if default_of("policy").as_deref() == Some(args.policy.as_str()) {
+        vec![status.policy.clone()]
+    } else {
+        super::parse_policies(&args.policy)?
+    };
+    let original_policy = status.policy.clone();
+    // Models, in the virtual run's order (first use across the workloads).
+    let mut models: Vec<String> = Vec::new();
+    for w in &workloads {
+        for t in &w.tasks {
+            if !models.contains(&t.model_dir) {
+                models.push(t.model_dir.clone());
+            }
+        }
+    }
+    let loaded_before: Vec<String> = admin.models()?.into_iter().map(|m| m.name).collect();
+    for m in &models {
+        let path = args.models.as_ref().map(|d| d.join(m));
+        admin
+            .load_model(m, path.as_deref())
+            .with_context(|| format!("reefd could not load model {m}"))?;
+    }
+    let t0 = Instant::now();
+    let standalone = measure_standalone(&socket, &models)?;
+    if !args.json {
+        eprintln!(
+            "stand-alone latency through reefd at {} on {} ({:.0} ms): {}",
+            socket.display(),
+            status.device,
+            t0.elapsed().as_secs_f64() * 1e3,
+            models
+                .iter()
+                .zip(&standalone.client_ns)
+                .map(|(m, l)| format!("{m} {:.0} us", l / 1e3))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let ctx = Ctx {
+        socket: socket.clone(),
+        status: status.clone(),
+        models: models.clone(),
+        standalone,
+    };
+    let mut results: Vec<(PolicyResult, LiveInfo)> = Vec::new();
+    let mut failure = None;
+    'outer: for p in &policies {
+        let current = admin.status()?.policy;
+        if &current != p {
+            if let Err(e) = admin.set_policy(p) {
+                failure = Some(anyhow::anyhow!(
+                    "reefd runs policy {current}, --policy asks {p}, and switching it failed: {e} \
+                     (run as root or as the daemon's user, or restart it with `reefd start --policy {p}`)"
+                ));
+                break;
+            }
+            if !args.json {
+                eprintln!("switched reefd's policy from {current} to {p}");
+            }
+        }
+        if matches!(p.as_str(), "reef" | "reef-dkp-mv") && !args.json {
+            eprintln!(
+                "note: reefd's engine has no dynamic kernel padding: its {p} is reset-based \
+                 preemption only (reef-nodkp in virtual time)"
+            );
+        }
+        for w in &workloads {
+            match run_one(&ctx, &mut admin, w, p, &args)
+                .with_context(|| format!("live workload {} policy {p}", w.name))
+            {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    failure = Some(e);
+                    break 'outer;
+                }
+            }
+        }
+    }
+    // Leave the daemon as we found it, over a fresh connection: after a
+    // failed run the old one may be dead, and writing to it could raise
+    // SIGPIPE.
+    drop(admin);
+    let mut admin = match connect(&socket) {
+        Ok(c) => c,
+        Err(e) => {
+            let e = anyhow::anyhow!("reefd went away during the run: {e:#}");
+            return Err(failure.map_or(e, |f| f.context("and reefd went away")));
+        }
+    };
+    match admin.status() {
+        Ok(s) if s.policy != original_policy => {
+            if let Err(e) = admin.set_policy(&original_policy) {
+                eprintln!(
+                    "reef-bench disb --live: could not switch reefd back to {original_policy}: {e}"
+                );
+            }
+        }
+        _ => {}
+    }
+    for m in &models {
+        if !loaded_before.contains(m) {
+            if let Err(e) = admin.unload_model(m) {
+                eprintln!("reef-bench disb --live: could not unload {m}: {e}");
+            }
+        }
+    }
+    if args.json {
+        for (r, info) in &results {
+            let mut v = serde_json::to_value(r)?;
+            v["live"] = serde_json::to_value(info)?;
+            println!("{v}");
+        }
+    } else {
+        let plain: Vec<PolicyResult> = results.iter().map(|(r, _)| r.clone()).collect();
+        print!("{}", super::table(&plain));
+        for (r, i) in &results {
+            println!(
+                "live {} {}: daemon policy {}, outputs verified {}/{} (unchecked {}), \
+                 RT normalised mean by the daemon's clock {}, RT control path p50/p99 {}/{} us, \
+                 launches late by {} us (mean), {} s wall",
+                r.workload,
+                r.policy,
+                i.daemon_policy,
+                i.outputs_verified,
+                i.outputs_verified + i.outputs_corrupted + i.outputs_unchecked,
+                i.outputs_unchecked,
+                fmt(i.rt_latency_norm_mean_daemon, 3),
+                fmt(i.rt_control_path_us_p50, 1),
+                fmt(i.rt_control_path_us_p99, 1),
+                fmt(i.launch_late_us_mean, 1),
+                (r.wall_ms / 1e3).round()
+            );
+        }
+    }
+    if !args.no_plot && !results.is_empty() {
+        let plain: Vec<PolicyResult> = results.iter().map(|(r, _)| r.clone()).collect();
+        super::plot::write_fig15(&args.plot, &plain)?;
+        if !args.json {
+            println!("plot: {}", args.plot.display());
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn fmt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periodic_launches_late_for_the_next_slot_are_dropped() {
+        // The virtual runner's expectations (runner.rs), on the live copy.
+        let mut g = Gen::Periodic {
+            next: 0,
+            interval: 10,
+        };
+        assert_eq!(next_launch(&mut g, 0, 1000), Some(0));
+        assert_eq!(next_launch(&mut g, 35, 1000), Some(35));
+        assert_eq!(next_launch(&mut g, 36, 1000), Some(40));
+        assert_eq!(next_launch(&mut g, 60, 1000), Some(60));
+        assert_eq!(next_launch(&mut g, 61, 1000), Some(61));
+        assert_eq!(next_launch(&mut g, 995, 1000), Some(995));
+        assert_eq!(next_launch(&mut g, 996, 1000), None);
+    }
+
+    #[test]
+    fn poisson_arrivals_depend_only_on_the_seed_and_skip_missed_ones() {
+        let w = Workload::parse(
+            Path::new("p.json"),
+            r#"{"time": 1, "tasks": [{"id": "a_rt", "load": {"type": "poisson", "frequency": 1000},
+                "client": {"model_name": "vgg19-imagenet"}}]}"#,
+        )
+        .unwrap();
+        let plan = |seed| runner::plan_clients(&w, &|_| 0, &[1e6], seed).remove(0).gen;
+        let launches = |mut g: Gen, busy: Time| {
+            let mut v = Vec::new();
+            let mut now = 0;
+            while let Some(t) = next_launch(&mut g, now, 1_000_000_000) {
+                v.push(t);
+                now = t + busy;
+            }
+            v
+        };
+        let a = launches(plan(1), 0);
+        assert_eq!(a, launches(plan(1), 0));
+        assert_ne!(a, launches(plan(2), 0));
+        // About 1000 arrivals in a second at 1000/s.
+        assert!((850..1150).contains(&a.len()), "{}", a.len());
+        // A client busy for 5 ms at every launch drops the arrivals it
+        // missed: launches are at least 5 ms apart and fewer.
+        let b = launches(plan(1), 5_000_000);
+        assert!(b.windows(2).all(|p| p[1] - p[0] >= 5_000_000));
+        assert!(b.len() < 210, "{}", b.len());
+    }
+
+    #[test]
+    fn trace_launches_skip_passed_offsets() {
+        let mut g = Gen::Trace {
+            offsets: vec![0, 100, 101, 102, 300],
+            idx: 0,
+        };
+        assert_eq!(next_launch(&mut g, 0, 1000), Some(0));
+        assert_eq!(next_launch(&mut g, 50, 1000), Some(100));
+        assert_eq!(next_launch(&mut g, 103, 1000), Some(103));
+        assert_eq!(next_launch(&mut g, 104, 1000), Some(300));
+        assert_eq!(next_launch(&mut g, 400, 1000), None);
+    }
+
+    #[test]
+    fn no_daemon_is_a_clear_error_that_says_how_to_start_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("none.sock");
+        let e = format!("{:#}", connect(&sock).err().unwrap());
+        assert!(e.contains("no reefd answers at"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "reefd start --foreground --device sim:mi50 --socket {}",
+                sock.display()
+            )),
+            "{e}"
+        );
+        // Something that is not reefd listening there.
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let l2 = _l.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l2.accept().unwrap();
+            use std::io::Write;
+            let _ = s.write_all(b"\x00\x00\x00\x05hello");
+        });
+        let e = format!("{:#}", connect(&sock).err().unwrap());
+        t.join().unwrap();
+        assert!(e.contains("does not speak reefd's protocol"), "{e}");
+    }
+
+    #[test]
+    fn unset_flags_are_told_from_given_ones() {
+        assert_eq!(default_of("device").as_deref(), Some("mi50"));
+        assert_eq!(default_of("dq_capacity").as_deref(), Some("4"));
+        assert!(default_of("policy").is_some());
+    }
+}
