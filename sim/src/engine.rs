@@ -309,6 +309,12 @@ struct Launch {
     parts_left: u32,
     /// On a leader: the other parts' slots.
     followers: Vec<u32>,
+    /// While blocks are unplaced: the allowed CUs that may have room for
+    /// one. A placement attempt either places every block or fills every
+    /// allowed CU, so after one only CUs freed since can take a block: the
+    /// set is emptied by each attempt, grown by every group retirement, and
+    /// the next attempt scans just these CUs (none: skipped).
+    scan: CuSet,
 }
 
 #[derive(Debug)]
@@ -591,6 +597,7 @@ impl Sim {
                     leader: 0,
                     parts_left: 0,
                     followers: Vec::new(),
+                    scan: CuSet::empty(),
                 });
                 self.launches.len() as u32 - 1
             }
@@ -614,6 +621,7 @@ impl Sim {
         l.leader = slot;
         l.parts_left = 1;
         l.followers.clear();
+        l.scan = CuSet::empty();
         slot
     }
 
@@ -1011,6 +1019,7 @@ impl Sim {
                             let l = &mut self.launches[part as usize];
                             l.state = LState::Active;
                             l.seq = self.dispatch_seq;
+                            l.scan = l.cus;
                             // Insert keeping (priority desc, seq asc) order.
                             let key = (Reverse(prio), self.dispatch_seq);
                             let pos = self.active.partition_point(|&a| {
@@ -1044,7 +1053,7 @@ impl Sim {
         while i < self.active.len() {
             let slot = self.active[i];
             let l = &self.launches[slot as usize];
-            if l.next_block < l.end {
+            if l.next_block < l.end && !l.scan.is_empty() {
                 self.place_launch(slot);
             }
             i += 1;
@@ -1057,6 +1066,7 @@ impl Sim {
         let l = &self.launches[slot as usize];
         let sh = l.req.shape.clone();
         let allowed = l.cus;
+        let scan = l.scan;
         let mut remaining = l.end - l.next_block;
         // Capacity per allowed CU, in rotating order from self.rr. An empty
         // CU's capacity is the same for every CU: computed once.
@@ -1074,6 +1084,9 @@ impl Sim {
         };
         let cap_empty = cap_of(&CuUsage::default());
         let unit = unit_of(&sh);
+        // After this attempt every block is placed or every allowed CU is
+        // full for this kernel (see `Launch::scan`).
+        self.launches[slot as usize].scan = CuSet::empty();
         let mut buckets: Vec<(u32, u32, CuSet)> = Vec::new();
         if self.busy == 0 && allowed == self.all_cus {
             // Fast path, idle device: an even spread, at most two buckets.
@@ -1108,28 +1121,27 @@ impl Sim {
         // Candidates (cu, capacity left, blocks allotted) in rotating order
         // from self.rr. With fewer blocks than candidates each of the first
         // `remaining` candidates gets one block, so the scan stops there.
+        // Only the CUs of `scan` can have room (the others are full for this
+        // kernel), so only they are visited, in the same order.
         self.cand.clear();
-        let mut cu = self.rr;
         let mut early = false;
-        for _ in 0..n {
-            if allowed.contains(cu) {
-                let u = self.usage[cu];
-                let cap = if u == 0 {
-                    cap_empty
-                } else {
-                    cap_of(&unpack(u))
-                };
-                if cap > 0 {
-                    self.cand.push((cu, cap, 0));
-                    if self.cand.len() as u32 == remaining {
-                        early = true;
-                        break;
-                    }
+        let (from_rr, before_rr) = (
+            scan.and(&CuSet::range(self.rr, n)),
+            scan.and(&CuSet::range(0, self.rr)),
+        );
+        for cu in from_rr.iter().chain(before_rr.iter()) {
+            let u = self.usage[cu];
+            let cap = if u == 0 {
+                cap_empty
+            } else {
+                cap_of(&unpack(u))
+            };
+            if cap > 0 {
+                self.cand.push((cu, cap, 0));
+                if self.cand.len() as u32 == remaining {
+                    early = true;
+                    break;
                 }
-            }
-            cu += 1;
-            if cu == n {
-                cu = 0;
             }
         }
         let Some(&(last_cand, _, _)) = self.cand.last() else {
@@ -1278,6 +1290,13 @@ impl Sim {
             *u -= free;
             if *u == 0 {
                 self.busy -= 1;
+            }
+        }
+        // Kernels waiting for room may now fit on these CUs.
+        for &a in &self.active {
+            let l = &mut self.launches[a as usize];
+            if l.next_block < l.end {
+                l.scan = l.scan.or(&cus.and(&l.cus));
             }
         }
         if record != usize::MAX {
