@@ -211,28 +211,49 @@ pub struct CuUsage {
     pub regs: u32,
 }
 
-/// Per-CU usage packed in one u128, 24 bits per resource (threads, waves,
-/// blocks, LDS bytes, registers: every per-CU limit is below 2^24), so
-/// charging or freeing a CU is one add or subtract. Lanes never go negative
-/// or past a CU's limit, so no carry crosses lanes.
+/// Per-CU usage packed in one u128, one 25-bit lane per resource (threads,
+/// waves, blocks, LDS bytes, registers): 24 value bits (every per-CU limit
+/// is below 2^24) and a guard bit, so charging or freeing a CU is one add or
+/// subtract, and whether one more block fits is one subtract and a mask
+/// ([`fits`]). Lanes never go negative or past a CU's limit, so no carry
+/// crosses lanes.
 type Packed = u128;
-/// Bits per resource lane; `DeviceSpec` validation refuses limits that do
-/// not fit one.
+/// Value bits per resource lane; `DeviceSpec` validation refuses limits
+/// that do not fit one.
 pub(crate) const LANE: u32 = 24;
+/// Lane stride: the value bits and a guard bit.
+const STRIDE: u32 = LANE + 1;
 const LANE_MASK: u128 = (1 << LANE) - 1;
-const BLOCKS_SHIFT: u32 = 2 * LANE;
-const WAVES_SHIFT: u32 = LANE;
+const BLOCKS_SHIFT: u32 = 2 * STRIDE;
+const WAVES_SHIFT: u32 = STRIDE;
+/// The guard bit of every lane.
+const GUARD: Packed = {
+    let mut g = 0;
+    let mut i = 0;
+    while i < 5 {
+        g |= 1 << (i * STRIDE + LANE);
+        i += 1;
+    }
+    g
+};
+
+/// True when `need` fits in `free` in every lane (both guard-free): setting
+/// the guards and subtracting borrows from a lane's guard exactly when that
+/// lane lacks room, and never crosses into the next lane.
+fn fits(free: Packed, need: Packed) -> bool {
+    ((free | GUARD) - need) & GUARD == GUARD
+}
 
 fn pack(u: &CuUsage) -> Packed {
     u.threads as u128
         | (u.waves as u128) << WAVES_SHIFT
         | (u.blocks as u128) << BLOCKS_SHIFT
-        | (u.lds as u128) << (3 * LANE)
-        | (u.regs as u128) << (4 * LANE)
+        | (u.lds as u128) << (3 * STRIDE)
+        | (u.regs as u128) << (4 * STRIDE)
 }
 
 fn unpack(p: Packed) -> CuUsage {
-    let lane = |i: u32| ((p >> (i * LANE)) & LANE_MASK) as u32;
+    let lane = |i: u32| ((p >> (i * STRIDE)) & LANE_MASK) as u32;
     CuUsage {
         threads: lane(0),
         waves: lane(1),
@@ -353,6 +374,8 @@ pub struct Sim {
     free_groups: Vec<u32>,
     active: Vec<u32>,
     usage: Vec<Packed>,
+    /// The per-CU limits, packed.
+    limits: Packed,
     all_cus: CuSet,
     /// CUs with at least one resident block.
     busy: usize,
@@ -381,6 +404,13 @@ impl Sim {
         Sim {
             all_cus: CuSet::first(n),
             usage: vec![0; n],
+            limits: pack(&CuUsage {
+                threads: spec.max_threads_per_cu,
+                waves: spec.max_waves_per_cu,
+                blocks: spec.max_blocks_per_cu,
+                lds: spec.lds_bytes_per_cu,
+                regs: spec.registers_per_cu,
+            }),
             cand: Vec::with_capacity(n),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
@@ -1133,6 +1163,8 @@ impl Sim {
             let u = self.usage[cu];
             let cap = if u == 0 {
                 cap_empty
+            } else if !fits(self.limits - u, unit) {
+                0
             } else {
                 cap_of(&unpack(u))
             };
@@ -1368,5 +1400,57 @@ impl Sim {
             self.finish_part(slot);
         }
         self.place();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_lanes_and_fit_test() {
+        let max = (1 << LANE) - 1;
+        let u = CuUsage {
+            threads: max,
+            waves: 7,
+            blocks: 0,
+            lds: 65_536,
+            regs: max - 1,
+        };
+        assert_eq!(unpack(pack(&u)), u);
+        assert_eq!(pack(&u) & GUARD, 0);
+        let limits = CuUsage {
+            threads: 2560,
+            waves: 40,
+            blocks: 40,
+            lds: 65_536,
+            regs: 65_536,
+        };
+        let one = |threads, waves, lds, regs| CuUsage {
+            threads,
+            waves,
+            blocks: 1,
+            lds,
+            regs,
+        };
+        let block = pack(&one(256, 4, 4096, 1024));
+        let (lim, empty) = (pack(&limits), 0);
+        assert!(fits(lim - empty, block));
+        // Exactly full in one lane, short by one in another.
+        let used = pack(&one(2304, 36, 61_440, 64_512));
+        assert!(fits(lim - used, block));
+        let used = pack(&one(2305, 36, 61_440, 64_512));
+        assert!(!fits(lim - used, block));
+        let used = pack(&one(0, 0, 61_441, 0));
+        assert!(!fits(lim - used, block));
+        let used = pack(&CuUsage {
+            blocks: 40,
+            ..CuUsage::default()
+        });
+        assert!(!fits(lim - used, block));
+        assert!(fits(
+            lim - pack(&one(0, 0, 65_536, 0)),
+            pack(&one(1, 1, 0, 1))
+        ));
     }
 }
