@@ -336,6 +336,10 @@ struct Launch {
     /// set is emptied by each attempt, grown by every group retirement, and
     /// the next attempt scans just these CUs (none: skipped).
     scan: CuSet,
+    /// One block's resources, packed.
+    unit: Packed,
+    /// Blocks that fit on an empty CU.
+    cap_empty: u32,
 }
 
 #[derive(Debug)]
@@ -389,6 +393,8 @@ pub struct Sim {
     memory_used: u64,
     // scratch
     cand: Vec<(usize, u32, u32)>,
+    /// Placement buckets: (blocks per CU, co-residency, CUs).
+    buckets: Vec<(u32, u32, CuSet)>,
 }
 
 impl Sim {
@@ -412,6 +418,7 @@ impl Sim {
                 regs: spec.registers_per_cu,
             }),
             cand: Vec::with_capacity(n),
+            buckets: Vec::new(),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
             cfg,
@@ -605,6 +612,7 @@ impl Sim {
         cus: CuSet,
         visible_at: u64,
     ) -> u32 {
+        let (unit, cap_empty) = (unit_of(&req.shape), self.empty_cu_capacity(&req.shape));
         let slot = match self.free_launches.pop() {
             Some(i) => i,
             None => {
@@ -628,6 +636,8 @@ impl Sim {
                     parts_left: 0,
                     followers: Vec::new(),
                     scan: CuSet::empty(),
+                    unit: 0,
+                    cap_empty: 0,
                 });
                 self.launches.len() as u32 - 1
             }
@@ -652,6 +662,8 @@ impl Sim {
         l.parts_left = 1;
         l.followers.clear();
         l.scan = CuSet::empty();
+        l.unit = unit;
+        l.cap_empty = cap_empty;
         slot
     }
 
@@ -1094,30 +1106,32 @@ impl Sim {
         let spec = &self.spec;
         let n = spec.compute_units as usize;
         let l = &self.launches[slot as usize];
-        let sh = l.req.shape.clone();
-        let allowed = l.cus;
-        let scan = l.scan;
+        let sh = &*l.req.shape;
+        let (tpb, wpb, lds, regs) = (
+            sh.threads_per_block,
+            sh.waves_per_block,
+            sh.lds_per_block,
+            sh.regs_per_block,
+        );
+        let (allowed, scan, unit, cap_empty) = (l.cus, l.scan, l.unit, l.cap_empty);
         let mut remaining = l.end - l.next_block;
-        // Capacity per allowed CU, in rotating order from self.rr. An empty
-        // CU's capacity is the same for every CU: computed once.
+        // Capacity of a CU in use (an empty CU's is `cap_empty`).
         let cap_of = |u: &CuUsage| -> u32 {
-            let mut cap = (spec.max_threads_per_cu - u.threads) / sh.threads_per_block;
-            cap = cap.min((spec.max_waves_per_cu - u.waves) / sh.waves_per_block);
+            let mut cap = (spec.max_threads_per_cu - u.threads) / tpb;
+            cap = cap.min((spec.max_waves_per_cu - u.waves) / wpb);
             cap = cap.min(spec.max_blocks_per_cu - u.blocks);
-            if let Some(c) = (spec.lds_bytes_per_cu - u.lds).checked_div(sh.lds_per_block) {
+            if let Some(c) = (spec.lds_bytes_per_cu - u.lds).checked_div(lds) {
                 cap = cap.min(c);
             }
-            if let Some(c) = (spec.registers_per_cu - u.regs).checked_div(sh.regs_per_block) {
+            if let Some(c) = (spec.registers_per_cu - u.regs).checked_div(regs) {
                 cap = cap.min(c);
             }
             cap
         };
-        let cap_empty = cap_of(&CuUsage::default());
-        let unit = unit_of(&sh);
         // After this attempt every block is placed or every allowed CU is
         // full for this kernel (see `Launch::scan`).
         self.launches[slot as usize].scan = CuSet::empty();
-        let mut buckets: Vec<(u32, u32, CuSet)> = Vec::new();
+        self.buckets.clear();
         if self.busy == 0 && allowed == self.all_cus {
             // Fast path, idle device: an even spread, at most two buckets.
             let per = cap_empty.min(remaining / n as u32);
@@ -1143,9 +1157,9 @@ impl Sim {
                     self.usage[cu] = charge;
                 }
                 self.busy += set.len();
-                buckets.push((a, a, set));
+                self.buckets.push((a, a, set));
             }
-            self.make_groups(slot, &sh, buckets);
+            self.make_groups(slot);
             return;
         }
         // Candidates (cu, capacity left, blocks allotted) in rotating order
@@ -1233,35 +1247,35 @@ impl Sim {
             }
             *u += a as u128 * unit;
             let waves = ((*u >> WAVES_SHIFT) & LANE_MASK) as u32;
-            let wpb = sh.waves_per_block;
             let k = if wpb.is_power_of_two() {
                 (waves + wpb - 1) >> wpb.trailing_zeros()
             } else {
                 waves.div_ceil(wpb)
             };
-            match buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
+            match self.buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
                 Some(b) => b.2.insert(cu),
                 None => {
                     let mut set = CuSet::empty();
                     set.insert(cu);
-                    buckets.push((a, k, set));
+                    self.buckets.push((a, k, set));
                 }
             }
         }
-        self.make_groups(slot, &sh, buckets);
+        self.make_groups(slot);
     }
 
     /// Creates one block group per bucket (blocks per CU, co-residency, CUs);
     /// CU usage has already been charged.
-    fn make_groups(&mut self, slot: u32, sh: &KernelShape, buckets: Vec<(u32, u32, CuSet)>) {
+    fn make_groups(&mut self, slot: u32) {
+        let buckets = std::mem::take(&mut self.buckets);
         let now = self.now;
         if !self.launches[slot as usize].started {
             self.launches[slot as usize].started = true;
             self.emit(slot, EventKind::Started);
         }
-        for (per_cu, k, set) in buckets {
+        for &(per_cu, k, set) in &buckets {
             let count = per_cu * set.len() as u32;
-            let mut dur = sh.exec_ns(k);
+            let mut dur = self.launches[slot as usize].req.shape.exec_ns(k);
             if self.cfg.jitter > 0.0 {
                 dur = ((dur as f64 * self.next_jitter()) as u64).max(1);
             }
@@ -1308,6 +1322,7 @@ impl Sim {
             self.launches[slot as usize].groups.push(gslot);
             self.schedule(now + dur, Ev::Group(gslot, gen));
         }
+        self.buckets = buckets;
     }
 
     /// Frees a group's resources; returns (launch slot, blocks).
@@ -1316,7 +1331,7 @@ impl Sim {
         g.live = false;
         let (slot, per_cu, cus, record) = (g.launch, g.per_cu, g.cus, g.record);
         self.free_groups.push(gslot);
-        let free = per_cu as u128 * unit_of(&self.launches[slot as usize].req.shape);
+        let free = per_cu as u128 * self.launches[slot as usize].unit;
         for cu in cus.iter() {
             let u = &mut self.usage[cu];
             *u -= free;
