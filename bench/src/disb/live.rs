@@ -794,7 +794,7 @@ pub fn main(args: DisbArgs) -> Result<()> {
         Ok(c) => c,
         Err(e) => {
             let e = anyhow::anyhow!("reefd went away during the run: {e:#}");
-            return Err(failure.map_or(e, |f| f.context("and reefd went away")));
+            return Err(failure.map_or(e, |f| f.context("reefd went away during the run")));
         }
     };
     match admin.status() {
