@@ -342,6 +342,41 @@ struct Launch {
     cap_empty: u32,
 }
 
+/// A scheduled event. The heap is a max-heap: the earliest time, then the
+/// first scheduled, compares greatest. `key` = time << 64 | scheduling
+/// sequence number, unique, so one integer comparison orders events.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    key: u128,
+    ev: Ev,
+}
+
+impl Pending {
+    fn time(&self) -> u64 {
+        (self.key >> 64) as u64
+    }
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Pending {}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(&self.key)
+    }
+}
+
 #[derive(Debug)]
 struct Group {
     launch: u32,
@@ -370,7 +405,7 @@ pub struct Sim {
     cfg: SimConfig,
     now: u64,
     seq: u64,
-    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    heap: BinaryHeap<Pending>,
     streams: Vec<Stream>,
     launches: Vec<Launch>,
     free_launches: Vec<u32>,
@@ -753,7 +788,7 @@ impl Sim {
 
     /// Time of the next internal event, if any.
     pub fn next_event_time(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((t, _, _))| *t)
+        self.heap.peek().map(Pending::time)
     }
 
     /// Processes every event up to and including `t`, then sets the time to
@@ -767,13 +802,14 @@ impl Sim {
     /// [`Sim::advance_to`] appending into a caller's buffer.
     pub fn advance_into(&mut self, t: u64, out: &mut Vec<DeviceEvent>) {
         out.append(&mut self.out);
-        while let Some(&Reverse((et, _, ev))) = self.heap.peek() {
+        while let Some(&p) = self.heap.peek() {
+            let et = p.time();
             if et > t {
                 break;
             }
             self.heap.pop();
             self.now = self.now.max(et);
-            self.handle(ev);
+            self.handle(p.ev);
             out.append(&mut self.out);
         }
         self.now = self.now.max(t);
@@ -927,7 +963,10 @@ impl Sim {
 
     fn schedule(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, ev)));
+        self.heap.push(Pending {
+            key: (t as u128) << 64 | self.seq as u128,
+            ev,
+        });
     }
 
     fn emit(&mut self, slot: u32, kind: EventKind) {
