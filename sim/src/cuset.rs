@@ -85,24 +85,62 @@ impl CuSet {
     }
 
     /// Ascending CU indices.
-    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().enumerate().flat_map(|(i, &w)| {
-            let mut w = w;
-            std::iter::from_fn(move || {
-                if w == 0 {
-                    None
-                } else {
-                    let b = w.trailing_zeros() as usize;
-                    w &= w - 1;
-                    Some(i * 64 + b)
-                }
-            })
-        })
+    pub fn iter(&self) -> Iter {
+        Iter {
+            words: self.0,
+            i: 0,
+        }
+    }
+
+    /// CU indices from `start` upwards, then from 0 up to `start`
+    /// (rotating order).
+    pub fn iter_from(&self, start: usize) -> std::iter::Chain<Iter, Iter> {
+        let (w, b) = (start / 64, start % 64);
+        let (mut hi, mut lo) = (self.0, self.0);
+        for i in 0..4 {
+            if i < w {
+                hi[i] = 0;
+            } else if i > w {
+                lo[i] = 0;
+            } else {
+                let below = (1u64 << b) - 1;
+                hi[i] &= !below;
+                lo[i] &= below;
+            }
+        }
+        Iter {
+            words: hi,
+            i: w.min(4),
+        }
+        .chain(Iter { words: lo, i: 0 })
     }
 
     /// Largest index + 1 (0 when empty).
     pub fn max_end(&self) -> usize {
         self.iter().last().map(|c| c + 1).unwrap_or(0)
+    }
+}
+
+/// Iterator over a [`CuSet`]'s indices, ascending.
+#[derive(Debug, Clone)]
+pub struct Iter {
+    words: [u64; 4],
+    i: usize,
+}
+
+impl Iterator for Iter {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.i < 4 {
+            let w = self.words[self.i];
+            if w != 0 {
+                self.words[self.i] = w & (w - 1);
+                return Some(self.i * 64 + w.trailing_zeros() as usize);
+            }
+            self.i += 1;
+        }
+        None
     }
 }
 
@@ -137,5 +175,14 @@ mod tests {
         c.remove(200);
         assert_eq!(c.max_end(), 4);
         assert!(CuSet::empty().is_empty());
+        let d: CuSet = [0, 5, 63, 64, 100, 255].into_iter().collect();
+        for start in [0, 1, 5, 6, 63, 64, 65, 100, 200, 255] {
+            let want: Vec<usize> = d
+                .iter()
+                .filter(|&c| c >= start)
+                .chain(d.iter().filter(|&c| c < start))
+                .collect();
+            assert_eq!(d.iter_from(start).collect::<Vec<_>>(), want, "from {start}");
+        }
     }
 }

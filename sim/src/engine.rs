@@ -1208,11 +1208,7 @@ impl Sim {
         // kernel), so only they are visited, in the same order.
         self.cand.clear();
         let mut early = false;
-        let (from_rr, before_rr) = (
-            scan.and(&CuSet::range(self.rr, n)),
-            scan.and(&CuSet::range(0, self.rr)),
-        );
-        for cu in from_rr.iter().chain(before_rr.iter()) {
+        for cu in scan.iter_from(self.rr) {
             let u = self.usage[cu];
             let cap = if u == 0 {
                 cap_empty
