@@ -24,7 +24,7 @@ use crate::protocol::{
     TaskResult,
 };
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -63,6 +63,38 @@ impl ClientError {
 
 pub type Result<T> = std::result::Result<T, ClientError>;
 
+/// Writes all of `buf` with `MSG_NOSIGNAL`, so that a daemon that went away
+/// is an `EPIPE` error here and never a SIGPIPE that would kill the calling
+/// program (reefctl and reef-bench restore SIGPIPE's default disposition so
+/// that `reefctl stats --json | head` ends quietly).
+fn send_all(sock: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        // SAFETY: the pointer and length describe `buf`, which outlives the
+        // call, and the descriptor is owned by `sock` for its duration.
+        let n = unsafe {
+            libc::send(
+                sock.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
 /// A connection to reefd.
 pub struct Client {
     sock: UnixStream,
@@ -93,7 +125,7 @@ impl Client {
 
     /// Sends raw bytes (for tests of the daemon's error handling).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
-        self.sock.write_all(bytes)?;
+        send_all(&self.sock, bytes)?;
         Ok(())
     }
 
@@ -144,7 +176,7 @@ impl Client {
     pub fn send(&mut self, body: RequestBody) -> Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        if let Err(e) = self.sock.write_all(&encode(&Request { id, body })) {
+        if let Err(e) = send_all(&self.sock, &encode(&Request { id, body })) {
             // The daemon may have refused the connection and closed it
             // (permission, connection limit): report its reason if it sent one.
             if let Ok(ServerMessage::Error { code, message, .. }) =
