@@ -69,7 +69,7 @@ device = "auto"
 models_dir = ""
 
 [scheduler]
-policy = "reef"
+policy = "reef-nodkp"
 
 [metrics]
 enabled = true

@@ -553,10 +553,7 @@ impl Runtime {
                 if !crate::config::POLICIES.contains(&policy.as_str()) {
                     return Err_(Failure::new(
                         ErrorCode::BadRequest,
-                        format!(
-                            "unknown policy {policy:?}; choose one of {}",
-                            crate::config::POLICIES.join(", ")
-                        ),
+                        crate::config::unknown_policy(&policy),
                     ));
                 }
                 let now = self.now_ns();

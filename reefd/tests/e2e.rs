@@ -1,4 +1,4 @@
-//! End to end: reefd on sim:mi50 with the `reef` policy serves RT vgg and BE
+//! End to end: reefd on sim:mi50 with the `reef-nodkp` policy serves RT vgg and BE
 //! resnet152 clients; BE work is preempted by the scheduler (RT arrivals,
 //! REEF §3.2 Fig. 6) and by an operator (`reefctl preempt`, then `resume`);
 //! every inference's outputs must equal an unpreempted run's (value
@@ -16,7 +16,7 @@ fn rt_and_be_clients_with_preemption_keep_every_output_correct() {
     let d = Daemon::start("");
     let mut admin = d.client();
     let status = admin.status().unwrap();
-    assert_eq!(status.policy, "reef");
+    assert_eq!(status.policy, "reef-nodkp");
     assert!(status.preemption_levels.contains(&3), "{status:?}");
     admin.load_model("vgg", None).unwrap();
     admin.load_model("resnet152", None).unwrap();

@@ -768,12 +768,6 @@ pub fn main(args: DisbArgs) -> Result<()> {
                 eprintln!("switched reefd's policy from {current} to {p}");
             }
         }
-        if matches!(p.as_str(), "reef" | "reef-dkp-mv") && !args.json {
-            eprintln!(
-                "note: reefd's engine has no dynamic kernel padding: its {p} is reset-based \
-                 preemption only (reef-nodkp in virtual time)"
-            );
-        }
         for w in &workloads {
             match run_one(&ctx, &mut admin, w, p, &args)
                 .with_context(|| format!("live workload {} policy {p}", w.name))

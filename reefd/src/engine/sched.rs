@@ -855,7 +855,7 @@ mod tests {
     fn engine(be_streams: usize) -> SchedEngine {
         let mut e = SchedEngine::new(SchedSettings {
             preset: "mi50".into(),
-            policy: "reef".into(),
+            policy: "reef-nodkp".into(),
             dq_capacity: 4,
             be_streams_per_model: be_streams,
             seed: 0,
