@@ -112,80 +112,13 @@ fn connect(socket: &Path) -> Result<Client> {
     Ok(c)
 }
 
-/// xorshift64* as the virtual runner uses it (`runner.rs`): the same
-/// uniform source, so Poisson arrivals are the same for the same seed.
-fn xorshift(s: &mut u64) -> f64 {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    let v = s.wrapping_mul(0x2545_f491_4f6c_dd1d);
-    ((v >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-}
-
 /// The next launch of an idle client at `now` (ns since the run's start),
 /// or `None` when it has no more launches before `end`: DISB's
-/// `waitUntilNextLaunch`, the same rule as the virtual runner's `Gen::next`
-/// (which is private to `runner.rs`; keep the two in step). Dependent
-/// clients return `Some(now)`; the caller waits for their inputs.
+/// `waitUntilNextLaunch`, the virtual runner's own rule ([`Gen::next`]), so
+/// arrivals are the same for the same seed. Dependent clients return
+/// `Some(now)`; the caller waits for their inputs.
 pub fn next_launch(gen: &mut Gen, now: Time, end: Time) -> Option<Time> {
-    match gen {
-        Gen::Continuous | Gen::Dependent { .. } => (now < end).then_some(now),
-        Gen::Count { remaining } => {
-            if *remaining == 0 {
-                None
-            } else {
-                *remaining -= 1;
-                Some(now)
-            }
-        }
-        Gen::Periodic { next, interval } => {
-            let iv = (*interval).max(1);
-            let mut nl = *next;
-            if nl + iv < now {
-                nl += ((now - nl).div_ceil(iv) - 1) * iv;
-            }
-            if nl >= end {
-                return None;
-            }
-            *next = nl + iv;
-            Some(nl.max(now))
-        }
-        Gen::Poisson {
-            next,
-            rate_per_ns,
-            rng,
-        } => {
-            let rate = *rate_per_ns;
-            let draw = |rng: &mut u64| (-(xorshift(rng)).ln() / rate) as Time;
-            let mut nl = *next;
-            let mut nnl = nl + draw(rng);
-            while nnl < now {
-                nl = nnl;
-                nnl = nl + draw(rng);
-            }
-            if nl >= end {
-                return None;
-            }
-            *next = nnl;
-            Some(nl.max(now))
-        }
-        Gen::Trace { offsets, idx } => {
-            if *idx >= offsets.len() {
-                return None;
-            }
-            let mut nl = offsets[*idx];
-            let mut j = *idx + 1;
-            while j < offsets.len() && offsets[j] < now {
-                nl = offsets[j];
-                j += 1;
-            }
-            *idx = j;
-            if nl >= end {
-                return None;
-            }
-            Some(nl.max(now))
-        }
-    }
+    gen.next(now, end)
 }
 
 /// Stand-alone latencies measured through the daemon.

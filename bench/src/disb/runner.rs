@@ -160,7 +160,7 @@ impl Gen {
     /// `waitUntilNextLaunch`), or `None` when it has no more launches
     /// before `end`. Dependent clients return `Some(now)` only when ready
     /// (checked by the caller).
-    fn next(&mut self, now: Time, end: Time) -> Option<Time> {
+    pub fn next(&mut self, now: Time, end: Time) -> Option<Time> {
         match self {
             Gen::Continuous | Gen::Dependent { .. } => (now < end).then_some(now),
             Gen::Count { remaining } => {
