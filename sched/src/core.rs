@@ -81,6 +81,18 @@ pub struct DeviceCaps {
     pub can_clear_device_queue: bool,
 }
 
+impl DeviceCaps {
+    /// The capabilities of a device that reports these preemption level
+    /// numbers. The device queue is never dropped outright: REEF on AMD
+    /// cannot do so safely (§4.2) and relies on lazy eviction instead.
+    pub fn from_levels(numbers: impl IntoIterator<Item = u8>) -> Self {
+        Self {
+            max_level: PreemptLevel::highest(numbers),
+            can_clear_device_queue: false,
+        }
+    }
+}
+
 impl Default for DeviceCaps {
     fn default() -> Self {
         Self {

@@ -96,6 +96,17 @@ impl PreemptLevel {
             _ => None,
         }
     }
+
+    /// The highest level among the numbers a backend reports: numbers above
+    /// 3 count as 3, and an empty report (or only 0) as level 1, which every
+    /// device has because the host queue is the caller's own.
+    pub fn highest(numbers: impl IntoIterator<Item = u8>) -> Self {
+        numbers
+            .into_iter()
+            .filter_map(|n| Self::from_number(n.min(3)))
+            .max()
+            .unwrap_or(Self::HostQueue)
+    }
 }
 
 /// Events the caller feeds into the core.

@@ -596,3 +596,15 @@ fn unknown_clients_are_rejected_not_panicked_on() {
         client: ClientId(99)
     }));
 }
+
+#[test]
+fn device_caps_take_the_highest_reported_level() {
+    assert_eq!(PreemptLevel::highest([1, 3, 2]), PreemptLevel::Kill);
+    assert_eq!(PreemptLevel::highest([2, 1]), PreemptLevel::LazyEviction);
+    assert_eq!(PreemptLevel::highest([7]), PreemptLevel::Kill);
+    assert_eq!(PreemptLevel::highest([]), PreemptLevel::HostQueue);
+    assert_eq!(PreemptLevel::highest([0]), PreemptLevel::HostQueue);
+    let caps = DeviceCaps::from_levels([1, 2]);
+    assert_eq!(caps.max_level, PreemptLevel::LazyEviction);
+    assert!(!caps.can_clear_device_queue);
+}

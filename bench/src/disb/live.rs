@@ -385,14 +385,6 @@ fn counter_delta(after: &Stats, before: &Stats) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn max_level(levels: &[u8]) -> PreemptLevel {
-    match levels.iter().copied().max() {
-        Some(l) if l >= 3 => PreemptLevel::Kill,
-        Some(2) => PreemptLevel::LazyEviction,
-        _ => PreemptLevel::HostQueue,
-    }
-}
-
 /// Runs one workload under the daemon's current policy.
 fn run_one(
     ctx: &Ctx,
@@ -539,7 +531,7 @@ fn run_one(
             .saturating_sub(before.kernels_launched),
         device_events: 0,
         corrupted_outputs: corrupted,
-        device_max_level: max_level(&ctx.status.preemption_levels),
+        device_max_level: PreemptLevel::highest(ctx.status.preemption_levels.iter().copied()),
         padding: None,
     };
     let mut r = metrics::summarize(

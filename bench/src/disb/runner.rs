@@ -299,14 +299,6 @@ pub fn plan_clients(
         .collect()
 }
 
-fn sched_level(l: reef_sim::PreemptLevel) -> PreemptLevel {
-    match l {
-        reef_sim::PreemptLevel::EvictHostQueue => PreemptLevel::HostQueue,
-        reef_sim::PreemptLevel::PreemptFlag => PreemptLevel::LazyEviction,
-        reef_sim::PreemptLevel::KillRunning => PreemptLevel::Kill,
-    }
-}
-
 const CLIENT_SHIFT: u32 = 40;
 
 fn req_id(client: usize, seq: u64) -> RequestId {
@@ -634,21 +626,11 @@ pub fn simulate(
     duration: Time,
     opts: &RunOptions,
 ) -> anyhow::Result<RunOutcome> {
-    let max_level = spec
-        .levels()
-        .iter()
-        .copied()
-        .max()
-        .map(sched_level)
-        .unwrap_or(PreemptLevel::HostQueue);
+    let device = DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8));
+    let max_level = device.max_level;
     let cfg = Config {
         dq_capacity: opts.dq_capacity,
-        device: DeviceCaps {
-            max_level,
-            // REEF on AMD cannot drop a device queue safely (§4.2); the
-            // scheduler relies on lazy eviction instead.
-            can_clear_device_queue: false,
-        },
+        device,
         ..Config::default()
     };
     let infos: Vec<ModelInfo> = models

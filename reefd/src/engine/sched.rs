@@ -40,7 +40,7 @@ use super::{Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, Ta
 use crate::protocol::{Priority, TaskState};
 use reef_sched::{
     Action, Class, ClientId, ClientSpec, Config as SchedConfig, DeviceCaps, Event, KernelTag,
-    ModelId, ModelInfo, PreemptLevel, RequestId, Scheduler, StreamId, StreamPriority,
+    ModelId, ModelInfo, RequestId, Scheduler, StreamId, StreamPriority,
 };
 use reef_sim::{
     BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
@@ -138,14 +138,6 @@ fn buffer(ns: u32, storage: usize) -> BufferId {
     BufferId(((ns as u64 + 1) << 32) | storage as u64)
 }
 
-fn sched_level(l: reef_sim::PreemptLevel) -> PreemptLevel {
-    match l {
-        reef_sim::PreemptLevel::EvictHostQueue => PreemptLevel::HostQueue,
-        reef_sim::PreemptLevel::PreemptFlag => PreemptLevel::LazyEviction,
-        reef_sim::PreemptLevel::KillRunning => PreemptLevel::Kill,
-    }
-}
-
 impl SchedEngine {
     pub fn new(settings: SchedSettings) -> Result<SchedEngine, EngineError> {
         let spec = DeviceSpec::preset(&settings.preset)
@@ -179,21 +171,9 @@ impl SchedEngine {
         models: &[Prepared],
         base: Nanos,
     ) -> Result<Build, EngineError> {
-        let max_level = spec
-            .levels()
-            .iter()
-            .copied()
-            .max()
-            .map(sched_level)
-            .unwrap_or(PreemptLevel::HostQueue);
         let cfg = SchedConfig {
             dq_capacity: settings.dq_capacity,
-            device: DeviceCaps {
-                max_level,
-                // REEF on AMD cannot drop a device queue safely (§4.2); the
-                // scheduler relies on lazy eviction instead.
-                can_clear_device_queue: false,
-            },
+            device: DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8)),
             ..SchedConfig::default()
         };
         let infos: Vec<ModelInfo> = models
@@ -595,12 +575,7 @@ impl SchedEngine {
 
 impl Engine for SchedEngine {
     fn info(&self) -> EngineInfo {
-        let mut levels: Vec<u8> = self
-            .spec
-            .levels()
-            .into_iter()
-            .map(|l| sched_level(l).number())
-            .collect();
+        let mut levels: Vec<u8> = self.spec.levels().into_iter().map(|l| l as u8).collect();
         levels.sort();
         EngineInfo {
             name: format!(
