@@ -7,23 +7,18 @@
 //! range over one back-to-back inference (REEF §2.1 Fig. 3(b) reports 6.7%
 //! to 86.7% of 60 CUs for VGG on the MI50).
 
-use crate::run::{kernel_launch, REEF_DQ_CAPACITY};
+use crate::run::{kernel_launch, DeviceModels, REEF_DQ_CAPACITY};
 use anyhow::Result;
 use clap::Args;
-use reef_model::{list_models, load_named, Model};
+use reef_model::{load_named, Model};
 use reef_sim::{DeviceSpec, EventKind, HostQueues, KernelShape, Sim, SimConfig};
 use serde::Serialize;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct KernelsArgs {
-    #[arg(long, default_value = "mi50")]
-    pub device: String,
-    #[arg(long)]
-    pub models_dir: Option<PathBuf>,
-    #[arg(long = "model")]
-    pub models: Vec<String>,
+    #[command(flatten)]
+    pub sel: DeviceModels,
     #[arg(long)]
     pub json: bool,
     /// Also print every kernel: measured total_latency against the
@@ -156,16 +151,7 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
 }
 
 pub fn main(args: KernelsArgs) -> Result<()> {
-    let spec = DeviceSpec::by_name_or_path(&args.device)?;
-    let dir = args
-        .models_dir
-        .clone()
-        .unwrap_or_else(reef_model::default_models_dir);
-    let names = if args.models.is_empty() {
-        list_models(&dir)?
-    } else {
-        args.models.clone()
-    };
+    let (spec, dir, names) = args.sel.resolve()?;
     if !args.json {
         println!(
             "{:<10} {:>4} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}",

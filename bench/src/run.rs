@@ -111,3 +111,36 @@ pub fn back_to_back(
     );
     Ok(out)
 }
+
+/// The device and the models a calibration subcommand (`standalone`,
+/// `kernels`) runs on.
+#[derive(Debug, clap::Args)]
+pub struct DeviceModels {
+    /// Device preset (mi50, gv100, h100) or a device spec .toml file.
+    #[arg(long, default_value = "mi50")]
+    pub device: String,
+    /// Directory of model schedules (default: <shared>/models/mi50).
+    #[arg(long)]
+    pub models_dir: Option<std::path::PathBuf>,
+    /// Model to run (directory or DISB name); repeatable. Default: all.
+    #[arg(long = "model")]
+    pub models: Vec<String>,
+}
+
+impl DeviceModels {
+    /// The device spec, the models directory and the model names to run
+    /// (every model of the directory when none was named).
+    pub fn resolve(&self) -> Result<(reef_sim::DeviceSpec, std::path::PathBuf, Vec<String>)> {
+        let spec = reef_sim::DeviceSpec::by_name_or_path(&self.device)?;
+        let dir = self
+            .models_dir
+            .clone()
+            .unwrap_or_else(reef_model::default_models_dir);
+        let names = if self.models.is_empty() {
+            reef_model::list_models(&dir)?
+        } else {
+            self.models.clone()
+        };
+        Ok((spec, dir, names))
+    }
+}

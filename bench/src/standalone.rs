@@ -3,25 +3,17 @@
 //! `model_latency` (REEF §6.2 stand-alone latency; calibration in
 //! docs/simulator.md).
 
-use crate::run::{back_to_back, REEF_DQ_CAPACITY};
+use crate::run::{back_to_back, DeviceModels, REEF_DQ_CAPACITY};
 use anyhow::{Context, Result};
 use clap::Args;
-use reef_model::{list_models, load_named, Model};
+use reef_model::{load_named, Model};
 use reef_sim::{DeviceSpec, KernelShape, Sim, SimConfig};
 use serde::Serialize;
-use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct StandaloneArgs {
-    /// Device preset (mi50, gv100, h100) or a device spec .toml file.
-    #[arg(long, default_value = "mi50")]
-    pub device: String,
-    /// Directory of model schedules (default: <shared>/models/mi50).
-    #[arg(long)]
-    pub models_dir: Option<PathBuf>,
-    /// Model to run (directory or DISB name); repeatable. Default: all.
-    #[arg(long = "model")]
-    pub models: Vec<String>,
+    #[command(flatten)]
+    pub sel: DeviceModels,
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -61,16 +53,7 @@ pub fn simulate(spec: &DeviceSpec, model: &Model, queue_cap: usize) -> Result<Ro
 }
 
 pub fn run(args: &StandaloneArgs) -> Result<Vec<Row>> {
-    let spec = DeviceSpec::by_name_or_path(&args.device)?;
-    let dir = args
-        .models_dir
-        .clone()
-        .unwrap_or_else(reef_model::default_models_dir);
-    let names = if args.models.is_empty() {
-        list_models(&dir)?
-    } else {
-        args.models.clone()
-    };
+    let (spec, dir, names) = args.sel.resolve()?;
     let mut rows = Vec::new();
     for n in &names {
         let model = load_named(&dir, n)?;
