@@ -73,6 +73,10 @@ pub struct DaemonConfig {
     /// SCHED_FIFO priority (1-99) of the threads on the RT control path (the
     /// socket threads and the pacer); 0 leaves them at normal priority.
     pub realtime_priority: u8,
+    /// The pacer catches the simulated device up to the wall clock at most
+    /// once per this many microseconds: the longest a finished inference
+    /// waits to be reported (plus wake-up latency). 1-10000.
+    pub pacer_tick_us: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -129,6 +133,7 @@ impl Default for DaemonConfig {
             max_tasks_per_stream: 256,
             shutdown_grace_ms: 5000,
             realtime_priority: 0,
+            pacer_tick_us: crate::runtime::DEFAULT_PACER_TICK.as_micros() as u64,
         }
     }
 }
@@ -276,6 +281,12 @@ impl Config {
                 self.daemon.realtime_priority
             )));
         }
+        if !(1..=10_000).contains(&self.daemon.pacer_tick_us) {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.pacer_tick_us = {} must be between 1 and 10000 microseconds",
+                self.daemon.pacer_tick_us
+            )));
+        }
         tracing_level(&self.daemon.log_level)?;
         Ok(())
     }
@@ -360,6 +371,7 @@ mod tests {
             ("[device]\ndevice = \"tpu:0\"\n", "device"),
             ("[daemon]\nlog_level = \"loud\"\n", "log_level"),
             ("[daemon]\nrealtime_priority = 120\n", "realtime_priority"),
+            ("[daemon]\npacer_tick_us = 0\n", "pacer_tick_us"),
         ] {
             let e = Config::parse(text, Path::new("x.toml")).unwrap_err();
             assert!(e.to_string().contains(key), "{text}: {e}");

@@ -171,6 +171,7 @@ fn run(
             models_dir,
             max_tasks_per_stream: cfg.daemon.max_tasks_per_stream,
             max_frame_bytes: cfg.daemon.max_frame_bytes,
+            pacer_tick: Duration::from_micros(cfg.daemon.pacer_tick_us),
         },
     );
     let prio = cfg.daemon.realtime_priority;

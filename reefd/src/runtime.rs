@@ -3,8 +3,21 @@
 //! the wall clock. One mutex guards the state; request handlers call into the
 //! engine directly under it, so an RT request reaches the scheduler (and its
 //! first kernel the device queue) on the thread that read it from the socket,
-//! with no hand-off. The pacer thread advances the engine to the current time
-//! whenever the engine's next event falls due, and delivers completions.
+//! with no hand-off.
+//!
+//! The pacer thread catches the engine up to the wall clock and delivers
+//! completions. It does not wake for every simulated event: catching up
+//! late is exact, because the engine replays each device event at its own
+//! virtual time and the scheduler reacts at that time (its launches are
+//! stamped then, not when the pacer ran). Only two things depend on when
+//! the catch-up runs: when a completion reaches its client, and the state a
+//! new request finds, and a request catches the engine up itself before it
+//! is submitted. So the pacer sleeps until the engine's next event but at
+//! least [`RuntimeSettings::pacer_tick`] after its previous catch-up, and
+//! never spins. On a busy device (a block event every few microseconds)
+//! waking for every event kept a core busy with the pacer, and on a small
+//! host that CPU came out of the RT control path: requests waited for the
+//! core and for the lock (docs/daemon.md, "Control path").
 //!
 //! Host-queue memory of preempted or cancelled work is dropped by the engine
 //! (REEF §4.2 "asynchronous memory reclamation" is the engine's concern:
@@ -28,9 +41,8 @@ use tokio::sync::{mpsc, oneshot};
 /// timed sleep, which on Linux wakes tens of microseconds late.
 const SPIN_WINDOW: Duration = Duration::from_micros(100);
 
-/// The pacer polls rather than sleeps for events this close: short enough
-/// that a busy device does not keep a core spinning.
-const PACER_SPIN: Duration = Duration::from_micros(20);
+/// The default of [`RuntimeSettings::pacer_tick`].
+pub const DEFAULT_PACER_TICK: Duration = Duration::from_micros(50);
 
 /// Credentials of a connected peer (from SO_PEERCRED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +134,15 @@ struct State {
     stop: bool,
     connections: usize,
     events: Vec<EngineEvent>,
+    /// When the pacer will next wake on its own (ns since the epoch;
+    /// `Nanos::MAX` while it sleeps without a deadline). A request that
+    /// brings the engine's next event before this wakes it.
+    pacer_wake: Nanos,
+    /// When the pacer last caught the engine up.
+    pacer_last: Nanos,
+    /// Outcomes found under the lock, delivered after it is released (a
+    /// delivery wakes another thread: not while RT requests wait).
+    deliveries: Vec<(u64, Waiter, Result<TaskResult, Failure>)>,
 }
 
 /// Fixed settings of a runtime.
@@ -132,6 +153,11 @@ pub struct RuntimeSettings {
     pub models_dir: PathBuf,
     pub max_tasks_per_stream: usize,
     pub max_frame_bytes: usize,
+    /// The pacer catches the engine up at most this often (the longest a
+    /// completion waits for its client to be told, beyond the pacer's own
+    /// wake-up latency). Shorter: completions are delivered sooner, the
+    /// pacer uses more CPU.
+    pub pacer_tick: Duration,
 }
 
 pub struct Runtime {
@@ -159,6 +185,9 @@ impl Runtime {
                 stop: false,
                 connections: 0,
                 events: Vec::new(),
+                pacer_wake: 0,
+                pacer_last: 0,
+                deliveries: Vec::new(),
             }),
             cond: Condvar::new(),
             epoch: Instant::now(),
@@ -200,9 +229,10 @@ impl Runtime {
 
     fn pacer(&self) {
         // Wake up on time: the default timer slack of 50 us would delay
-        // every simulated event by up to that much.
+        // every completion by up to that much.
         #[cfg(target_os = "linux")]
         let _ = nix::sys::prctl::set_timerslack(1);
+        let tick = self.settings.pacer_tick.as_nanos() as Nanos;
         let mut st = self.lock();
         loop {
             if st.stop {
@@ -213,27 +243,49 @@ impl Runtime {
             st.engine.advance(now, &mut ev);
             self.apply_events(&mut st, &mut ev);
             st.events = ev;
-            let wait = match st.engine.next_event_time() {
-                Some(t) if t <= now => continue,
-                Some(t) => Duration::from_nanos(t - now),
-                None => Duration::from_secs(3600),
-            };
-            if wait <= PACER_SPIN {
-                // A timed sleep wakes tens of microseconds late; for events
-                // this close, poll the clock with the lock released.
-                drop(st);
-                let deadline = Instant::now() + wait;
-                while Instant::now() < deadline {
-                    std::thread::yield_now();
-                }
+            if !st.deliveries.is_empty() {
+                self.unlock(st);
                 st = self.lock();
                 continue;
             }
+            let wake = match st.engine.next_event_time() {
+                Some(t) => t.max(now.saturating_add(tick)),
+                None => Nanos::MAX,
+            };
+            st.pacer_wake = wake;
+            st.pacer_last = now;
+            let wait = if wake == Nanos::MAX {
+                Duration::from_secs(3600)
+            } else {
+                Duration::from_nanos(wake - now)
+            };
             st = self
                 .cond
                 .wait_timeout(st, wait)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+        }
+    }
+
+    /// Wakes the pacer if the engine now has an event due before the
+    /// pacer's planned wake-up (a request gave an idle device work).
+    fn wake_pacer_if_needed(&self, st: &State) {
+        let tick = self.settings.pacer_tick.as_nanos() as Nanos;
+        let due = st
+            .engine
+            .next_event_time()
+            .map(|t| t.max(st.pacer_last.saturating_add(tick)));
+        if st.stop || due.is_some_and(|t| t < st.pacer_wake) {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Releases the lock, then delivers the outcomes found under it.
+    fn unlock(&self, mut st: MutexGuard<'_, State>) {
+        let done = std::mem::take(&mut st.deliveries);
+        drop(st);
+        for (task, waiter, result) in done {
+            deliver(task, waiter, result);
         }
     }
 
@@ -318,7 +370,7 @@ impl Runtime {
                         preemptions: t.preemptions,
                         outputs_verified: verified,
                     };
-                    deliver(task, t.waiter, Ok(result));
+                    st.deliveries.push((task, t.waiter, Ok(result)));
                 }
                 EngineEvent::TaskRejected { task, reason } => {
                     if let Some(t) = st.tasks.remove(&task) {
@@ -326,11 +378,11 @@ impl Runtime {
                         if let Some(s) = st.streams.get_mut(&t.stream) {
                             s.tasks.remove(&task);
                         }
-                        deliver(
+                        st.deliveries.push((
                             task,
                             t.waiter,
                             Err(Failure::new(ErrorCode::Unsupported, reason)),
-                        );
+                        ));
                     }
                 }
             }
@@ -366,8 +418,8 @@ impl Runtime {
                 "connection closed: stream released"
             );
         }
-        drop(st);
-        self.cond.notify_all();
+        self.wake_pacer_if_needed(&st);
+        self.unlock(st);
     }
 
     fn close_stream(&self, st: &mut State, stream: u64, why: &str) -> u64 {
@@ -418,8 +470,8 @@ impl Runtime {
         let mut st = self.lock();
         st.metrics.requests += 1;
         let r = self.handle_locked(&mut st, conn, body, arrival);
-        drop(st);
-        self.cond.notify_all();
+        self.wake_pacer_if_needed(&st);
+        self.unlock(st);
         r
     }
 
@@ -936,6 +988,7 @@ impl Runtime {
                 );
             }
         }
+        self.unlock(st);
         n
     }
 }
