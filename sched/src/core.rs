@@ -251,7 +251,14 @@ struct StreamState {
     outstanding: u32,
     flag: bool,
     pause: Pause,
+    /// Held by an operator's preempt command until the matching resume.
     by_command: bool,
+    /// Held by the policy (it preempted the stream, or named it in a
+    /// preemption while the stream was idle or already held) until the
+    /// policy resumes it. A stream runs again only when neither holds it:
+    /// an operator's resume during an RT task must not put BE work back on
+    /// the device beside it.
+    by_policy: bool,
 }
 
 /// The mechanism half of the scheduler. Policies drive it through the
@@ -344,6 +351,7 @@ impl Core {
                     flag: false,
                     pause: Pause::Running,
                     by_command: false,
+                    by_policy: false,
                 }
             })
             .collect();
@@ -473,6 +481,13 @@ impl Core {
     /// together, and preempts them. Returns the record index, or `None` when
     /// none of the streams had work to preempt (no record is kept then).
     pub fn preempt_streams(&mut self, streams: &[StreamId], wanted: PreemptLevel) -> Option<usize> {
+        for &s in streams {
+            self.streams[s.0 as usize].by_policy = true;
+        }
+        self.preempt_streams_inner(streams, wanted)
+    }
+
+    fn preempt_streams_inner(&mut self, streams: &[StreamId], wanted: PreemptLevel) -> Option<usize> {
         let level = wanted.min(self.cfg.device.max_level);
         let targets: Vec<StreamId> = streams
             .iter()
@@ -547,6 +562,7 @@ impl Core {
     /// the restore happens as soon as it has drained.
     pub fn resume(&mut self, s: StreamId) {
         let st = &mut self.streams[s.0 as usize];
+        st.by_policy = false;
         if st.by_command {
             return;
         }
@@ -572,6 +588,7 @@ impl Core {
         debug_assert_eq!(st.outstanding, 0);
         st.pause = Pause::Running;
         st.by_command = false;
+        st.by_policy = false;
         if st.flag {
             st.flag = false;
             self.out.push_back(Action::SetPreemptFlag {
@@ -709,7 +726,7 @@ impl Core {
         st.by_command = true;
         if st.pause == Pause::Running {
             if st.active.is_some() {
-                let rec = self.preempt_streams(&[s], level);
+                let rec = self.preempt_streams_inner(&[s], level);
                 if rec.is_none() {
                     self.streams[s.0 as usize].pause = Pause::Preempted;
                 }
@@ -723,7 +740,13 @@ impl Core {
         if s.0 as usize >= self.streams.len() {
             return;
         }
-        self.streams[s.0 as usize].by_command = false;
+        let st = &mut self.streams[s.0 as usize];
+        st.by_command = false;
+        if st.by_policy {
+            // The policy still holds it (an RT task runs): it is restored
+            // when the policy resumes it.
+            return;
+        }
         self.resume_inner(s);
     }
 
@@ -749,7 +772,8 @@ impl Core {
             if let Some(r) = record {
                 self.finish_record_if_drained(r);
             }
-            if resume_when_drained && !self.streams[s.0 as usize].by_command {
+            let st = &self.streams[s.0 as usize];
+            if resume_when_drained && !st.by_command && !st.by_policy {
                 self.restore(s);
             }
         }

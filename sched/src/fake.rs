@@ -206,6 +206,12 @@ impl FakeDevice {
             .min()
     }
 
+    /// Moves the device's clock to `t` (an input from outside the device,
+    /// such as an arrival or a command, happens then); never backwards.
+    pub fn advance_clock(&mut self, t: Time) {
+        self.now = self.now.max(t);
+    }
+
     /// Processes the first device transition due at or before `t`, if any,
     /// and returns the event it produces.
     pub fn step(&mut self, t: Time) -> Option<(Time, Event)> {

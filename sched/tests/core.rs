@@ -608,3 +608,94 @@ fn device_caps_take_the_highest_reported_level() {
     assert_eq!(caps.max_level, PreemptLevel::LazyEviction);
     assert!(!caps.can_clear_device_queue);
 }
+
+/// An operator's resume while an RT task runs must not put the BE stream
+/// back on the device beside it: the policy still holds the stream (it
+/// preempted it for the RT task) and restores it when the RT task is done.
+/// (Found in reefd's end-to-end test: an RT request ran 1.8x its stand-alone
+/// time when `reefctl resume` landed during it.)
+#[test]
+fn operator_resume_during_an_rt_task_waits_for_the_policy() {
+    enum In {
+        Arrive(RequestId, ClientId, usize),
+        Cmd(Event),
+    }
+    let (mut s, mut dev, be) = setup("reef-nodkp", DeviceCaps::default());
+    let be_stream = StreamId(1);
+    let mut script: std::collections::VecDeque<(Time, In)> = vec![
+        (0, In::Arrive(RequestId(100), ClientId(1), 1)),
+        (500 * US, In::Cmd(Event::PreemptCommand { stream: be_stream })),
+        (1_150 * US, In::Arrive(RequestId(1), ClientId(0), 0)),
+        (1_200 * US, In::Cmd(Event::ResumeCommand { stream: be_stream })),
+    ]
+    .into();
+    let mut log: Vec<(Time, Action)> = Vec::new();
+    let mut now = 0;
+    loop {
+        while let Some(a) = s.poll_action() {
+            dev.apply(&a);
+            log.push((now, a));
+        }
+        let next_dev = dev.next_event_time();
+        let next_in = script.front().map(|x| x.0);
+        match (next_dev, next_in) {
+            (None, None) => break,
+            (Some(d), i) if i.is_none_or(|i| d < i) => {
+                let (t, ev) = dev.step(d).expect("due event");
+                now = t;
+                s.handle(t, ev);
+            }
+            _ => {
+                let (at, what) = script.pop_front().expect("scripted input");
+                dev.advance_clock(at);
+                now = at;
+                match what {
+                    In::Arrive(req, client, model) => {
+                        dev.bind(req, model);
+                        s.handle(
+                            at,
+                            Event::RequestArrived {
+                                req,
+                                client,
+                                deadline: None,
+                            },
+                        );
+                    }
+                    In::Cmd(ev) => s.handle(at, ev),
+                }
+            }
+        }
+    }
+    let rt_done = log
+        .iter()
+        .find(|(_, a)| matches!(a, Action::RequestDone { req, .. } if *req == RequestId(1)))
+        .map(|(t, _)| *t)
+        .expect("the RT request completes");
+    // Between the operator's resume and the RT task's end, nothing of the
+    // BE stream is restored or launched.
+    let be_work_during_rt: Vec<&(Time, Action)> = log
+        .iter()
+        .filter(|(t, a)| {
+            *t >= 1_200 * US
+                && *t < rt_done
+                && matches!(a,
+                    Action::Restore { stream, .. } | Action::Launch { stream, .. }
+                        if *stream == be_stream)
+        })
+        .collect();
+    assert!(
+        be_work_during_rt.is_empty(),
+        "BE work put on the device during the RT task: {be_work_during_rt:?}"
+    );
+    // Once the RT task is done the policy restores it, and it completes
+    // with the outputs of an unpreempted run.
+    assert!(log.iter().any(|(t, a)| *t >= rt_done
+        && matches!(a, Action::Restore { stream, .. } if *stream == be_stream)));
+    assert!(log
+        .iter()
+        .any(|(_, a)| matches!(a, Action::RequestDone { req, .. } if *req == RequestId(100))));
+    assert_eq!(
+        dev.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+}
