@@ -9,7 +9,8 @@
 //! (REEF_BENCH_RT_REQUESTS sets the number of RT requests, default 400;
 //! REEF_BENCH_POLICY the policy, default reef; REEF_BENCH_DAEMON_LOG a file
 //! for the daemon's log, at the level RUST_LOG sets; REEF_BENCH_RT_PRIORITY
-//! the daemon's `realtime_priority`, default 0.)
+//! the daemon's `realtime_priority`, default 0; REEF_BENCH_POLL=0 runs the
+//! daemon with `poll = false`, its pacer-thread mode.)
 
 use reefd::client::Client;
 use reefd::metrics::summarize;
@@ -31,10 +32,11 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let poll = std::env::var("REEF_BENCH_POLL").map_or(true, |v| v != "0");
     let config = dir.path().join("reefd.toml");
     std::fs::write(
         &config,
-        format!("[daemon]\nrealtime_priority = {rt_prio}\n"),
+        format!("[daemon]\nrealtime_priority = {rt_prio}\npoll = {poll}\n"),
     )?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_reefd"))
         .args([
@@ -136,7 +138,7 @@ fn main() -> anyhow::Result<()> {
     let c = summarize(control.iter().copied());
     let x = summarize(normalized.iter().copied());
     println!(
-        "reefd live control path (sim:mi50, policy {policy}, 2 BE resnet152 clients, RT vgg, daemon.realtime_priority {rt_prio})"
+        "reefd live control path (sim:mi50, policy {policy}, 2 BE resnet152 clients, RT vgg, daemon.poll {poll}, daemon.realtime_priority {rt_prio})"
     );
     println!(
         "  RT arrival at socket -> first kernel in device queue: n={} p50 {:.1} us  p99 {:.1} us  mean {:.1} us  max {:.1} us  (target p99 <= 50 us)",

@@ -73,7 +73,13 @@ pub struct DaemonConfig {
     /// SCHED_FIFO priority (1-99) of the threads on the RT control path (the
     /// socket threads and the pacer); 0 leaves them at normal priority.
     pub realtime_priority: u8,
-    /// The pacer catches the simulated device up to the wall clock at most
+    /// Poll mode: one thread serves the socket and runs the simulated
+    /// device, polling (one core busy) while the device has work, so an RT
+    /// request meets a hot thread and a current device. false: socket
+    /// threads sleep in epoll and a pacer thread catches the device up every
+    /// `pacer_tick_us`, using little CPU.
+    pub poll: bool,
+    /// Without poll mode, the pacer catches the simulated device up to the wall clock at most
     /// once per this many microseconds: the longest a finished inference
     /// waits to be reported (plus wake-up latency). 1-10000.
     pub pacer_tick_us: u64,
@@ -133,6 +139,7 @@ impl Default for DaemonConfig {
             max_tasks_per_stream: 256,
             shutdown_grace_ms: 5000,
             realtime_priority: 0,
+            poll: true,
             pacer_tick_us: crate::runtime::DEFAULT_PACER_TICK.as_micros() as u64,
         }
     }

@@ -175,14 +175,29 @@ fn run(
         },
     );
     let prio = cfg.daemon.realtime_priority;
-    let pacer = rt.start_pacer(prio);
-    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .thread_name("reefd-io")
-        .on_thread_start(move || crate::runtime::set_realtime_priority(prio))
-        .build()
-        .context("cannot start the I/O runtime")?;
+    let poll = cfg.daemon.poll;
+    let (pacer, tokio_rt) = if poll {
+        // One thread serves the socket and runs the device (Runtime::poll_loop).
+        if prio != 0 {
+            tracing::warn!(
+                "daemon.realtime_priority is not applied with daemon.poll = true: a SCHED_FIFO thread that polls is throttled by the kernel (sched_rt_runtime_us) and stalls for tens of milliseconds; set daemon.poll = false to use it"
+            );
+        }
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the I/O runtime")?;
+        (None, io)
+    } else {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("reefd-io")
+            .on_thread_start(move || crate::runtime::set_realtime_priority(prio))
+            .build()
+            .context("cannot start the I/O runtime")?;
+        (Some(rt.start_pacer(prio)), io)
+    };
     let opts = ServerOptions {
         socket: cfg.daemon.socket.clone(),
         max_frame_bytes: cfg.daemon.max_frame_bytes,
@@ -203,6 +218,7 @@ fn run(
             pid = std::process::id(),
             "reefd serving"
         );
+        let poller = poll.then(|| tokio::spawn(rt.clone().poll_loop()));
         report(&mut ready, "ok");
         let shutdown = async move {
             tokio::select! {
@@ -210,10 +226,16 @@ fn run(
                 _ = int.recv() => tracing::info!("SIGINT received"),
             }
         };
-        server::serve(rt.clone(), listener, opts, shutdown).await
+        let r = server::serve(rt.clone(), listener, opts, shutdown).await;
+        if let Some(p) = poller {
+            p.abort();
+        }
+        r
     });
     rt.stop();
-    let _ = pacer.join();
+    if let Some(p) = pacer {
+        let _ = p.join();
+    }
     tokio_rt.shutdown_timeout(Duration::from_secs(1));
     result
 }

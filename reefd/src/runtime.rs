@@ -163,6 +163,8 @@ pub struct RuntimeSettings {
 pub struct Runtime {
     state: Mutex<State>,
     cond: Condvar,
+    /// Wakes [`Runtime::poll_loop`] when an idle device is given work.
+    poll_wake: tokio::sync::Notify,
     epoch: Instant,
     settings: RuntimeSettings,
     daemon_uid: u32,
@@ -190,6 +192,7 @@ impl Runtime {
                 deliveries: Vec::new(),
             }),
             cond: Condvar::new(),
+            poll_wake: tokio::sync::Notify::new(),
             epoch: Instant::now(),
             settings,
             daemon_uid: nix::unistd::geteuid().as_raw(),
@@ -270,6 +273,9 @@ impl Runtime {
     /// Wakes the pacer if the engine now has an event due before the
     /// pacer's planned wake-up (a request gave an idle device work).
     fn wake_pacer_if_needed(&self, st: &State) {
+        if st.engine.next_event_time().is_some() {
+            self.poll_wake.notify_one();
+        }
         let tick = self.settings.pacer_tick.as_nanos() as Nanos;
         let due = st
             .engine
@@ -278,6 +284,41 @@ impl Runtime {
         if st.stop || due.is_some_and(|t| t < st.pacer_wake) {
             self.cond.notify_all();
         }
+    }
+
+    /// Poll mode (`daemon.poll`, REEF's scheduler polls rather than sleeps,
+    /// §3.1): run on the thread that serves the socket, this catches the
+    /// device up to the wall clock at every turn of the event loop while the
+    /// device has work, yielding to the socket between turns, and sleeps
+    /// until a request gives an idle device work. An RT request then finds
+    /// the thread awake with its code and data in cache, the device at most
+    /// one turn behind, and the lock free. The price is one core kept busy
+    /// while the device has work.
+    pub async fn poll_loop(self: Arc<Self>) {
+        loop {
+            if self.pace_once() {
+                tokio::task::yield_now().await;
+            } else {
+                self.poll_wake.notified().await;
+            }
+        }
+    }
+
+    /// Catches the engine up to now and delivers what finished; true while
+    /// the device has work.
+    fn pace_once(&self) -> bool {
+        let mut st = self.lock();
+        if st.stop {
+            return false;
+        }
+        let now = self.now_ns();
+        let mut ev = std::mem::take(&mut st.events);
+        st.engine.advance(now, &mut ev);
+        self.apply_events(&mut st, &mut ev);
+        st.events = ev;
+        let busy = st.engine.next_event_time().is_some();
+        self.unlock(st);
+        busy
     }
 
     /// Releases the lock, then delivers the outcomes found under it.

@@ -9,7 +9,7 @@
 //! file.
 
 use crate::protocol::{
-    encode, parse_request, Decoded, ErrorCode, FrameDecoder, Reply, ServerMessage,
+    encode, parse_request, Decoded, ErrorCode, FrameDecoder, Reply, RequestBody, ServerMessage,
 };
 use crate::runtime::{Conn, Handled, Peer, Runtime};
 use anyhow::{bail, Context};
@@ -290,7 +290,22 @@ async fn connection(
                     }
                     Ok(req) => {
                         let rid = req.id;
-                        match rt.handle(&conn, req.body, arrival) {
+                        let handled = if matches!(req.body, RequestBody::LoadModel { .. }) {
+                            // Reads model files: off the thread that serves
+                            // the socket (and, in poll mode, runs the device).
+                            let (rt, conn) = (Arc::clone(&rt), conn.clone());
+                            tokio::task::spawn_blocking(move || rt.handle(&conn, req.body, arrival))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Handled::Error(crate::runtime::Failure::new(
+                                        ErrorCode::Internal,
+                                        "loading the model failed unexpectedly; see the daemon's log",
+                                    ))
+                                })
+                        } else {
+                            rt.handle(&conn, req.body, arrival)
+                        };
+                        match handled {
                             Handled::Reply(r) => {
                                 let _ = tx.send(ServerMessage::Reply { id: rid, result: r });
                             }

@@ -421,3 +421,71 @@ fn hello_reports_the_peer_credentials() {
     assert_eq!(h.peer_pid, Some(std::process::id() as i32));
     assert_eq!(h.protocol, reefd::protocol::PROTOCOL_VERSION);
 }
+
+/// Both ways of serving (daemon.poll: one thread polls the socket and runs
+/// the device; or sleeping socket threads and a pacer that catches the
+/// device up every tick) run RT and BE work to completion with verified
+/// outputs and RT latency close to stand-alone.
+#[test]
+fn poll_and_pacer_modes_serve_rt_and_be_with_verified_outputs() {
+    for mode in ["poll = true", "poll = false\npacer_tick_us = 50"] {
+        let d = Daemon::start(mode);
+        let mut be = d.client();
+        be.load_model("vgg", None).unwrap();
+        be.load_model("resnet152", None).unwrap();
+        let bs = be.register(Priority::Be, Some("be")).unwrap();
+        let tasks: Vec<u64> = (0..3)
+            .map(|_| be.infer_async(bs.stream, "resnet152").unwrap())
+            .collect();
+        let mut rt = d.client();
+        let rs = rt.register(Priority::Rt, Some("rt")).unwrap();
+        for _ in 0..3 {
+            let r = rt.infer(rs.stream, "vgg").unwrap();
+            assert_eq!(r.outputs_verified, Some(true), "{mode}: {r:?}");
+            let n = r.normalized_latency.expect("vgg has a stand-alone latency");
+            assert!(n < 1.05, "{mode}: RT normalized latency {n}");
+            assert!(r.control_path_us.is_some(), "{mode}: {r:?}");
+        }
+        let mut done = Vec::new();
+        for _ in 0..3 {
+            match be.next_event(Some(Duration::from_secs(20))).unwrap() {
+                Event::TaskDone(r) => {
+                    assert_eq!(r.outputs_verified, Some(true), "{mode}: {r:?}");
+                    done.push(r.task);
+                }
+                e => panic!("{mode}: {e:?}"),
+            }
+        }
+        assert_eq!(done, tasks, "{mode}");
+    }
+}
+
+/// CPU time (user + system) the process has used, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may contain spaces) start at
+    // field 3; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// Poll mode polls only while the device has work: once the last inference
+/// is done, the daemon sleeps (a polling thread would use ~1 s of CPU per
+/// second).
+#[test]
+fn an_idle_daemon_in_poll_mode_does_not_spin() {
+    let d = Daemon::start("poll = true");
+    let mut c = d.client();
+    c.load_model("vgg", None).unwrap();
+    let s = c.register(Priority::Rt, None).unwrap();
+    c.infer(s.stream, "vgg").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let before = cpu_seconds(d.pid());
+    std::thread::sleep(Duration::from_millis(1000));
+    let used = cpu_seconds(d.pid()) - before;
+    assert!(used < 0.3, "an idle daemon used {used:.2} s of CPU in 1 s");
+}
