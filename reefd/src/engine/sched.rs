@@ -1187,4 +1187,36 @@ mod tests {
         assert_eq!(d.len(), 16);
         assert!(d.iter().all(|x| x.1 == Some(true)), "{d:?}");
     }
+
+    #[test]
+    fn a_be_stream_stopped_by_command_is_not_padded_until_resumed() {
+        let mut e = engine_with("reef", 1, &["vgg", "resnet152"]);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        e.open_stream(2, Priority::Rt).unwrap();
+        e.submit(0, 1, 1, "resnet152", &mut out).unwrap();
+        e.advance(3_000_000, &mut out);
+        e.preempt(3_000_000, 1, &mut out).unwrap();
+        let stopped = e.task_progress(1).unwrap();
+        assert_eq!(stopped.state, TaskState::Preempted);
+        // RT work on an otherwise idle device: the stopped task's kernels
+        // would fit the CUs the RT kernels leave free.
+        let mut t = 3_000_000;
+        for i in 0..5 {
+            e.submit(t, 10 + i, 2, "vgg", &mut out).unwrap();
+            while let Some(n) = e.next_event_time() {
+                t = n;
+                e.advance(t, &mut out);
+            }
+        }
+        let pad = e.padding().unwrap();
+        assert!(pad.rt_launches > 0);
+        assert_eq!(pad.padded_launches, 0, "{pad:?}");
+        assert_eq!(e.task_progress(1).unwrap().next_kernel, stopped.next_kernel);
+        assert_eq!(done(&out).len(), 5);
+        // Resumed, it finishes with correct outputs.
+        e.resume(t, 1, &mut out).unwrap();
+        run(&mut e, &mut out);
+        assert!(done(&out).contains(&(1, Some(true))), "{:?}", done(&out));
+    }
 }
