@@ -150,7 +150,7 @@ impl Default for DeviceConfig {
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            policy: "reef-nodkp".into(),
+            policy: "reef".into(),
             device_queue_capacity: 4,
             be_streams_per_model: 4,
             seed: 0,
