@@ -78,4 +78,31 @@ fn reef_pads_be_work_into_rt_kernels_and_keeps_every_output_correct() {
     }
     rt.join().unwrap();
     assert_eq!(d.log().matches("padded launch").count(), before);
+
+    // `reefctl policy reef-dkp-mv`: padding with multi-version kernels.
+    let out = d.reefctl(&["policy", "reef-dkp-mv"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(admin.status().unwrap().policy, "reef-dkp-mv");
+    let mut rtc = d.client();
+    let rt = std::thread::spawn(move || {
+        let s = rtc.register(Priority::Rt, Some("rt3")).unwrap();
+        for _ in 0..8 {
+            std::thread::sleep(Duration::from_millis(4));
+            assert_eq!(
+                rtc.infer(s.stream, "vgg").unwrap().outputs_verified,
+                Some(true)
+            );
+        }
+    });
+    for _ in 0..5 {
+        let r = admin.infer(s.stream, "resnet152").unwrap();
+        assert_eq!(r.outputs_verified, Some(true));
+    }
+    rt.join().unwrap();
+    assert!(d.log().matches("padded launch").count() > before);
+    assert_eq!(admin.stats().unwrap().corrupted_outputs, 0);
 }
