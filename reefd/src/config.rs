@@ -97,7 +97,7 @@ pub struct DeviceConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
-    /// Initial policy: reef, rt-only, seq, streams or wait.
+    /// Initial policy, one of [`POLICIES`] (default `reef`).
     pub policy: String,
     /// Device-queue capacity of preemptible streams (REEF §4.2: 4 on MI50).
     pub device_queue_capacity: usize,

@@ -2,8 +2,18 @@
 //! queues and real-time/normal modes, §4 reset-based preemption) driving the
 //! block-level simulated GPU (reef-sim), paced to the wall clock by the
 //! runtime. This is the same pairing the virtual-time benchmark runs
-//! (reef-bench's DISB runner); here `now` comes from the wall clock, and the
-//! simulator never runs ahead of it.
+//! (reef-bench's DISB runner), through the same glue (reef-exec's `RunSched`
+//! and `PadExec`); here `now` comes from the wall clock, and the simulator
+//! never runs ahead of it.
+//!
+//! Under `reef` and `reef-dkp-mv` the scheduler is reef-sched's
+//! `PaddingScheduler` (REEF §5: dynamic kernel padding) and its padded
+//! launches (§5.1, Fig. 12: the RT kernel's blocks on the CUs it needs, the
+//! chosen BE blocks on the rest, one launch) are executed by `PadExec`; the
+//! parts' device events reach the scheduler as one event of the RT kernel.
+//! Each BE part carries its own task's buffers, so value tracking covers
+//! padded work, and the rest of a partly padded kernel (`DkpAction::Rest`)
+//! is launched on the task's own stream.
 //!
 //! Mapping daemon clients onto the scheduler. The core is built for a fixed
 //! set of clients, each bound to one model and one class (REEF §3.1: one
