@@ -69,7 +69,8 @@ device = "auto"
 models_dir = ""
 
 [scheduler]
-policy = "reef-nodkp"
+# reef: preemption and dynamic kernel padding; reef-nodkp: preemption only
+policy = "reef"
 
 [metrics]
 enabled = true

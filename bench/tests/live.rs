@@ -70,7 +70,7 @@ impl Daemon {
             &cfg,
             format!(
                 "[daemon]\nsocket = {:?}\npid_file = {:?}\n[device]\ndevice = \"sim:mi50\"\n\
-                 [scheduler]\npolicy = \"reef-nodkp\"\n[metrics]\nenabled = false\n",
+                 [scheduler]\npolicy = \"reef\"\n[metrics]\nenabled = false\n",
                 socket,
                 dir.path().join("reefd.pid")
             ),
@@ -145,7 +145,8 @@ fn client<'a>(r: &'a Value, name: &str) -> &'a Value {
 fn live_disb_runs_against_reefd_with_verified_outputs() {
     let d = Daemon::start();
 
-    // DISB A for 3 s with the daemon's policy (reef-nodkp).
+    // DISB A for 3 s with the daemon's policy (reef: preemption and dynamic
+    // kernel padding).
     let out = d.live(&["A", "--duration", "3", "--json", "--no-plot"]);
     let rows = json_lines(&out, &d.log());
     assert_eq!(rows.len(), 1, "{rows:?}");
@@ -157,7 +158,7 @@ fn live_disb_runs_against_reefd_with_verified_outputs() {
             "disb",
             "A",
             "--policy",
-            "reef-nodkp",
+            "reef",
             "--duration",
             "0.1",
             "--json",
@@ -170,9 +171,10 @@ fn live_disb_runs_against_reefd_with_verified_outputs() {
         assert!(live.get(k).is_some(), "live result lacks {k}: {live}");
     }
     assert_eq!(live["workload"], "A");
-    assert_eq!(live["policy"], "reef-nodkp");
+    assert_eq!(live["policy"], "reef");
     assert_eq!(live["device"], "sim:mi50");
-    assert_eq!(live["live"]["daemon_policy"], "reef-nodkp");
+    assert_eq!(live["live"]["daemon_policy"], "reef");
+    assert_eq!(live["live"]["padding"], true);
 
     // Requests completed: 100 Hz RT vgg for 3 s, and BE resnet152 in between.
     let rt = client(live, "vgg19_rt");
@@ -238,11 +240,7 @@ fn live_disb_runs_against_reefd_with_verified_outputs() {
     assert!(bg > 50, "{r}");
     assert_eq!(r["live"]["outputs_corrupted"], 0);
     let mut c = reefd::client::Client::connect(&d.socket).unwrap();
-    assert_eq!(
-        c.status().unwrap().policy,
-        "reef-nodkp",
-        "policy switched back"
-    );
+    assert_eq!(c.status().unwrap().policy, "reef", "policy switched back");
     // The models the runs loaded are unloaded again.
     assert!(c.models().unwrap().is_empty());
 

@@ -14,26 +14,27 @@ pub const DEFAULT_SOCKET: &str = "/run/reef/reefd.sock";
 pub const DEFAULT_PID_FILE: &str = "/run/reef/reefd.pid";
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// The scheduling policies the daemon can be asked to run (names of
-/// reef-sched's policies). `reef` and `reef-dkp-mv` (preemption with dynamic
-/// kernel padding) run in `reef-bench` only: the daemon's engine does not
-/// execute padded launches yet, so it offers preemption alone as `reef-nodkp`.
-pub const POLICIES: &[&str] = &["reef-nodkp", "rt-only", "seq", "streams", "wait"];
+/// reef-sched's policies): `reef` (reset-based preemption, REEF §4, with
+/// dynamic kernel padding, §5), `reef-dkp-mv` (the same with multi-version
+/// kernels, §5.3), `reef-nodkp` (preemption only), `wait`, `seq`, `streams`
+/// and `rt-only`. Padded launches are executed by reef-exec, as in
+/// `reef-bench`.
+pub const POLICIES: &[&str] = &[
+    "reef",
+    "reef-dkp-mv",
+    "reef-nodkp",
+    "rt-only",
+    "seq",
+    "streams",
+    "wait",
+];
 
 /// The error text for a policy name the daemon does not run.
 pub fn unknown_policy(name: &str) -> String {
-    if matches!(name, "reef" | "reef-dkp-mv") {
-        format!(
-            "policy {name:?} (reset-based preemption with dynamic kernel padding) is not \
-             available in reefd yet: its engine does not execute padded launches; use \
-             \"reef-nodkp\" (reset-based preemption), or `reef-bench disb --policy {name}` \
-             in virtual time"
-        )
-    } else {
-        format!(
-            "policy {name:?} is unknown; choose one of {}",
-            POLICIES.join(", ")
-        )
-    }
+    format!(
+        "policy {name:?} is unknown; choose one of {}",
+        POLICIES.join(", ")
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -106,7 +107,7 @@ pub struct DeviceConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
-    /// Initial policy: reef, rt-only, seq, streams or wait.
+    /// Initial policy, one of [`POLICIES`] (default `reef`).
     pub policy: String,
     /// Device-queue capacity of preemptible streams (REEF §4.2: 4 on MI50).
     pub device_queue_capacity: usize,
@@ -161,7 +162,7 @@ impl Default for DeviceConfig {
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            policy: "reef-nodkp".into(),
+            policy: "reef".into(),
             device_queue_capacity: 4,
             be_streams_per_model: 4,
             seed: 0,
@@ -337,19 +338,20 @@ mod tests {
     }
 
     #[test]
-    fn padding_policies_are_refused_with_the_reason() {
-        let e = Config::parse("[scheduler]\npolicy = \"reef\"\n", Path::new("x.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("padded launches") && e.contains("reef-nodkp"),
-            "{e}"
-        );
+    fn padding_policies_are_accepted_and_unknown_ones_refused_with_the_list() {
+        for p in ["reef", "reef-dkp-mv", "reef-nodkp"] {
+            let c = Config::parse(
+                &format!("[scheduler]\npolicy = \"{p}\"\n"),
+                Path::new("x.toml"),
+            )
+            .unwrap();
+            assert_eq!(c.scheduler.policy, p);
+        }
         let e = Config::parse("[scheduler]\npolicy = \"fastest\"\n", Path::new("x.toml"))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("unknown") && e.contains("reef-nodkp, rt-only"),
+            e.contains("unknown") && e.contains("reef, reef-dkp-mv, reef-nodkp, rt-only"),
             "{e}"
         );
         assert!(Config::default().validate().is_ok());

@@ -16,7 +16,7 @@ fn rt_and_be_clients_with_preemption_keep_every_output_correct() {
     let d = Daemon::start("");
     let mut admin = d.client();
     let status = admin.status().unwrap();
-    assert_eq!(status.policy, "reef-nodkp");
+    assert_eq!(status.policy, "reef");
     assert!(status.preemption_levels.contains(&3), "{status:?}");
     admin.load_model("vgg", None).unwrap();
     admin.load_model("resnet152", None).unwrap();

@@ -404,6 +404,12 @@ impl Core {
     pub fn is_paused(&self, s: StreamId) -> bool {
         self.streams[s.0 as usize].pause != Pause::Running
     }
+    /// True when the stream is stopped by a [`Event::PreemptCommand`] and
+    /// not resumed yet: it must not run at all, not even inside padded
+    /// launches.
+    pub fn is_stopped_by_command(&self, s: StreamId) -> bool {
+        self.streams[s.0 as usize].by_command
+    }
     /// Kernels launched on the stream and not yet finished.
     pub fn outstanding(&self, s: StreamId) -> u32 {
         self.streams[s.0 as usize].outstanding

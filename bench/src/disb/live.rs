@@ -340,8 +340,9 @@ pub struct LiveInfo {
     pub daemon_device: String,
     pub daemon_engine: String,
     pub daemon_policy: String,
-    /// Whether the daemon's engine runs dynamic kernel padding (it does not:
-    /// its `reef` is reset-based preemption only, as `reef-nodkp`).
+    /// Whether the daemon's policy runs dynamic kernel padding (`reef`,
+    /// `reef-dkp-mv`: its engine executes padded launches through reef-exec,
+    /// as the virtual-time runner does).
     pub padding: bool,
     /// Stand-alone latency per model measured through the daemon by the
     /// client (the normalisation base), us.
@@ -564,13 +565,14 @@ fn run_one(
         .flat_map(|o| o.late_us.iter().copied())
         .collect();
     late.sort_by(f64::total_cmp);
+    let daemon_policy = admin.status()?.policy;
     let info = LiveInfo {
         socket: ctx.socket.clone(),
         daemon_version: ctx.status.daemon_version.clone(),
         daemon_device: ctx.status.device.clone(),
         daemon_engine: ctx.status.engine.clone(),
-        daemon_policy: admin.status()?.policy,
-        padding: false,
+        daemon_policy: daemon_policy.clone(),
+        padding: reef_sched::dkp::variant_of(&daemon_policy).is_some(),
         standalone_us: ctx
             .models
             .iter()

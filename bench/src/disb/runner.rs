@@ -16,15 +16,15 @@
 //! therefore costs nothing on the simulated critical path.
 
 use super::workload::{Load, Workload};
-use crate::dkp::{PadExec, PadStats, RunSched};
+use reef_exec::{PadExec, PadStats, RunSched};
 use reef_model::Model;
-use reef_sched::dkp::{DkpAction, PaddingScheduler};
+use reef_sched::dkp::DkpAction;
 use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, KernelTag, ModelId, ModelInfo,
-    PreemptLevel, PreemptionRecord, RequestId, Scheduler, StreamPriority, Time,
+    Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, ModelId, ModelInfo,
+    PreemptLevel, PreemptionRecord, RequestId, StreamPriority, Time,
 };
 use reef_sim::{
-    BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
+    BufferId, DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +37,18 @@ pub struct PreparedModel {
     pub name: String,
     pub model: Model,
     pub shapes: Vec<Arc<KernelShape>>,
+}
+
+impl reef_exec::ModelShapes for PreparedModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn model(&self) -> &Model {
+        &self.model
+    }
+    fn shapes(&self) -> &[Arc<KernelShape>] {
+        &self.shapes
+    }
 }
 
 impl PreparedModel {
@@ -512,11 +524,12 @@ impl Run<'_> {
                 let m = &models[clients[ci].model];
                 let rt_bufs = bufs(ci, p.tag.kernel as usize);
                 let s0 = self.streams[p.stream.0 as usize];
+                let rt_base = &m.shapes[p.tag.kernel as usize];
                 pad.launch(
                     &mut self.sim,
                     s0,
                     p,
-                    m,
+                    rt_base,
                     &|part| models[part.model.0 as usize].shapes[part.tag.kernel as usize].clone(),
                     rt_bufs,
                     &|part| bufs(req_client(part.tag.req), part.tag.kernel as usize),
@@ -561,16 +574,7 @@ impl Run<'_> {
             None => ev,
         };
         let stream = reef_sched::StreamId(self.rev[ev.stream.0 as usize]);
-        let tag = KernelTag {
-            req: RequestId(ev.tags.task),
-            kernel: ev.tags.kernel,
-        };
-        let e = match ev.kind {
-            EventKind::Started => Event::KernelStarted { stream, tag },
-            EventKind::Completed => Event::KernelCompleted { stream, tag },
-            EventKind::Evicted | EventKind::Cleared => Event::KernelEvicted { stream, tag },
-            EventKind::Killed { .. } => Event::KernelKilled { stream, tag },
-        };
+        let e = reef_exec::sched_event(ev, stream);
         self.sched.handle(ev.time, e);
     }
 
@@ -649,23 +653,15 @@ pub fn simulate(
             class: c.class,
         })
         .collect();
-    let (sched, pad) = match reef_sched::dkp::variant_of(&opts.policy) {
-        Some(v) => {
-            let table = Arc::new(crate::dkp::table(spec, models, v)?);
-            let s = PaddingScheduler::new(v, table.clone(), cfg, infos, specs, opts.dq_capacity)?;
-            (
-                RunSched::Padded(Box::new(s)),
-                Some(PadExec::new(spec, table)),
-            )
-        }
-        None => {
-            let policy = reef_sched::policy_by_name(&opts.policy)?;
-            (
-                RunSched::Plain(Box::new(Scheduler::new(policy, cfg, infos, specs)?)),
-                None,
-            )
-        }
-    };
+    let (sched, pad) = RunSched::new(
+        &opts.policy,
+        spec,
+        models,
+        cfg,
+        infos,
+        specs,
+        opts.dq_capacity,
+    )?;
     let sim = Sim::new(
         spec.clone(),
         SimConfig {
@@ -732,18 +728,7 @@ pub fn simulate(
         device_events: run.device_events,
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
-        padding: run.pad.map(|p| {
-            let mut st = p.stats;
-            if let RunSched::Padded(d) = &run.sched {
-                let c = d.dkp_counters();
-                st.rt_launches = c.rt_launches;
-                st.padded_launches = c.padded_launches;
-                st.be_blocks_padded = c.be_blocks_padded;
-                st.be_kernels_completed_by_padding = c.be_kernels_completed;
-                st.rest_launches = c.rest_launches;
-            }
-            st
-        }),
+        padding: run.pad.as_ref().map(|p| run.sched.pad_stats(p)),
     })
 }
 

@@ -91,6 +91,20 @@ pub struct TaskProgress {
     pub kernels: usize,
 }
 
+/// Dynamic kernel padding counters (REEF §5), summed over the engine's
+/// life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PaddingCounters {
+    /// Real-time kernels sent to the device.
+    pub rt_launches: u64,
+    /// Of those, launched padded with best-effort blocks.
+    pub padded_launches: u64,
+    /// Best-effort blocks run inside padded launches.
+    pub be_blocks_padded: u64,
+    /// Best-effort kernels completed entirely by padding.
+    pub be_kernels_completed: u64,
+}
+
 /// An executor of inference tasks: a scheduler and a device, driven by the
 /// runtime's calls. Every call may append events to `out`.
 pub trait Engine: Send {
@@ -136,4 +150,9 @@ pub trait Engine: Send {
     /// Kernels in the stream's host queue and device queue.
     fn queue_depths(&self, stream: u64) -> (usize, usize);
     fn task_progress(&self, task: u64) -> Option<TaskProgress>;
+    /// Padding counters, when the policy in force pads (`reef`,
+    /// `reef-dkp-mv`).
+    fn padding(&self) -> Option<PaddingCounters> {
+        None
+    }
 }

@@ -2,8 +2,18 @@
 //! queues and real-time/normal modes, §4 reset-based preemption) driving the
 //! block-level simulated GPU (reef-sim), paced to the wall clock by the
 //! runtime. This is the same pairing the virtual-time benchmark runs
-//! (reef-bench's DISB runner); here `now` comes from the wall clock, and the
-//! simulator never runs ahead of it.
+//! (reef-bench's DISB runner), through the same glue (reef-exec's `RunSched`
+//! and `PadExec`); here `now` comes from the wall clock, and the simulator
+//! never runs ahead of it.
+//!
+//! Under `reef` and `reef-dkp-mv` the scheduler is reef-sched's
+//! `PaddingScheduler` (REEF §5: dynamic kernel padding) and its padded
+//! launches (§5.1, Fig. 12: the RT kernel's blocks on the CUs it needs, the
+//! chosen BE blocks on the rest, one launch) are executed by `PadExec`; the
+//! parts' device events reach the scheduler as one event of the RT kernel.
+//! Each BE part carries its own task's buffers, so value tracking covers
+//! padded work, and the rest of a partly padded kernel (`DkpAction::Rest`)
+//! is launched on the task's own stream.
 //!
 //! Mapping daemon clients onto the scheduler. The core is built for a fixed
 //! set of clients, each bound to one model and one class (REEF §3.1: one
@@ -36,14 +46,18 @@
 //! simulated device queue; the simulator's computation of what the GPU does
 //! next (fetch, block placement) is device work and is not counted.
 
-use super::{Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, TaskProgress};
+use super::{
+    Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
+};
 use crate::protocol::{Priority, TaskState};
+use reef_exec::{ModelShapes, PadExec, RunSched};
+use reef_sched::dkp::{BePart, DkpAction};
 use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Config as SchedConfig, DeviceCaps, Event, KernelTag,
-    ModelId, ModelInfo, RequestId, Scheduler, StreamId, StreamPriority,
+    Action, Class, ClientId, ClientSpec, Config as SchedConfig, DeviceCaps, Event, ModelId,
+    ModelInfo, RequestId, StreamId, StreamPriority,
 };
 use reef_sim::{
-    BufferId, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
+    BufferId, DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
     ValueTracker,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -97,6 +111,18 @@ impl Prepared {
     }
 }
 
+impl ModelShapes for Prepared {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn model(&self) -> &reef_model::Model {
+        &self.model
+    }
+    fn shapes(&self) -> &[Arc<KernelShape>] {
+        &self.shapes
+    }
+}
+
 /// One scheduler client.
 struct Slot {
     model: usize,
@@ -109,7 +135,9 @@ struct Slot {
 
 /// The scheduler and simulator of one configuration.
 struct Build {
-    sched: Scheduler,
+    sched: RunSched,
+    /// Executes padded launches (policies `reef`, `reef-dkp-mv`).
+    pad: Option<PadExec>,
     sim: Sim,
     /// Engine time of simulator time 0.
     base: Nanos,
@@ -154,6 +182,8 @@ pub struct SchedEngine {
     dstreams: BTreeMap<u64, DStream>,
     tasks: HashMap<u64, TaskRec>,
     rebuild_pending: bool,
+    /// Padding counters of the builds replaced so far.
+    padding_before: PaddingCounters,
     evbuf: Vec<DeviceEvent>,
     free_ns: Vec<u32>,
     next_ns: u32,
@@ -191,6 +221,7 @@ impl SchedEngine {
             dstreams: BTreeMap::new(),
             tasks: HashMap::new(),
             rebuild_pending: false,
+            padding_before: PaddingCounters::default(),
             evbuf: Vec::new(),
             free_ns: Vec::new(),
             next_ns: 0,
@@ -247,10 +278,16 @@ impl SchedEngine {
                 });
             }
         }
-        let policy = reef_sched::policy_by_name(&settings.policy)
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        let sched = Scheduler::new(policy, cfg, infos, specs)
-            .map_err(|e| EngineError::Invalid(format!("scheduler: {e}")))?;
+        let (sched, pad) = RunSched::new(
+            &settings.policy,
+            spec,
+            models,
+            cfg,
+            infos,
+            specs,
+            settings.dq_capacity,
+        )
+        .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
         let sim = Sim::new(
             spec.clone(),
             SimConfig {
@@ -260,6 +297,7 @@ impl SchedEngine {
         );
         let mut b = Build {
             sched,
+            pad,
             sim,
             base,
             streams: Vec::new(),
@@ -270,12 +308,12 @@ impl SchedEngine {
         };
         // The core's first actions create the streams.
         let big_queue = models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1;
-        while let Some(a) = b.sched.poll_action() {
-            if let Action::CreateStream {
+        while let Some(a) = b.sched.poll() {
+            if let DkpAction::Core(Action::CreateStream {
                 stream,
                 priority,
                 dq_capacity,
-            } = a
+            }) = a
             {
                 let prio = match priority {
                     StreamPriority::High => 1,
@@ -308,6 +346,7 @@ impl SchedEngine {
         }
         match Self::make_build(&self.settings, &self.spec, &self.models, now) {
             Ok(b) => {
+                self.padding_before = self.padding_now();
                 self.build = b;
                 for d in self.dstreams.values_mut() {
                     d.be_slots.clear();
@@ -373,7 +412,12 @@ impl SchedEngine {
                     }
                 },
             };
-            let sstream = self.build.sched.core().stream_of(ClientId(slot as u32));
+            let sstream = self
+                .build
+                .sched
+                .scheduler()
+                .core()
+                .stream_of(ClientId(slot as u32));
             let d = self.dstreams.get_mut(&id).expect("stream");
             d.queue.pop_front();
             d.inflight = Some(task);
@@ -416,9 +460,16 @@ impl SchedEngine {
     }
 
     fn apply_actions(&mut self, out: &mut Vec<EngineEvent>) {
-        let b = &mut self.build;
-        let now = b.sim.now();
-        while let Some(a) = b.sched.poll_action() {
+        let now = self.build.sim.now();
+        while let Some(da) = self.build.sched.poll() {
+            let a = match da {
+                DkpAction::Core(a) => a,
+                other => {
+                    self.apply_padding(other, out);
+                    continue;
+                }
+            };
+            let b = &mut self.build;
             match a {
                 Action::CreateStream { .. } => {
                     tracing::error!("scheduler created a stream after start-up; ignored");
@@ -529,6 +580,7 @@ impl SchedEngine {
                 }
             }
         }
+        let b = &mut self.build;
         let recs = b.sched.preemptions();
         for r in &recs[b.preemptions_seen..] {
             out.push(EngineEvent::Preempted {
@@ -539,21 +591,178 @@ impl SchedEngine {
         b.preemptions_seen = recs.len();
     }
 
+    /// The reads and writes of kernel `k` of task `task` (its stream's
+    /// value-tracking namespace).
+    fn task_buffers(&self, task: u64, k: usize) -> (Vec<BufferId>, Vec<BufferId>) {
+        let Some(rec) = self.tasks.get(&task) else {
+            return (Vec::new(), Vec::new());
+        };
+        let kern = &self.models[self.build.slots[rec.slot].model].model.kernels[k];
+        (
+            kern.reads.iter().map(|&x| buffer(rec.ns, x)).collect(),
+            kern.writes.iter().map(|&x| buffer(rec.ns, x)).collect(),
+        )
+    }
+
+    /// Records that kernel `k` of `task` entered the device queue.
+    fn kernel_queued(
+        &mut self,
+        task: u64,
+        k: usize,
+        now: u64,
+        issued: std::time::Instant,
+        out: &mut Vec<EngineEvent>,
+    ) {
+        let Some(rec) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        rec.next_kernel = rec.next_kernel.max(k + 1);
+        if !rec.launched {
+            rec.launched = true;
+            out.push(EngineEvent::FirstKernelQueued {
+                task,
+                at: self.build.base + now,
+                issued,
+            });
+        }
+    }
+
+    /// Padded launches and the rest of partly padded kernels (REEF §5.1,
+    /// Fig. 12), executed by reef-exec's PadExec. Every part carries the
+    /// buffers of its own task, so value tracking checks padded work too.
+    fn apply_padding(&mut self, a: DkpAction, out: &mut Vec<EngineEvent>) {
+        let now = self.build.sim.now();
+        match a {
+            DkpAction::Padded(p) => {
+                let task = p.tag.req.0;
+                let k = p.tag.kernel as usize;
+                let Some(rec) = self.tasks.get(&task) else {
+                    tracing::error!(task, "padded launch for an unknown task");
+                    return;
+                };
+                let rt_base = self.models[self.build.slots[rec.slot].model].shapes[k].clone();
+                let rt_bufs = self.task_buffers(task, k);
+                let be: Vec<(u64, usize)> = p
+                    .parts
+                    .iter()
+                    .map(|x| (x.tag.req.0, x.tag.kernel as usize))
+                    .collect();
+                let be_blocks: u32 = p.parts.iter().map(|x| x.blocks.len() as u32).sum();
+                let be_bufs: Vec<(Vec<BufferId>, Vec<BufferId>)> =
+                    be.iter().map(|&(t, bk)| self.task_buffers(t, bk)).collect();
+                let s0 = self.build.streams[p.stream.0 as usize];
+                let models = &self.models;
+                let be_shape =
+                    |x: &BePart| models[x.model.0 as usize].shapes[x.tag.kernel as usize].clone();
+                let parts = &p.parts.clone();
+                let part_bufs = |x: &BePart| {
+                    parts
+                        .iter()
+                        .position(|y| y == x)
+                        .map(|i| be_bufs[i].clone())
+                        .unwrap_or_default()
+                };
+                let Some(pad) = self.build.pad.as_mut() else {
+                    tracing::error!(policy = %self.settings.policy, "padding without an executor");
+                    return;
+                };
+                let issued = std::time::Instant::now();
+                if let Err(e) = pad.launch(
+                    &mut self.build.sim,
+                    s0,
+                    p,
+                    &rt_base,
+                    &be_shape,
+                    rt_bufs,
+                    &part_bufs,
+                ) {
+                    tracing::error!(error = %e, "padded launch refused by the device");
+                    return;
+                }
+                tracing::debug!(
+                    task,
+                    kernel = k,
+                    parts = be.len(),
+                    be_blocks,
+                    "padded launch"
+                );
+                self.kernel_queued(task, k, now, issued, out);
+                for (t, bk) in be {
+                    self.kernel_queued(t, bk, now, issued, out);
+                }
+                out.push(EngineEvent::KernelsLaunched { count: 1 });
+            }
+            DkpAction::Rest {
+                stream,
+                tag,
+                version,
+                blocks,
+            } => {
+                let task = tag.req.0;
+                let k = tag.kernel as usize;
+                let Some(rec) = self.tasks.get(&task) else {
+                    tracing::error!(task, "launch for an unknown task");
+                    return;
+                };
+                let mi = self.build.slots[rec.slot].model;
+                let base = self.models[mi].shapes[k].clone();
+                let (r, w) = self.task_buffers(task, k);
+                let tags = Tags {
+                    task,
+                    kernel: tag.kernel,
+                    user: 0,
+                };
+                let Some(pad) = self.build.pad.as_mut() else {
+                    tracing::error!(policy = %self.settings.policy, "padding without an executor");
+                    return;
+                };
+                let l = match pad.rest(&base, mi as u32, version, tags, blocks) {
+                    Ok(l) => l.with_buffers(r, w),
+                    Err(e) => {
+                        tracing::error!(error = %e, "rest of a padded kernel");
+                        return;
+                    }
+                };
+                let issued = std::time::Instant::now();
+                let s = self.build.streams[stream.0 as usize];
+                if let Err(e) = self.build.sim.launch(s, l) {
+                    tracing::error!(error = %e, "launch refused by the device");
+                    return;
+                }
+                self.kernel_queued(task, k, now, issued, out);
+                out.push(EngineEvent::KernelsLaunched { count: 1 });
+            }
+            DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
+        }
+    }
+
+    /// Padding counters of the current build plus the replaced ones.
+    fn padding_now(&self) -> PaddingCounters {
+        let mut c = self.padding_before;
+        if let RunSched::Padded(d) = &self.build.sched {
+            let n = d.dkp_counters();
+            c.rt_launches += n.rt_launches;
+            c.padded_launches += n.padded_launches;
+            c.be_blocks_padded += n.be_blocks_padded;
+            c.be_kernels_completed += n.be_kernels_completed;
+        }
+        c
+    }
+
     fn device_event(&mut self, ev: &DeviceEvent, out: &mut Vec<EngineEvent>) {
+        // The parts of a padded launch reach the scheduler as one event of
+        // its real-time kernel (reef-exec's PadExec).
+        let ev = match self.build.pad.as_mut() {
+            Some(p) => match p.filter(ev) {
+                Some(e) => e,
+                None => return,
+            },
+            None => *ev,
+        };
         let Some(&stream) = self.build.rev.get(&ev.stream.0) else {
             return;
         };
-        let stream = StreamId(stream);
-        let tag = KernelTag {
-            req: RequestId(ev.tags.task),
-            kernel: ev.tags.kernel,
-        };
-        let e = match ev.kind {
-            EventKind::Started => Event::KernelStarted { stream, tag },
-            EventKind::Completed => Event::KernelCompleted { stream, tag },
-            EventKind::Evicted | EventKind::Cleared => Event::KernelEvicted { stream, tag },
-            EventKind::Killed { .. } => Event::KernelKilled { stream, tag },
-        };
+        let e = reef_exec::sched_event(&ev, StreamId(stream));
         self.build.sched.handle(ev.time, e);
         self.apply_actions(out);
     }
@@ -746,7 +955,7 @@ impl Engine for SchedEngine {
         let t = self.build.sim.now();
         let mut kernels = 0u64;
         for s in streams {
-            kernels += self.build.sched.core().outstanding(StreamId(s)) as u64;
+            kernels += self.build.sched.scheduler().core().outstanding(StreamId(s)) as u64;
             self.build.sched.handle(
                 t,
                 Event::PreemptCommand {
@@ -816,6 +1025,10 @@ impl Engine for SchedEngine {
         (host, device)
     }
 
+    fn padding(&self) -> Option<PaddingCounters> {
+        matches!(self.build.sched, RunSched::Padded(_)).then(|| self.padding_now())
+    }
+
     fn task_progress(&self, task: u64) -> Option<TaskProgress> {
         if let Some(rec) = self.tasks.get(&task) {
             let paused = rec
@@ -854,21 +1067,27 @@ mod tests {
     use super::*;
 
     fn engine(be_streams: usize) -> SchedEngine {
+        engine_with("reef-nodkp", be_streams, &["vgg"])
+    }
+
+    fn engine_with(policy: &str, be_streams: usize, models: &[&str]) -> SchedEngine {
         let mut e = SchedEngine::new(SchedSettings {
             preset: "mi50".into(),
-            policy: "reef-nodkp".into(),
+            policy: policy.into(),
             dq_capacity: 4,
             be_streams_per_model: be_streams,
             seed: 0,
         })
         .unwrap();
-        let m = reef_model::load_named(&reef_model::default_models_dir(), "vgg").unwrap();
-        e.add_model(EngineModel {
-            name: "vgg".into(),
-            model: Arc::new(m),
-            idempotence: None,
-        })
-        .unwrap();
+        for name in models {
+            let m = reef_model::load_named(&reef_model::default_models_dir(), name).unwrap();
+            e.add_model(EngineModel {
+                name: name.to_string(),
+                model: Arc::new(m),
+                idempotence: None,
+            })
+            .unwrap();
+        }
         e
     }
 
@@ -961,5 +1180,79 @@ mod tests {
         assert!(out
             .iter()
             .any(|x| matches!(x, EngineEvent::Restored { task: 1 })));
+    }
+
+    /// RT vgg requests arrive every 6 ms while two BE resnet152 streams
+    /// keep the device busy: `(events, padding counters)`.
+    fn rt_over_be(policy: &str) -> (Vec<EngineEvent>, Option<PaddingCounters>) {
+        let mut e = engine_with(policy, 2, &["vgg", "resnet152"]);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        e.open_stream(2, Priority::Be).unwrap();
+        e.open_stream(3, Priority::Rt).unwrap();
+        for i in 0..4 {
+            e.submit(0, 100 + i, 1, "resnet152", &mut out).unwrap();
+            e.submit(0, 200 + i, 2, "resnet152", &mut out).unwrap();
+        }
+        for i in 0..8u64 {
+            let t = 1_000_000 + i * 6_000_000;
+            e.advance(t, &mut out);
+            e.submit(t, 300 + i, 3, "vgg", &mut out).unwrap();
+        }
+        run(&mut e, &mut out);
+        (out, e.padding())
+    }
+
+    #[test]
+    fn reef_pads_rt_kernels_with_be_blocks_and_every_output_stays_correct() {
+        let (out, pad) = rt_over_be("reef");
+        let d = done(&out);
+        assert_eq!(d.len(), 16, "{d:?}");
+        assert!(d.iter().all(|x| x.1 == Some(true)), "{d:?}");
+        let pad = pad.expect("reef pads");
+        assert!(pad.padded_launches > 0, "{pad:?}");
+        assert!(pad.be_blocks_padded > 0, "{pad:?}");
+        assert!(pad.padded_launches <= pad.rt_launches);
+        // The same work without padding: no counters, same outputs.
+        let (out, pad) = rt_over_be("reef-nodkp");
+        assert!(pad.is_none());
+        assert!(done(&out).iter().all(|x| x.1 == Some(true)));
+        let (out, pad) = rt_over_be("reef-dkp-mv");
+        assert!(pad.unwrap().padded_launches > 0);
+        let d = done(&out);
+        assert_eq!(d.len(), 16);
+        assert!(d.iter().all(|x| x.1 == Some(true)), "{d:?}");
+    }
+
+    #[test]
+    fn a_be_stream_stopped_by_command_is_not_padded_until_resumed() {
+        let mut e = engine_with("reef", 1, &["vgg", "resnet152"]);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        e.open_stream(2, Priority::Rt).unwrap();
+        e.submit(0, 1, 1, "resnet152", &mut out).unwrap();
+        e.advance(3_000_000, &mut out);
+        e.preempt(3_000_000, 1, &mut out).unwrap();
+        let stopped = e.task_progress(1).unwrap();
+        assert_eq!(stopped.state, TaskState::Preempted);
+        // RT work on an otherwise idle device: the stopped task's kernels
+        // would fit the CUs the RT kernels leave free.
+        let mut t = 3_000_000;
+        for i in 0..5 {
+            e.submit(t, 10 + i, 2, "vgg", &mut out).unwrap();
+            while let Some(n) = e.next_event_time() {
+                t = n;
+                e.advance(t, &mut out);
+            }
+        }
+        let pad = e.padding().unwrap();
+        assert!(pad.rt_launches > 0);
+        assert_eq!(pad.padded_launches, 0, "{pad:?}");
+        assert_eq!(e.task_progress(1).unwrap().next_kernel, stopped.next_kernel);
+        assert_eq!(done(&out).len(), 5);
+        // Resumed, it finishes with correct outputs.
+        e.resume(t, 1, &mut out).unwrap();
+        run(&mut e, &mut out);
+        assert!(done(&out).contains(&(1, Some(true))), "{:?}", done(&out));
     }
 }

@@ -533,7 +533,10 @@ impl PaddingScheduler {
                 continue;
             }
             let Some((req, client)) = b.req else { continue };
-            if !(core.is_paused(s) && core.outstanding(s) == 0 && core.has_request(s)) {
+            // A stream stopped by command stays stopped (docs/protocol.md).
+            if !(core.is_paused(s) && core.outstanding(s) == 0 && core.has_request(s))
+                || core.is_stopped_by_command(s)
+            {
                 continue;
             }
             let m = self.clients[client.0 as usize].model;
