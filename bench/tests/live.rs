@@ -175,6 +175,10 @@ fn live_disb_runs_against_reefd_with_verified_outputs() {
     assert_eq!(live["device"], "sim:mi50");
     assert_eq!(live["live"]["daemon_policy"], "reef");
     assert_eq!(live["live"]["padding"], true);
+    assert!(
+        live["live"]["padded_launches"].as_u64().unwrap() > 0,
+        "the daemon padded nothing: {live}"
+    );
 
     // Requests completed: 100 Hz RT vgg for 3 s, and BE resnet152 in between.
     let rt = client(live, "vgg19_rt");

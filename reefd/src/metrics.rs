@@ -131,7 +131,14 @@ pub struct QueueDepth {
 }
 
 /// Renders the metrics in the Prometheus text format (version 0.0.4).
-pub fn render(m: &Metrics, uptime_s: f64, queues: &[QueueDepth]) -> String {
+/// `padding`: padded launches and BE blocks padded so far, when the
+/// policy pads (REEF §5).
+pub fn render(
+    m: &Metrics,
+    uptime_s: f64,
+    queues: &[QueueDepth],
+    padding: Option<(u64, u64)>,
+) -> String {
     let mut o = String::new();
     let counter = |o: &mut String, name: &str, help: &str, v: u64| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
@@ -177,6 +184,19 @@ pub fn render(m: &Metrics, uptime_s: f64, queues: &[QueueDepth]) -> String {
         "reef_preempted_kernels_total",
         "Kernels dropped from host queues, evicted from device queues or killed by preemptions.",
         m.preempted_kernels,
+    );
+    let (padded, be_blocks) = padding.unwrap_or((0, 0));
+    counter(
+        &mut o,
+        "reef_padded_launches_total",
+        "RT kernels launched padded with best-effort blocks (REEF section 5).",
+        padded,
+    );
+    counter(
+        &mut o,
+        "reef_be_blocks_padded_total",
+        "Best-effort blocks run inside padded launches.",
+        be_blocks,
     );
     counter(
         &mut o,
@@ -258,7 +278,7 @@ mod tests {
         m.rt_latency.observe_us(30.0); // 30 us
         m.rt_latency.observe_us(3000.0); // 3 ms
         m.preemptions.insert(3, 2);
-        let text = render(&m, 1.0, &[]);
+        let text = render(&m, 1.0, &[], Some((5, 70)));
         assert!(
             text.contains("reef_rt_latency_seconds_bucket{le=\"0.00005\"} 1"),
             "{text}"
@@ -268,5 +288,7 @@ mod tests {
         assert!(text.contains("reef_rt_latency_seconds_count 2"));
         assert!(text.contains("reef_preemptions_total{level=\"3\"} 2"));
         assert!(text.contains("reef_preemptions_total{level=\"1\"} 0"));
+        assert!(text.contains("reef_padded_launches_total 5"), "{text}");
+        assert!(text.contains("reef_be_blocks_padded_total 70"), "{text}");
     }
 }

@@ -365,7 +365,15 @@ pub struct Stats {
     pub rt_latency: LatencySummary,
     pub rt_normalized_mean: Option<f64>,
     pub be_latency: LatencySummary,
+    /// RT requests only: arrival at the socket to the first kernel issued.
     pub control_path: LatencySummary,
+    /// RT kernels launched padded with BE blocks (REEF §5; 0 unless the
+    /// policy is `reef` or `reef-dkp-mv`).
+    #[serde(default)]
+    pub padded_launches: u64,
+    /// BE blocks run inside padded launches.
+    #[serde(default)]
+    pub be_blocks_padded: u64,
 }
 
 /// Encodes one message as a frame (length prefix + JSON).

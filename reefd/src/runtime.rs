@@ -359,7 +359,9 @@ impl Runtime {
                                     * 1e6,
                                 "first kernel queued"
                             );
-                            st.metrics.control_path.observe_us(us);
+                            if t.priority == Priority::Rt {
+                                st.metrics.control_path.observe_us(us);
+                            }
                         }
                     }
                 }
@@ -963,6 +965,8 @@ impl Runtime {
             rt_normalized_mean: (norm.count > 0).then_some(norm.mean_us),
             be_latency: m.be_latency.summary(),
             control_path: m.control_path.summary(),
+            padded_launches: st.engine.padding().map_or(0, |p| p.padded_launches),
+            be_blocks_padded: st.engine.padding().map_or(0, |p| p.be_blocks_padded),
         }
     }
 
@@ -990,7 +994,16 @@ impl Runtime {
                 }
             })
             .collect();
-        metrics::render(&st.metrics, self.epoch.elapsed().as_secs_f64(), &queues)
+        let padding = st
+            .engine
+            .padding()
+            .map(|p| (p.padded_launches, p.be_blocks_padded));
+        metrics::render(
+            &st.metrics,
+            self.epoch.elapsed().as_secs_f64(),
+            &queues,
+            padding,
+        )
     }
 
     /// Refuses new work from now on (shutdown has begun).

@@ -5,8 +5,9 @@
 //! run's (value tracking), padded work included.
 //!
 //! The daemon reports padded launches in its debug log (one `padded launch`
-//! line each, with the task, the RT kernel and the BE blocks): the stats
-//! reply has no padding counter yet (see docs/daemon.md).
+//! line each, with the task, the RT kernel and the BE blocks) and counts them
+//! in the stats reply (`padded_launches`, `be_blocks_padded`); the two must
+//! agree.
 
 mod common;
 
@@ -56,6 +57,8 @@ fn reef_pads_be_work_into_rt_kernels_and_keeps_every_output_correct() {
     let log = d.log();
     let padded = log.matches("padded launch").count();
     assert!(padded > 0, "no padded launch in the log:\n{log}");
+    assert_eq!(stats.padded_launches, padded as u64, "{stats:?}");
+    assert!(stats.be_blocks_padded >= padded as u64, "{stats:?}");
 
     // The same under reef-nodkp: preemption only, no padded launch.
     let before = padded;
@@ -78,6 +81,7 @@ fn reef_pads_be_work_into_rt_kernels_and_keeps_every_output_correct() {
     }
     rt.join().unwrap();
     assert_eq!(d.log().matches("padded launch").count(), before);
+    assert_eq!(admin.stats().unwrap().padded_launches, before as u64);
 
     // `reefctl policy reef-dkp-mv`: padding with multi-version kernels.
     let out = d.reefctl(&["policy", "reef-dkp-mv"]);
@@ -103,6 +107,9 @@ fn reef_pads_be_work_into_rt_kernels_and_keeps_every_output_correct() {
         assert_eq!(r.outputs_verified, Some(true));
     }
     rt.join().unwrap();
-    assert!(d.log().matches("padded launch").count() > before);
-    assert_eq!(admin.stats().unwrap().corrupted_outputs, 0);
+    let after = d.log().matches("padded launch").count();
+    assert!(after > before);
+    let stats = admin.stats().unwrap();
+    assert_eq!(stats.corrupted_outputs, 0);
+    assert_eq!(stats.padded_launches, after as u64, "{stats:?}");
 }

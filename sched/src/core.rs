@@ -493,7 +493,11 @@ impl Core {
         self.preempt_streams_inner(streams, wanted)
     }
 
-    fn preempt_streams_inner(&mut self, streams: &[StreamId], wanted: PreemptLevel) -> Option<usize> {
+    fn preempt_streams_inner(
+        &mut self,
+        streams: &[StreamId],
+        wanted: PreemptLevel,
+    ) -> Option<usize> {
         let level = wanted.min(self.cfg.device.max_level);
         let targets: Vec<StreamId> = streams
             .iter()

@@ -624,9 +624,15 @@ fn operator_resume_during_an_rt_task_waits_for_the_policy() {
     let be_stream = StreamId(1);
     let mut script: std::collections::VecDeque<(Time, In)> = vec![
         (0, In::Arrive(RequestId(100), ClientId(1), 1)),
-        (500 * US, In::Cmd(Event::PreemptCommand { stream: be_stream })),
+        (
+            500 * US,
+            In::Cmd(Event::PreemptCommand { stream: be_stream }),
+        ),
         (1_150 * US, In::Arrive(RequestId(1), ClientId(0), 0)),
-        (1_200 * US, In::Cmd(Event::ResumeCommand { stream: be_stream })),
+        (
+            1_200 * US,
+            In::Cmd(Event::ResumeCommand { stream: be_stream }),
+        ),
     ]
     .into();
     let mut log: Vec<(Time, Action)> = Vec::new();

@@ -344,6 +344,9 @@ pub struct LiveInfo {
     /// `reef-dkp-mv`: its engine executes padded launches through reef-exec,
     /// as the virtual-time runner does).
     pub padding: bool,
+    /// RT kernels the daemon launched padded with BE blocks during the run
+    /// (its `padded_launches` counter, after minus before).
+    pub padded_launches: u64,
     /// Stand-alone latency per model measured through the daemon by the
     /// client (the normalisation base), us.
     pub standalone_us: BTreeMap<String, f64>,
@@ -573,6 +576,7 @@ fn run_one(
         daemon_engine: ctx.status.engine.clone(),
         daemon_policy: daemon_policy.clone(),
         padding: reef_sched::dkp::variant_of(&daemon_policy).is_some(),
+        padded_launches: after.padded_launches.saturating_sub(before.padded_launches),
         standalone_us: ctx
             .models
             .iter()

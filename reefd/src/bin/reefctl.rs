@@ -360,6 +360,10 @@ fn print_stats(s: &reefd::protocol::Stats) {
         s.restores, s.corrupted_outputs
     );
     println!(
+        "padded launches {}, best-effort blocks padded {}",
+        s.padded_launches, s.be_blocks_padded
+    );
+    println!(
         "preemptions: {}",
         if pre.is_empty() {
             "none".into()

@@ -150,8 +150,8 @@ pub trait Engine: Send {
     /// Kernels in the stream's host queue and device queue.
     fn queue_depths(&self, stream: u64) -> (usize, usize);
     fn task_progress(&self, task: u64) -> Option<TaskProgress>;
-    /// Padding counters, when the policy in force pads (`reef`,
-    /// `reef-dkp-mv`).
+    /// Padding counters since the engine started (`reef`, `reef-dkp-mv`
+    /// pad); `None` for an engine that cannot pad.
     fn padding(&self) -> Option<PaddingCounters> {
         None
     }
