@@ -25,7 +25,13 @@
 //! runs exactly once and is accounted on its own CU. A block's duration is
 //! fixed when it is placed, from the kernel's curve at the CU's co-residency
 //! then: `k = ceil(resident waves on the CU / waves per block)`, so blocks of
-//! different kernels contend in the same way as blocks of one kernel. A kill
+//! different kernels contend in the same way as blocks of one kernel.
+//! Across CUs, launches contend for what the whole device shares (L2,
+//! memory; REEF §6.5 Fig. 27): a block placed while blocks of other launches
+//! are resident runs longer in proportion to both kernels' contention
+//! weights (from their measured curves) and the device's
+//! `contention_share` ([`Sim::time_fresh_groups`]); fixed at placement too,
+//! and nil when no other launch is resident. A kill
 //! removes the running groups of the targeted kernels after `kill_latency_ns`
 //! and discards their unplaced blocks.
 
@@ -1163,13 +1169,15 @@ impl Sim {
 
     /// Schedules the completion of the groups placed in this pass, each
     /// stretched by device-level contention (docs/simulator.md "Contention
-    /// between launches"; REEF §6.5, Fig. 27): with `w` a kernel's
-    /// contention weight (1/1024) and `P` the sum of `w x blocks` over the
-    /// resident blocks of *other* launches (this pass's included, so the
-    /// parts of a padded launch see each other), a block of duration `d`
-    /// runs `d x (1 + share x (w/1024) x (P/1024) / compute_units)`,
-    /// rounded down. Alone on the device (`P` = 0) nothing changes. The
-    /// groups are scheduled in placement order, as they were placed.
+    /// between launches"; REEF §6.5, Fig. 27). A group's pressure is
+    /// `w x blocks x exec(1) / exec(k)` (its kernel's contention weight `w`
+    /// in 1/1024, times its blocks, each counted at the rate it issues work
+    /// at its co-residency `k`); `P` is the pressure of every resident group
+    /// of *other* launches (this pass's included, so the parts of a padded
+    /// launch see each other). A block of duration `d` runs
+    /// `d x (1 + share x (w/1024) x (P/1024) / compute_units)`, rounded
+    /// down. Alone on the device (`P` = 0) nothing changes. The groups are
+    /// scheduled in placement order, as they were placed.
     fn time_fresh_groups(&mut self) {
         let fresh = std::mem::take(&mut self.fresh);
         let now = self.now;
@@ -1403,8 +1411,18 @@ impl Sim {
             } else {
                 usize::MAX
             };
-            let pressure =
-                self.launches[slot as usize].req.shape.contention_weight as u64 * count as u64;
+            // Each block presses in proportion to the rate it issues work:
+            // its weight x exec(1) / exec(k), so blocks slowed by their own
+            // CU's co-residency press less (docs/simulator.md).
+            let pressure = {
+                let sh = &self.launches[slot as usize].req.shape;
+                let w = sh.contention_weight as u64;
+                if w == 0 {
+                    0
+                } else {
+                    w * count as u64 * sh.exec_ns(1) / sh.exec_ns(k).max(1)
+                }
+            };
             let g = &mut self.groups[gslot as usize];
             g.launch = slot;
             g.gen = g.gen.wrapping_add(1);

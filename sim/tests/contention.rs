@@ -5,7 +5,9 @@
 //! - weight `w = sqrt(g)`, `g` = least-squares slope of the block curve over
 //!   k = 1..K divided by the curve's first point, clamped to [0, 1];
 //! - a block of duration `d` placed while other launches have blocks
-//!   resident runs `floor(d x (1 + share x w x sum(w_o x blocks_o) / CUs))`.
+//!   resident runs `floor(d x (1 + share x w x P / CUs))`, where `P` sums
+//!   over those blocks `w_o x exec_o(1) / exec_o(k_o)` (each block counted
+//!   at the rate it issues work at its own co-residency `k_o`).
 
 use reef_model::{default_models_dir, load_named};
 use reef_sim::*;
@@ -57,8 +59,12 @@ fn time_of(evs: &[DeviceEvent], id: LaunchId, kind: EventKind) -> u64 {
 }
 
 /// The documented stretch, in floating point (exact for these numbers).
-fn stretched(d: u64, share: f64, w: f64, others: &[(f64, u32)], cus: u32) -> u64 {
-    let p: f64 = others.iter().map(|&(wo, n)| wo * n as f64).sum();
+/// `others`: (weight, blocks, exec(1), exec(k)) of each other launch.
+fn stretched(d: u64, share: f64, w: f64, others: &[(f64, u32, u64, u64)], cus: u32) -> u64 {
+    let p: f64 = others
+        .iter()
+        .map(|&(wo, n, e1, ek)| wo * n as f64 * e1 as f64 / ek as f64)
+        .sum();
     (d as f64 * (1.0 + share * w * p / cus as f64)).floor() as u64
 }
 
@@ -175,11 +181,14 @@ fn co_resident_parts_both_run_longer_by_the_model() {
     // Alone (contention off): the curve values.
     assert_eq!(run(mi50(0.0)), (8_000, 8_000));
     let (da, db) = run(spec);
-    // A sees B's 60 blocks of weight 1: 8 x (1 + 0.5 x 0.5 x 60/60) = 10 us.
-    let want_a = stretched(8_000, share, 0.5, &[(1.0, 60)], cus);
-    // B sees A's 30 blocks of weight 0.5: 8 x (1 + 0.5 x 1 x 15/60) = 9 us.
-    let want_b = stretched(8_000, share, 1.0, &[(0.5, 30)], cus);
-    assert_eq!((want_a, want_b), (10_000, 9_000));
+    // A sees B's 60 blocks of weight 1, two per CU, each issuing work at
+    // exec(1)/exec(2) = 4/8 of the rate of a block alone on its CU:
+    // P = 1 x 60 x 0.5 = 30, A runs 8 x (1 + 0.5 x 0.5 x 30/60) = 9 us.
+    let want_a = stretched(8_000, share, 0.5, &[(1.0, 60, 4_000, 8_000)], cus);
+    // B sees A's 30 blocks of weight 0.5, one per CU (full rate):
+    // P = 15, B runs 8 x (1 + 0.5 x 1 x 15/60) = 9 us.
+    let want_b = stretched(8_000, share, 1.0, &[(0.5, 30, 8_000, 8_000)], cus);
+    assert_eq!((want_a, want_b), (9_000, 9_000));
     assert_eq!((da, db), (want_a, want_b));
 }
 
@@ -221,7 +230,7 @@ fn streams_co_run_with_placement_time_stretch() {
         .unwrap();
     let evs = drain(&mut sim);
     assert_eq!(time_of(&evs, ia, EventKind::Completed), PATH + 8_000);
-    let want_b = stretched(8_000, share, 1.0, &[(0.5, 30)], cus);
+    let want_b = stretched(8_000, share, 1.0, &[(0.5, 30, 8_000, 8_000)], cus);
     assert_eq!(time_of(&evs, ib, EventKind::Completed), PATH + want_b);
     assert!(want_b > 8_000);
     // Z shares CUs with A: co-residency 2 (A's 4 waves + its own) on the
@@ -304,18 +313,17 @@ fn deterministic_and_effective_on_concurrent_models() {
 #[test]
 fn contention_share_is_validated() {
     let text = include_str!("../devices/mi50.toml");
+    let line = "contention_share = 0.2";
+    assert!(text.contains(line));
     for bad in ["-0.1", "1.5", "nan"] {
-        let t = text.replace(
-            "contention_share = 0.5",
-            &format!("contention_share = {bad}"),
-        );
+        let t = text.replace(line, &format!("contention_share = {bad}"));
         assert_ne!(t, text);
         let e = DeviceSpec::parse(std::path::Path::new("x.toml"), &t)
             .unwrap_err()
             .to_string();
         assert!(e.contains("contention_share"), "{e}");
     }
-    let t = text.replace("contention_share = 0.5\n", "");
+    let t = text.replace(&format!("{line}\n"), "");
     let e = DeviceSpec::parse(std::path::Path::new("x.toml"), &t)
         .unwrap_err()
         .to_string();

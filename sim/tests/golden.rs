@@ -441,12 +441,12 @@ fn random_synthetic_traces_unchanged() {
 
 #[test]
 fn ten_uncapped_streams_trace_with_contention() {
-    ten_uncapped(true, [0xdbd49de49955e257, 0x9c4403efa93177bf]);
+    ten_uncapped(true, [0x508748ff7ca57555, 0x00819528a7c466cf]);
 }
 
 #[test]
 fn ten_streams_with_preemption_trace_with_contention() {
-    ten_preempted(true, [0x205b71b5a47ad11d, 0xd13852aba866c039]);
+    ten_preempted(true, [0xd55b4f15d986e428, 0x3ebd9930effa3fc1]);
 }
 
 #[test]
@@ -454,12 +454,12 @@ fn random_synthetic_traces_with_contention() {
     random_synthetic(
         true,
         [
-            0xed1081f7031050c7,
-            0xed5a7edc6eccc293,
-            0x891ca70f66ab91c0,
-            0x9f7a9d8798144489,
-            0x5b4fbb228f358344,
-            0x76115864382336ab,
+            0xf7e0aec8bb89309b,
+            0xe03fe122f2b73e80,
+            0xe22359bd8b380473,
+            0x6df14b9945784c09,
+            0xdfe16c8d15a56f4f,
+            0x34a5321443e57af8,
         ],
     );
 }
