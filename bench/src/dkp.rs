@@ -834,6 +834,20 @@ fn print_pairs(out: &[PairResult]) {
                 pct(&o, 99.0),
                 o[o.len() - 1]
             );
+            // CDF points to set beside the paper's figure (49.1% unaffected,
+            // 90% within 9 us).
+            let cdf: Vec<String> = [1_000i64, 5_000, 9_000, 20_000, 50_000]
+                .iter()
+                .map(|&t| {
+                    let n = o.partition_point(|&x| x <= t);
+                    format!(
+                        "<= {} us {:.1}%",
+                        t / 1000,
+                        100.0 * n as f64 / o.len() as f64
+                    )
+                })
+                .collect();
+            println!("{:<12} Fig. 27 CDF: {}", "", cdf.join(", "));
         }
     }
 }
