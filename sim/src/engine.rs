@@ -347,7 +347,7 @@ struct Launch {
     /// Blocks that fit on an empty CU.
     cap_empty: u32,
     /// Contention pressure of its resident groups (sum of their `pressure`).
-    pressure: u64,
+    pressure: u128,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the
@@ -393,8 +393,9 @@ struct Group {
     cus: CuSet,
     per_cu: u32,
     record: usize,
-    /// Contention pressure: the kernel's contention weight x its blocks.
-    pressure: u64,
+    /// Contention pressure: weight x blocks x exec(1) / exec(k). u128:
+    /// exact for any spec the validation accepts (< 2^84 per group).
+    pressure: u128,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -437,7 +438,7 @@ pub struct Sim {
     completed: u64,
     memory_used: u64,
     /// Contention pressure of every resident group.
-    pressure: u64,
+    pressure: u128,
     /// `contention_share` in millionths.
     share_ppm: u64,
     /// Groups placed in the current placement pass, not yet timed: (group
@@ -1189,12 +1190,17 @@ impl Sim {
             let g = &self.groups[gslot as usize];
             let l = &self.launches[g.launch as usize];
             let others = self.pressure - l.pressure;
-            let w = l.req.shape.contention_weight as u64;
+            let w = l.req.shape.contention_weight as u128;
             let mut dur = base;
             if others > 0 && w > 0 && self.share_ppm > 0 {
-                let extra =
-                    base as u128 * self.share_ppm as u128 * w as u128 * others as u128 / denom;
-                dur = (base as u128 + extra).min(crate::shape::MAX_BLOCK_NS as u128) as u64;
+                // Saturating: an absurd product only means "as long as a
+                // block may be" (MAX_BLOCK_NS).
+                let extra = (base as u128)
+                    .saturating_mul(self.share_ppm as u128 * w)
+                    .saturating_mul(others)
+                    / denom;
+                let max = (crate::shape::MAX_BLOCK_NS as u128).max(base as u128);
+                dur = (base as u128).saturating_add(extra).min(max) as u64;
                 if g.record != usize::MAX {
                     self.records[g.record].end = now + dur;
                 }
@@ -1416,11 +1422,11 @@ impl Sim {
             // CU's co-residency press less (docs/simulator.md).
             let pressure = {
                 let sh = &self.launches[slot as usize].req.shape;
-                let w = sh.contention_weight as u64;
+                let w = sh.contention_weight as u128;
                 if w == 0 {
                     0
                 } else {
-                    w * count as u64 * sh.exec_ns(1) / sh.exec_ns(k).max(1)
+                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns(k).max(1) as u128
                 }
             };
             let g = &mut self.groups[gslot as usize];
