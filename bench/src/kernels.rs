@@ -5,7 +5,9 @@
 //! device, paying the whole launch path), the simulated and measured
 //! back-to-back model latency, the median per-kernel error, and the busy-CU
 //! range over one back-to-back inference (REEF §2.1 Fig. 3(b) reports 6.7%
-//! to 86.7% of 60 CUs for VGG on the MI50).
+//! to 86.7% of 60 CUs for VGG on the MI50), and the kernels' contention
+//! weights (docs/simulator.md "Contention between launches"; REEF §6.5,
+//! Fig. 27): the share with weight 0 and the median.
 
 use crate::run::{kernel_launch, DeviceModels, REEF_DQ_CAPACITY};
 use anyhow::Result;
@@ -36,6 +38,8 @@ pub struct KernelRow {
     pub blocks: u64,
     pub measured_us: Option<f64>,
     pub simulated_us: f64,
+    /// Contention weight (0..1) derived from the block curve.
+    pub contention_weight: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -50,6 +54,9 @@ pub struct KernelsRow {
     pub busy_cus_min: usize,
     pub busy_cus_max: usize,
     pub busy_cus_mean: f64,
+    /// Kernel launches whose contention weight is 0 (%).
+    pub weight_zero_pct: f64,
+    pub weight_median: f64,
     #[serde(skip)]
     pub per_kernel: Vec<KernelRow>,
 }
@@ -90,6 +97,7 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
                 .as_ref()
                 .map(|p| p.total_latency_ns as f64 / 1000.0),
             simulated_us: t as f64 / 1000.0,
+            contention_weight: weight(&shapes[i]),
         });
         if let Some(p) = &k.profile {
             let m = p.total_latency_ns as f64;
@@ -126,6 +134,9 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
         host.pump(&mut sim)?;
     }
     let span = last - first.unwrap_or(0);
+    let mut ws: Vec<f64> = shapes.iter().map(|s| weight(s)).collect();
+    ws.sort_by(|a, b| a.total_cmp(b));
+    let zero = ws.iter().filter(|&&w| w == 0.0).count();
     Ok(KernelsRow {
         model: model.name.clone(),
         kernels: model.kernels.len(),
@@ -146,16 +157,31 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
         } else {
             0.0
         },
+        weight_zero_pct: 100.0 * zero as f64 / ws.len().max(1) as f64,
+        weight_median: ws.get(ws.len() / 2).copied().unwrap_or(0.0),
         per_kernel,
     })
+}
+
+fn weight(s: &KernelShape) -> f64 {
+    s.contention_weight as f64 / reef_sim::shape::WEIGHT_ONE as f64
 }
 
 pub fn main(args: KernelsArgs) -> Result<()> {
     let (spec, dir, names) = args.sel.resolve()?;
     if !args.json {
         println!(
-            "{:<10} {:>4} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14}",
-            "model", "n", "sum_meas_us", "sum_sim_us", "model_us", "sim_us", "med_err%", "busy_cus"
+            "{:<10} {:>4} {:>12} {:>12} {:>10} {:>10} {:>9} {:>14} {:>6} {:>6}",
+            "model",
+            "n",
+            "sum_meas_us",
+            "sum_sim_us",
+            "model_us",
+            "sim_us",
+            "med_err%",
+            "busy_cus",
+            "w0_%",
+            "w_med"
         );
     }
     for n in &names {
@@ -167,12 +193,13 @@ pub fn main(args: KernelsArgs) -> Result<()> {
                     println!("{}", serde_json::to_string(k)?);
                 } else {
                     println!(
-                        "  {:<10} {:>4} {:>6} blocks {:>8} us measured {:>8.1} us simulated  {}",
+                        "  {:<10} {:>4} {:>6} blocks {:>8} us measured {:>8.1} us simulated  w {:.2}  {}",
                         k.model,
                         k.index,
                         k.blocks,
                         k.measured_us.map_or("-".into(), |m| format!("{m:.1}")),
                         k.simulated_us,
+                        k.contention_weight,
                         k.kernel
                     );
                 }
@@ -182,7 +209,7 @@ pub fn main(args: KernelsArgs) -> Result<()> {
             println!("{}", serde_json::to_string(&r)?);
         } else {
             println!(
-                "{:<10} {:>4} {:>12.0} {:>12.0} {:>10.0} {:>10.0} {:>9.1} {:>4}-{:<3}~{:>5.1}",
+                "{:<10} {:>4} {:>12.0} {:>12.0} {:>10.0} {:>10.0} {:>9.1} {:>4}-{:<3}~{:>5.1} {:>6.0} {:>6.2}",
                 r.model,
                 r.kernels,
                 r.measured_sum_total_us,
@@ -192,7 +219,9 @@ pub fn main(args: KernelsArgs) -> Result<()> {
                 r.median_kernel_error_pct,
                 r.busy_cus_min,
                 r.busy_cus_max,
-                r.busy_cus_mean
+                r.busy_cus_mean,
+                r.weight_zero_pct,
+                r.weight_median
             );
         }
     }

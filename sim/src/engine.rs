@@ -25,7 +25,13 @@
 //! runs exactly once and is accounted on its own CU. A block's duration is
 //! fixed when it is placed, from the kernel's curve at the CU's co-residency
 //! then: `k = ceil(resident waves on the CU / waves per block)`, so blocks of
-//! different kernels contend in the same way as blocks of one kernel. A kill
+//! different kernels contend in the same way as blocks of one kernel.
+//! Across CUs, launches contend for what the whole device shares (L2,
+//! memory; REEF §6.5 Fig. 27): a block placed while blocks of other launches
+//! are resident runs longer in proportion to both kernels' contention
+//! weights (from their measured curves) and the device's
+//! `contention_share` ([`Sim::time_fresh_groups`]); fixed at placement too,
+//! and nil when no other launch is resident. A kill
 //! removes the running groups of the targeted kernels after `kill_latency_ns`
 //! and discards their unplaced blocks.
 
@@ -340,6 +346,8 @@ struct Launch {
     unit: Packed,
     /// Blocks that fit on an empty CU.
     cap_empty: u32,
+    /// Contention pressure of its resident groups (sum of their `pressure`).
+    pressure: u128,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the
@@ -385,6 +393,9 @@ struct Group {
     cus: CuSet,
     per_cu: u32,
     record: usize,
+    /// Contention pressure: weight x blocks x exec(1) / exec(k). u128:
+    /// exact for any spec the validation accepts (< 2^84 per group).
+    pressure: u128,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -426,6 +437,13 @@ pub struct Sim {
     records: Vec<BlockRecord>,
     completed: u64,
     memory_used: u64,
+    /// Contention pressure of every resident group.
+    pressure: u128,
+    /// `contention_share` in millionths.
+    share_ppm: u64,
+    /// Groups placed in the current placement pass, not yet timed: (group
+    /// slot, generation, duration before contention).
+    fresh: Vec<(u32, u32, u64)>,
     // scratch
     cand: Vec<(usize, u32, u32)>,
     /// Placement buckets: (blocks per CU, co-residency, CUs).
@@ -454,6 +472,9 @@ impl Sim {
             }),
             cand: Vec::with_capacity(n),
             buckets: Vec::new(),
+            pressure: 0,
+            share_ppm: (spec.contention_share * 1e6).round() as u64,
+            fresh: Vec::new(),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
             cfg,
@@ -673,6 +694,7 @@ impl Sim {
                     scan: CuSet::empty(),
                     unit: 0,
                     cap_empty: 0,
+                    pressure: 0,
                 });
                 self.launches.len() as u32 - 1
             }
@@ -699,6 +721,7 @@ impl Sim {
         l.scan = CuSet::empty();
         l.unit = unit;
         l.cap_empty = cap_empty;
+        l.pressure = 0;
         slot
     }
 
@@ -1128,7 +1151,8 @@ impl Sim {
         1.0 + self.cfg.jitter * (2.0 * u - 1.0)
     }
 
-    /// Places pending blocks of active kernels, in priority/dispatch order.
+    /// Places pending blocks of active kernels, in priority/dispatch order,
+    /// then times the groups placed (see [`Sim::time_fresh_groups`]).
     fn place(&mut self) {
         let mut i = 0;
         while i < self.active.len() {
@@ -1139,6 +1163,52 @@ impl Sim {
             }
             i += 1;
         }
+        if !self.fresh.is_empty() {
+            self.time_fresh_groups();
+        }
+    }
+
+    /// Schedules the completion of the groups placed in this pass, each
+    /// stretched by device-level contention (docs/simulator.md "Contention
+    /// between launches"; REEF §6.5, Fig. 27). A group's pressure is
+    /// `w x blocks x exec(1) / exec(k)` (its kernel's contention weight `w`
+    /// in 1/1024, times its blocks, each counted at the rate it issues work
+    /// at its co-residency `k`); `P` is the pressure of every resident group
+    /// of *other* launches (this pass's included, so the parts of a padded
+    /// launch see each other). A block of duration `d` runs
+    /// `d x (1 + share x (w/1024) x (P/1024) / compute_units)`, rounded
+    /// down. Alone on the device (`P` = 0) nothing changes. The groups are
+    /// scheduled in placement order, as they were placed.
+    fn time_fresh_groups(&mut self) {
+        let fresh = std::mem::take(&mut self.fresh);
+        let now = self.now;
+        let denom = 1_000_000u128
+            * crate::shape::WEIGHT_ONE as u128
+            * crate::shape::WEIGHT_ONE as u128
+            * self.spec.compute_units as u128;
+        for &(gslot, gen, base) in &fresh {
+            let g = &self.groups[gslot as usize];
+            let l = &self.launches[g.launch as usize];
+            let others = self.pressure - l.pressure;
+            let w = l.req.shape.contention_weight as u128;
+            let mut dur = base;
+            if others > 0 && w > 0 && self.share_ppm > 0 {
+                // Saturating: an absurd product only means "as long as a
+                // block may be" (MAX_BLOCK_NS).
+                let extra = (base as u128)
+                    .saturating_mul(self.share_ppm as u128 * w)
+                    .saturating_mul(others)
+                    / denom;
+                let max = (crate::shape::MAX_BLOCK_NS as u128).max(base as u128);
+                dur = (base as u128).saturating_add(extra).min(max) as u64;
+                if g.record != usize::MAX {
+                    self.records[g.record].end = now + dur;
+                }
+            }
+            self.schedule(now + dur, Ev::Group(gslot, gen));
+        }
+        self.fresh = fresh;
+        self.fresh.clear();
     }
 
     fn place_launch(&mut self, slot: u32) {
@@ -1328,6 +1398,7 @@ impl Sim {
                         cus: CuSet::empty(),
                         per_cu: 0,
                         record: usize::MAX,
+                        pressure: 0,
                     });
                     self.groups.len() as u32 - 1
                 }
@@ -1346,6 +1417,18 @@ impl Sim {
             } else {
                 usize::MAX
             };
+            // Each block presses in proportion to the rate it issues work:
+            // its weight x exec(1) / exec(k), so blocks slowed by their own
+            // CU's co-residency press less (docs/simulator.md).
+            let pressure = {
+                let sh = &self.launches[slot as usize].req.shape;
+                let w = sh.contention_weight as u128;
+                if w == 0 {
+                    0
+                } else {
+                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns(k).max(1) as u128
+                }
+            };
             let g = &mut self.groups[gslot as usize];
             g.launch = slot;
             g.gen = g.gen.wrapping_add(1);
@@ -1353,9 +1436,14 @@ impl Sim {
             g.cus = set;
             g.per_cu = per_cu;
             g.record = record;
+            g.pressure = pressure;
             let gen = g.gen;
-            self.launches[slot as usize].groups.push(gslot);
-            self.schedule(now + dur, Ev::Group(gslot, gen));
+            let l = &mut self.launches[slot as usize];
+            l.groups.push(gslot);
+            l.pressure += pressure;
+            self.pressure += pressure;
+            // Timed once the whole pass is placed (`time_fresh_groups`).
+            self.fresh.push((gslot, gen, dur));
         }
         self.buckets = buckets;
     }
@@ -1364,8 +1452,11 @@ impl Sim {
     fn retire_group(&mut self, gslot: u32, outcome: BlockOutcome) -> (u32, u32) {
         let g = &mut self.groups[gslot as usize];
         g.live = false;
-        let (slot, per_cu, cus, record) = (g.launch, g.per_cu, g.cus, g.record);
+        let (slot, per_cu, cus, record, pressure) =
+            (g.launch, g.per_cu, g.cus, g.record, g.pressure);
         self.free_groups.push(gslot);
+        self.pressure -= pressure;
+        self.launches[slot as usize].pressure -= pressure;
         let free = per_cu as u128 * self.launches[slot as usize].unit;
         for cu in cus.iter() {
             let u = &mut self.usage[cu];

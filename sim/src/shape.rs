@@ -14,6 +14,11 @@
 //!   blocks per CU, k x min(blocks, CUs) blocks share the device's memory
 //!   bandwidth; kernels without a profile use the roofline alone.
 //!
+//! Contention weight ([`contention_weight`]): how bound a kernel is by
+//! resources the whole device shares, derived from the same curve (how much
+//! its block time grows with co-resident blocks); the engine uses it for
+//! device-level contention between launches (REEF §6.5, Fig. 27).
+//!
 //! Occupancy: threads, waves, blocks, LDS and registers per CU. The REEF
 //! schedule format does not record registers; when a measured curve exists,
 //! its length is the highest co-residency the profiler could reach, so the
@@ -49,6 +54,46 @@ pub struct KernelShape {
     exec_ns: Vec<u64>,
     /// Extension slope past the curve (ns per extra co-resident block).
     slope_ns: u64,
+    /// How bound the kernel is by shared resources, in 1/1024 (0..=1024):
+    /// `sqrt(g)` where `g` is the relative growth of its block time per
+    /// extra co-resident block ([`contention_weight`]). Both how much it
+    /// suffers from and how much it causes device-level contention
+    /// (docs/simulator.md "Contention between launches").
+    pub contention_weight: u32,
+}
+
+/// The unit of [`KernelShape::contention_weight`]: 1024 = fully bound.
+pub const WEIGHT_ONE: u32 = 1024;
+
+/// A kernel's contention weight from its block execution curve
+/// (`exec_ns[k-1]` = one block with k co-resident blocks), in 1/1024.
+///
+/// `g` = the least-squares slope of the curve over k = 1..K, divided by the
+/// block time at k = 1, clamped to [0, 1]: the fractional growth of a
+/// block's time per extra co-resident block on every CU. A kernel whose
+/// blocks do not slow down when the device fills up (`g` = 0) is bound by
+/// nothing shared; one whose block time grows in proportion to the blocks
+/// sharing the device (`g` = 1, e.g. a memory-roofline curve) is fully
+/// bound. The weight is `sqrt(g)`, so that the slowdown one kernel causes
+/// another, proportional to the product of their weights, equals `g` for a
+/// kernel and itself (the curve it was measured with). A one-point curve
+/// carries no information: weight 0.
+pub fn contention_weight(exec_ns: &[u64]) -> u32 {
+    let k = exec_ns.len();
+    if k < 2 || exec_ns[0] == 0 {
+        return 0;
+    }
+    let n = k as f64;
+    let mean_x = (n + 1.0) / 2.0;
+    let mean_y = exec_ns.iter().map(|&e| e as f64).sum::<f64>() / n;
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for (i, &e) in exec_ns.iter().enumerate() {
+        let dx = (i + 1) as f64 - mean_x;
+        sxy += dx * (e as f64 - mean_y);
+        sxx += dx * dx;
+    }
+    let g = (sxy / sxx / exec_ns[0] as f64).clamp(0.0, 1.0);
+    (g.sqrt() * WEIGHT_ONE as f64).round() as u32
 }
 
 /// FNV-1a, the simulator's stable hash (value tracking, identities).
@@ -121,6 +166,7 @@ impl KernelShape {
         let mut id = name.as_bytes().to_vec();
         id.extend_from_slice(&blocks.to_le_bytes());
         id.extend_from_slice(&threads_per_block.to_le_bytes());
+        let contention_weight = contention_weight(&exec_ns);
         Ok(KernelShape {
             name: name.to_string(),
             identity: fnv1a(&id, 0x5eef),
@@ -131,6 +177,7 @@ impl KernelShape {
             regs_per_block,
             exec_ns,
             slope_ns,
+            contention_weight,
         })
     }
 

@@ -388,8 +388,13 @@ fn mixed_trace(seed: u64) -> Vec<DeviceEvent> {
     let mut killed = false;
     while let Some((t, evs)) = sim.step() {
         sim.check_invariants().unwrap();
+        // Kill VGG just as one of its kernels starts (its kernels all run
+        // longer than the kill latency), so that the kill hits running blocks.
+        let vgg_started = evs
+            .iter()
+            .any(|e| e.stream == streams[0] && e.kind == EventKind::Started);
         trace.extend(evs);
-        if !killed && t > 2_000_000 {
+        if !killed && t > 2_000_000 && vgg_started {
             killed = true;
             sim.kill_stream(streams[0]).unwrap();
             host.reset(streams[0]);

@@ -1,10 +1,16 @@
 //! Golden event traces: performance work on the engine (placement, event
 //! handling) must not change behaviour. Each scenario's full event trace,
 //! block records and buffer values are hashed, and the hashes must equal
-//! those recorded with the engine before the incremental-placement change
-//! (commit b8f0d8e). A changed hash means changed simulated behaviour: if
+//! recorded ones. A changed hash means changed simulated behaviour: if
 //! that is intended (a model change, not an optimisation), say so in the
 //! commit and record the new hashes.
+//!
+//! Two sets: with device-level contention turned off (`contention_share` =
+//! 0) every scenario must still give the hashes recorded with the engine
+//! before the incremental-placement change (commit b8f0d8e), i.e. before
+//! contention existed: the mechanism changes nothing but the contention
+//! itself. With the presets as they are (contention on), the hashes
+//! recorded when contention was introduced.
 //!
 //! Scenarios: ten concurrent streams of the five measured models with large
 //! device queues (the `streams` policy of DISB, the case placement was slow
@@ -97,14 +103,24 @@ struct Client {
 /// client, BE clients starting 0.5 ms apart. With `preempt`, BE streams are
 /// preempted REEF-style at pseudo-random times (flag + kill or kill_all +
 /// clear + host reset) and restored from the start of the inference.
+/// A preset, with contention off when `contention` is false.
+fn preset(device: &str, contention: bool) -> DeviceSpec {
+    let mut spec = DeviceSpec::preset(device).unwrap();
+    if !contention {
+        spec.contention_share = 0.0;
+    }
+    spec
+}
+
 fn ten_streams(
     device: &str,
+    contention: bool,
     seed: u64,
     capacity: usize,
     inferences: usize,
     preempt: bool,
 ) -> (u64, usize) {
-    let spec = DeviceSpec::preset(device).unwrap();
+    let spec = preset(device, contention);
     let dir = default_models_dir();
     let cfg = SimConfig {
         seed,
@@ -222,8 +238,8 @@ fn ten_streams(
 
 /// Random synthetic kernels, streams, launches (block ranges, CU masks,
 /// padded launches), flags, kills and queue clears.
-fn random_ops(device: &str, seed: u64, ops: usize) -> (u64, usize) {
-    let spec = DeviceSpec::preset(device).unwrap();
+fn random_ops(device: &str, contention: bool, seed: u64, ops: usize) -> (u64, usize) {
+    let spec = preset(device, contention);
     let ncu = spec.compute_units as usize;
     let mut rng = Rng(seed ^ 0x5151);
     let mut shapes = Vec::new();
@@ -347,52 +363,103 @@ impl Drop for Checks {
     }
 }
 
-#[test]
-fn ten_uncapped_streams_trace_unchanged() {
+fn ten_uncapped(contention: bool, want: [u64; 2]) {
     let mut c = Checks::default();
     c.check(
         "ten streams mi50",
-        ten_streams("mi50", 1, 1 << 20, 2, false),
-        0x3692fb1b85c19f4f,
+        ten_streams("mi50", contention, 1, 1 << 20, 2, false),
+        want[0],
     );
     c.check(
         "ten streams h100 cap 4",
-        ten_streams("h100", 2, 4, 2, false),
-        0x3d25fe4d00cc6eec,
+        ten_streams("h100", contention, 2, 4, 2, false),
+        want[1],
     );
+}
+
+fn ten_preempted(contention: bool, want: [u64; 2]) {
+    let mut c = Checks::default();
+    c.check(
+        "ten streams preempted gv100",
+        ten_streams("gv100", contention, 3, 1 << 20, 3, true),
+        want[0],
+    );
+    c.check(
+        "ten streams preempted mi50 cap 4",
+        ten_streams("mi50", contention, 4, 4, 3, true),
+        want[1],
+    );
+}
+
+fn random_synthetic(contention: bool, want: [u64; 6]) {
+    let runs = [
+        ("mi50", 1),
+        ("mi50", 2),
+        ("gv100", 3),
+        ("gv100", 4),
+        ("h100", 5),
+        ("h100", 6),
+    ];
+    let mut c = Checks::default();
+    for ((dev, seed), hash) in runs.into_iter().zip(want) {
+        c.check(
+            &format!("random {dev} seed {seed}"),
+            random_ops(dev, contention, seed, 1500),
+            hash,
+        );
+    }
+}
+
+// Contention off: the hashes recorded before contention existed (b8f0d8e).
+
+#[test]
+fn ten_uncapped_streams_trace_unchanged() {
+    ten_uncapped(false, [0x3692fb1b85c19f4f, 0x3d25fe4d00cc6eec]);
 }
 
 #[test]
 fn ten_streams_with_preemption_trace_unchanged() {
-    let mut c = Checks::default();
-    c.check(
-        "ten streams preempted gv100",
-        ten_streams("gv100", 3, 1 << 20, 3, true),
-        0x4ea5834189dfdf34,
-    );
-    c.check(
-        "ten streams preempted mi50 cap 4",
-        ten_streams("mi50", 4, 4, 3, true),
-        0x6c74cbd8708d4bd5,
-    );
+    ten_preempted(false, [0x4ea5834189dfdf34, 0x6c74cbd8708d4bd5]);
 }
 
 #[test]
 fn random_synthetic_traces_unchanged() {
-    let want: [(&str, u64, u64); 6] = [
-        ("mi50", 1, 0x444fd1726ec94fbd),
-        ("mi50", 2, 0xbb609840ed27bb9e),
-        ("gv100", 3, 0x45b3db316d9cec94),
-        ("gv100", 4, 0xc3ccd1a9ba7f1f86),
-        ("h100", 5, 0x64ba8cc80145957f),
-        ("h100", 6, 0x1d8dbde74a5bd60d),
-    ];
-    let mut c = Checks::default();
-    for (dev, seed, hash) in want {
-        c.check(
-            &format!("random {dev} seed {seed}"),
-            random_ops(dev, seed, 1500),
-            hash,
-        );
-    }
+    random_synthetic(
+        false,
+        [
+            0x444fd1726ec94fbd,
+            0xbb609840ed27bb9e,
+            0x45b3db316d9cec94,
+            0xc3ccd1a9ba7f1f86,
+            0x64ba8cc80145957f,
+            0x1d8dbde74a5bd60d,
+        ],
+    );
+}
+
+// Contention on (the presets): recorded when contention was introduced.
+
+#[test]
+fn ten_uncapped_streams_trace_with_contention() {
+    ten_uncapped(true, [0x508748ff7ca57555, 0x00819528a7c466cf]);
+}
+
+#[test]
+fn ten_streams_with_preemption_trace_with_contention() {
+    ten_preempted(true, [0xd55b4f15d986e428, 0x3ebd9930effa3fc1]);
+}
+
+#[test]
+fn random_synthetic_traces_with_contention() {
+    random_synthetic(
+        true,
+        [
+            0xf7e0aec8bb89309b,
+            0xe03fe122f2b73e80,
+            0xe22359bd8b380473,
+            0x6df14b9945784c09,
+            0xdfe16c8d15a56f4f,
+            0x34a5321443e57af8,
+        ],
+    );
 }
