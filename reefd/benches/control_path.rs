@@ -25,7 +25,7 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
-    let policy = std::env::var("REEF_BENCH_POLICY").unwrap_or_else(|_| "reef-nodkp".into());
+    let policy = std::env::var("REEF_BENCH_POLICY").unwrap_or_else(|_| "reef".into());
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("reefd.sock");
     let rt_prio: u8 = std::env::var("REEF_BENCH_RT_PRIORITY")
