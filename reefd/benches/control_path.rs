@@ -5,12 +5,16 @@
 //! policy, keeps resnet152 running as best-effort load, sends vgg RT requests
 //! at random gaps, and prints p50/p99 in microseconds (target p99 <= 50 us).
 //!
+//! It runs the daemon twice, side by side in one run: with `poll = true`
+//! (the default: one thread serves the socket and runs the device) and with
+//! `poll = false` (sleeping socket threads and a tick pacer).
+//!
 //! Run: `cargo bench -p reefd --bench control_path`
-//! (REEF_BENCH_RT_REQUESTS sets the number of RT requests, default 400;
-//! REEF_BENCH_POLICY the policy, default reef; REEF_BENCH_DAEMON_LOG a file
-//! for the daemon's log, at the level RUST_LOG sets; REEF_BENCH_RT_PRIORITY
-//! the daemon's `realtime_priority`, default 0; REEF_BENCH_POLL=0 runs the
-//! daemon with `poll = false`, its pacer-thread mode.)
+//! (REEF_BENCH_RT_REQUESTS sets the number of RT requests per mode, default
+//! 1000; REEF_BENCH_POLICY the policy, default reef; REEF_BENCH_DAEMON_LOG a
+//! file for the daemon's log, at the level RUST_LOG sets;
+//! REEF_BENCH_RT_PRIORITY the daemon's `realtime_priority`, default 0;
+//! REEF_BENCH_POLL=1 or 0 runs one mode only.)
 
 use reefd::client::Client;
 use reefd::metrics::summarize;
@@ -24,15 +28,26 @@ fn main() -> anyhow::Result<()> {
     let n: usize = std::env::var("REEF_BENCH_RT_REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
+        .unwrap_or(1000);
     let policy = std::env::var("REEF_BENCH_POLICY").unwrap_or_else(|_| "reef".into());
-    let dir = tempfile::tempdir()?;
-    let socket = dir.path().join("reefd.sock");
     let rt_prio: u8 = std::env::var("REEF_BENCH_RT_PRIORITY")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let poll = std::env::var("REEF_BENCH_POLL").map_or(true, |v| v != "0");
+    let modes: Vec<bool> = match std::env::var("REEF_BENCH_POLL").as_deref() {
+        Ok("1") => vec![true],
+        Ok("0") => vec![false],
+        _ => vec![true, false],
+    };
+    for poll in modes {
+        run(n, &policy, rt_prio, poll)?;
+    }
+    Ok(())
+}
+
+fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("reefd.sock");
     let config = dir.path().join("reefd.toml");
     std::fs::write(
         &config,
@@ -47,7 +62,7 @@ fn main() -> anyhow::Result<()> {
             "sim:mi50",
         ])
         .arg("--policy")
-        .arg(&policy)
+        .arg(policy)
         .arg("--config")
         .arg(&config)
         .arg("--socket")
