@@ -444,6 +444,11 @@ pub struct DkpArgs {
     /// Selection benchmark iterations per configuration.
     #[arg(long, default_value_t = 200_000)]
     pub iterations: u64,
+    /// Instead of running the pairs, say for every ordered pair and both
+    /// padding variants which best-effort kernels no real-time kernel of
+    /// the pair admits, and why (rule 1, rule 2, ...), from the profiles.
+    #[arg(long)]
+    pub explain: bool,
 }
 
 /// Selection time of one configuration.
@@ -516,6 +521,82 @@ pub fn selection_time(
         ns_per_rt_kernel: ns,
         padded_share: padded as f64 / iterations as f64,
     })
+}
+
+/// What the profiles say about one (RT model, BE model, variant): the
+/// best-effort kernels no real-time kernel of the pair can be padded with.
+#[derive(Debug, Clone, Serialize)]
+pub struct Blockers {
+    pub rt: String,
+    pub be: String,
+    pub variant: &'static str,
+    /// Best-effort kernels (in inference order) that no real-time kernel
+    /// admits.
+    pub blocked: Vec<u32>,
+    /// The first of them, with how many real-time kernels reject it for
+    /// each reason (`Verdict::name`).
+    pub first: Option<(u32, String, Vec<(&'static str, usize)>)>,
+    /// For the first: its shortest block (any version, alone on a CU), ns.
+    pub first_min_block_ns: Option<u64>,
+    /// The longest real-time kernel that leaves CUs over (fewer blocks than
+    /// CUs), ns: rule 1 needs a best-effort block shorter than this.
+    pub rt_max_paddable_kernel_ns: u64,
+}
+
+/// For every best-effort kernel of `be`, the verdict of every real-time
+/// kernel of `rt` ([`Selector::explain`]); a best-effort task whose current
+/// kernel no real-time kernel admits makes no progress by padding.
+pub fn blockers(
+    spec: &DeviceSpec,
+    rt: &PreparedModel,
+    be: &PreparedModel,
+    variant: Variant,
+) -> Result<Blockers> {
+    let t = table(spec, &[clone_model(spec, rt)?, clone_model(spec, be)?], variant)?;
+    let mut blocked = Vec::new();
+    let mut first = None;
+    let mut first_min_block_ns = None;
+    let cus = t.selector.limits().compute_units;
+    let rt_max_paddable_kernel_ns = t.kernels[0]
+        .iter()
+        .filter(|v| v[0].blocks < cus)
+        .map(|v| v[0].kernel_ns)
+        .max()
+        .unwrap_or(0);
+    for (j, vs) in t.kernels[1].iter().enumerate() {
+        let mut tally: std::collections::BTreeMap<reef_sched::dkp::Verdict, usize> = Default::default();
+        for rk in &t.kernels[0] {
+            *tally.entry(t.selector.explain(&rk[0], vs)).or_default() += 1;
+        }
+        if tally.contains_key(&reef_sched::dkp::Verdict::Padded) {
+            continue;
+        }
+        blocked.push(j as u32);
+        if first.is_none() {
+            first_min_block_ns = vs.iter().map(|k| k.block_ns(1)).min();
+            first = Some((
+                j as u32,
+                be.shapes[j].name.clone(),
+                tally.into_iter().map(|(v, n)| (v.name(), n)).collect(),
+            ));
+        }
+    }
+    Ok(Blockers {
+        rt: rt.name.clone(),
+        be: be.name.clone(),
+        variant: match variant {
+            Variant::Single => "reef",
+            Variant::MultiVersion => "reef-dkp-mv",
+        },
+        blocked,
+        first,
+        first_min_block_ns,
+        rt_max_paddable_kernel_ns,
+    })
+}
+
+fn clone_model(spec: &DeviceSpec, m: &PreparedModel) -> Result<PreparedModel> {
+    PreparedModel::new(m.model.clone(), spec)
 }
 
 /// One pair under one policy.
@@ -696,6 +777,40 @@ pub fn main(args: DkpArgs) -> Result<()> {
         }
     }
     if args.selection {
+        return Ok(());
+    }
+    if args.explain {
+        for rt in &models {
+            for be in &models {
+                for v in [Variant::Single, Variant::MultiVersion] {
+                    let b = blockers(&spec, rt, be, v)?;
+                    if args.json {
+                        println!("{}", serde_json::to_value(&b)?);
+                        continue;
+                    }
+                    let first = match &b.first {
+                        None => "none: every BE kernel pads some RT kernel".to_string(),
+                        Some((k, name, tally)) => format!(
+                            "first {k} ({name}): {}; its shortest block {:.1} us, longest RT kernel leaving CUs {:.1} us",
+                            tally
+                                .iter()
+                                .map(|(v, n)| format!("{v} x{n}"))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            b.first_min_block_ns.unwrap_or(0) as f64 / 1e3,
+                            b.rt_max_paddable_kernel_ns as f64 / 1e3
+                        ),
+                    };
+                    println!(
+                        "{:<10} {:<10} {:<12} {:>3} BE kernels no RT kernel admits; {first}",
+                        b.rt,
+                        b.be,
+                        b.variant,
+                        b.blocked.len()
+                    );
+                }
+            }
+        }
         return Ok(());
     }
     let policies: Vec<String> = args

@@ -215,6 +215,81 @@ impl Selector {
     }
 }
 
+/// Why a best-effort kernel cannot pad a real-time kernel (the first check
+/// that fails, in the order the selection applies them). Diagnostics only
+/// (`reef-bench dkp --explain`): it allocates, unlike [`Selector::select`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Some version can pad it.
+    Padded,
+    /// The real-time kernel has at least one block per CU: no CU is left
+    /// over (Fig. 12 lines 1–3), nothing is padded to it.
+    RtWholeGpu,
+    /// No proxy kernel can host the real-time block (§5.1).
+    RtProxy,
+    /// Rule 2: every version's occupancy is below the real-time kernel's.
+    Rule2,
+    /// Rule 1: every version passing rule 2 has blocks at least as long as
+    /// the real-time kernel, even one per CU.
+    Rule1,
+    /// Both rules hold for a version, but the proxy kernel it needs (more
+    /// registers or shared memory) would not fit the real-time block.
+    Resources,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Padded => "padded",
+            Verdict::RtWholeGpu => "rt-whole-gpu",
+            Verdict::RtProxy => "rt-proxy",
+            Verdict::Rule2 => "rule2",
+            Verdict::Rule1 => "rule1",
+            Verdict::Resources => "resources",
+        }
+    }
+}
+
+impl Selector {
+    /// Whether the first blocks of a best-effort kernel (all `versions`,
+    /// none started) can pad real-time kernel `rt` on an otherwise idle
+    /// GPU, and if not, which check stops it.
+    pub fn explain(&self, rt: &KernelChar, versions: &[KernelChar]) -> Verdict {
+        let c = [Candidate {
+            versions,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        if self.select(rt, &c, 0, &mut out) {
+            return Verdict::Padded;
+        }
+        if rt.blocks >= self.limits.compute_units {
+            return Verdict::RtWholeGpu;
+        }
+        let fits = self.proxies.pick(rt.regs_per_thread).is_some_and(|l| {
+            let alloc = self.proxies.alloc(l);
+            self.limits
+                .occupancy(rt.threads, rt.lds, alloc * rt.threads)
+                > 0
+        });
+        if !fits {
+            return Verdict::RtProxy;
+        }
+        let rule2: Vec<&KernelChar> = versions
+            .iter()
+            .filter(|k| k.occupancy >= rt.occupancy)
+            .collect();
+        if rule2.is_empty() {
+            return Verdict::Rule2;
+        }
+        if rule2.iter().all(|k| k.block_ns(1) >= rt.kernel_ns) {
+            return Verdict::Rule1;
+        }
+        Verdict::Resources
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::profile::mi50;
