@@ -559,14 +559,15 @@ pub fn blockers(
     let cus = t.selector.limits().compute_units;
     let rt_max_paddable_kernel_ns = t.kernels[0]
         .iter()
-        .filter(|v| v[0].blocks < cus)
+        .filter(|v| v[0].reserved_cus(cus) < cus)
         .map(|v| v[0].kernel_ns)
         .max()
         .unwrap_or(0);
     for (j, vs) in t.kernels[1].iter().enumerate() {
         let mut tally: std::collections::BTreeMap<reef_sched::dkp::Verdict, usize> = Default::default();
         for rk in &t.kernels[0] {
-            *tally.entry(t.selector.explain(&rk[0], vs)).or_default() += 1;
+            let v = t.selector.explain(&rk[0], vs);
+            *tally.entry(v).or_default() += 1;
         }
         if tally.contains_key(&reef_sched::dkp::Verdict::Padded) {
             continue;
