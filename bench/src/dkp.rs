@@ -552,7 +552,11 @@ pub fn blockers(
     be: &PreparedModel,
     variant: Variant,
 ) -> Result<Blockers> {
-    let t = table(spec, &[clone_model(spec, rt)?, clone_model(spec, be)?], variant)?;
+    let t = table(
+        spec,
+        &[clone_model(spec, rt)?, clone_model(spec, be)?],
+        variant,
+    )?;
     let mut blocked = Vec::new();
     let mut first = None;
     let mut first_min_block_ns = None;
@@ -564,7 +568,8 @@ pub fn blockers(
         .max()
         .unwrap_or(0);
     for (j, vs) in t.kernels[1].iter().enumerate() {
-        let mut tally: std::collections::BTreeMap<reef_sched::dkp::Verdict, usize> = Default::default();
+        let mut tally: std::collections::BTreeMap<reef_sched::dkp::Verdict, usize> =
+            Default::default();
         for rk in &t.kernels[0] {
             let v = t.selector.explain(&rk[0], vs);
             *tally.entry(v).or_default() += 1;

@@ -303,7 +303,8 @@ mod tests {
     fn reserved_cus_keep_the_kernel_time() {
         let d = mi50();
         let curve = vec![10, 12, 14, 16];
-        let k = |blocks: u32| KernelChar::new(&d, blocks, 256, 0, 65536 / 4, curve.clone()).unwrap();
+        let k =
+            |blocks: u32| KernelChar::new(&d, blocks, 256, 0, 65536 / 4, curve.clone()).unwrap();
         // Fewer blocks than CUs: one CU per block.
         assert_eq!(k(30).reserved_cus(60), 30);
         // 100 blocks: 2 on the busiest CU alone (12 ns); 50 CUs x 2 as fast.
