@@ -444,6 +444,13 @@ pub struct DkpArgs {
     /// Selection benchmark iterations per configuration.
     #[arg(long, default_value_t = 200_000)]
     pub iterations: u64,
+    /// Sensitivity only, not the paper's setup: the real-time client waits
+    /// this long (µs of virtual time) after each reply before its next
+    /// request (a DISB periodic client at the stand-alone latency plus the
+    /// gap), leaving the scheduler in normal mode meanwhile. 0 (default):
+    /// closed loop, the next request at the reply's instant.
+    #[arg(long, default_value_t = 0.0)]
+    pub rt_gap_us: f64,
     /// Instead of running the pairs, say for every ordered pair and both
     /// padding variants which best-effort kernels no real-time kernel of
     /// the pair admits, and why (rule 1, rule 2, ...), from the profiles.
@@ -523,6 +530,9 @@ pub fn selection_time(
     })
 }
 
+/// How many real-time kernels give each verdict ([`reef_sched::dkp::Verdict::name`]).
+pub type Tally = Vec<(&'static str, usize)>;
+
 /// What the profiles say about one (RT model, BE model, variant): the
 /// best-effort kernels no real-time kernel of the pair can be padded with.
 #[derive(Debug, Clone, Serialize)]
@@ -535,12 +545,19 @@ pub struct Blockers {
     pub blocked: Vec<u32>,
     /// The first of them, with how many real-time kernels reject it for
     /// each reason (`Verdict::name`).
-    pub first: Option<(u32, String, Vec<(&'static str, usize)>)>,
+    pub first: Option<(u32, String, Tally)>,
     /// For the first: its shortest block (any version, alone on a CU), ns.
     pub first_min_block_ns: Option<u64>,
-    /// The longest real-time kernel that leaves CUs over (fewer blocks than
-    /// CUs), ns: rule 1 needs a best-effort block shorter than this.
+    /// The longest real-time kernel that leaves CUs over, ns: rule 1 needs
+    /// a best-effort block shorter than this.
     pub rt_max_paddable_kernel_ns: u64,
+    /// The first best-effort kernel that only real-time kernels among the
+    /// first `window` of an inference admit, with their indices. Under a
+    /// closed-loop real-time client those are transmitted at the start of
+    /// every real-time request, while the best-effort stream still drains
+    /// the launches of the instant of normal mode before it, so they are
+    /// never padded and such a kernel blocks its task too.
+    pub first_only_early: Option<(u32, String, Vec<u32>)>,
 }
 
 /// For every best-effort kernel of `be`, the verdict of every real-time
@@ -560,6 +577,8 @@ pub fn blockers(
     let mut blocked = Vec::new();
     let mut first = None;
     let mut first_min_block_ns = None;
+    let mut first_only_early = None;
+    let window = crate::run::REEF_DQ_CAPACITY as u32;
     let cus = t.selector.limits().compute_units;
     let rt_max_paddable_kernel_ns = t.kernels[0]
         .iter()
@@ -570,11 +589,18 @@ pub fn blockers(
     for (j, vs) in t.kernels[1].iter().enumerate() {
         let mut tally: std::collections::BTreeMap<reef_sched::dkp::Verdict, usize> =
             Default::default();
-        for rk in &t.kernels[0] {
+        let mut admitted = Vec::new();
+        for (ri, rk) in t.kernels[0].iter().enumerate() {
             let v = t.selector.explain(&rk[0], vs);
+            if v == reef_sched::dkp::Verdict::Padded {
+                admitted.push(ri as u32);
+            }
             *tally.entry(v).or_default() += 1;
         }
-        if tally.contains_key(&reef_sched::dkp::Verdict::Padded) {
+        if !admitted.is_empty() {
+            if first_only_early.is_none() && admitted.iter().all(|&r| r < window) {
+                first_only_early = Some((j as u32, be.shapes[j].name.clone(), admitted));
+            }
             continue;
         }
         blocked.push(j as u32);
@@ -598,6 +624,7 @@ pub fn blockers(
         first,
         first_min_block_ns,
         rt_max_paddable_kernel_ns,
+        first_only_early,
     })
 }
 
@@ -647,7 +674,14 @@ fn run_pair(
             name: format!("rt-{}", models[rt].name),
             model: 0,
             class: Class::RealTime,
-            gen: Gen::Continuous,
+            gen: if args.rt_gap_us > 0.0 {
+                Gen::Periodic {
+                    next: 0,
+                    interval: (standalone[rt] + args.rt_gap_us * 1e3) as Time,
+                }
+            } else {
+                Gen::Continuous
+            },
         },
         ClientPlan {
             name: format!("be-{}", models[be].name),
@@ -807,8 +841,15 @@ pub fn main(args: DkpArgs) -> Result<()> {
                             b.rt_max_paddable_kernel_ns as f64 / 1e3
                         ),
                     };
+                    let early = match &b.first_only_early {
+                        None => String::new(),
+                        Some((k, name, rts)) => format!(
+                            "; first admitted only by RT kernels among the first {}: {k} ({name}), by RT kernels {rts:?}",
+                            crate::run::REEF_DQ_CAPACITY
+                        ),
+                    };
                     println!(
-                        "{:<10} {:<10} {:<12} {:>3} BE kernels no RT kernel admits; {first}",
+                        "{:<10} {:<10} {:<12} {:>3} BE kernels no RT kernel admits; {first}{early}",
                         b.rt,
                         b.be,
                         b.variant,
@@ -818,6 +859,12 @@ pub fn main(args: DkpArgs) -> Result<()> {
             }
         }
         return Ok(());
+    }
+    if !(args.rt_gap_us >= 0.0 && args.rt_gap_us.is_finite()) {
+        bail!(
+            "--rt-gap-us must be a non-negative number of microseconds, got {}",
+            args.rt_gap_us
+        );
     }
     let policies: Vec<String> = args
         .policy

@@ -423,6 +423,38 @@ mod tests {
     }
 
     #[test]
+    fn explain_names_the_check_that_stops_a_kernel() {
+        let s = Selector::new(mi50());
+        let rt = k(20, 256, 0, 4, vec![15_000]);
+        let cases = [
+            (k(100, 256, 0, 8, vec![10_000]), Verdict::Padded),
+            (k(100, 256, 0, 2, vec![1_000]), Verdict::Rule2),
+            (k(100, 256, 0, 8, vec![15_000]), Verdict::Rule1),
+        ];
+        for (be, want) in cases {
+            let be = vec![be];
+            assert_eq!(s.explain(&rt, &be), want);
+            let c = [Candidate {
+                versions: &be,
+                locked: None,
+                next_block: 0,
+            }];
+            let mut out = Padding::default();
+            assert_eq!(s.select(&rt, &c, 0, &mut out), want == Verdict::Padded);
+        }
+        // Several versions: one passing both rules is enough.
+        let vs = vec![
+            k(100, 256, 0, 2, vec![1_000]),
+            k(100, 256, 0, 8, vec![20_000]),
+            k(200, 256, 0, 8, vec![9_000]),
+        ];
+        assert_eq!(s.explain(&rt, &vs), Verdict::Padded);
+        assert_eq!(s.explain(&rt, &vs[..2]), Verdict::Rule1);
+        let whole = k(120, 256, 0, 4, vec![50_000, 60_000]);
+        assert_eq!(s.explain(&whole, &vs), Verdict::RtWholeGpu);
+    }
+
+    #[test]
     fn whole_gpu_rt_kernels_are_not_padded() {
         let s = Selector::new(mi50());
         let rt = k(60, 256, 0, 4, vec![100_000]);
