@@ -75,6 +75,9 @@ pub struct KernelChar {
     pub kernel_ns: u64,
     /// Registers per thread (rounded up).
     pub regs_per_thread: u32,
+    /// Compute units it needs as a real-time kernel on the profiled device
+    /// ([`Self::reserved_cus`] of its CU count, computed once).
+    pub rt_cus: u32,
 }
 
 impl KernelChar {
@@ -109,8 +112,10 @@ impl KernelChar {
             occupancy,
             kernel_ns: 0,
             regs_per_thread: regs_per_block.div_ceil(threads),
+            rt_cus: 0,
         };
         k.kernel_ns = k.kernel_time(limits.compute_units);
+        k.rt_cus = k.reserved_cus(limits.compute_units);
         Some(k)
     }
 

@@ -123,7 +123,7 @@ impl Selector {
     ) -> bool {
         out.parts.clear();
         let n = self.limits.compute_units;
-        out.rt_cus = rt.reserved_cus(n);
+        out.rt_cus = rt.rt_cus.min(n);
         out.lds = rt.lds;
         out.regs_per_thread = rt.regs_per_thread;
         out.proxy_level = self.proxies.pick(rt.regs_per_thread).unwrap_or(0);
@@ -155,6 +155,11 @@ impl Selector {
                 let k = &c.versions[v];
                 // Rule 2.
                 if k.occupancy < rt.occupancy {
+                    continue;
+                }
+                // Rule 1 fails at every co-residency (checked again below
+                // at the co-residency chosen; this only saves the work).
+                if k.block_ns(1) >= rt.kernel_ns {
                     continue;
                 }
                 let offset = if c.locked.is_some() { c.next_block } else { 0 };
@@ -278,7 +283,7 @@ impl Selector {
         if self.select(rt, &c, 0, &mut out) {
             return Verdict::Padded;
         }
-        let cus = rt.reserved_cus(self.limits.compute_units);
+        let cus = rt.rt_cus.min(self.limits.compute_units);
         if cus >= self.limits.compute_units {
             return Verdict::RtWholeGpu;
         }
