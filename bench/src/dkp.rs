@@ -1082,6 +1082,63 @@ mod tests {
         assert!(base.padding.is_none());
     }
 
+    /// Runs one pairwise configuration (closed-loop RT and BE clients).
+    fn run(rt: &str, be: &str, policy: &str, secs: f64) -> runner::RunOutcome {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &[rt, be]);
+        let plans = vec![
+            ClientPlan {
+                name: "rt".into(),
+                model: 0,
+                class: Class::RealTime,
+                gen: Gen::Continuous,
+            },
+            ClientPlan {
+                name: "be".into(),
+                model: 1,
+                class: Class::BestEffort,
+                gen: Gen::Continuous,
+            },
+        ];
+        let opts = RunOptions {
+            policy: policy.into(),
+            seed: 1,
+            dq_capacity: 4,
+            track_values: true,
+        };
+        runner::simulate(&spec, &ms, plans, (secs * 1e9) as u64, &opts).unwrap()
+    }
+
+    #[test]
+    fn explain_predicts_where_a_closed_loop_pair_stops() {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        // DKP-MV with RT densenet and BE inception: kernel 52 of inception
+        // is admitted by no RT kernel, and the run stops right there.
+        let ms = models(&spec, &["densenet", "inception"]);
+        let b = blockers(&spec, &ms[0], &ms[1], Variant::MultiVersion).unwrap();
+        let first = b.first.as_ref().expect("a blocked BE kernel").0;
+        assert!(b
+            .first
+            .as_ref()
+            .unwrap()
+            .2
+            .iter()
+            .all(|(v, _)| *v != "padded"));
+        let out = run("densenet", "inception", "reef-dkp-mv", 1.0);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert_eq!(out.clients[1].completed, 0);
+        let p = out.padding.unwrap();
+        assert_eq!(p.be_kernels_completed_by_padding, first as u64);
+        // DKP with RT vgg and BE resnet152: every BE kernel is admitted by
+        // some RT kernel past the first four, and BE requests complete.
+        let ms = models(&spec, &["vgg", "resnet152"]);
+        let b = blockers(&spec, &ms[0], &ms[1], Variant::Single).unwrap();
+        assert!(b.blocked.is_empty() && b.first_only_early.is_none());
+        let out = run("vgg", "resnet152", "reef", 1.0);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert!(out.clients[1].completed > 0);
+    }
+
     #[test]
     fn grid_limited_curves_carry_no_register_demand() {
         let spec = DeviceSpec::preset("mi50").unwrap();
