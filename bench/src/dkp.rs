@@ -16,7 +16,7 @@ use crate::disb::runner::{self, ClientPlan, Gen, PreparedModel, RunOptions};
 use anyhow::{bail, Result};
 use reef_exec::{kernel_char, table};
 use reef_sched::dkp::{Candidate, KernelChar, Padding, Variant};
-use reef_sched::Class;
+use reef_sched::{Class, Time};
 use reef_sim::DeviceSpec;
 use serde::Serialize;
 use std::time::Instant;
@@ -50,6 +50,18 @@ pub struct DkpArgs {
     /// Selection benchmark iterations per configuration.
     #[arg(long, default_value_t = 200_000)]
     pub iterations: u64,
+    /// Sensitivity only, not the paper's setup: the real-time client waits
+    /// this long (µs of virtual time) after each reply before its next
+    /// request (a DISB periodic client at the stand-alone latency plus the
+    /// gap), leaving the scheduler in normal mode meanwhile. 0 (default):
+    /// closed loop, the next request at the reply's instant.
+    #[arg(long, default_value_t = 0.0)]
+    pub rt_gap_us: f64,
+    /// Instead of running the pairs, say for every ordered pair and both
+    /// padding variants which best-effort kernels no real-time kernel of
+    /// the pair admits, and why (rule 1, rule 2, ...), from the profiles.
+    #[arg(long)]
+    pub explain: bool,
 }
 
 /// Selection time of one configuration.
@@ -124,6 +136,108 @@ pub fn selection_time(
     })
 }
 
+/// How many real-time kernels give each verdict ([`reef_sched::dkp::Verdict::name`]).
+pub type Tally = Vec<(&'static str, usize)>;
+
+/// What the profiles say about one (RT model, BE model, variant): the
+/// best-effort kernels no real-time kernel of the pair can be padded with.
+#[derive(Debug, Clone, Serialize)]
+pub struct Blockers {
+    pub rt: String,
+    pub be: String,
+    pub variant: &'static str,
+    /// Best-effort kernels (in inference order) that no real-time kernel
+    /// admits.
+    pub blocked: Vec<u32>,
+    /// The first of them, with how many real-time kernels reject it for
+    /// each reason (`Verdict::name`).
+    pub first: Option<(u32, String, Tally)>,
+    /// For the first: its shortest block (any version, alone on a CU), ns.
+    pub first_min_block_ns: Option<u64>,
+    /// The longest real-time kernel that leaves CUs over, ns: rule 1 needs
+    /// a best-effort block shorter than this.
+    pub rt_max_paddable_kernel_ns: u64,
+    /// The first best-effort kernel that only real-time kernels among the
+    /// first `window` of an inference admit, with their indices. Under a
+    /// closed-loop real-time client those are transmitted at the start of
+    /// every real-time request, while the best-effort stream still drains
+    /// the launches of the instant of normal mode before it, so they are
+    /// never padded and such a kernel blocks its task too.
+    pub first_only_early: Option<(u32, String, Vec<u32>)>,
+}
+
+/// For every best-effort kernel of `be`, the verdict of every real-time
+/// kernel of `rt` ([`Selector::explain`]); a best-effort task whose current
+/// kernel no real-time kernel admits makes no progress by padding.
+pub fn blockers(
+    spec: &DeviceSpec,
+    rt: &PreparedModel,
+    be: &PreparedModel,
+    variant: Variant,
+) -> Result<Blockers> {
+    let t = table(
+        spec,
+        &[clone_model(spec, rt)?, clone_model(spec, be)?],
+        variant,
+    )?;
+    let mut blocked = Vec::new();
+    let mut first = None;
+    let mut first_min_block_ns = None;
+    let mut first_only_early = None;
+    let window = crate::run::REEF_DQ_CAPACITY as u32;
+    let cus = t.selector.limits().compute_units;
+    let rt_max_paddable_kernel_ns = t.kernels[0]
+        .iter()
+        .filter(|v| v[0].reserved_cus(cus) < cus)
+        .map(|v| v[0].kernel_ns)
+        .max()
+        .unwrap_or(0);
+    for (j, vs) in t.kernels[1].iter().enumerate() {
+        let mut tally: std::collections::BTreeMap<reef_sched::dkp::Verdict, usize> =
+            Default::default();
+        let mut admitted = Vec::new();
+        for (ri, rk) in t.kernels[0].iter().enumerate() {
+            let v = t.selector.explain(&rk[0], vs);
+            if v == reef_sched::dkp::Verdict::Padded {
+                admitted.push(ri as u32);
+            }
+            *tally.entry(v).or_default() += 1;
+        }
+        if !admitted.is_empty() {
+            if first_only_early.is_none() && admitted.iter().all(|&r| r < window) {
+                first_only_early = Some((j as u32, be.shapes[j].name.clone(), admitted));
+            }
+            continue;
+        }
+        blocked.push(j as u32);
+        if first.is_none() {
+            first_min_block_ns = vs.iter().map(|k| k.block_ns(1)).min();
+            first = Some((
+                j as u32,
+                be.shapes[j].name.clone(),
+                tally.into_iter().map(|(v, n)| (v.name(), n)).collect(),
+            ));
+        }
+    }
+    Ok(Blockers {
+        rt: rt.name.clone(),
+        be: be.name.clone(),
+        variant: match variant {
+            Variant::Single => "reef",
+            Variant::MultiVersion => "reef-dkp-mv",
+        },
+        blocked,
+        first,
+        first_min_block_ns,
+        rt_max_paddable_kernel_ns,
+        first_only_early,
+    })
+}
+
+fn clone_model(spec: &DeviceSpec, m: &PreparedModel) -> Result<PreparedModel> {
+    PreparedModel::new(m.model.clone(), spec)
+}
+
 /// One pair under one policy.
 #[derive(Debug, Clone, Serialize)]
 pub struct PairResult {
@@ -166,7 +280,14 @@ fn run_pair(
             name: format!("rt-{}", models[rt].name),
             model: 0,
             class: Class::RealTime,
-            gen: Gen::Continuous,
+            gen: if args.rt_gap_us > 0.0 {
+                Gen::Periodic {
+                    next: 0,
+                    interval: (standalone[rt] + args.rt_gap_us * 1e3) as Time,
+                }
+            } else {
+                Gen::Continuous
+            },
         },
         ClientPlan {
             name: format!("be-{}", models[be].name),
@@ -303,6 +424,53 @@ pub fn main(args: DkpArgs) -> Result<()> {
     }
     if args.selection {
         return Ok(());
+    }
+    if args.explain {
+        for rt in &models {
+            for be in &models {
+                for v in [Variant::Single, Variant::MultiVersion] {
+                    let b = blockers(&spec, rt, be, v)?;
+                    if args.json {
+                        println!("{}", serde_json::to_value(&b)?);
+                        continue;
+                    }
+                    let first = match &b.first {
+                        None => "none: every BE kernel pads some RT kernel".to_string(),
+                        Some((k, name, tally)) => format!(
+                            "first {k} ({name}): {}; its shortest block {:.1} us, longest RT kernel leaving CUs {:.1} us",
+                            tally
+                                .iter()
+                                .map(|(v, n)| format!("{v} x{n}"))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            b.first_min_block_ns.unwrap_or(0) as f64 / 1e3,
+                            b.rt_max_paddable_kernel_ns as f64 / 1e3
+                        ),
+                    };
+                    let early = match &b.first_only_early {
+                        None => String::new(),
+                        Some((k, name, rts)) => format!(
+                            "; first admitted only by RT kernels among the first {}: {k} ({name}), by RT kernels {rts:?}",
+                            crate::run::REEF_DQ_CAPACITY
+                        ),
+                    };
+                    println!(
+                        "{:<10} {:<10} {:<12} {:>3} BE kernels no RT kernel admits; {first}{early}",
+                        b.rt,
+                        b.be,
+                        b.variant,
+                        b.blocked.len()
+                    );
+                }
+            }
+        }
+        return Ok(());
+    }
+    if !(args.rt_gap_us >= 0.0 && args.rt_gap_us.is_finite()) {
+        bail!(
+            "--rt-gap-us must be a non-negative number of microseconds, got {}",
+            args.rt_gap_us
+        );
     }
     let policies: Vec<String> = args
         .policy
@@ -543,6 +711,63 @@ mod tests {
         assert!(qp.padded_launches > 0);
         assert!(qp.overhead_ns.iter().all(|&o| o <= 0));
         assert!(base.padding.is_none());
+    }
+
+    /// Runs one pairwise configuration (closed-loop RT and BE clients).
+    fn run(rt: &str, be: &str, policy: &str, secs: f64) -> runner::RunOutcome {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &[rt, be]);
+        let plans = vec![
+            ClientPlan {
+                name: "rt".into(),
+                model: 0,
+                class: Class::RealTime,
+                gen: Gen::Continuous,
+            },
+            ClientPlan {
+                name: "be".into(),
+                model: 1,
+                class: Class::BestEffort,
+                gen: Gen::Continuous,
+            },
+        ];
+        let opts = RunOptions {
+            policy: policy.into(),
+            seed: 1,
+            dq_capacity: 4,
+            track_values: true,
+        };
+        runner::simulate(&spec, &ms, plans, (secs * 1e9) as u64, &opts).unwrap()
+    }
+
+    #[test]
+    fn explain_predicts_where_a_closed_loop_pair_stops() {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        // DKP-MV with RT densenet and BE inception: kernel 52 of inception
+        // is admitted by no RT kernel, and the run stops right there.
+        let ms = models(&spec, &["densenet", "inception"]);
+        let b = blockers(&spec, &ms[0], &ms[1], Variant::MultiVersion).unwrap();
+        let first = b.first.as_ref().expect("a blocked BE kernel").0;
+        assert!(b
+            .first
+            .as_ref()
+            .unwrap()
+            .2
+            .iter()
+            .all(|(v, _)| *v != "padded"));
+        let out = run("densenet", "inception", "reef-dkp-mv", 1.0);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert_eq!(out.clients[1].completed, 0);
+        let p = out.padding.unwrap();
+        assert_eq!(p.be_kernels_completed_by_padding, first as u64);
+        // DKP with RT vgg and BE resnet152: every BE kernel is admitted by
+        // some RT kernel past the first four, and BE requests complete.
+        let ms = models(&spec, &["vgg", "resnet152"]);
+        let b = blockers(&spec, &ms[0], &ms[1], Variant::Single).unwrap();
+        assert!(b.blocked.is_empty() && b.first_only_early.is_none());
+        let out = run("vgg", "resnet152", "reef", 1.0);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert!(out.clients[1].completed > 0);
     }
 
     #[test]

@@ -331,7 +331,7 @@ impl Client {
 
     pub fn stats(&mut self) -> Result<Stats> {
         match self.call(RequestBody::Stats)? {
-            Reply::Stats(s) => Ok(s),
+            Reply::Stats(s) => Ok(*s),
             r => Err(unexpected(r)),
         }
     }

@@ -213,7 +213,7 @@ pub enum Reply {
     Tasks {
         tasks: Vec<TaskInfo>,
     },
-    Stats(Stats),
+    Stats(Box<Stats>),
     Preempted {
         streams: Vec<u64>,
         preempted_kernels: u64,

@@ -635,7 +635,7 @@ impl Runtime {
                 tasks.sort_by_key(|t| t.task);
                 Ok_(Reply::Tasks { tasks })
             }
-            RequestBody::Stats => Ok_(Reply::Stats(self.stats_locked(st))),
+            RequestBody::Stats => Ok_(Reply::Stats(Box::new(self.stats_locked(st)))),
             RequestBody::Preempt { target } => self.preempt(st, peer, target, false),
             RequestBody::Resume { target } => self.preempt(st, peer, target, true),
             RequestBody::SetPolicy { policy } => {

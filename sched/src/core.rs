@@ -483,6 +483,43 @@ impl Core {
         self.pump(s);
     }
 
+    /// Takes the next queued request of best-effort `client` and binds it to
+    /// the client's stream in the preempted state, without transmitting any
+    /// kernel: the request is started by dynamic kernel padding in
+    /// real-time mode (REEF §5.2: the selection "checks best-effort task
+    /// queues"; REEF's implementation pads from the front task of every
+    /// best-effort queue whether it has run or not) and runs on its stream
+    /// once the policy resumes it ([`Self::resume`] restores it from its
+    /// first kernel not yet done). Only when the stream holds no request,
+    /// has nothing on the device and is not held by an operator command.
+    /// Returns the request started.
+    pub fn start_preempted(&mut self, client: ClientId) -> Option<RequestId> {
+        let spec = self.clients.get(client.0 as usize)?;
+        if spec.class != Class::BestEffort {
+            return None;
+        }
+        let model = spec.model;
+        let s = self.client_stream[client.0 as usize];
+        let st = &self.streams[s.0 as usize];
+        if st.active.is_some() || st.outstanding != 0 || st.by_command {
+            return None;
+        }
+        let p = self.be_queues[client.0 as usize].pop_front()?;
+        let kernels = self.models[model.0 as usize].kernels;
+        let st = &mut self.streams[s.0 as usize];
+        st.active = Some(Active {
+            req: p.req,
+            client: p.client,
+            model,
+            kernels,
+            next_launch: 0,
+            last_started: None,
+            completed_upto: 0,
+        });
+        st.pause = Pause::Preempted;
+        Some(p.req)
+    }
+
     /// Opens a preemption record for a set of streams about to be preempted
     /// together, and preempts them. Returns the record index, or `None` when
     /// none of the streams had work to preempt (no record is kept then).

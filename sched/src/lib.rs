@@ -52,6 +52,13 @@ impl Scheduler {
         Ok(Self { core, policy })
     }
 
+    /// The core, for a wrapper that drives mechanisms itself (dynamic kernel
+    /// padding starting a queued best-effort request,
+    /// [`Core::start_preempted`]).
+    pub(crate) fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
     /// Feeds one event observed at time `now`; the resulting actions are
     /// available from [`Self::poll_action`].
     pub fn handle(&mut self, now: Time, ev: Event) {

@@ -26,5 +26,5 @@ pub use padded::{
     variant_of, BePart, DkpAction, DkpCounters, DkpTable, PaddedLaunch, PaddingScheduler, Variant,
 };
 pub use profile::{DeviceLimits, KernelChar, ProxyKernels};
-pub use select::{Candidate, Padding, Part, Selector};
+pub use select::{Candidate, Padding, Part, Selector, Verdict};
 pub use table::{build_table, BlockCost, TableError};

@@ -9,7 +9,11 @@
 //! - Real-time launches pass through a DKP transmitter that keeps at most
 //!   `window` real-time kernels on the device, so the best-effort blocks are
 //!   selected when the kernel is transmitted (Fig. 12 line 10), from the
-//!   best-effort tasks that are preempted and fully drained.
+//!   best-effort tasks that are preempted and fully drained, and from the
+//!   front of every best-effort queue whose stream holds no request: such a
+//!   request is started in the preempted state (§5.2, the selection "checks
+//!   best-effort task queues"; REEF's `dynamic_kernel_padding` pads from the
+//!   front task of each queue whether it has run or not).
 //! - A padded launch completes as one kernel: the caller reports one
 //!   `KernelCompleted` for the real-time tag once every part has finished.
 //!   The best-effort blocks it ran are then credited to their tasks (block
@@ -147,6 +151,8 @@ pub struct DkpCounters {
     /// Best-effort kernels completed entirely inside padded launches.
     pub be_kernels_completed: u64,
     pub rest_launches: u64,
+    /// Queued best-effort requests started by padding in real-time mode.
+    pub be_requests_started: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -518,10 +524,40 @@ impl PaddingScheduler {
         }
     }
 
+    /// Starts, in the preempted state, the next queued request of every
+    /// best-effort client whose stream holds none, so that padding can run
+    /// its kernels in real-time mode (REEF §5.2 "checks best-effort task
+    /// queues"; the best-effort task at the front of each queue is a
+    /// candidate whether it has started or not, as in REEF's
+    /// `dynamic_kernel_padding`). Without it a best-effort client whose
+    /// request padding finished would wait for the next normal-mode instant
+    /// to start its next one.
+    fn start_queued(&mut self) {
+        for (ci, c) in self.clients.iter().enumerate() {
+            if c.class != Class::BestEffort {
+                continue;
+            }
+            let client = ClientId(ci as u32);
+            let core = self.inner.core_mut();
+            if core.be_waiting(client) == 0 {
+                continue;
+            }
+            let s = core.stream_of(client);
+            if let Some(req) = core.start_preempted(client) {
+                self.be[s.0 as usize] = BeState {
+                    req: Some((req, client)),
+                    ..BeState::default()
+                };
+                self.counters.be_requests_started += 1;
+            }
+        }
+    }
+
     /// Runs the selection policy for real-time kernel `tag` of `model` over
     /// the preempted, drained best-effort tasks, and commits the chosen
     /// block ranges to their plans.
     fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
+        self.start_queued();
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
         let core = self.inner.core();
@@ -904,6 +940,129 @@ mod tests {
         assert_eq!(padded, vec![0..100, 0..160, 160..300]);
         assert!(done_be, "the BE request completed inside padded launches");
         assert_eq!(s.dkp_counters().be_kernels_completed, 2);
+    }
+
+    #[test]
+    fn queued_be_requests_are_started_and_padded_in_real_time_mode() {
+        let mut s = setup(1);
+        let (rt, be) = (StreamId(0), StreamId(1));
+        let _ = std::iter::from_fn(|| s.poll_action()).count();
+        let arrive = |s: &mut PaddingScheduler, t: Time, req: u64, client: u32| {
+            step(
+                s,
+                t,
+                Event::RequestArrived {
+                    req: RequestId(req),
+                    client: ClientId(client),
+                    deadline: None,
+                },
+            )
+        };
+        let padded = |a: &[DkpAction]| {
+            a.iter().find_map(|x| match x {
+                DkpAction::Padded(p) => Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone())),
+                _ => None,
+            })
+        };
+        let done = |a: &[DkpAction], r: u64| {
+            a.contains(&DkpAction::Core(Action::RequestDone {
+                req: RequestId(r),
+                client: ClientId(1),
+            }))
+        };
+        // Real-time mode first; then a best-effort request arrives and is
+        // queued (the policy starts best-effort requests in normal mode
+        // only), and a second real-time request waits behind the first.
+        let a = arrive(&mut s, 0, 1, 0);
+        assert!(a.contains(&DkpAction::Core(Action::Launch {
+            stream: rt,
+            tag: tag(1, 0)
+        })));
+        let a = arrive(&mut s, 1, 100, 1);
+        assert!(a.is_empty(), "{a:?}");
+        arrive(&mut s, 2, 2, 0);
+        // The next real-time kernel is padded from the queued request, which
+        // padding starts (preempted, nothing launched on its stream).
+        let a = step(
+            &mut s,
+            10,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 0),
+            },
+        );
+        assert_eq!(padded(&a), Some((tag(1, 1), tag(100, 0), 0..100)));
+        assert!(!a
+            .iter()
+            .any(|x| matches!(x, DkpAction::Core(Action::Launch { stream, .. }) if *stream == be)));
+        assert!(s.inner().core().has_request(be) && s.inner().core().is_paused(be));
+        let a = step(
+            &mut s,
+            20,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 1),
+            },
+        );
+        assert_eq!(padded(&a), Some((tag(1, 2), tag(100, 1), 0..160)));
+        let a = step(
+            &mut s,
+            30,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 2),
+            },
+        );
+        assert_eq!(padded(&a), Some((tag(1, 3), tag(100, 1), 160..300)));
+        // Padding finishes request 100 as real-time request 1 ends; request
+        // 2 starts at once (still real-time mode).
+        let a = step(
+            &mut s,
+            40,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 3),
+            },
+        );
+        assert!(done(&a, 100));
+        assert!(a.contains(&DkpAction::Core(Action::Launch {
+            stream: rt,
+            tag: tag(2, 0)
+        })));
+        // The client's next request arrives during real-time mode: the next
+        // real-time kernel pads it.
+        arrive(&mut s, 41, 101, 1);
+        let a = step(
+            &mut s,
+            50,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(2, 0),
+            },
+        );
+        assert_eq!(padded(&a), Some((tag(2, 1), tag(101, 0), 0..100)));
+        assert_eq!(s.dkp_counters().be_requests_started, 2);
+        for k in 1..4 {
+            step(
+                &mut s,
+                60 + k as u64,
+                Event::KernelCompleted {
+                    stream: rt,
+                    tag: tag(2, k),
+                },
+            );
+        }
+        // RT kernel 3's padding (kernel 1, blocks 160..300) finished it.
+        assert_eq!(s.dkp_counters().be_kernels_completed, 4);
+        assert_eq!(s.counters().requests_done, 4);
+        // Normal mode: nothing left to restore or launch for request 101,
+        // and the stream takes the next request as usual.
+        assert!(!s.inner().core().has_request(be));
+        let a = arrive(&mut s, 70, 102, 1);
+        assert!(a.contains(&DkpAction::Core(Action::Launch {
+            stream: be,
+            tag: tag(102, 0)
+        })));
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct KernelChar {
     pub kernel_ns: u64,
     /// Registers per thread (rounded up).
     pub regs_per_thread: u32,
+    /// Compute units it needs as a real-time kernel on the profiled device
+    /// ([`Self::reserved_cus`] of its CU count, computed once).
+    pub rt_cus: u32,
 }
 
 impl KernelChar {
@@ -109,8 +112,10 @@ impl KernelChar {
             occupancy,
             kernel_ns: 0,
             regs_per_thread: regs_per_block.div_ceil(threads),
+            rt_cus: 0,
         };
         k.kernel_ns = k.kernel_time(limits.compute_units);
+        k.rt_cus = k.reserved_cus(limits.compute_units);
         Some(k)
     }
 
@@ -161,18 +166,51 @@ impl KernelChar {
     /// Kernel execution time alone on `cus` compute units: blocks spread
     /// evenly (at most `occupancy` per CU per wave), waves back to back.
     fn kernel_time(&self, cus: u32) -> u64 {
-        let per_wave = cus as u64 * self.occupancy as u64;
+        self.time_on(cus, self.occupancy)
+    }
+
+    /// Kernel execution time on `cus` compute units when at most
+    /// `occupancy` of its blocks fit a CU (its own occupancy, or less under
+    /// a proxy kernel's larger allocation); `u64::MAX` when none fits.
+    pub fn time_on(&self, cus: u32, occupancy: u32) -> u64 {
+        if cus == 0 || occupancy == 0 {
+            return u64::MAX;
+        }
+        let per_wave = cus as u64 * occupancy as u64;
         let b = self.blocks as u64;
         if b <= per_wave {
             self.block_ns(b.div_ceil(cus as u64) as u32)
         } else {
             let full = b / per_wave;
             let rest = b % per_wave;
-            let mut t = full * self.block_ns(self.occupancy);
+            let mut t = full * self.block_ns(occupancy);
             if rest > 0 {
                 t += self.block_ns(rest.div_ceil(cus as u64) as u32);
             }
             t
+        }
+    }
+}
+
+impl KernelChar {
+    /// The compute units a real-time kernel needs (REEF §5.2: "it first
+    /// reserves enough CUs for the real-time kernel"; Fig. 12 lines 1–3):
+    /// the fewest on which it runs as fast as on the whole device of `n`
+    /// CUs. Alone, its `b` blocks are spread evenly, so its slowest CU holds
+    /// `L = ceil(b / n)` of them (its "logical layers"); `ceil(b / L)` CUs
+    /// holding at most `L` each give the same co-residency and, with blocks
+    /// placed in waves of `occupancy` per CU, the same time (checked against
+    /// [`Self::time_on`]). This is the partition of REEF's implementation
+    /// (`cu_partition` in SJTU-IPADS/reef `scheduler.cpp`). A kernel of
+    /// fewer blocks than CUs keeps one CU per block; `n` means no CU is left
+    /// over.
+    pub fn reserved_cus(&self, n: u32) -> u32 {
+        let layers = self.blocks.div_ceil(n).max(1);
+        let p = self.blocks.div_ceil(layers).min(n);
+        if self.time_on(p, self.occupancy) <= self.kernel_ns {
+            p
+        } else {
+            n
         }
     }
 }
@@ -264,6 +302,37 @@ mod tests {
         assert_eq!(k.kernel_ns, 20 + 20 + 10);
         // Past the curve: linear extension by the last slope.
         assert_eq!(k.block_ns(4), 40);
+    }
+
+    #[test]
+    fn reserved_cus_keep_the_kernel_time() {
+        let d = mi50();
+        let curve = vec![10, 12, 14, 16];
+        let k =
+            |blocks: u32| KernelChar::new(&d, blocks, 256, 0, 65536 / 4, curve.clone()).unwrap();
+        // Fewer blocks than CUs: one CU per block.
+        assert_eq!(k(30).reserved_cus(60), 30);
+        // 100 blocks: 2 on the busiest CU alone (12 ns); 50 CUs x 2 as fast.
+        assert_eq!(k(100).kernel_ns, 12);
+        assert_eq!(k(100).reserved_cus(60), 50);
+        assert_eq!(k(100).time_on(50, 4), 12);
+        // One CU fewer would put 3 blocks on some CU: slower.
+        assert_eq!(k(100).time_on(49, 4), 14);
+        // 196 blocks: 4 layers on 49 CUs; 11 CUs left over.
+        assert_eq!(k(196).reserved_cus(60), 49);
+        assert_eq!(k(196).time_on(49, 4), k(196).kernel_ns);
+        // A multiple of the CU count fills every CU.
+        assert_eq!(k(120).reserved_cus(60), 60);
+        // More blocks than fit at once (occupancy 4): 250 blocks = one full
+        // wave of 240 and 10 more (16 + 10 ns alone). On ceil(250 / 5) = 50
+        // CUs: 200 at 4 per CU, then 50 at 1 per CU, as fast.
+        assert_eq!(k(250).kernel_ns, 26);
+        assert_eq!(k(250).reserved_cus(60), 50);
+        assert_eq!(k(250).time_on(50, 4), 26);
+        // Fewer blocks per CU under a larger register allocation: two waves
+        // of 2 (24 ns) instead of one of 4 (16 ns).
+        assert_eq!(k(196).time_on(49, 2), 24);
+        assert_eq!(k(196).time_on(49, 0), u64::MAX);
     }
 
     #[test]

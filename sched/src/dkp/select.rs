@@ -2,11 +2,15 @@
 //! multi-version extension of §5.3; Fig. 12 for the CU partition).
 //!
 //! For one real-time kernel the selector first reserves the CUs the kernel
-//! needs (as many as it has blocks, each on its own CU as it runs alone; a
-//! kernel with at least one block per CU needs the whole GPU and is not
-//! padded), then walks the best-effort task queues greedily, taking blocks
-//! for the CUs left over until no CU or no candidate remains. A best-effort
-//! kernel is admitted only when
+//! needs ("it first reserves enough CUs for the real-time kernel", Fig. 12
+//! lines 1–3): the fewest CUs on which it runs as fast as alone
+//! ([`KernelChar::reserved_cus`]: one CU per block for a kernel of fewer
+//! blocks than CUs; for `b` blocks on `n` CUs, `ceil(b / ceil(b / n))` CUs
+//! holding as many blocks as its busiest CU holds alone, as REEF's
+//! implementation partitions them; a kernel whose blocks fill every CU
+//! equally is not padded). Then it walks the best-effort task queues
+//! greedily, taking blocks for the CUs left over until no CU or no
+//! candidate remains. A best-effort kernel is admitted only when
 //! - **rule 1**: its block execution time (at the co-residency it will run
 //!   at) is shorter than the real-time kernel's execution time, since the
 //!   padded kernel lasts as long as its slowest block; and
@@ -119,21 +123,17 @@ impl Selector {
     ) -> bool {
         out.parts.clear();
         let n = self.limits.compute_units;
-        out.rt_cus = rt.blocks.min(n);
+        out.rt_cus = rt.rt_cus.min(n);
         out.lds = rt.lds;
         out.regs_per_thread = rt.regs_per_thread;
         out.proxy_level = self.proxies.pick(rt.regs_per_thread).unwrap_or(0);
-        if rt.blocks >= n || out.proxy_level == 0 || cands.is_empty() {
+        if out.rt_cus >= n || out.proxy_level == 0 || cands.is_empty() {
             return false;
         }
         // The proxy rounds the allocation up to its level: the real-time
-        // block must still fit a CU under it.
+        // blocks must still run as fast on their CUs under it.
         let alloc = self.proxies.alloc(out.proxy_level);
-        if self
-            .limits
-            .occupancy(rt.threads, rt.lds, alloc * rt.threads)
-            == 0
-        {
+        if !self.rt_keeps_its_time(rt, out.rt_cus, rt.lds, alloc) {
             return false;
         }
         let mut free = n - out.rt_cus;
@@ -157,6 +157,11 @@ impl Selector {
                 if k.occupancy < rt.occupancy {
                     continue;
                 }
+                // Rule 1 fails at every co-residency (checked again below
+                // at the co-residency chosen; this only saves the work).
+                if k.block_ns(1) >= rt.kernel_ns {
+                    continue;
+                }
                 let offset = if c.locked.is_some() { c.next_block } else { 0 };
                 let remaining = k.blocks.saturating_sub(offset);
                 if remaining == 0 {
@@ -174,10 +179,11 @@ impl Selector {
                 };
                 let alloc = self.proxies.alloc(level);
                 let occ = |threads: u32| self.limits.occupancy(threads, lds, alloc * threads);
-                // The real-time part keeps one block per CU; earlier parts
-                // keep their co-residency.
+                // The real-time part keeps its time on its CUs; earlier
+                // parts keep their co-residency.
                 if (level != out.proxy_level || lds != out.lds)
-                    && (occ(rt.threads) == 0 || out.parts.iter().any(|p| occ(p.threads) < p.per_cu))
+                    && (!self.rt_keeps_its_time(rt, out.rt_cus, lds, alloc)
+                        || out.parts.iter().any(|p| occ(p.threads) < p.per_cu))
                 {
                     continue;
                 }
@@ -212,6 +218,93 @@ impl Selector {
             out.lds = lds;
         }
         out.is_padded()
+    }
+
+    /// Whether real-time kernel `rt` on `cus` CUs, under a proxy giving
+    /// `alloc` registers per thread and `lds` bytes of shared memory per
+    /// block, runs as fast as alone.
+    fn rt_keeps_its_time(&self, rt: &KernelChar, cus: u32, lds: u32, alloc: u32) -> bool {
+        let occ = self
+            .limits
+            .occupancy(rt.threads, lds, alloc * rt.threads)
+            .min(rt.occupancy);
+        rt.time_on(cus, occ) <= rt.kernel_ns
+    }
+}
+
+/// Why a best-effort kernel cannot pad a real-time kernel (the first check
+/// that fails, in the order the selection applies them). Diagnostics only
+/// (`reef-bench dkp --explain`): it allocates, unlike [`Selector::select`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Some version can pad it.
+    Padded,
+    /// The real-time kernel needs every CU to run as fast as alone (its
+    /// blocks fill all CUs equally): no CU is left over (Fig. 12 lines
+    /// 1–3), nothing is padded to it.
+    RtWholeGpu,
+    /// No proxy kernel can host the real-time blocks on their CUs as fast
+    /// as alone (§5.1).
+    RtProxy,
+    /// Rule 2: every version's occupancy is below the real-time kernel's.
+    Rule2,
+    /// Rule 1: every version passing rule 2 has blocks at least as long as
+    /// the real-time kernel, even one per CU.
+    Rule1,
+    /// Both rules hold for a version, but the proxy kernel it needs (more
+    /// registers or shared memory) would not fit the real-time block.
+    Resources,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Padded => "padded",
+            Verdict::RtWholeGpu => "rt-whole-gpu",
+            Verdict::RtProxy => "rt-proxy",
+            Verdict::Rule2 => "rule2",
+            Verdict::Rule1 => "rule1",
+            Verdict::Resources => "resources",
+        }
+    }
+}
+
+impl Selector {
+    /// Whether the first blocks of a best-effort kernel (all `versions`,
+    /// none started) can pad real-time kernel `rt` on an otherwise idle
+    /// GPU, and if not, which check stops it.
+    pub fn explain(&self, rt: &KernelChar, versions: &[KernelChar]) -> Verdict {
+        let c = [Candidate {
+            versions,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        if self.select(rt, &c, 0, &mut out) {
+            return Verdict::Padded;
+        }
+        let cus = rt.rt_cus.min(self.limits.compute_units);
+        if cus >= self.limits.compute_units {
+            return Verdict::RtWholeGpu;
+        }
+        let fits = self
+            .proxies
+            .pick(rt.regs_per_thread)
+            .is_some_and(|l| self.rt_keeps_its_time(rt, cus, rt.lds, self.proxies.alloc(l)));
+        if !fits {
+            return Verdict::RtProxy;
+        }
+        let rule2: Vec<&KernelChar> = versions
+            .iter()
+            .filter(|k| k.occupancy >= rt.occupancy)
+            .collect();
+        if rule2.is_empty() {
+            return Verdict::Rule2;
+        }
+        if rule2.iter().all(|k| k.block_ns(1) >= rt.kernel_ns) {
+            return Verdict::Rule1;
+        }
+        Verdict::Resources
     }
 }
 
@@ -288,6 +381,82 @@ mod tests {
         }];
         let mut out = Padding::default();
         assert!(!s.select(&rt, &c, 0, &mut out));
+    }
+
+    #[test]
+    fn rt_kernels_of_more_blocks_than_cus_keep_enough_cus_and_pad_the_rest() {
+        let s = Selector::new(mi50());
+        // 100 blocks at occupancy 4: alone, the busiest CUs hold 2 (20 us).
+        let rt = k(100, 256, 0, 4, vec![10_000, 20_000, 30_000, 40_000]);
+        assert_eq!(rt.kernel_ns, 20_000);
+        let be = vec![k(1000, 256, 0, 8, vec![15_000, 30_000])];
+        let c = [Candidate {
+            versions: &be,
+            locked: None,
+            next_block: 0,
+        }];
+        let mut out = Padding::default();
+        assert!(s.select(&rt, &c, 0, &mut out));
+        // 50 CUs x 2 blocks run it as fast; 10 CUs are left over.
+        assert_eq!(out.rt_cus, 50);
+        assert_eq!(out.parts[0].cus, 50..60);
+        assert_eq!(out.parts[0].per_cu, 1);
+        assert_eq!(out.parts[0].blocks, 0..10);
+        assert_eq!(s.explain(&rt, &be), Verdict::Padded);
+        // 150 blocks (3 on the busiest CU alone, 14 us) on 50 CUs. A
+        // best-effort kernel needing 100 registers per thread (occupancy 5,
+        // rule 2 holds) forces the 128-register proxy, under which only 2
+        // real-time blocks fit a CU: 12 + 10 us instead of 14: not padded.
+        // With 64 registers per thread it keeps the proxy and is padded.
+        let rt = k(150, 256, 0, 4, vec![10_000, 12_000, 14_000, 16_000]);
+        assert_eq!(rt.kernel_ns, 14_000);
+        for (regs, ok) in [(100, false), (64, true)] {
+            let be = vec![KernelChar::new(&mi50(), 100, 128, 0, regs * 128, vec![1_000]).unwrap()];
+            assert!(be[0].occupancy >= rt.occupancy);
+            let c = [Candidate {
+                versions: &be,
+                locked: None,
+                next_block: 0,
+            }];
+            assert_eq!(s.select(&rt, &c, 0, &mut out), ok, "{regs} registers");
+            if ok {
+                assert_eq!(out.rt_cus, 50);
+            } else {
+                assert_eq!(s.explain(&rt, &be), Verdict::Resources);
+            }
+        }
+    }
+
+    #[test]
+    fn explain_names_the_check_that_stops_a_kernel() {
+        let s = Selector::new(mi50());
+        let rt = k(20, 256, 0, 4, vec![15_000]);
+        let cases = [
+            (k(100, 256, 0, 8, vec![10_000]), Verdict::Padded),
+            (k(100, 256, 0, 2, vec![1_000]), Verdict::Rule2),
+            (k(100, 256, 0, 8, vec![15_000]), Verdict::Rule1),
+        ];
+        for (be, want) in cases {
+            let be = vec![be];
+            assert_eq!(s.explain(&rt, &be), want);
+            let c = [Candidate {
+                versions: &be,
+                locked: None,
+                next_block: 0,
+            }];
+            let mut out = Padding::default();
+            assert_eq!(s.select(&rt, &c, 0, &mut out), want == Verdict::Padded);
+        }
+        // Several versions: one passing both rules is enough.
+        let vs = vec![
+            k(100, 256, 0, 2, vec![1_000]),
+            k(100, 256, 0, 8, vec![20_000]),
+            k(200, 256, 0, 8, vec![9_000]),
+        ];
+        assert_eq!(s.explain(&rt, &vs), Verdict::Padded);
+        assert_eq!(s.explain(&rt, &vs[..2]), Verdict::Rule1);
+        let whole = k(120, 256, 0, 4, vec![50_000, 60_000]);
+        assert_eq!(s.explain(&whole, &vs), Verdict::RtWholeGpu);
     }
 
     #[test]
