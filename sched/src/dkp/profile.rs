@@ -73,7 +73,9 @@ pub struct KernelChar {
     pub occupancy: u32,
     /// Execution time of all blocks on the whole device, ns (Fig. 13 hollow bars).
     pub kernel_ns: u64,
-    /// Registers per thread (rounded up).
+    /// Registers per lane of the block's waves (rounded up): the
+    /// per-thread allocation the kernel was compiled with (VGPRs are per
+    /// lane, allocated for whole waves).
     pub regs_per_thread: u32,
     /// Compute units it needs as a real-time kernel on the profiled device
     /// ([`Self::reserved_cus`] of its CU count, computed once).
@@ -111,7 +113,10 @@ impl KernelChar {
             ceiling,
             occupancy,
             kernel_ns: 0,
-            regs_per_thread: regs_per_block.div_ceil(threads),
+            // Registers are allocated per lane of whole waves: a block of 4
+            // threads still holds a 64-lane wave's registers.
+            regs_per_thread: regs_per_block
+                .div_ceil(threads.div_ceil(limits.wave_size).max(1) * limits.wave_size),
             rt_cus: 0,
         };
         k.kernel_ns = k.kernel_time(limits.compute_units);
@@ -349,6 +354,21 @@ mod tests {
         // Extension: slope 10 past k=5: 40, 50, 60, ...; limit 51 → p=7.
         assert_eq!(k.max_coresidency_within(40, 51), 7);
         assert_eq!(k.max_coresidency_within(6, 51), 6);
+    }
+
+    #[test]
+    fn registers_per_thread_count_whole_waves() {
+        let l = mi50();
+        // 64-thread block, 2048 registers: 32 per lane.
+        let k = KernelChar::new(&l, 10, 64, 0, 2048, vec![1000]).unwrap();
+        assert_eq!(k.regs_per_thread, 32);
+        // A 4-thread block still holds one 64-lane wave: the same 2048
+        // registers are 32 per lane, not 512 per thread.
+        let k = KernelChar::new(&l, 10, 4, 0, 2048, vec![1000]).unwrap();
+        assert_eq!(k.regs_per_thread, 32);
+        // 96 threads take two waves (128 lanes).
+        let k = KernelChar::new(&l, 10, 96, 0, 4096, vec![1000]).unwrap();
+        assert_eq!(k.regs_per_thread, 32);
     }
 
     #[test]
