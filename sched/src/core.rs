@@ -469,6 +469,12 @@ impl Core {
     /// Panics if the stream is not idle (a policy bug, not an input error).
     pub fn start(&mut self, s: StreamId, p: Pending) {
         assert!(self.is_idle(s), "start on busy stream {s}");
+        self.bind(s, &p);
+        self.pump(s);
+    }
+
+    /// Makes `p` the stream's request, from its first kernel.
+    fn bind(&mut self, s: StreamId, p: &Pending) {
         let model = self.clients[p.client.0 as usize].model;
         let kernels = self.models[model.0 as usize].kernels;
         self.streams[s.0 as usize].active = Some(Active {
@@ -480,7 +486,6 @@ impl Core {
             last_started: None,
             completed_upto: 0,
         });
-        self.pump(s);
     }
 
     /// Takes the next queued request of best-effort `client` and binds it to
@@ -498,25 +503,14 @@ impl Core {
         if spec.class != Class::BestEffort {
             return None;
         }
-        let model = spec.model;
         let s = self.client_stream[client.0 as usize];
         let st = &self.streams[s.0 as usize];
         if st.active.is_some() || st.outstanding != 0 || st.by_command {
             return None;
         }
         let p = self.be_queues[client.0 as usize].pop_front()?;
-        let kernels = self.models[model.0 as usize].kernels;
-        let st = &mut self.streams[s.0 as usize];
-        st.active = Some(Active {
-            req: p.req,
-            client: p.client,
-            model,
-            kernels,
-            next_launch: 0,
-            last_started: None,
-            completed_upto: 0,
-        });
-        st.pause = Pause::Preempted;
+        self.bind(s, &p);
+        self.streams[s.0 as usize].pause = Pause::Preempted;
         Some(p.req)
     }
 
