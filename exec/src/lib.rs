@@ -318,7 +318,8 @@ impl PadExec {
         let regs = if regs_per_thread == 0 {
             c.regs_per_block
         } else {
-            regs_per_thread * c.threads
+            // Per lane, for whole waves (as the selection sized it).
+            limits(&self.spec).block_registers(regs_per_thread, c.threads)
         };
         let lds = lds.unwrap_or(c.lds);
         if v == 0 && regs == base.regs_per_block && lds == base.lds_per_block {

@@ -33,6 +33,20 @@ pub struct DeviceLimits {
 }
 
 impl DeviceLimits {
+    /// Registers a block of `threads` threads holds with `per_lane`
+    /// registers per lane: VGPRs are allocated for whole waves, so a block
+    /// of 4 threads holds as many as one of 64 (on a 64-lane device).
+    pub fn block_registers(&self, per_lane: u32, threads: u32) -> u32 {
+        let lanes = threads.div_ceil(self.wave_size).max(1) * self.wave_size;
+        per_lane.saturating_mul(lanes)
+    }
+
+    /// Registers per lane of a block of `threads` threads holding
+    /// `regs_per_block` (rounded up): the inverse of [`Self::block_registers`].
+    pub fn lane_registers(&self, regs_per_block: u32, threads: u32) -> u32 {
+        regs_per_block.div_ceil(threads.div_ceil(self.wave_size).max(1) * self.wave_size)
+    }
+
     /// Blocks of this shape that fit on one empty CU (0: does not fit).
     pub fn occupancy(&self, threads: u32, lds: u32, regs_per_block: u32) -> u32 {
         if threads == 0 {
@@ -115,8 +129,7 @@ impl KernelChar {
             kernel_ns: 0,
             // Registers are allocated per lane of whole waves: a block of 4
             // threads still holds a 64-lane wave's registers.
-            regs_per_thread: regs_per_block
-                .div_ceil(threads.div_ceil(limits.wave_size).max(1) * limits.wave_size),
+            regs_per_thread: limits.lane_registers(regs_per_block, threads),
             rt_cus: 0,
         };
         k.kernel_ns = k.kernel_time(limits.compute_units);
@@ -369,6 +382,12 @@ mod tests {
         // 96 threads take two waves (128 lanes).
         let k = KernelChar::new(&l, 10, 96, 0, 4096, vec![1000]).unwrap();
         assert_eq!(k.regs_per_thread, 32);
+        // And back: what a block holds with a per-lane allocation, which is
+        // what padded launches are sized by.
+        assert_eq!(l.block_registers(32, 4), 2048);
+        assert_eq!(l.block_registers(32, 64), 2048);
+        assert_eq!(l.block_registers(32, 96), 4096);
+        assert_eq!(l.lane_registers(l.block_registers(40, 4), 4), 40);
     }
 
     #[test]

@@ -178,7 +178,10 @@ impl Selector {
                     continue;
                 };
                 let alloc = self.proxies.alloc(level);
-                let occ = |threads: u32| self.limits.occupancy(threads, lds, alloc * threads);
+                let occ = |threads: u32| {
+                    self.limits
+                        .occupancy(threads, lds, self.limits.block_registers(alloc, threads))
+                };
                 // The real-time part keeps its time on its CUs; earlier
                 // parts keep their co-residency.
                 if (level != out.proxy_level || lds != out.lds)
@@ -226,7 +229,11 @@ impl Selector {
     fn rt_keeps_its_time(&self, rt: &KernelChar, cus: u32, lds: u32, alloc: u32) -> bool {
         let occ = self
             .limits
-            .occupancy(rt.threads, lds, alloc * rt.threads)
+            .occupancy(
+                rt.threads,
+                lds,
+                self.limits.block_registers(alloc, rt.threads),
+            )
             .min(rt.occupancy);
         rt.time_on(cus, occ) <= rt.kernel_ns
     }

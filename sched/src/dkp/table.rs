@@ -96,7 +96,7 @@ pub fn block_curve(
                 })
                 .collect();
             let regs = match k.registers {
-                Some(r) => r * threads,
+                Some(r) => limits.block_registers(r, threads),
                 // A grid-limited curve says nothing about registers.
                 None if len as u64 >= blocks => 0,
                 None => limits.registers_per_cu / len as u32,
@@ -106,7 +106,12 @@ pub fn block_curve(
         _ => {
             let max_k = (limits.max_waves_per_cu / waves).max(1) as usize;
             let curve = (1..=max_k).map(roof).collect();
-            (curve, k.registers.map(|r| r * threads).unwrap_or(0))
+            (
+                curve,
+                k.registers
+                    .map(|r| limits.block_registers(r, threads))
+                    .unwrap_or(0),
+            )
         }
     };
     let curve = curve

@@ -85,7 +85,7 @@ pub fn derive(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<(Knobs, 
                 } else {
                     base.regs_per_thread
                 };
-                let regs = rpt * threads;
+                let regs = limits.block_registers(rpt, threads);
                 let occ = limits.occupancy(threads, lds, regs);
                 if occ == 0 {
                     continue;
