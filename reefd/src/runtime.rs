@@ -5,19 +5,23 @@
 //! first kernel the device queue) on the thread that read it from the socket,
 //! with no hand-off.
 //!
-//! The pacer thread catches the engine up to the wall clock and delivers
-//! completions. It does not wake for every simulated event: catching up
-//! late is exact, because the engine replays each device event at its own
-//! virtual time and the scheduler reacts at that time (its launches are
-//! stamped then, not when the pacer ran). Only two things depend on when
-//! the catch-up runs: when a completion reaches its client, and the state a
-//! new request finds, and a request catches the engine up itself before it
-//! is submitted. So the pacer sleeps until the engine's next event but at
-//! least [`RuntimeSettings::pacer_tick`] after its previous catch-up, and
-//! never spins. On a busy device (a block event every few microseconds)
-//! waking for every event kept a core busy with the pacer, and on a small
-//! host that CPU came out of the RT control path: requests waited for the
-//! core and for the lock (docs/daemon.md, "Control path").
+//! Something must catch the engine up to the wall clock and deliver
+//! completions. Catching up late is exact, because the engine replays each
+//! device event at its own virtual time and the scheduler reacts at that
+//! time (its launches are stamped then, not when the catch-up ran). Only two
+//! things depend on when it runs: when a completion reaches its client, and
+//! how much a new request must catch up before it is submitted (a request
+//! always catches the engine up itself first). Two ways, `daemon.poll`:
+//! - poll mode (default): [`Runtime::poll_loop`] runs on the one thread that
+//!   serves the socket and catches up at every turn of its event loop while
+//!   the device has work; the RT path finds the lock free and the device
+//!   current;
+//! - pacer mode: a pacer thread sleeps until the engine's next event but at
+//!   least [`RuntimeSettings::pacer_tick`] after its previous catch-up, and
+//!   never spins. (Waking for every block event kept a core busy, and on a
+//!   small host that CPU came out of the RT control path.)
+//!
+//! docs/daemon.md, "Measuring the control path", has the figures.
 //!
 //! Host-queue memory of preempted or cancelled work is dropped by the engine
 //! (REEF §4.2 "asynchronous memory reclamation" is the engine's concern:
@@ -270,8 +274,9 @@ impl Runtime {
         }
     }
 
-    /// Wakes the pacer if the engine now has an event due before the
-    /// pacer's planned wake-up (a request gave an idle device work).
+    /// Wakes the poll loop if the device has work, and the pacer if the
+    /// engine now has an event due before its planned wake-up (a request
+    /// gave an idle device work).
     fn wake_pacer_if_needed(&self, st: &State) {
         if st.engine.next_event_time().is_some() {
             self.poll_wake.notify_one();
