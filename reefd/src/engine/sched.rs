@@ -371,8 +371,15 @@ impl SchedEngine {
         if self.rebuild_pending {
             return;
         }
-        let ids: Vec<u64> = self.dstreams.keys().copied().collect();
-        for id in ids {
+        // Walks the streams by key without collecting them: this runs at
+        // every catch-up, on the RT control path too.
+        let mut next = self.dstreams.keys().next().copied();
+        while let Some(id) = next {
+            next = self
+                .dstreams
+                .range((std::ops::Bound::Excluded(id), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(&k, _)| k);
             let d = &self.dstreams[&id];
             if d.inflight.is_some() || d.queue.is_empty() {
                 continue;
