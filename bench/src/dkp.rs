@@ -643,34 +643,7 @@ mod tests {
     }
 
     fn pair_on(spec: DeviceSpec, policy: &str, secs: f64) -> runner::RunOutcome {
-        let ms = models(&spec, &["vgg", "resnet152"]);
-        let plans = vec![
-            ClientPlan {
-                name: "rt".into(),
-                model: 0,
-                class: Class::RealTime,
-                gen: Gen::Continuous,
-            },
-            ClientPlan {
-                name: "be".into(),
-                model: 1,
-                class: Class::BestEffort,
-                gen: Gen::Continuous,
-            },
-        ];
-        runner::simulate(
-            &spec,
-            &ms,
-            plans,
-            (secs * 1e9) as u64,
-            &RunOptions {
-                policy: policy.into(),
-                seed: 1,
-                dq_capacity: 4,
-                track_values: true,
-            },
-        )
-        .unwrap()
+        run_on(spec, "vgg", "resnet152", policy, secs)
     }
 
     #[test]
@@ -713,9 +686,12 @@ mod tests {
         assert!(base.padding.is_none());
     }
 
-    /// Runs one pairwise configuration (closed-loop RT and BE clients).
     fn run(rt: &str, be: &str, policy: &str, secs: f64) -> runner::RunOutcome {
-        let spec = DeviceSpec::preset("mi50").unwrap();
+        run_on(DeviceSpec::preset("mi50").unwrap(), rt, be, policy, secs)
+    }
+
+    /// Runs one pairwise configuration (closed-loop RT and BE clients).
+    fn run_on(spec: DeviceSpec, rt: &str, be: &str, policy: &str, secs: f64) -> runner::RunOutcome {
         let ms = models(&spec, &[rt, be]);
         let plans = vec![
             ClientPlan {
