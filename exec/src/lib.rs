@@ -86,6 +86,17 @@ pub fn limits(spec: &DeviceSpec) -> DeviceLimits {
     }
 }
 
+/// The scheduler configuration for a simulated device: the preemption
+/// capabilities its preset supports and the device-queue capacity of
+/// preemptible streams; the rest at its defaults.
+pub fn sched_config(spec: &DeviceSpec, dq_capacity: usize) -> Config {
+    Config {
+        dq_capacity,
+        device: reef_sched::DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8)),
+        ..Config::default()
+    }
+}
+
 /// The block-cost parameters of the device (see
 /// [`reef_sched::dkp::table`]).
 pub fn block_cost(spec: &DeviceSpec) -> BlockCost {

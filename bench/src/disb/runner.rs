@@ -20,8 +20,8 @@ use reef_exec::{PadExec, PadStats, RunSched};
 use reef_model::Model;
 use reef_sched::dkp::DkpAction;
 use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Config, DeviceCaps, Event, ModelId, ModelInfo,
-    PreemptLevel, PreemptionRecord, RequestId, StreamPriority, Time,
+    Action, Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, PreemptLevel, PreemptionRecord,
+    RequestId, StreamPriority, Time,
 };
 use reef_sim::{
     BufferId, DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
@@ -630,13 +630,8 @@ pub fn simulate(
     duration: Time,
     opts: &RunOptions,
 ) -> anyhow::Result<RunOutcome> {
-    let device = DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8));
-    let max_level = device.max_level;
-    let cfg = Config {
-        dq_capacity: opts.dq_capacity,
-        device,
-        ..Config::default()
-    };
+    let cfg = reef_exec::sched_config(spec, opts.dq_capacity);
+    let max_level = cfg.device.max_level;
     let infos: Vec<ModelInfo> = models
         .iter()
         .map(|m| ModelInfo {

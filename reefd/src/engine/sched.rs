@@ -53,8 +53,8 @@ use crate::protocol::{Priority, TaskState};
 use reef_exec::{ModelShapes, PadExec, RunSched};
 use reef_sched::dkp::{BePart, DkpAction};
 use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Config as SchedConfig, DeviceCaps, Event, ModelId,
-    ModelInfo, RequestId, StreamId, StreamPriority,
+    Action, Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, RequestId, StreamId,
+    StreamPriority,
 };
 use reef_sim::{
     BufferId, DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
@@ -235,11 +235,7 @@ impl SchedEngine {
         models: &[Prepared],
         base: Nanos,
     ) -> Result<Build, EngineError> {
-        let cfg = SchedConfig {
-            dq_capacity: settings.dq_capacity,
-            device: DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8)),
-            ..SchedConfig::default()
-        };
+        let cfg = reef_exec::sched_config(spec, settings.dq_capacity);
         let infos: Vec<ModelInfo> = models
             .iter()
             .map(|m| ModelInfo {
