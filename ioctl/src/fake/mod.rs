@@ -317,6 +317,8 @@ impl<D: FakeDevice> FakeMount<D> {
     /// Mounts `device` on a new directory under the system's temporary
     /// directory.
     pub fn mount(device: D) -> io::Result<FakeMount<D>> {
+        // mkdtemp(3) replaces the six trailing X with a unique suffix: the
+        // template it requires, not a placeholder.
         let template = std::env::temp_dir().join("reef-fake-XXXXXX");
         let dir = nix::unistd::mkdtemp(&template).map_err(io::Error::from)?;
         let device = Arc::new(device);
