@@ -245,11 +245,7 @@ impl Runtime {
             if st.stop {
                 return;
             }
-            let now = self.now_ns();
-            let mut ev = std::mem::take(&mut st.events);
-            st.engine.advance(now, &mut ev);
-            self.apply_events(&mut st, &mut ev);
-            st.events = ev;
+            let now = self.catch_up(&mut st);
             if !st.deliveries.is_empty() {
                 self.unlock(st);
                 st = self.lock();
@@ -278,14 +274,12 @@ impl Runtime {
     /// engine now has an event due before its planned wake-up (a request
     /// gave an idle device work).
     fn wake_pacer_if_needed(&self, st: &State) {
-        if st.engine.next_event_time().is_some() {
+        let next = st.engine.next_event_time();
+        if next.is_some() {
             self.poll_wake.notify_one();
         }
         let tick = self.settings.pacer_tick.as_nanos() as Nanos;
-        let due = st
-            .engine
-            .next_event_time()
-            .map(|t| t.max(st.pacer_last.saturating_add(tick)));
+        let due = next.map(|t| t.max(st.pacer_last.saturating_add(tick)));
         if st.stop || due.is_some_and(|t| t < st.pacer_wake) {
             self.cond.notify_all();
         }
@@ -316,14 +310,21 @@ impl Runtime {
         if st.stop {
             return false;
         }
-        let now = self.now_ns();
-        let mut ev = std::mem::take(&mut st.events);
-        st.engine.advance(now, &mut ev);
-        self.apply_events(&mut st, &mut ev);
-        st.events = ev;
+        self.catch_up(&mut st);
         let busy = st.engine.next_event_time().is_some();
         self.unlock(st);
         busy
+    }
+
+    /// Advances the engine to the wall clock and applies what happened;
+    /// returns the time it advanced to.
+    fn catch_up(&self, st: &mut State) -> Nanos {
+        let now = self.now_ns();
+        let mut ev = std::mem::take(&mut st.events);
+        st.engine.advance(now, &mut ev);
+        self.apply_events(st, &mut ev);
+        st.events = ev;
+        now
     }
 
     /// Releases the lock, then delivers the outcomes found under it.
@@ -769,11 +770,7 @@ impl Runtime {
             while Instant::now() < due {
                 std::hint::spin_loop();
             }
-            let now = self.now_ns();
-            let mut ev = std::mem::take(&mut st.events);
-            st.engine.advance(now, &mut ev);
-            self.apply_events(st, &mut ev);
-            st.events = ev;
+            self.catch_up(st);
         }
     }
 
@@ -951,6 +948,7 @@ impl Runtime {
     fn stats_locked(&self, st: &State) -> Stats {
         let m = &st.metrics;
         let norm = metrics::summarize(m.rt_normalized.iter().copied());
+        let padding = st.engine.padding();
         Stats {
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             requests: m.requests,
@@ -970,8 +968,8 @@ impl Runtime {
             rt_normalized_mean: (norm.count > 0).then_some(norm.mean_us),
             be_latency: m.be_latency.summary(),
             control_path: m.control_path.summary(),
-            padded_launches: st.engine.padding().map_or(0, |p| p.padded_launches),
-            be_blocks_padded: st.engine.padding().map_or(0, |p| p.be_blocks_padded),
+            padded_launches: padding.map_or(0, |p| p.padded_launches),
+            be_blocks_padded: padding.map_or(0, |p| p.be_blocks_padded),
         }
     }
 
