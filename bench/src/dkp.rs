@@ -158,11 +158,15 @@ pub struct Blockers {
     /// a best-effort block shorter than this.
     pub rt_max_paddable_kernel_ns: u64,
     /// The first best-effort kernel that only real-time kernels among the
-    /// first `window` of an inference admit, with their indices. Under a
+    /// first `window` of an inference admit, with their indices, on a
+    /// device whose kill may land after a later launch starts
+    /// (`DeviceCaps::kill_precedes_later_launches` false). Under a
     /// closed-loop real-time client those are transmitted at the start of
     /// every real-time request, while the best-effort stream still drains
     /// the launches of the instant of normal mode before it, so they are
-    /// never padded and such a kernel blocks its task too.
+    /// never padded there and such a kernel blocks its task too. Where the
+    /// kill lands first (the MI50 preset) the first real-time kernels are
+    /// padded as well and this is `None`.
     pub first_only_early: Option<(u32, String, Vec<u32>)>,
 }
 
@@ -185,6 +189,9 @@ pub fn blockers(
     let mut first_min_block_ns = None;
     let mut first_only_early = None;
     let window = crate::run::REEF_DQ_CAPACITY as u32;
+    let early_unpadded = !reef_exec::sched_config(spec, crate::run::REEF_DQ_CAPACITY)
+        .device
+        .kill_precedes_later_launches;
     let cus = t.selector.limits().compute_units;
     let rt_max_paddable_kernel_ns = t.kernels[0]
         .iter()
@@ -204,7 +211,8 @@ pub fn blockers(
             *tally.entry(v).or_default() += 1;
         }
         if !admitted.is_empty() {
-            if first_only_early.is_none() && admitted.iter().all(|&r| r < window) {
+            if early_unpadded && first_only_early.is_none() && admitted.iter().all(|&r| r < window)
+            {
                 first_only_early = Some((j as u32, be.shapes[j].name.clone(), admitted));
             }
             continue;
@@ -714,6 +722,43 @@ mod tests {
             track_values: true,
         };
         runner::simulate(&spec, &ms, plans, (secs * 1e9) as u64, &opts).unwrap()
+    }
+
+    #[test]
+    fn dkp_mv_pads_the_first_rt_kernels_and_rescues_densenet_pairs() {
+        // RT densenet with BE resnet152 (and vgg): BE kernel 192 (56) is
+        // admitted only by densenet's first RT kernel. Under a closed-loop
+        // RT client that kernel is transmitted while the BE stream still
+        // lazily evicts what the zero-length normal mode before it
+        // launched; it used to go unpadded, and the task stopped there.
+        // The MI50's kill lands before a later launch starts, so it is
+        // padded now and BE requests complete.
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        assert!(
+            reef_exec::sched_config(&spec, 4)
+                .device
+                .kill_precedes_later_launches
+        );
+        for (be, stuck_at) in [("resnet152", 192u64), ("vgg", 56)] {
+            let ms = models(&spec, &["densenet", be]);
+            let b = blockers(&spec, &ms[0], &ms[1], Variant::MultiVersion).unwrap();
+            assert!(b.blocked.is_empty() && b.first_only_early.is_none());
+            let out = run("densenet", be, "reef-dkp-mv", 0.5);
+            assert_eq!(out.corrupted_outputs, 0);
+            let p = out.padding.unwrap();
+            assert!(p.be_kernels_completed_by_padding > stuck_at, "{be}");
+            assert!(out.clients[1].completed > 0, "densenet-{be}: BE progress");
+        }
+        // Where the kill may land after a later launch starts (the GV100
+        // preset's 15 us against its 10 us launch path), the first RT
+        // kernels are not padded from a stream still draining, and the
+        // pair stops at that kernel as before.
+        let gv = DeviceSpec::preset("gv100").unwrap();
+        assert!(
+            !reef_exec::sched_config(&gv, 4)
+                .device
+                .kill_precedes_later_launches
+        );
     }
 
     #[test]

@@ -92,7 +92,16 @@ pub fn limits(spec: &DeviceSpec) -> DeviceLimits {
 pub fn sched_config(spec: &DeviceSpec, dq_capacity: usize) -> Config {
     Config {
         dq_capacity,
-        device: reef_sched::DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8)),
+        device: reef_sched::DeviceCaps {
+            // A kill issued before a launch lands before the launch's
+            // blocks can start (host launch, fetch, dispatch): REEF's
+            // synchronous CU reset before the real-time task (§3.1).
+            kill_precedes_later_launches: spec
+                .levels()
+                .contains(&reef_sim::PreemptLevel::KillRunning)
+                && spec.kill_latency_ns < spec.launch_path_ns(),
+            ..reef_sched::DeviceCaps::from_levels(spec.levels().iter().map(|&l| l as u8))
+        },
         ..Config::default()
     }
 }

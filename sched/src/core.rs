@@ -79,6 +79,18 @@ pub struct DeviceCaps {
     pub max_level: PreemptLevel,
     /// Whether the device queue can be dropped outright.
     pub can_clear_device_queue: bool,
+    /// Whether a kill (CU reset) takes effect before any launch issued after
+    /// it can start blocks. REEF resets the CUs synchronously before it
+    /// launches the real-time task (SJTU-IPADS/reef `preempt_reset`
+    /// synchronises the preemption stream; REEF §3.1 "first ... preempt
+    /// ... and then immediately launches the real-time task"); a simulated
+    /// device has it when its kill latency is below its launch path. With
+    /// it, dynamic kernel padding may pad a best-effort task whose stream
+    /// is still lazily evicting its queued kernels (no kernel of it runs
+    /// any more), so the first real-time kernels of a request can be
+    /// padded too (docs/padding.md "Padding from the first real-time
+    /// kernel").
+    pub kill_precedes_later_launches: bool,
 }
 
 impl DeviceCaps {
@@ -89,6 +101,7 @@ impl DeviceCaps {
         Self {
             max_level: PreemptLevel::highest(numbers),
             can_clear_device_queue: false,
+            kill_precedes_later_launches: false,
         }
     }
 }
@@ -98,6 +111,7 @@ impl Default for DeviceCaps {
         Self {
             max_level: PreemptLevel::Kill,
             can_clear_device_queue: false,
+            kill_precedes_later_launches: false,
         }
     }
 }
@@ -720,6 +734,27 @@ impl Core {
         if let Some(a) = self.active_for(s, tag) {
             // The global index holds the latest kernel to pass its check.
             a.last_started = Some(tag.kernel);
+        }
+    }
+
+    /// Kernel `tag` of the stream's request completed inside a launch on
+    /// another stream (a padded launch, REEF §5, Fig. 12): it counts as
+    /// started and completed for the restore point, but the stream's own
+    /// outstanding launches (which may still be draining a preemption)
+    /// are untouched.
+    pub(crate) fn on_completed_elsewhere(&mut self, s: StreamId, tag: KernelTag) {
+        let mut done = None;
+        if let Some(a) = self.active_for(s, tag) {
+            a.last_started = Some(tag.kernel);
+            a.completed_upto = a.completed_upto.max(tag.kernel + 1);
+            if a.completed_upto == a.kernels {
+                done = Some((a.req, a.client));
+            }
+        }
+        if let Some((req, client)) = done {
+            self.streams[s.0 as usize].active = None;
+            self.counters.requests_done += 1;
+            self.out.push_back(Action::RequestDone { req, client });
         }
     }
 

@@ -89,6 +89,16 @@ impl Scheduler {
         self.policy.schedule(&mut self.core);
     }
 
+    /// A kernel of a request on `stream` completed inside a launch on
+    /// another stream (dynamic kernel padding, [`crate::dkp`]): the request
+    /// progresses (and replies when that was its last kernel) without
+    /// counting a launch of `stream` as finished.
+    pub(crate) fn completed_elsewhere(&mut self, now: Time, stream: StreamId, tag: KernelTag) {
+        self.core.set_now(now);
+        self.core.on_completed_elsewhere(stream, tag);
+        self.policy.schedule(&mut self.core);
+    }
+
     /// Next action to perform, in order.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.core.pop_action()

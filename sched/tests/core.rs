@@ -229,6 +229,7 @@ fn reef_degrades_when_the_device_cannot_kill() {
     let caps = DeviceCaps {
         max_level: PreemptLevel::LazyEviction,
         can_clear_device_queue: false,
+        kill_precedes_later_launches: false,
     };
     let (mut s, mut dev, be) = setup("reef", caps);
     let log = drive(&mut s, &mut dev, arrivals());
@@ -248,6 +249,7 @@ fn reef_degrades_when_the_device_cannot_kill() {
     let caps = DeviceCaps {
         max_level: PreemptLevel::HostQueue,
         can_clear_device_queue: false,
+        kill_precedes_later_launches: false,
     };
     let (mut s, mut dev, be) = setup("reef", caps);
     let log = drive(&mut s, &mut dev, arrivals());

@@ -107,6 +107,7 @@ fn run(
         device: DeviceCaps {
             max_level: level,
             can_clear_device_queue: false,
+            kill_precedes_later_launches: false,
         },
         ..Config::default()
     };

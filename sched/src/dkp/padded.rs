@@ -179,6 +179,19 @@ struct BeState {
     plan: Option<Plan>,
     /// Blocks of `kernel` completed inside padded launches (a prefix).
     credit: Option<Credit>,
+    /// A kernel of the request that started on the stream itself and has
+    /// not finished: while it may still run (until its kill lands), the
+    /// task is not padded.
+    running: Option<u32>,
+}
+
+impl BeState {
+    /// A launch of `kernel` on the task's own stream has finished.
+    fn finished(&mut self, kernel: u32) {
+        if self.running == Some(kernel) {
+            self.running = None;
+        }
+    }
 }
 
 /// How a real-time launch left the device.
@@ -305,24 +318,46 @@ impl PaddingScheduler {
             Event::KernelKilled { stream, tag } if *stream == self.rt => {
                 self.rt_finished(now, *tag, RtEnd::Killed);
             }
+            Event::KernelStarted { stream, tag } if *stream != self.rt => {
+                if let Some(b) = self.be.get_mut(stream.0 as usize) {
+                    if b.req.map(|r| r.0) == Some(tag.req) {
+                        b.running = Some(tag.kernel);
+                    }
+                }
+            }
             Event::KernelCompleted { stream, tag } => {
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
                     if b.req.map(|r| r.0) == Some(tag.req) {
+                        b.finished(tag.kernel);
                         b.done_upto = b.done_upto.max(tag.kernel + 1);
                         if b.credit.is_some_and(|c| c.kernel < b.done_upto) {
                             b.credit = None;
                         }
+                        if b.plan.is_some_and(|p| p.kernel < b.done_upto) {
+                            b.plan = None;
+                        }
+                    }
+                }
+            }
+            Event::KernelEvicted { stream, tag } if *stream != self.rt => {
+                if let Some(b) = self.be.get_mut(stream.0 as usize) {
+                    if b.req.map(|r| r.0) == Some(tag.req) {
+                        b.finished(tag.kernel);
                     }
                 }
             }
             Event::KernelKilled { stream, tag } => {
                 // Killed blocks corrupt the kernel's outputs: the blocks
-                // padding completed earlier must run again.
+                // padding completed earlier must run again, and blocks
+                // planned for padded launches after the credit are planned
+                // again from it.
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
-                    if b.req.map(|r| r.0) == Some(tag.req)
-                        && b.credit.is_some_and(|c| c.kernel == tag.kernel)
-                    {
-                        b.credit = None;
+                    if b.req.map(|r| r.0) == Some(tag.req) {
+                        b.finished(tag.kernel);
+                        if b.credit.is_some_and(|c| c.kernel == tag.kernel) {
+                            b.credit = None;
+                            b.plan = None;
+                        }
                     }
                 }
             }
@@ -366,6 +401,13 @@ impl PaddingScheduler {
         if b.req.map(|r| r.0) != Some(p.tag.req) || p.tag.kernel < b.done_upto {
             return;
         }
+        if p.tag.kernel > b.done_upto {
+            // A later kernel than the next one: the blocks before it were
+            // lost (a kill dropped their credit). Its outputs cannot be
+            // trusted; plan again from the task's progress.
+            b.plan = None;
+            return;
+        }
         let c = match &mut b.credit {
             Some(c) if c.kernel == p.tag.kernel && c.version == p.version => c,
             slot => slot.insert(Credit {
@@ -386,20 +428,9 @@ impl PaddingScheduler {
         b.credit = None;
         b.done_upto = p.tag.kernel + 1;
         self.counters.be_kernels_completed += 1;
-        self.inner.handle(
-            now,
-            Event::KernelStarted {
-                stream: p.stream,
-                tag: p.tag,
-            },
-        );
-        self.inner.handle(
-            now,
-            Event::KernelCompleted {
-                stream: p.stream,
-                tag: p.tag,
-            },
-        );
+        // Not a launch of the task's own stream: the stream may still be
+        // draining its preemption, and its outstanding launches are its own.
+        self.inner.completed_elsewhere(now, p.stream, p.tag);
         self.drain_inner(now);
     }
 
@@ -424,6 +455,7 @@ impl PaddingScheduler {
                         b.req = client.map(|c| (tag.req, c));
                         b.done_upto = 0;
                         b.credit = None;
+                        b.running = None;
                     }
                     b.plan = None;
                     // The credit stays until the relaunch completes (then
@@ -561,6 +593,7 @@ impl PaddingScheduler {
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
         let core = self.inner.core();
+        let kill_first = core.config().device.kill_precedes_later_launches;
         // (stream, client, model, kernel, locked, next_block)
         let mut tasks: Vec<(StreamId, ClientId, ModelId, u32, Option<u16>, u32)> = Vec::new();
         for (si, b) in self.be.iter_mut().enumerate() {
@@ -570,9 +603,17 @@ impl PaddingScheduler {
             }
             let Some((req, client)) = b.req else { continue };
             // A stream stopped by command stays stopped (docs/protocol.md).
-            if !(core.is_paused(s) && core.outstanding(s) == 0 && core.has_request(s))
-                || core.is_stopped_by_command(s)
-            {
+            if !(core.is_paused(s) && core.has_request(s)) || core.is_stopped_by_command(s) {
+                continue;
+            }
+            // Preempted and drained; or, when the device's kill lands before
+            // a later launch can start (REEF resets the CUs before launching
+            // the real-time task), preempted with nothing of it running: its
+            // queued kernels are lazily evicted and write nothing, so its
+            // next kernel can pad this real-time kernel at once (§3.1, Fig.
+            // 6: the DKP module pads the real-time task's kernels from the
+            // preempted tasks).
+            if core.outstanding(s) > 0 && !(kill_first && b.running.is_none()) {
                 continue;
             }
             let m = self.clients[client.0 as usize].model;
