@@ -725,7 +725,7 @@ mod tests {
     }
 
     #[test]
-    fn dkp_mv_pads_the_first_rt_kernels_and_rescues_densenet_pairs() {
+    fn dkp_mv_rescues_densenet_resnet152_densenet_vgg_and_bert_inception() {
         // RT densenet with BE resnet152 (and vgg): BE kernel 192 (56) is
         // admitted only by densenet's first RT kernel. Under a closed-loop
         // RT client that kernel is transmitted while the BE stream still
@@ -749,6 +749,17 @@ mod tests {
             assert!(p.be_kernels_completed_by_padding > stuck_at, "{be}");
             assert!(out.clients[1].completed > 0, "densenet-{be}: BE progress");
         }
+        // RT bert with BE inception: kernel 63's half-register versions
+        // reach occupancy 4 now that they halve the block's registers
+        // (rounded down), so bert's occupancy-4 RT kernels admit them
+        // (rule 2) and the task gets past it.
+        let ms = models(&spec, &["bert", "inception"]);
+        let b = blockers(&spec, &ms[0], &ms[1], Variant::MultiVersion).unwrap();
+        assert!(b.blocked.is_empty(), "{:?}", b.first);
+        let out = run("bert", "inception", "reef-dkp-mv", 0.5);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert!(out.padding.unwrap().be_kernels_completed_by_padding > 63);
+        assert!(out.clients[1].completed > 0, "bert-inception: BE progress");
         // Where the kill may land after a later launch starts (the GV100
         // preset's 15 us against its 10 us launch path), the first RT
         // kernels are not padded from a stream still draining, and the

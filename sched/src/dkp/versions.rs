@@ -55,6 +55,16 @@ pub fn derive(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<(Knobs, 
         },
         base.clone(),
     )];
+    // Registers per lane the base kernel holds, rounded down: a block's
+    // register count is exact or (inferred from the measured curve's
+    // length, docs/padding.md) the most that still lets the measured
+    // occupancy fit, so the compiled per-lane count is at most this.
+    // Rounding up (`KernelChar::regs_per_thread`) could describe a block
+    // that no longer fits as many times on a CU as it was measured to
+    // (65536 registers over 640 lanes: 103 per lane = 65920 > 65536), and
+    // halving that would not double the register-bound occupancy, which is
+    // what the half-register knob does.
+    let per_lane = base.regs_per_block / limits.block_registers(1, base.threads);
     for split in [1u32, 2, 4, 8] {
         for half_threads in [false, true] {
             for half_regs in [false, true] {
@@ -81,9 +91,9 @@ pub fn derive(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<(Knobs, 
                     base.lds
                 };
                 let rpt = if half_regs {
-                    base.regs_per_thread.div_ceil(2).max(1)
+                    (per_lane / 2).max(1)
                 } else {
-                    base.regs_per_thread
+                    per_lane
                 };
                 let regs = limits.block_registers(rpt, threads);
                 let occ = limits.occupancy(threads, lds, regs);
@@ -211,6 +221,35 @@ mod tests {
             .find(|(k, _)| k.split == 1 && !k.half_threads && k.half_regs)
             .unwrap();
         assert_eq!(hr.occupancy, 8.max(conv().occupancy).min(10));
+    }
+
+    #[test]
+    fn half_registers_double_an_inferred_register_bound_occupancy() {
+        // One block per CU by registers, inferred from a one-point curve:
+        // 65536 registers over 10 waves (640 lanes), 102.4 per lane. The
+        // half-register version holds at most 51 per lane and fits twice
+        // (four times at half threads); rounded up (103, then 52) it
+        // fitted once (three times), and rule 2 kept it from every RT
+        // kernel of occupancy 4 (bert-inception, docs/results-dkp.md).
+        let d = mi50();
+        let base = KernelChar::new(&d, 48, 578, 13412, 65536, vec![68_000]).unwrap();
+        assert_eq!(base.occupancy, 1);
+        let all = derive(&d, &base, 1_000);
+        let occ = |split: u32, half_threads: bool, half_regs: bool| {
+            all.iter()
+                .find(|(k, _)| {
+                    *k == Knobs {
+                        split,
+                        half_threads,
+                        half_regs,
+                    }
+                })
+                .map(|(_, v)| v.occupancy)
+        };
+        assert_eq!(occ(1, false, true), Some(2));
+        assert_eq!(occ(1, true, true), Some(4));
+        // Every derived version fits on a CU, re-tilings included.
+        assert_eq!(occ(2, false, false), Some(1));
     }
 
     #[test]
