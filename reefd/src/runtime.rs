@@ -185,6 +185,8 @@ pub struct Runtime {
     /// Wakes [`Runtime::poll_loop`] when an idle device is given work.
     poll_wake: tokio::sync::Notify,
     epoch: Instant,
+    /// CLOCK_MONOTONIC at `epoch` (Instant is not convertible to it).
+    epoch_monotonic_ns: u64,
     settings: RuntimeSettings,
     daemon_uid: u32,
 }
@@ -212,6 +214,7 @@ impl Runtime {
             }),
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
+            epoch_monotonic_ns: crate::protocol::monotonic_ns(),
             epoch: Instant::now(),
             settings,
             daemon_uid: nix::unistd::geteuid().as_raw(),
@@ -436,6 +439,10 @@ impl Runtime {
                         control_path_us: t
                             .first_queued
                             .map(|q| q.saturating_duration_since(t.arrival).as_secs_f64() * 1e6),
+                        first_kernel_monotonic_ns: t.first_queued.map(|q| {
+                            self.epoch_monotonic_ns
+                                + q.saturating_duration_since(self.epoch).as_nanos() as u64
+                        }),
                         preemptions: t.preemptions,
                         outputs_verified: verified,
                     };
