@@ -261,6 +261,20 @@ impl RunSched {
             RunSched::Padded(s) => s.preemptions(),
         }
     }
+    /// The number of the first record [`RunSched::preemptions`] returns.
+    pub fn preemptions_base(&self) -> usize {
+        match self {
+            RunSched::Plain(s) => s.core().preemptions_base(),
+            RunSched::Padded(s) => s.inner().core().preemptions_base(),
+        }
+    }
+    /// See [`reef_sched::Core::forget_finished_preemptions`].
+    pub fn forget_finished_preemptions(&mut self) {
+        match self {
+            RunSched::Plain(s) => s.forget_finished_preemptions(),
+            RunSched::Padded(s) => s.forget_finished_preemptions(),
+        }
+    }
 }
 
 /// Padding figures of one run.

@@ -101,6 +101,7 @@ pub struct Client {
     decoder: FrameDecoder,
     next_id: u64,
     events: VecDeque<Event>,
+    last_send_ns: u64,
 }
 
 impl Client {
@@ -115,6 +116,7 @@ impl Client {
             decoder: FrameDecoder::new(CLIENT_MAX_FRAME),
             next_id: 1,
             events: VecDeque::new(),
+            last_send_ns: 0,
         })
     }
 
@@ -172,11 +174,19 @@ impl Client {
         }
     }
 
+    /// When the last request was handed to the socket (encoded, about to be
+    /// written), in CLOCK_MONOTONIC nanoseconds ([`crate::protocol::monotonic_ns`]).
+    pub fn last_send_monotonic_ns(&self) -> u64 {
+        self.last_send_ns
+    }
+
     /// Sends a request and returns its id without waiting.
     pub fn send(&mut self, body: RequestBody) -> Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        if let Err(e) = send_all(&self.sock, &encode(&Request { id, body })) {
+        let frame = encode(&Request { id, body });
+        self.last_send_ns = crate::protocol::monotonic_ns();
+        if let Err(e) = send_all(&self.sock, &frame) {
             // The daemon may have refused the connection and closed it
             // (permission, connection limit): report its reason if it sent one.
             if let Ok(ServerMessage::Error { code, message, .. }) =

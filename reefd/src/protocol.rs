@@ -304,6 +304,21 @@ pub struct TaskInfo {
     pub kernels: usize,
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: the clock [`TaskResult`]'s
+/// `first_kernel_monotonic_ns` and [`crate::client::Client::last_send_monotonic_ns`]
+/// are read from, the same for every process on the machine.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_MONOTONIC
+    // is always available on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The outcome of one inference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskResult {
@@ -317,6 +332,13 @@ pub struct TaskResult {
     /// From arrival at the socket to the task's first kernel entering the
     /// device queue: the live control path.
     pub control_path_us: Option<f64>,
+    /// The instant the first kernel entered the device queue, in
+    /// nanoseconds of CLOCK_MONOTONIC ([`monotonic_ns`]): a client on the
+    /// same machine measures the control path from its own send with it,
+    /// which also counts the time the request waited in the socket before
+    /// the daemon read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_kernel_monotonic_ns: Option<u64>,
     /// How many times the task was preempted (and restored).
     pub preemptions: u32,
     /// Value tracking (DESIGN.md, simulator): whether the final outputs

@@ -288,7 +288,10 @@ pub struct Core {
     out: VecDeque<Action>,
     now: Time,
     seq: u64,
+    /// Preemption records from number `preemptions_base` on (earlier ones
+    /// were forgotten, see [`Core::forget_finished_preemptions`]).
     preemptions: Vec<PreemptionRecord>,
+    preemptions_base: usize,
     counters: Counters,
 }
 
@@ -381,6 +384,7 @@ impl Core {
             now: 0,
             seq: 0,
             preemptions: Vec::new(),
+            preemptions_base: 0,
             counters: Counters::default(),
         })
     }
@@ -443,8 +447,33 @@ impl Core {
     pub fn be_waiting(&self, client: ClientId) -> usize {
         self.be_queues[client.0 as usize].len()
     }
+    /// The preemption records kept: all of them, unless
+    /// [`Core::forget_finished_preemptions`] was called; the first is number
+    /// [`Core::preemptions_base`].
     pub fn preemptions(&self) -> &[PreemptionRecord] {
         &self.preemptions
+    }
+    /// How many preemption records were forgotten (the number of the first
+    /// one [`Core::preemptions`] returns).
+    pub fn preemptions_base(&self) -> usize {
+        self.preemptions_base
+    }
+    /// Drops the finished preemption records before the first unfinished
+    /// one. A long-running user (the daemon, which reads each record when it
+    /// is made) calls this so that the records do not grow without bound
+    /// (one per preemption); a benchmark that reports on all of them at the
+    /// end does not.
+    pub fn forget_finished_preemptions(&mut self) {
+        let n = self
+            .preemptions
+            .iter()
+            .position(|r| r.end.is_none())
+            .unwrap_or(self.preemptions.len());
+        self.preemptions.drain(..n);
+        self.preemptions_base += n;
+    }
+    fn record(&mut self, r: usize) -> &mut PreemptionRecord {
+        &mut self.preemptions[r - self.preemptions_base]
     }
     pub fn counters(&self) -> Counters {
         self.counters
@@ -555,7 +584,7 @@ impl Core {
         if targets.is_empty() {
             return None;
         }
-        let idx = self.preemptions.len();
+        let idx = self.preemptions_base + self.preemptions.len();
         self.preemptions.push(PreemptionRecord {
             start: self.now,
             end: None,
@@ -589,7 +618,7 @@ impl Core {
                 .push_back(Action::ReclaimHostQueue { stream: s, dropped });
         }
         if let Some(r) = record {
-            self.preemptions[r].dropped_from_host_queue += dropped;
+            self.record(r).dropped_from_host_queue += dropped;
         }
         let st = &mut self.streams[s.0 as usize];
         if st.outstanding > 0 {
@@ -768,7 +797,7 @@ impl Core {
             record: Some(r), ..
         } = st.pause
         {
-            let rec = &mut self.preemptions[r];
+            let rec = self.record(r);
             match how {
                 0 => rec.completed_during += 1,
                 1 => rec.evicted += 1,
@@ -856,7 +885,7 @@ impl Core {
     }
 
     fn finish_record_if_drained(&mut self, r: usize) {
-        if self.preemptions[r].end.is_some() {
+        if self.record(r).end.is_some() {
             return;
         }
         let still = self
@@ -864,7 +893,8 @@ impl Core {
             .iter()
             .any(|st| matches!(st.pause, Pause::Draining { record: Some(x), .. } if x == r));
         if !still {
-            self.preemptions[r].end = Some(self.now);
+            let now = self.now;
+            self.record(r).end = Some(now);
         }
     }
 

@@ -291,7 +291,18 @@ pub struct RunLog {
 pub fn drive(
     sched: &mut Scheduler,
     dev: &mut FakeDevice,
+    arrivals: Vec<(Time, RequestId, ClientId, usize)>,
+) -> RunLog {
+    drive_with(sched, dev, arrivals, false)
+}
+
+/// [`drive`], calling [`Scheduler::forget_finished_preemptions`] after each
+/// batch of actions when `forget` is set (as the daemon does).
+pub fn drive_with(
+    sched: &mut Scheduler,
+    dev: &mut FakeDevice,
     mut arrivals: Vec<(Time, RequestId, ClientId, usize)>,
+    forget: bool,
 ) -> RunLog {
     arrivals.sort_by_key(|a| (a.0, a.1));
     let mut arrivals: VecDeque<_> = arrivals.into();
@@ -307,6 +318,9 @@ pub fn drive(
                 _ => dev.apply(&a),
             }
             log.actions.push((now, a));
+        }
+        if forget {
+            sched.forget_finished_preemptions();
         }
         let next_dev = dev.next_event_time();
         let next_arr = arrivals.front().map(|a| a.0);

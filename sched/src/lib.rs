@@ -118,6 +118,10 @@ impl Scheduler {
     pub fn preemptions(&self) -> &[PreemptionRecord] {
         self.core.preemptions()
     }
+    /// See [`Core::forget_finished_preemptions`].
+    pub fn forget_finished_preemptions(&mut self) {
+        self.core.forget_finished_preemptions()
+    }
     pub fn counters(&self) -> Counters {
         self.core.counters()
     }

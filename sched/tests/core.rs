@@ -707,3 +707,38 @@ fn operator_resume_during_an_rt_task_waits_for_the_policy() {
         be.reference_output(RequestId(100)).as_slice()
     );
 }
+
+/// The daemon forgets finished preemption records (one per preemption, read
+/// when made) so that they do not grow for its whole life. Forgetting must
+/// not change a single decision, and the records made after some were
+/// forgotten (their numbers no longer index the kept ones from 0) must still
+/// be kept up to date.
+#[test]
+fn forgetting_finished_preemption_records_changes_no_decision() {
+    // Three RT requests during one long BE request: three preemptions.
+    let arrivals = || {
+        vec![
+            (0, RequestId(100), ClientId(1), 1),
+            (1_150 * US, RequestId(1), ClientId(0), 0),
+            (2_370 * US, RequestId(2), ClientId(0), 0),
+            (3_610 * US, RequestId(3), ClientId(0), 0),
+        ]
+    };
+    let (mut kept, mut dev_a, be) = setup("reef", DeviceCaps::default());
+    let log_a = fake::drive(&mut kept, &mut dev_a, arrivals());
+    let (mut forgot, mut dev_b, _) = setup("reef", DeviceCaps::default());
+    let log_b = fake::drive_with(&mut forgot, &mut dev_b, arrivals(), true);
+
+    assert_eq!(log_a.actions, log_b.actions);
+    assert_eq!(log_a.done, log_b.done);
+    assert_eq!(
+        dev_b.values(RequestId(100)).unwrap(),
+        be.reference_output(RequestId(100)).as_slice()
+    );
+    assert_eq!(kept.preemptions().len(), 3);
+    assert!(kept.preemptions().iter().all(|r| r.end.is_some()));
+    assert_eq!(kept.core().preemptions_base(), 0);
+    // All three finished, so all three were forgotten, in order.
+    assert!(forgot.preemptions().is_empty());
+    assert_eq!(forgot.core().preemptions_base(), 3);
+}

@@ -585,13 +585,19 @@ impl SchedEngine {
         }
         let b = &mut self.build;
         let recs = b.sched.preemptions();
-        for r in &recs[b.preemptions_seen..] {
+        let first = b
+            .preemptions_seen
+            .saturating_sub(b.sched.preemptions_base());
+        for r in &recs[first..] {
             out.push(EngineEvent::Preempted {
                 level: r.level.number(),
                 kernels: (r.dropped_from_host_queue + r.evicted + r.killed) as u64,
             });
         }
-        b.preemptions_seen = recs.len();
+        b.preemptions_seen = b.sched.preemptions_base() + recs.len();
+        // Each record is read once, when made: keep only the unfinished
+        // ones, or they grow by one per preemption for the daemon's life.
+        b.sched.forget_finished_preemptions();
     }
 
     /// The reads and writes of kernel `k` of task `task` (its stream's
@@ -1205,6 +1211,14 @@ mod tests {
             e.submit(t, 300 + i, 3, "vgg", &mut out).unwrap();
         }
         run(&mut e, &mut out);
+        // Every preemption was reported, and none is kept once finished.
+        let reported = out
+            .iter()
+            .filter(|x| matches!(x, EngineEvent::Preempted { .. }))
+            .count();
+        assert_eq!(reported, e.build.sched.preemptions_base());
+        assert!(reported >= 8, "{reported} preemptions for 8 RT requests");
+        assert!(e.build.sched.preemptions().is_empty());
         (out, e.padding())
     }
 

@@ -291,6 +291,10 @@ impl PaddingScheduler {
     pub fn preemptions(&self) -> &[PreemptionRecord] {
         self.inner.preemptions()
     }
+    /// See [`crate::Core::forget_finished_preemptions`].
+    pub fn forget_finished_preemptions(&mut self) {
+        self.inner.forget_finished_preemptions()
+    }
     pub fn dkp_counters(&self) -> DkpCounters {
         self.counters
     }
