@@ -174,8 +174,8 @@ impl Client {
         }
     }
 
-    /// When the last request was handed to the socket (encoded, about to be
-    /// written), in CLOCK_MONOTONIC nanoseconds ([`crate::protocol::monotonic_ns`]).
+    /// When the last request was in the socket (its write had returned), in
+    /// CLOCK_MONOTONIC nanoseconds ([`crate::protocol::monotonic_ns`]).
     pub fn last_send_monotonic_ns(&self) -> u64 {
         self.last_send_ns
     }
@@ -184,9 +184,9 @@ impl Client {
     pub fn send(&mut self, body: RequestBody) -> Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        let frame = encode(&Request { id, body });
+        let sent = send_all(&self.sock, &encode(&Request { id, body }));
         self.last_send_ns = crate::protocol::monotonic_ns();
-        if let Err(e) = send_all(&self.sock, &frame) {
+        if let Err(e) = sent {
             // The daemon may have refused the connection and closed it
             // (permission, connection limit): report its reason if it sent one.
             if let Ok(ServerMessage::Error { code, message, .. }) =
