@@ -293,7 +293,9 @@ impl SchedEngine {
         );
         let mut b = Build {
             sched,
-            pad,
+            // The daemon reports padding counters, not the per-launch
+            // overhead samples a benchmark keeps (they would grow for its life).
+            pad: pad.map(|p| p.keep_overhead_samples(false)),
             sim,
             base,
             streams: Vec::new(),
@@ -1219,6 +1221,12 @@ mod tests {
         assert_eq!(reported, e.build.sched.preemptions_base());
         assert!(reported >= 8, "{reported} preemptions for 8 RT requests");
         assert!(e.build.sched.preemptions().is_empty());
+        if let Some(p) = &e.build.pad {
+            assert!(
+                p.stats.overhead_ns.is_empty(),
+                "the daemon keeps no samples"
+            );
+        }
         (out, e.padding())
     }
 
