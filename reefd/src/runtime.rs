@@ -308,9 +308,11 @@ impl Runtime {
     /// device up to the wall clock at every turn of the event loop while the
     /// device has work, yielding to the socket between turns, and sleeps
     /// until a request gives an idle device work. An RT request then finds
-    /// the thread awake with its code and data in cache, the device at most
-    /// one turn behind, and the lock free. The price is one core kept busy
-    /// while the device has work.
+    /// the thread awake, the device at most one turn behind, the lock free
+    /// and the request parser warm ([`warm_request_path`]); the rest of the
+    /// RT path is cold after milliseconds of simulation (docs/daemon.md,
+    /// "Measuring the control path"). The price is one core kept busy while
+    /// the device has work.
     pub async fn poll_loop(self: Arc<Self>) {
         let mut warmed = Instant::now();
         loop {
