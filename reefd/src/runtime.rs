@@ -56,9 +56,13 @@ const WARM_INTERVAL: Duration = Duration::from_micros(50);
 /// when this runs every [`WARM_INTERVAL`] (0.3 µs per call when warm, so
 /// well under 1% of the polling thread). It has no effect on any state.
 fn warm_request_path() {
-    const FRAME: &[u8] = br#"{"id":0,"op":"infer","stream":0,"model":"vgg","wait":true}"#;
-    let _ = std::hint::black_box(crate::protocol::parse_request(std::hint::black_box(FRAME)));
+    let _ = std::hint::black_box(crate::protocol::parse_request(std::hint::black_box(
+        WARM_FRAME,
+    )));
 }
+
+/// The frame [`warm_request_path`] parses: an RT client's `infer`.
+const WARM_FRAME: &[u8] = br#"{"id":0,"op":"infer","stream":0,"model":"vgg","wait":true}"#;
 
 /// The default of [`RuntimeSettings::pacer_tick`].
 pub const DEFAULT_PACER_TICK: Duration = Duration::from_micros(50);
@@ -1189,4 +1193,18 @@ fn shutting_down() -> Failure {
         ErrorCode::ShuttingDown,
         "reefd is shutting down and accepts no new work",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{parse_request, RequestBody};
+
+    /// The warm-up must run the path a real `infer` takes: if the protocol
+    /// changed under it, it would warm the error path instead.
+    #[test]
+    fn the_warm_up_frame_is_a_valid_infer_request() {
+        let r = parse_request(WARM_FRAME).expect("the warm-up frame parses");
+        assert!(matches!(r.body, RequestBody::Infer { wait: true, .. }));
+    }
 }
