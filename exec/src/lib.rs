@@ -407,7 +407,7 @@ impl PadExec {
         be_shape: &dyn Fn(&reef_sched::dkp::BePart) -> Arc<KernelShape>,
         rt_buffers: Buffers,
         be_buffers: &dyn Fn(&reef_sched::dkp::BePart) -> Buffers,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<std::time::Instant> {
         let k = p.tag.kernel;
         let rt_ns = self.table.kernels[p.model.0 as usize][k as usize][0].kernel_ns;
         let rt_shape = self.shape(rt_base, p.model.0, k, 0, p.regs_per_thread, Some(p.lds))?;
@@ -451,6 +451,10 @@ impl PadExec {
                 .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize)),
             );
         }
+        // When the launch, built, is issued to the device queue: a live
+        // daemon's control path ends here (a wall-clock reading for
+        // measurement only; nothing depends on it).
+        let issued = std::time::Instant::now();
         let ids = sim.launch_padded(s0, parts)?;
         let rt = ids[0];
         for &id in &ids {
@@ -471,7 +475,7 @@ impl PadExec {
                 rt,
             },
         );
-        Ok(())
+        Ok(issued)
     }
 
     /// Launches the rest of a partly padded kernel on its own stream.

@@ -196,6 +196,25 @@ pub struct SchedEngine {
 
 /// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
 /// after the stream and its last request are gone).
+/// The reads and writes of kernel `k` of task `task`, in its stream's
+/// value-tracking namespace (empty for an unknown task).
+fn buffers_of(
+    tasks: &HashMap<u64, TaskRec>,
+    models: &[Prepared],
+    slots: &[Slot],
+    task: u64,
+    k: usize,
+) -> (Vec<BufferId>, Vec<BufferId>) {
+    let Some(rec) = tasks.get(&task) else {
+        return (Vec::new(), Vec::new());
+    };
+    let kern = &models[slots[rec.slot].model].model.kernels[k];
+    (
+        kern.reads.iter().map(|&x| buffer(rec.ns, x)).collect(),
+        kern.writes.iter().map(|&x| buffer(rec.ns, x)).collect(),
+    )
+}
+
 fn buffer(ns: u32, storage: usize) -> BufferId {
     BufferId(((ns as u64 + 1) << 32) | storage as u64)
 }
@@ -605,14 +624,7 @@ impl SchedEngine {
     /// The reads and writes of kernel `k` of task `task` (its stream's
     /// value-tracking namespace).
     fn task_buffers(&self, task: u64, k: usize) -> (Vec<BufferId>, Vec<BufferId>) {
-        let Some(rec) = self.tasks.get(&task) else {
-            return (Vec::new(), Vec::new());
-        };
-        let kern = &self.models[self.build.slots[rec.slot].model].model.kernels[k];
-        (
-            kern.reads.iter().map(|&x| buffer(rec.ns, x)).collect(),
-            kern.writes.iter().map(|&x| buffer(rec.ns, x)).collect(),
-        )
+        buffers_of(&self.tasks, &self.models, &self.build.slots, task, k)
     }
 
     /// Records that kernel `k` of `task` entered the device queue.
@@ -652,51 +664,41 @@ impl SchedEngine {
                     return;
                 };
                 let rt_base = self.models[self.build.slots[rec.slot].model].shapes[k].clone();
-                let rt_bufs = self.task_buffers(task, k);
+                // On the RT control path: the parts' buffers are built as the
+                // executor asks for them, nothing is copied beforehand.
+                let (models, tasks) = (&self.models, &self.tasks);
+                let Build {
+                    pad,
+                    sim,
+                    slots,
+                    streams,
+                    ..
+                } = &mut self.build;
+                let rt_bufs = buffers_of(tasks, models, slots, task, k);
+                let s0 = streams[p.stream.0 as usize];
+                let be_shape =
+                    |x: &BePart| models[x.model.0 as usize].shapes[x.tag.kernel as usize].clone();
+                let part_bufs = |x: &BePart| {
+                    buffers_of(tasks, models, slots, x.tag.req.0, x.tag.kernel as usize)
+                };
+                let Some(pad) = pad.as_mut() else {
+                    tracing::error!(policy = %self.settings.policy, "padding without an executor");
+                    return;
+                };
                 let be: Vec<(u64, usize)> = p
                     .parts
                     .iter()
                     .map(|x| (x.tag.req.0, x.tag.kernel as usize))
                     .collect();
-                let be_blocks: u32 = p.parts.iter().map(|x| x.blocks.len() as u32).sum();
-                let be_bufs: Vec<(Vec<BufferId>, Vec<BufferId>)> =
-                    be.iter().map(|&(t, bk)| self.task_buffers(t, bk)).collect();
-                let s0 = self.build.streams[p.stream.0 as usize];
-                let models = &self.models;
-                let be_shape =
-                    |x: &BePart| models[x.model.0 as usize].shapes[x.tag.kernel as usize].clone();
-                let parts = &p.parts.clone();
-                let part_bufs = |x: &BePart| {
-                    parts
-                        .iter()
-                        .position(|y| y == x)
-                        .map(|i| be_bufs[i].clone())
-                        .unwrap_or_default()
+                let issued = match pad.launch(sim, s0, p, &rt_base, &be_shape, rt_bufs, &part_bufs)
+                {
+                    Ok(issued) => issued,
+                    Err(e) => {
+                        tracing::error!(error = %e, "padded launch refused by the device");
+                        return;
+                    }
                 };
-                let Some(pad) = self.build.pad.as_mut() else {
-                    tracing::error!(policy = %self.settings.policy, "padding without an executor");
-                    return;
-                };
-                let issued = std::time::Instant::now();
-                if let Err(e) = pad.launch(
-                    &mut self.build.sim,
-                    s0,
-                    p,
-                    &rt_base,
-                    &be_shape,
-                    rt_bufs,
-                    &part_bufs,
-                ) {
-                    tracing::error!(error = %e, "padded launch refused by the device");
-                    return;
-                }
-                tracing::debug!(
-                    task,
-                    kernel = k,
-                    parts = be.len(),
-                    be_blocks,
-                    "padded launch"
-                );
+                tracing::debug!(task, kernel = k, parts = be.len(), "padded launch");
                 self.kernel_queued(task, k, now, issued, out);
                 for (t, bk) in be {
                     self.kernel_queued(t, bk, now, issued, out);
