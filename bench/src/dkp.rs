@@ -773,6 +773,51 @@ mod tests {
     }
 
     #[test]
+    fn dkp_mv_pads_densenet_resnet152_with_an_rt_think_time() {
+        // RT densenet waits 50 us after each reply. Every gap restores the
+        // BE task, whose kernel 192 (admitted only by densenet's RT kernel
+        // 0) starts on its own stream and cannot finish before the next RT
+        // request. Kernel 0 used to be transmitted unpadded while it ran
+        // (the task waited for the kill event) and BE starved; now it is
+        // padded once the kill is issued, and values stay correct.
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let ms = models(&spec, &["densenet", "resnet152"]);
+        let alone = crate::disb::standalone_ns(&spec, &ms[0], 3, 1).unwrap();
+        let plans = vec![
+            ClientPlan {
+                name: "rt".into(),
+                model: 0,
+                class: Class::RealTime,
+                gen: Gen::Periodic {
+                    next: 0,
+                    interval: (alone + 50e3) as Time,
+                },
+            },
+            ClientPlan {
+                name: "be".into(),
+                model: 1,
+                class: Class::BestEffort,
+                gen: Gen::Continuous,
+            },
+        ];
+        let opts = RunOptions {
+            policy: "reef-dkp-mv".into(),
+            seed: 1,
+            dq_capacity: 4,
+            track_values: true,
+        };
+        let out = runner::simulate(&spec, &ms, plans, 500_000_000, &opts).unwrap();
+        assert_eq!(out.corrupted_outputs, 0);
+        let p = out.padding.unwrap();
+        assert!(
+            p.be_kernels_completed_by_padding > 192,
+            "{}",
+            p.be_kernels_completed_by_padding
+        );
+        assert!(out.clients[1].completed > 0, "BE progress");
+    }
+
+    #[test]
     fn explain_predicts_where_a_closed_loop_pair_stops() {
         let spec = DeviceSpec::preset("mi50").unwrap();
         // DKP-MV with RT densenet and BE inception: kernel 52 of inception

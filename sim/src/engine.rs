@@ -1535,8 +1535,11 @@ impl Sim {
             }
             let l = &self.launches[slot as usize];
             let (done, id) = (l.done, l.id.0);
-            let writes = l.req.writes.clone();
-            self.values.corrupt(&writes, id);
+            let (identity, total) = (l.req.shape.identity, l.req.shape.blocks as u64);
+            let range = (l.end - l.start) as u64;
+            let (reads, writes) = (l.req.reads.clone(), l.req.writes.clone());
+            self.values
+                .kill(identity, &reads, &writes, range, total, id);
             self.emit(slot, EventKind::Killed { blocks_done: done });
             self.finish_part(slot);
         }

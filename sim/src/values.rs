@@ -110,6 +110,12 @@ impl ValueTracker {
                 self.values.insert(w, h);
                 continue;
             }
+            if !self.partial.contains_key(&w) && self.get(w) == h {
+                // Blocks of a kernel whose full output from the same inputs
+                // is already there write the same values again (REEF §4.4:
+                // re-executing an idempotent kernel gives the same result).
+                continue;
+            }
             let covered = match self.partial.get(&w) {
                 Some(&(ph, c)) if ph == h => c + range_len,
                 _ => range_len,
@@ -122,6 +128,35 @@ impl ValueTracker {
                 self.values.insert(w, h ^ PARTIAL ^ covered);
             }
         }
+    }
+
+    /// Records a killed launch of blocks `range_len` of a kernel of
+    /// `total_blocks` blocks. A block writes only its own part of the
+    /// outputs (what lets REEF §5 spread a kernel's blocks over padded
+    /// launches), so a killed block range leaves intact the blocks other
+    /// launches of the same kernel on the same inputs completed before it
+    /// (the buffer keeps that partial value); otherwise (a whole launch, or
+    /// no such partial value) the outputs are corrupted.
+    pub fn kill(
+        &mut self,
+        identity: u64,
+        reads: &[BufferId],
+        writes: &[BufferId],
+        range_len: u64,
+        total_blocks: u64,
+        salt: u64,
+    ) {
+        if range_len < total_blocks {
+            let h = self.output_hash(identity, reads);
+            if writes
+                .iter()
+                .all(|w| self.partial.get(w).is_some_and(|&(ph, _)| ph == h))
+            {
+                self.corruptions += 1;
+                return;
+            }
+        }
+        self.corrupt(writes, salt);
     }
 
     /// Records a killed launch: its outputs are corrupted.
@@ -189,5 +224,37 @@ mod tests {
         assert_ne!(r.get(b), clean.get(b));
         r.complete(7, &[a], &[b], 3, 4);
         assert_eq!(r.get(b), clean.get(b));
+    }
+
+    #[test]
+    fn a_killed_block_range_keeps_the_blocks_other_ranges_completed() {
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut clean = ValueTracker::new();
+        clean.complete(7, &[a], &[b], 4, 4);
+        // Blocks 0..1 completed, the launch of blocks 1..4 killed, then
+        // run again: the output is the clean one.
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 1, 4);
+        t.kill(7, &[a], &[b], 3, 4, 9);
+        assert_ne!(t.get(b), clean.get(b));
+        t.complete(7, &[a], &[b], 3, 4);
+        assert_eq!(t.get(b), clean.get(b));
+        assert_eq!(t.corruptions(), 1);
+        // A killed whole launch corrupts: the earlier range does not count.
+        let mut w = ValueTracker::new();
+        w.complete(7, &[a], &[b], 1, 4);
+        w.kill(7, &[a], &[b], 4, 4, 9);
+        w.complete(7, &[a], &[b], 3, 4);
+        assert_ne!(w.get(b), clean.get(b));
+        // A killed range of a kernel with no partial value corrupts.
+        let mut n = ValueTracker::new();
+        n.kill(7, &[a], &[b], 3, 4, 9);
+        n.complete(7, &[a], &[b], 1, 4);
+        assert_ne!(n.get(b), clean.get(b));
+        // Blocks re-run over the full output of the same inputs leave it.
+        let mut f = ValueTracker::new();
+        f.complete(7, &[a], &[b], 4, 4);
+        f.complete(7, &[a], &[b], 1, 4);
+        assert_eq!(f.get(b), clean.get(b));
     }
 }
