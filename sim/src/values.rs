@@ -110,12 +110,6 @@ impl ValueTracker {
                 self.values.insert(w, h);
                 continue;
             }
-            if !self.partial.contains_key(&w) && self.get(w) == h {
-                // Blocks of a kernel whose full output from the same inputs
-                // is already there write the same values again (REEF §4.4:
-                // re-executing an idempotent kernel gives the same result).
-                continue;
-            }
             let covered = match self.partial.get(&w) {
                 Some(&(ph, c)) if ph == h => c + range_len,
                 _ => range_len,
@@ -123,6 +117,16 @@ impl ValueTracker {
             if covered >= total_blocks {
                 self.partial.remove(&w);
                 self.values.insert(w, h);
+            } else if self.get(w) == h {
+                // Blocks of a kernel whose full output from the same inputs
+                // is already there (a previous request's) write the same
+                // values again (REEF §4.4: re-executing an idempotent kernel
+                // gives the same result): the buffer keeps its full value,
+                // but the blocks this computation completed are still
+                // counted, so that a later killed range of it (the rest
+                // launch, whose blocks the kill corrupts) leaves the partial
+                // value of exactly those blocks (see `kill`).
+                self.partial.insert(w, (h, covered));
             } else {
                 self.partial.insert(w, (h, covered));
                 self.values.insert(w, h ^ PARTIAL ^ covered);
@@ -152,7 +156,15 @@ impl ValueTracker {
                 .iter()
                 .all(|w| self.partial.get(w).is_some_and(|&(ph, _)| ph == h))
             {
+                // The killed blocks' part of the outputs is corrupted: what
+                // stays valid is the blocks other launches completed (the
+                // partial value, also where the buffer held the full output
+                // of a previous identical computation).
                 self.corruptions += 1;
+                for &w in writes {
+                    let c = self.partial[&w].1;
+                    self.values.insert(w, h ^ PARTIAL ^ c);
+                }
                 return;
             }
         }
@@ -256,5 +268,35 @@ mod tests {
         f.complete(7, &[a], &[b], 4, 4);
         f.complete(7, &[a], &[b], 1, 4);
         assert_eq!(f.get(b), clean.get(b));
+    }
+
+    #[test]
+    fn a_killed_rest_over_a_previous_full_output_keeps_only_the_completed_blocks() {
+        // DISB E under reef-dkp-mv: a BE request's kernel (same inputs as the
+        // previous request, whose full output is still in the buffer) had
+        // blocks 0..1 padded, its rest 1..4 killed, then padded on 1..4. The
+        // tracker did not count the first range (it left the full output
+        // untouched) and so corrupted the buffer at the kill, and the
+        // re-run rest never covered the kernel.
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut clean = ValueTracker::new();
+        clean.complete(7, &[a], &[b], 4, 4);
+        let mut t = clean.clone();
+        t.complete(7, &[a], &[b], 1, 4);
+        assert_eq!(t.get(b), clean.get(b));
+        t.kill(7, &[a], &[b], 3, 4, 9);
+        // The killed blocks' part is corrupted until they run again.
+        assert_ne!(t.get(b), clean.get(b));
+        t.complete(7, &[a], &[b], 2, 4);
+        assert_ne!(t.get(b), clean.get(b));
+        t.complete(7, &[a], &[b], 1, 4);
+        assert_eq!(t.get(b), clean.get(b));
+        // The rest completing instead ends the computation too.
+        let mut u = clean.clone();
+        u.complete(7, &[a], &[b], 1, 4);
+        u.complete(7, &[a], &[b], 3, 4);
+        assert_eq!(u.get(b), clean.get(b));
+        u.kill(7, &[a], &[b], 3, 4, 9);
+        assert_ne!(u.get(b), clean.get(b));
     }
 }
