@@ -55,7 +55,8 @@ pub enum EngineEvent {
     /// `count` kernels were pushed into device queues.
     KernelsLaunched { count: u64 },
     /// One preemption at `level` took `kernels` kernels off the device
-    /// (dropped from host queues, evicted or killed).
+    /// (dropped from host queues, evicted or killed); reported once it has
+    /// finished draining.
     Preempted { level: u8, kernels: u64 },
     /// A preempted task was restored (REEF §4.4) and will run again.
     Restored { task: u64 },

@@ -604,20 +604,22 @@ impl SchedEngine {
                 }
             }
         }
+        // Each preemption is reported once it has finished (its evicted and
+        // killed kernels are counted by then), in order; then the finished
+        // records are dropped, or they would grow by one per preemption for
+        // the daemon's life.
         let b = &mut self.build;
+        let base = b.sched.preemptions_base();
         let recs = b.sched.preemptions();
-        let first = b
-            .preemptions_seen
-            .saturating_sub(b.sched.preemptions_base());
-        for r in &recs[first..] {
+        let mut i = b.preemptions_seen.saturating_sub(base);
+        while let Some(r) = recs.get(i).filter(|r| r.end.is_some()) {
             out.push(EngineEvent::Preempted {
                 level: r.level.number(),
                 kernels: (r.dropped_from_host_queue + r.evicted + r.killed) as u64,
             });
+            i += 1;
         }
-        b.preemptions_seen = b.sched.preemptions_base() + recs.len();
-        // Each record is read once, when made: keep only the unfinished
-        // ones, or they grow by one per preemption for the daemon's life.
+        b.preemptions_seen = base + i;
         b.sched.forget_finished_preemptions();
     }
 
@@ -1182,13 +1184,25 @@ mod tests {
         e.open_stream(2, Priority::Rt).unwrap();
         e.submit(0, 1, 1, "vgg", &mut out).unwrap();
         e.advance(2_000_000, &mut out);
+        let be = e.task_progress(1).unwrap();
         e.submit(2_000_000, 2, 2, "vgg", &mut out).unwrap();
-        assert!(
-            out.iter()
-                .any(|x| matches!(x, EngineEvent::Preempted { .. })),
-            "the RT arrival must preempt the running BE request"
-        );
         run(&mut e, &mut out);
+        let preempted: Vec<u64> = out
+            .iter()
+            .filter_map(|x| match x {
+                EngineEvent::Preempted { kernels, .. } => Some(*kernels),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            preempted.len(),
+            1,
+            "the RT arrival must preempt the running BE request once"
+        );
+        // Dropped from the host queue (not yet launched), plus at least the
+        // running kernel killed: counted once the preemption has finished.
+        let dropped = (be.kernels - be.next_kernel) as u64;
+        assert!(preempted[0] > dropped, "{preempted:?} vs {dropped} dropped");
         let mut d = done(&out);
         d.sort();
         assert_eq!(d, vec![(1, Some(true)), (2, Some(true))]);
