@@ -807,6 +807,27 @@ mod tests {
         std::iter::from_fn(|| s.poll_action()).collect()
     }
 
+    fn arrive(s: &mut PaddingScheduler, t: Time, req: u64, client: u32) -> Vec<DkpAction> {
+        step(
+            s,
+            t,
+            Event::RequestArrived {
+                req: RequestId(req),
+                client: ClientId(client),
+                deadline: None,
+            },
+        )
+    }
+
+    /// The first padded launch among `a`: (RT kernel, first part's BE
+    /// kernel, its block range).
+    fn first_padded(a: &[DkpAction]) -> Option<(KernelTag, KernelTag, std::ops::Range<u32>)> {
+        a.iter().find_map(|x| match x {
+            DkpAction::Padded(p) => Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone())),
+            _ => None,
+        })
+    }
+
     fn tag(req: u64, kernel: u32) -> KernelTag {
         KernelTag {
             req: RequestId(req),
@@ -1043,23 +1064,6 @@ mod tests {
         let mut s = setup(1);
         let (rt, be) = (StreamId(0), StreamId(1));
         let _ = std::iter::from_fn(|| s.poll_action()).count();
-        let arrive = |s: &mut PaddingScheduler, t: Time, req: u64, client: u32| {
-            step(
-                s,
-                t,
-                Event::RequestArrived {
-                    req: RequestId(req),
-                    client: ClientId(client),
-                    deadline: None,
-                },
-            )
-        };
-        let padded = |a: &[DkpAction]| {
-            a.iter().find_map(|x| match x {
-                DkpAction::Padded(p) => Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone())),
-                _ => None,
-            })
-        };
         let done = |a: &[DkpAction], r: u64| {
             a.contains(&DkpAction::Core(Action::RequestDone {
                 req: RequestId(r),
@@ -1087,7 +1091,7 @@ mod tests {
                 tag: tag(1, 0),
             },
         );
-        assert_eq!(padded(&a), Some((tag(1, 1), tag(100, 0), 0..100)));
+        assert_eq!(first_padded(&a), Some((tag(1, 1), tag(100, 0), 0..100)));
         assert!(!a
             .iter()
             .any(|x| matches!(x, DkpAction::Core(Action::Launch { stream, .. }) if *stream == be)));
@@ -1100,7 +1104,7 @@ mod tests {
                 tag: tag(1, 1),
             },
         );
-        assert_eq!(padded(&a), Some((tag(1, 2), tag(100, 1), 0..160)));
+        assert_eq!(first_padded(&a), Some((tag(1, 2), tag(100, 1), 0..160)));
         let a = step(
             &mut s,
             30,
@@ -1109,7 +1113,7 @@ mod tests {
                 tag: tag(1, 2),
             },
         );
-        assert_eq!(padded(&a), Some((tag(1, 3), tag(100, 1), 160..300)));
+        assert_eq!(first_padded(&a), Some((tag(1, 3), tag(100, 1), 160..300)));
         // Padding finishes request 100 as real-time request 1 ends; request
         // 2 starts at once (still real-time mode).
         let a = step(
@@ -1136,7 +1140,7 @@ mod tests {
                 tag: tag(2, 0),
             },
         );
-        assert_eq!(padded(&a), Some((tag(2, 1), tag(101, 0), 0..100)));
+        assert_eq!(first_padded(&a), Some((tag(2, 1), tag(101, 0), 0..100)));
         assert_eq!(s.dkp_counters().be_requests_started, 2);
         for k in 1..4 {
             step(
@@ -1194,14 +1198,6 @@ mod tests {
                     tag: tag(100, 1),
                 },
             );
-            let padded = |a: &[DkpAction]| {
-                a.iter().find_map(|x| match x {
-                    DkpAction::Padded(p) => {
-                        Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone()))
-                    }
-                    _ => None,
-                })
-            };
             let a = step(
                 &mut s,
                 10,
@@ -1210,7 +1206,7 @@ mod tests {
                     tag: tag(1, 0),
                 },
             );
-            assert_eq!(padded(&a), Some((tag(1, 1), tag(100, 0), 0..100)));
+            assert_eq!(first_padded(&a), Some((tag(1, 1), tag(100, 0), 0..100)));
             // The padded launch of RT kernel 1 ends without running (or with
             // its blocks killed): no credit; the next padded launch pads the
             // same blocks again.
@@ -1227,7 +1223,7 @@ mod tests {
             };
             let a = step(&mut s, 20, ev);
             assert_eq!(s.dkp_counters().be_kernels_completed, 0);
-            let again = padded(&a).map(|p| (p.1, p.2));
+            let again = first_padded(&a).map(|p| (p.1, p.2));
             assert_eq!(again, Some((tag(100, 0), 0..100)), "killed {killed}: {a:?}");
         }
     }
@@ -1238,17 +1234,6 @@ mod tests {
         for killed in [false, true] {
             let mut s = setup(1);
             let _ = std::iter::from_fn(|| s.poll_action()).count();
-            let arrive = |s: &mut PaddingScheduler, t: Time, req: u64, client: u32| {
-                step(
-                    s,
-                    t,
-                    Event::RequestArrived {
-                        req: RequestId(req),
-                        client: ClientId(client),
-                        deadline: None,
-                    },
-                )
-            };
             arrive(&mut s, 0, 100, 1);
             arrive(&mut s, 1, 1, 0);
             step(
@@ -1409,23 +1394,6 @@ mod tests {
         let mut s = setup_on(1, kill_first());
         let (rt, be) = (StreamId(0), StreamId(1));
         let _ = std::iter::from_fn(|| s.poll_action()).count();
-        let arrive = |s: &mut PaddingScheduler, t: Time, req: u64, client: u32| {
-            step(
-                s,
-                t,
-                Event::RequestArrived {
-                    req: RequestId(req),
-                    client: ClientId(client),
-                    deadline: None,
-                },
-            )
-        };
-        let padded = |a: &[DkpAction]| {
-            a.iter().find_map(|x| match x {
-                DkpAction::Padded(p) => Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone())),
-                _ => None,
-            })
-        };
         // Real-time request 1 arrives first; a queued BE request is padded:
         // kernel 0 with RT kernel 1, blocks 0..160 of kernel 1 with RT
         // kernel 2; RT kernel 3's padding (blocks 160..300) is evicted.
@@ -1488,7 +1456,7 @@ mod tests {
         // 160 at once; the kill keeps the credited 160 blocks.
         let a = arrive(&mut s, 70, 2, 0);
         assert_eq!(
-            padded(&a).map(|p| (p.1, p.2.start)),
+            first_padded(&a).map(|p| (p.1, p.2.start)),
             Some((tag(100, 1), 160))
         );
         step(
