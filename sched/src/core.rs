@@ -772,9 +772,17 @@ impl Core {
     /// outstanding launches (which may still be draining a preemption)
     /// are untouched.
     pub(crate) fn on_completed_elsewhere(&mut self, s: StreamId, tag: KernelTag) {
-        let mut done = None;
         if let Some(a) = self.active_for(s, tag) {
             a.last_started = Some(tag.kernel);
+        }
+        self.kernel_completed(s, tag);
+    }
+
+    /// Kernel `tag` of the stream's active request completed: the request
+    /// is done when its last kernel has.
+    fn kernel_completed(&mut self, s: StreamId, tag: KernelTag) {
+        let mut done = None;
+        if let Some(a) = self.active_for(s, tag) {
             a.completed_upto = a.completed_upto.max(tag.kernel + 1);
             if a.completed_upto == a.kernels {
                 done = Some((a.req, a.client));
@@ -805,18 +813,7 @@ impl Core {
             }
         }
         if how == 0 {
-            let mut done = None;
-            if let Some(a) = self.active_for(s, tag) {
-                a.completed_upto = a.completed_upto.max(tag.kernel + 1);
-                if a.completed_upto == a.kernels {
-                    done = Some((a.req, a.client));
-                }
-            }
-            if let Some((req, client)) = done {
-                self.streams[s.0 as usize].active = None;
-                self.counters.requests_done += 1;
-                self.out.push_back(Action::RequestDone { req, client });
-            }
+            self.kernel_completed(s, tag);
         }
         self.check_drained(s);
         self.pump(s);
