@@ -56,6 +56,66 @@ pub trait ModelShapes {
     fn shapes(&self) -> &[Arc<KernelShape>];
 }
 
+/// A model ready to run on one device: its schedule and its simulator
+/// shapes.
+#[derive(Clone)]
+pub struct PreparedModel {
+    /// Directory name (`vgg`, ...).
+    pub name: String,
+    pub model: Model,
+    pub shapes: Vec<Arc<KernelShape>>,
+}
+
+impl ModelShapes for PreparedModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn model(&self) -> &Model {
+        &self.model
+    }
+    fn shapes(&self) -> &[Arc<KernelShape>] {
+        &self.shapes
+    }
+}
+
+impl PreparedModel {
+    pub fn new(model: Model, spec: &DeviceSpec) -> anyhow::Result<Self> {
+        let shapes = KernelShape::for_model(&model, spec).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: kernel {} cannot run on device {}: {}",
+                model.path.display(),
+                e.kernel,
+                spec.name,
+                e.problem
+            )
+        })?;
+        Ok(Self {
+            name: model.name.clone(),
+            model,
+            shapes,
+        })
+    }
+}
+
+/// Replays one unpreempted run of `m` into `reference` (value tracking,
+/// DESIGN.md: the run every request's outputs are compared with), its
+/// storage `b` in buffer `buffer(b)`; the buffers its kernels write are
+/// added to `outputs`.
+pub fn replay_unpreempted(
+    reference: &mut reef_sim::ValueTracker,
+    m: &dyn ModelShapes,
+    buffer: impl Fn(usize) -> BufferId,
+    outputs: &mut impl Extend<BufferId>,
+) {
+    for (k, kern) in m.model().kernels.iter().enumerate() {
+        let r: Vec<BufferId> = kern.reads.iter().map(|&x| buffer(x)).collect();
+        let w: Vec<BufferId> = kern.writes.iter().map(|&x| buffer(x)).collect();
+        let sh = &m.shapes()[k];
+        reference.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
+        outputs.extend(w);
+    }
+}
+
 /// The scheduler event a (filtered) device event is for, on the
 /// scheduler's stream `stream`.
 pub fn sched_event(ev: &DeviceEvent, stream: StreamId) -> Event {
@@ -558,26 +618,6 @@ impl PadExec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A model with its simulator shapes (what reef-bench's runner and the
-    /// daemon's engine hold).
-    struct PreparedModel {
-        name: String,
-        model: Model,
-        shapes: Vec<Arc<KernelShape>>,
-    }
-
-    impl ModelShapes for PreparedModel {
-        fn name(&self) -> &str {
-            &self.name
-        }
-        fn model(&self) -> &Model {
-            &self.model
-        }
-        fn shapes(&self) -> &[Arc<KernelShape>] {
-            &self.shapes
-        }
-    }
 
     fn models(spec: &DeviceSpec, names: &[&str]) -> Vec<PreparedModel> {
         let dir = reef_model::default_models_dir();

@@ -130,7 +130,7 @@ pub fn measure(
         offsets.push(t);
     }
     let end = t + 4 * be_ns;
-    let models = [be.clone_shallow(), rt.clone_shallow()];
+    let models = [be.clone(), rt.clone()];
     let plans = vec![
         ClientPlan {
             name: "be".into(),
@@ -173,16 +173,6 @@ pub fn measure(
         / n;
     let kl = out.preemptions.iter().map(|p| p.killed as f64).sum::<f64>() / n;
     Ok((lat, ev, kl))
-}
-
-impl PreparedModel {
-    fn clone_shallow(&self) -> PreparedModel {
-        PreparedModel {
-            name: self.name.clone(),
-            model: self.model.clone(),
-            shapes: self.shapes.clone(),
-        }
-    }
 }
 
 fn point(

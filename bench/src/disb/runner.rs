@@ -17,58 +17,17 @@
 
 use super::workload::{Load, Workload};
 use reef_exec::{PadExec, PadStats, RunSched};
-use reef_model::Model;
 use reef_sched::dkp::DkpAction;
 use reef_sched::{
     Action, Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, PreemptLevel, PreemptionRecord,
     RequestId, StreamPriority, Time,
 };
-use reef_sim::{
-    BufferId, DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
-};
+use reef_sim::{BufferId, DeviceEvent, DeviceSpec, KernelLaunch, Sim, SimConfig, Tags};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 const SEC: f64 = 1e9;
 
-/// A model ready to run on one device.
-pub struct PreparedModel {
-    /// Directory name (`vgg`, ...).
-    pub name: String,
-    pub model: Model,
-    pub shapes: Vec<Arc<KernelShape>>,
-}
-
-impl reef_exec::ModelShapes for PreparedModel {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn model(&self) -> &Model {
-        &self.model
-    }
-    fn shapes(&self) -> &[Arc<KernelShape>] {
-        &self.shapes
-    }
-}
-
-impl PreparedModel {
-    pub fn new(model: Model, spec: &DeviceSpec) -> anyhow::Result<Self> {
-        let shapes = KernelShape::for_model(&model, spec).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: kernel {} cannot run on device {}: {}",
-                model.path.display(),
-                e.kernel,
-                spec.name,
-                e.problem
-            )
-        })?;
-        Ok(Self {
-            name: model.name.clone(),
-            model,
-            shapes,
-        })
-    }
-}
+pub use reef_exec::PreparedModel;
 
 /// When a client issues requests.
 #[derive(Debug, Clone)]
@@ -437,13 +396,7 @@ impl Run<'_> {
         if let Some(reference) = self.reference.get_mut(ci) {
             let m = &self.models[self.clients[ci].model];
             let mut outs: Vec<BufferId> = Vec::new();
-            for (k, kern) in m.model.kernels.iter().enumerate() {
-                let r: Vec<BufferId> = kern.reads.iter().map(|&b| buffer(ci, b)).collect();
-                let w: Vec<BufferId> = kern.writes.iter().map(|&b| buffer(ci, b)).collect();
-                let sh = &m.shapes[k];
-                reference.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
-                outs.extend(w);
-            }
+            reef_exec::replay_unpreempted(reference, m, |b| buffer(ci, b), &mut outs);
             if !self.sim.values().diff(reference, &outs).is_empty() {
                 self.corrupted += 1;
             }

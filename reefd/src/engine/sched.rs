@@ -98,13 +98,7 @@ impl Prepared {
         }
         let mut reference = ValueTracker::new();
         let mut outs = BTreeSet::new();
-        for (k, kern) in self.model.kernels.iter().enumerate() {
-            let r: Vec<BufferId> = kern.reads.iter().map(|&x| buffer(ns, x)).collect();
-            let w: Vec<BufferId> = kern.writes.iter().map(|&x| buffer(ns, x)).collect();
-            let sh = &self.shapes[k];
-            reference.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
-            outs.extend(w);
-        }
+        reef_exec::replay_unpreempted(&mut reference, self, |x| buffer(ns, x), &mut outs);
         let e: Arc<[(BufferId, u64)]> = outs.into_iter().map(|b| (b, reference.get(b))).collect();
         self.expected.insert(ns, e.clone());
         e
