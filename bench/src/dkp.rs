@@ -270,6 +270,28 @@ pub struct PairResult {
     pub overhead_ns: Vec<i64>,
 }
 
+/// The pairwise clients: model 0 real-time (closed loop, or a request
+/// every `rt_interval` ns), model 1 best-effort, closed loop.
+fn pair_plans(rt: &str, be: &str, rt_interval: Option<Time>) -> Vec<ClientPlan> {
+    vec![
+        ClientPlan {
+            name: format!("rt-{rt}"),
+            model: 0,
+            class: Class::RealTime,
+            gen: match rt_interval {
+                Some(interval) => Gen::Periodic { next: 0, interval },
+                None => Gen::Continuous,
+            },
+        },
+        ClientPlan {
+            name: format!("be-{be}"),
+            model: 1,
+            class: Class::BestEffort,
+            gen: Gen::Continuous,
+        },
+    ]
+}
+
 fn run_pair(
     spec: &DeviceSpec,
     models: &[PreparedModel],
@@ -283,27 +305,8 @@ fn run_pair(
         PreparedModel::new(models[rt].model.clone(), spec)?,
         PreparedModel::new(models[be].model.clone(), spec)?,
     ];
-    let plans = vec![
-        ClientPlan {
-            name: format!("rt-{}", models[rt].name),
-            model: 0,
-            class: Class::RealTime,
-            gen: if args.rt_gap_us > 0.0 {
-                Gen::Periodic {
-                    next: 0,
-                    interval: (standalone[rt] + args.rt_gap_us * 1e3) as Time,
-                }
-            } else {
-                Gen::Continuous
-            },
-        },
-        ClientPlan {
-            name: format!("be-{}", models[be].name),
-            model: 1,
-            class: Class::BestEffort,
-            gen: Gen::Continuous,
-        },
-    ];
+    let interval = (args.rt_gap_us > 0.0).then(|| (standalone[rt] + args.rt_gap_us * 1e3) as Time);
+    let plans = pair_plans(&models[rt].name, &models[be].name, interval);
     let dur = (args.duration * 1e9) as u64;
     let out = runner::simulate(
         spec,
@@ -701,20 +704,7 @@ mod tests {
     /// Runs one pairwise configuration (closed-loop RT and BE clients).
     fn run_on(spec: DeviceSpec, rt: &str, be: &str, policy: &str, secs: f64) -> runner::RunOutcome {
         let ms = models(&spec, &[rt, be]);
-        let plans = vec![
-            ClientPlan {
-                name: "rt".into(),
-                model: 0,
-                class: Class::RealTime,
-                gen: Gen::Continuous,
-            },
-            ClientPlan {
-                name: "be".into(),
-                model: 1,
-                class: Class::BestEffort,
-                gen: Gen::Continuous,
-            },
-        ];
+        let plans = pair_plans(rt, be, None);
         let opts = RunOptions {
             policy: policy.into(),
             seed: 1,
@@ -783,23 +773,7 @@ mod tests {
         let spec = DeviceSpec::preset("mi50").unwrap();
         let ms = models(&spec, &["densenet", "resnet152"]);
         let alone = crate::disb::standalone_ns(&spec, &ms[0], 3, 1).unwrap();
-        let plans = vec![
-            ClientPlan {
-                name: "rt".into(),
-                model: 0,
-                class: Class::RealTime,
-                gen: Gen::Periodic {
-                    next: 0,
-                    interval: (alone + 50e3) as Time,
-                },
-            },
-            ClientPlan {
-                name: "be".into(),
-                model: 1,
-                class: Class::BestEffort,
-                gen: Gen::Continuous,
-            },
-        ];
+        let plans = pair_plans("densenet", "resnet152", Some((alone + 50e3) as Time));
         let opts = RunOptions {
             policy: "reef-dkp-mv".into(),
             seed: 1,
