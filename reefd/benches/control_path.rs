@@ -10,16 +10,23 @@
 //! the client's write returned, both CLOCK_MONOTONIC), which also counts the
 //! time the request waited in the socket to be read.
 //!
-//! It runs the daemon twice, side by side in one run: with `poll = true`
-//! (the default: one thread serves the socket and runs the device) and with
-//! `poll = false` (sleeping socket threads and a tick pacer).
+//! It runs the daemon three times, side by side in one run: with `poll =
+//! true` (the default: one thread serves the socket and runs the device),
+//! with `poll = false` (sleeping socket threads and a tick pacer), and with
+//! `poll = true` and the device thread on a CPU of its own at nice -20
+//! (`daemon.device_cpus`, `daemon.device_nice`; this process's client
+//! threads then run on the other CPUs). Each row also says how often the OS
+//! preempted the daemon's threads, and the socket's own floor is measured
+//! placed both ways.
 //!
 //! Run: `cargo bench -p reefd --bench control_path`
 //! (REEF_BENCH_RT_REQUESTS sets the number of RT requests per mode, default
 //! 1000; REEF_BENCH_POLICY the policy, default reef; REEF_BENCH_DAEMON_LOG a
 //! file for the daemon's log, at the level RUST_LOG sets;
 //! REEF_BENCH_RT_PRIORITY the daemon's `realtime_priority`, default 0;
-//! REEF_BENCH_POLL=1 or 0 runs one mode only.)
+//! REEF_BENCH_POLL=1 or 0 runs one polling mode only; REEF_BENCH_PIN=1 or 0
+//! only the pinned or the unpinned runs; REEF_BENCH_NO_SOCKET_FLOOR=1 skips
+//! the floor.)
 
 use reefd::client::Client;
 use reefd::metrics::summarize;
@@ -39,28 +46,109 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let modes: Vec<bool> = match std::env::var("REEF_BENCH_POLL").as_deref() {
+    let polls: Vec<bool> = match std::env::var("REEF_BENCH_POLL").as_deref() {
         Ok("1") => vec![true],
         Ok("0") => vec![false],
         _ => vec![true, false],
     };
-    for poll in modes {
-        run(n, &policy, rt_prio, poll)?;
+    // The CPU a pinned daemon's device thread gets; the clients get the rest.
+    let cpus = allowed_cpus();
+    let own_cpu = (cpus.len() >= 2).then(|| *cpus.last().unwrap());
+    let pins: Vec<bool> = match std::env::var("REEF_BENCH_PIN").as_deref() {
+        Ok("1") => vec![true],
+        Ok("0") => vec![false],
+        _ => vec![false, true],
+    };
+    if own_cpu.is_none() && pins.contains(&true) {
+        println!("(one CPU: the pinned runs are skipped)");
     }
-    if std::env::var_os("REEF_BENCH_NO_SOCKET_FLOOR").is_none() {
-        socket_floor(n)?;
+    let floor = std::env::var_os("REEF_BENCH_NO_SOCKET_FLOOR").is_none();
+    for &pin in &pins {
+        let Some(placement) = (if pin { own_cpu.map(Some) } else { Some(None) }) else {
+            continue;
+        };
+        for &poll in &polls {
+            // Unpinned, only the default poll mode is worth a second row.
+            if pin && !poll {
+                continue;
+            }
+            run(n, &policy, rt_prio, poll, placement, &cpus)?;
+        }
+        if floor {
+            socket_floor(n, placement, &cpus)?;
+        }
     }
     Ok(())
 }
 
-fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
+/// The CPUs this process may use.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity(0) fills the calling thread's set; CPU_ISSET
+    // reads it below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Restricts the calling thread (and the threads it starts afterwards) to
+/// `cpus`.
+fn pin_self(cpus: &[usize]) {
+    // SAFETY: as in `allowed_cpus`; sched_setaffinity(0) is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Pinned runs: the daemon's device thread on `own` at nice -20, this
+/// process's client threads on the other CPUs. Restores on drop.
+struct Pinned<'a>(&'a [usize]);
+
+impl<'a> Pinned<'a> {
+    fn new(own: Option<usize>, cpus: &'a [usize]) -> Self {
+        if let Some(own) = own {
+            let rest: Vec<usize> = cpus.iter().copied().filter(|&c| c != own).collect();
+            pin_self(&rest);
+        }
+        Pinned(cpus)
+    }
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        pin_self(self.0);
+    }
+}
+
+fn run(
+    n: usize,
+    policy: &str,
+    rt_prio: u8,
+    poll: bool,
+    own_cpu: Option<usize>,
+    cpus: &[usize],
+) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("reefd.sock");
     let config = dir.path().join("reefd.toml");
+    let placement = match own_cpu {
+        Some(c) => format!("device_cpus = [{c}]\ndevice_nice = -20\n"),
+        None => String::new(),
+    };
     std::fs::write(
         &config,
-        format!("[daemon]\nrealtime_priority = {rt_prio}\npoll = {poll}\n"),
+        format!("[daemon]\nrealtime_priority = {rt_prio}\npoll = {poll}\n{placement}"),
     )?;
+
     let mut child = Command::new(env!("CARGO_BIN_EXE_reefd"))
         .args([
             "start",
@@ -86,6 +174,8 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
             None => Stdio::null(),
         })
         .spawn()?;
+    // After the daemon started: it must not inherit the clients' CPUs.
+    let _pinned = Pinned::new(own_cpu, cpus);
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut admin = loop {
         if let Ok(mut c) = Client::connect(&socket) {
@@ -123,8 +213,11 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
 
     let mut rt = Client::connect(&socket)?;
     let s = rt.register(Priority::Rt, Some("bench-rt"))?;
+    let preempted_before = involuntary_switches(child.id());
+    let started = Instant::now();
     let mut control = Vec::with_capacity(n);
     let mut from_send = Vec::with_capacity(n);
+    let mut waited = Vec::with_capacity(n);
     let mut normalized = Vec::with_capacity(n);
     let mut verified = 0;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -139,7 +232,12 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
             control.push(c);
         }
         if let Some(k) = r.first_kernel_monotonic_ns {
-            from_send.push(k.saturating_sub(rt.last_send_monotonic_ns()) as f64 / 1e3);
+            let us = k.saturating_sub(rt.last_send_monotonic_ns()) as f64 / 1e3;
+            from_send.push(us);
+            if let Some(c) = r.control_path_us {
+                // Until the daemon had read it (its arrival stamp).
+                waited.push((us - c).max(0.0));
+            }
         }
         if let Some(x) = r.normalized_latency {
             normalized.push(x);
@@ -148,6 +246,8 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
             verified += 1;
         }
     }
+    let preempted = involuntary_switches(child.id()).saturating_sub(preempted_before);
+    let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let mut be_done = 0;
     for h in be {
@@ -164,9 +264,14 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
 
     let c = summarize(control.iter().copied());
     let s = summarize(from_send.iter().copied());
+    let w = summarize(waited.iter().copied());
     let x = summarize(normalized.iter().copied());
+    let placed = match own_cpu {
+        Some(c) => format!("device thread on CPU {c} at nice -20 (daemon.device_cpus, daemon.device_nice), clients on the other CPUs"),
+        None => "unpinned".into(),
+    };
     println!(
-        "reefd live control path (sim:mi50, policy {policy}, 2 BE resnet152 clients, RT vgg, daemon.poll {poll}, daemon.realtime_priority {rt_prio})"
+        "reefd live control path (sim:mi50, policy {policy}, 2 BE resnet152 clients, RT vgg, daemon.poll {poll}, daemon.realtime_priority {rt_prio}, {placed})"
     );
     println!(
         "  RT request read by the daemon -> first kernel in device queue:       n={} p50 {:.1} us  p99 {:.1} us  mean {:.1} us  max {:.1} us  (target p99 <= 50 us)",
@@ -177,8 +282,15 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
         s.count, s.p50_us, s.p99_us, s.mean_us, s.max_us
     );
     println!(
+        "    of which waiting in the socket to be read:                          n={} p50 {:.1} us  p99 {:.1} us  mean {:.1} us  max {:.1} us",
+        w.count, w.p50_us, w.p99_us, w.mean_us, w.max_us
+    );
+    println!(
         "  RT normalized latency: mean {:.3} p50 {:.3} p99 {:.3}; outputs verified {verified}/{n}",
         x.mean_us, x.p50_us, x.p99_us
+    );
+    println!(
+        "  the daemon's threads were preempted by the OS {preempted} times in {elapsed:.1} s (involuntary context switches)"
     );
     println!(
         "  BE inferences completed {be_done}; preemptions by level {:?}; restores {}",
@@ -187,12 +299,30 @@ fn run(n: usize, policy: &str, rt_prio: u8, poll: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Involuntary context switches of all threads of process `pid` so far
+/// (0 where /proc does not say).
+fn involuntary_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// The floor the socket sets on this machine, for comparison: a bare
 /// single-threaded tokio runtime with one task yielding in a loop (like
 /// reefd's poll loop, without the simulator) reads 16-byte messages a client
 /// thread writes at the same 1-6 ms gaps; from the client's write returning
 /// to the read returning, on CLOCK_MONOTONIC.
-fn socket_floor(n: usize) -> anyhow::Result<()> {
+fn socket_floor(n: usize, own_cpu: Option<usize>, cpus: &[usize]) -> anyhow::Result<()> {
     use std::io::Write;
     use std::sync::atomic::AtomicU64;
     use tokio::io::AsyncReadExt;
@@ -205,6 +335,18 @@ fn socket_floor(n: usize) -> anyhow::Result<()> {
         .build()?;
     let waits = rt.block_on(async {
         let listener = tokio::net::UnixListener::bind(&path)?;
+        // Placed like the daemon's device thread (this thread runs the
+        // runtime); the client thread below moves to the other CPUs.
+        let rest: Vec<usize> = cpus
+            .iter()
+            .copied()
+            .filter(|&c| Some(c) != own_cpu)
+            .collect();
+        if let Some(c) = own_cpu {
+            pin_self(&[c]);
+            // SAFETY: setpriority on this thread only.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20) };
+        }
         let spin = Arc::new(AtomicBool::new(true));
         let spinning = spin.clone();
         tokio::spawn(async move {
@@ -215,6 +357,8 @@ fn socket_floor(n: usize) -> anyhow::Result<()> {
         let client_path = path.clone();
         let stamps = written.clone();
         let client = std::thread::spawn(move || -> std::io::Result<()> {
+            // Off the runtime's CPU when it is pinned.
+            pin_self(&rest);
             let mut s = std::os::unix::net::UnixStream::connect(client_path)?;
             let mut rng = 0x9e37_79b9_7f4a_7c15u64;
             for i in 0..n {
@@ -243,13 +387,22 @@ fn socket_floor(n: usize) -> anyhow::Result<()> {
             waits.push(read.saturating_sub(w) as f64 / 1e3);
         }
         spin.store(false, Ordering::Relaxed);
+        if own_cpu.is_some() {
+            pin_self(cpus);
+            // SAFETY: back to nice 0 (the runtime thread is this thread).
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 0) };
+        }
         client
             .join()
             .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
         anyhow::Ok(waits)
     })?;
     let w = summarize(waits.iter().copied());
-    println!("the socket alone (bare tokio current-thread runtime, a task yielding in a loop, 1-6 ms gaps)");
+    let placed = match own_cpu {
+        Some(c) => format!("runtime thread on CPU {c} at nice -20, client on the other CPUs"),
+        None => "unpinned".into(),
+    };
+    println!("the socket alone (bare tokio current-thread runtime, a task yielding in a loop, 1-6 ms gaps, {placed})");
     println!(
         "  client's write returned -> read returned: n={} p50 {:.1} us  p99 {:.1} us  mean {:.1} us  max {:.1} us",
         w.count, w.p50_us, w.p99_us, w.mean_us, w.max_us

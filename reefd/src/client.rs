@@ -95,6 +95,48 @@ fn send_all(sock: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Waits until `sock` has data (or end of file) to read, until `deadline`
+/// at most; false if the time ran out.
+///
+/// A thread blocked in `read` on a Unix socket is also woken each time the
+/// daemon consumes what it sent (the "write space" wake-up is not filtered
+/// for readers), so every request cost the daemon an extra cross-CPU wake-up
+/// inside its own `read`, on the RT control path. `poll` for `POLLIN` is
+/// woken by incoming data only.
+fn wait_readable(sock: &UnixStream, deadline: Option<Instant>) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    loop {
+        let ts = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                Some(libc::timespec {
+                    tv_sec: left.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+                    tv_nsec: left.subsec_nanos() as libc::c_long,
+                })
+            }
+            None => None,
+        };
+        let tsp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        let mut fd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, a timespec that outlives the call or
+        // null (wait forever), and no signal mask.
+        let n = unsafe { libc::ppoll(&mut fd, 1, tsp, std::ptr::null()) };
+        if n >= 0 {
+            return Ok(n > 0);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// A connection to reefd.
 pub struct Client {
     sock: UnixStream,
@@ -147,17 +189,9 @@ impl Client {
                 }
                 None => {}
             }
-            let wait = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Err(ClientError::Timeout);
-                    }
-                    Some(d - now)
-                }
-                None => None,
-            };
-            self.sock.set_read_timeout(wait)?;
+            if !wait_readable(&self.sock, deadline)? {
+                return Err(ClientError::Timeout);
+            }
             let mut buf = [0u8; 8192];
             match self.sock.read(&mut buf) {
                 Ok(0) => return Err(ClientError::Closed),
@@ -378,4 +412,51 @@ impl Client {
 
 fn unexpected(r: Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {r:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{encode, ErrorCode};
+    use std::io::Write;
+    use std::os::unix::net::UnixListener;
+
+    /// A client connected to a listener this test plays the daemon on.
+    fn pair() -> (Client, UnixStream, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let l = UnixListener::bind(&path).unwrap();
+        let c = Client::connect(&path).unwrap();
+        let (daemon, _) = l.accept().unwrap();
+        (c, daemon, dir)
+    }
+
+    #[test]
+    fn read_message_waits_for_data_until_its_timeout() {
+        let (mut c, mut daemon, _dir) = pair();
+        let t = Instant::now();
+        assert!(matches!(
+            c.read_message(Some(Duration::from_millis(50))),
+            Err(ClientError::Timeout)
+        ));
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        let msg = ServerMessage::Error {
+            id: Some(7),
+            code: ErrorCode::Busy,
+            message: "x".into(),
+        };
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            daemon.write_all(&encode(&msg)).unwrap();
+            daemon
+        });
+        match c.read_message(Some(Duration::from_secs(5))).unwrap() {
+            ServerMessage::Error { id, code, .. } => {
+                assert_eq!((id, code), (Some(7), ErrorCode::Busy))
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(writer.join().unwrap());
+        assert!(matches!(c.read_message(None), Err(ClientError::Closed)));
+    }
 }

@@ -74,6 +74,16 @@ pub struct DaemonConfig {
     /// SCHED_FIFO priority (1-99) of the threads on the RT control path (the
     /// socket threads and the pacer); 0 leaves them at normal priority.
     pub realtime_priority: u8,
+    /// CPUs the thread that runs the device may use (the polling thread with
+    /// `poll = true`, the pacer otherwise); empty: any. A polling scheduler
+    /// gets the lowest latency on a core of its own: an RT client woken on
+    /// the same core preempts it, and its request then waits in the socket
+    /// until the client blocks again.
+    pub device_cpus: Vec<usize>,
+    /// Nice value (-20 to 19) of the thread that runs the device; below 0
+    /// needs root or CAP_SYS_NICE (otherwise a warning and 0). Other
+    /// threads (model loads) keep nice 0 and any CPU.
+    pub device_nice: i32,
     /// Poll mode: one thread serves the socket and runs the simulated
     /// device, polling (one core busy) while the device has work, so an RT
     /// request meets a hot thread and a current device. false: socket
@@ -140,6 +150,8 @@ impl Default for DaemonConfig {
             max_tasks_per_stream: 256,
             shutdown_grace_ms: 5000,
             realtime_priority: 0,
+            device_cpus: Vec::new(),
+            device_nice: 0,
             poll: true,
             pacer_tick_us: crate::runtime::DEFAULT_PACER_TICK.as_micros() as u64,
         }
@@ -289,6 +301,18 @@ impl Config {
                 self.daemon.realtime_priority
             )));
         }
+        if !(-20..=19).contains(&self.daemon.device_nice) {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.device_nice = {} must be a nice value from -20 to 19",
+                self.daemon.device_nice
+            )));
+        }
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(c) = self.daemon.device_cpus.iter().find(|&&c| c >= 1024) {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.device_cpus names CPU {c}; this machine has {online} (numbered from 0)"
+            )));
+        }
         if !(1..=10_000).contains(&self.daemon.pacer_tick_us) {
             return Err(ConfigError::Invalid(format!(
                 "daemon.pacer_tick_us = {} must be between 1 and 10000 microseconds",
@@ -381,6 +405,8 @@ mod tests {
             ("[daemon]\nlog_level = \"loud\"\n", "log_level"),
             ("[daemon]\nrealtime_priority = 120\n", "realtime_priority"),
             ("[daemon]\npacer_tick_us = 0\n", "pacer_tick_us"),
+            ("[daemon]\ndevice_nice = -21\n", "device_nice"),
+            ("[daemon]\ndevice_cpus = [4096]\n", "device_cpus"),
         ] {
             let e = Config::parse(text, Path::new("x.toml")).unwrap_err();
             assert!(e.to_string().contains(key), "{text}: {e}");

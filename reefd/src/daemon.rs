@@ -156,6 +156,14 @@ fn run(
     if let Some(n) = &selected.notice {
         tracing::warn!("{n}");
     }
+    let placement = crate::runtime::Placement {
+        cpus: cfg.daemon.device_cpus.clone(),
+        nice: cfg.daemon.device_nice,
+    };
+    if let Err(e) = placement.check() {
+        report(&mut ready, &format!("{e:#}"));
+        return Err(e);
+    }
     let engine = match make_engine(&selected.preset, cfg) {
         Ok(e) => e,
         Err(e) => {
@@ -183,8 +191,13 @@ fn run(
                 "daemon.realtime_priority is not applied with daemon.poll = true: a SCHED_FIFO thread that polls is throttled by the kernel (sched_rt_runtime_us) and stalls for tens of milliseconds; set daemon.poll = false to use it"
             );
         }
+        // This thread runs the runtime and so the device: place it, and give
+        // the runtime's other threads (model loads) the placement it had.
+        let saved = crate::runtime::Placement::save();
+        placement.apply()?;
         let io = tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .on_thread_start(move || saved.restore())
             .build()
             .context("cannot start the I/O runtime")?;
         (None, io)
@@ -196,7 +209,7 @@ fn run(
             .on_thread_start(move || crate::runtime::set_realtime_priority(prio))
             .build()
             .context("cannot start the I/O runtime")?;
-        (Some(rt.start_pacer(prio)), io)
+        (Some(rt.start_pacer(prio, placement)), io)
     };
     let opts = ServerOptions {
         socket: cfg.daemon.socket.clone(),
