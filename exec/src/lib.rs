@@ -297,6 +297,15 @@ impl RunSched {
         st
     }
 
+    /// Rehearses the padding selection of the next real-time request's
+    /// first kernel, changing nothing
+    /// ([`PaddingScheduler::rehearse`]); nothing to do without padding.
+    pub fn rehearse(&mut self) {
+        if let RunSched::Padded(s) = self {
+            s.rehearse();
+        }
+    }
+
     pub fn handle(&mut self, now: Time, ev: Event) {
         match self {
             RunSched::Plain(s) => s.handle(now, ev),

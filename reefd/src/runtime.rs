@@ -319,9 +319,10 @@ impl Runtime {
     /// device up to the wall clock at every turn of the event loop while the
     /// device has work, yielding to the socket between turns, and sleeps
     /// until a request gives an idle device work. An RT request then finds
-    /// the thread awake, the device at most one turn behind, the lock free
-    /// and the request parser warm ([`warm_request_path`]); the rest of the
-    /// RT path is cold after milliseconds of simulation (docs/daemon.md,
+    /// the thread awake, the device at most one turn behind, the lock free,
+    /// and the request parser ([`warm_request_path`]) and the padding
+    /// selection of its first kernel ([`Engine::warm`]) warm: the RT path
+    /// is otherwise cold after milliseconds of simulation (docs/daemon.md,
     /// "Measuring the control path"). The price is one core kept busy while
     /// the device has work.
     pub async fn poll_loop(self: Arc<Self>) {
@@ -330,6 +331,7 @@ impl Runtime {
             if warmed.elapsed() >= WARM_INTERVAL {
                 warmed = Instant::now();
                 warm_request_path();
+                self.lock().engine.warm();
             }
             if self.pace_once() {
                 tokio::task::yield_now().await;

@@ -151,6 +151,12 @@ pub trait Engine: Send {
     /// Kernels in the stream's host queue and device queue.
     fn queue_depths(&self, stream: u64) -> (usize, usize);
     fn task_progress(&self, task: u64) -> Option<TaskProgress>;
+    /// Keeps the code and data of the next real-time request's scheduling
+    /// decision in the CPU caches without changing any state; called between
+    /// requests by a thread that runs the device (see
+    /// [`reef_sched::dkp::padded::PaddingScheduler::rehearse`]). Does
+    /// nothing by default.
+    fn warm(&mut self) {}
     /// Padding counters since the engine started (`reef`, `reef-dkp-mv`
     /// pad); `None` for an engine that cannot pad.
     fn padding(&self) -> Option<PaddingCounters> {

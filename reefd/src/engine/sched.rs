@@ -1006,6 +1006,12 @@ impl Engine for SchedEngine {
         self.run_device(now, out);
     }
 
+    fn warm(&mut self) {
+        if !self.rebuild_pending {
+            self.build.sched.rehearse();
+        }
+    }
+
     fn next_event_time(&self) -> Option<Nanos> {
         self.build
             .sim

@@ -617,6 +617,114 @@ impl PaddingScheduler {
         }
     }
 
+    /// The plan best-effort stream `si` would pad with now (its stored plan,
+    /// or one started from its credit or completed prefix, moved past a
+    /// version whose blocks are all planned), with its client and model;
+    /// `None` while the stream may not pad. Changes nothing: `select_for`
+    /// stores the plan (also when it lies past the model's last kernel, so
+    /// that blocks in flight are not planned twice).
+    fn next_plan(&self, si: usize, table: &DkpTable) -> Option<(Plan, ClientId, ModelId)> {
+        let s = StreamId(si as u32);
+        if s == self.rt {
+            return None;
+        }
+        let b = &self.be[si];
+        let (_, client) = b.req?;
+        let core = self.inner.core();
+        // A stream stopped by command stays stopped (docs/protocol.md).
+        if !(core.is_paused(s) && core.has_request(s)) || core.is_stopped_by_command(s) {
+            return None;
+        }
+        // Preempted and drained; or, when the device's kill lands before
+        // a later launch can start (REEF resets the CUs before launching
+        // the real-time task), preempted with nothing of it running: its
+        // queued kernels are lazily evicted and write nothing, so its
+        // next kernel can pad this real-time kernel at once (§3.1, Fig.
+        // 6: the DKP module pads the real-time task's kernels from the
+        // preempted tasks). On such a device a running kernel that is
+        // the task's next one (a whole launch of it, or the rest of it
+        // after the blocks padding completed) does not hold the task
+        // back either once the stream's kill has been issued: the kill
+        // precedes this launch in the action order and ends the kernel
+        // before any padded block starts (REEF §4: the CU reset kills
+        // the running kernel; `preempt_reset` is synchronous before
+        // `dynamic_kernel_padding`, §3.1). Padding then continues that
+        // kernel from the task's credit, as a restore would re-execute
+        // it: a killed rest leaves the credited blocks valid (see the
+        // `KernelKilled` arm), a killed whole launch had no credit.
+        // Should it complete before the kill lands instead, the padded
+        // blocks recompute the same outputs from the same inputs and
+        // their credit is refused (the kernel is done). Waiting for the
+        // kill event left the request's first `window` RT kernels
+        // unpadded whenever normal mode (an RT client's think time) had
+        // started the task's next kernel: densenet-resnet152,
+        // densenet-vgg and densenet-bert starved with a 50 µs gap
+        // (docs/padding.md).
+        let kill_first = core.config().device.kill_precedes_later_launches;
+        let next_running = |k: u32| b.kill_issued && k == b.done_upto;
+        if core.outstanding(s) > 0 && !(kill_first && b.running.is_none_or(next_running)) {
+            return None;
+        }
+        let m = self.clients[client.0 as usize].model;
+        let mut plan = b.plan.unwrap_or(match b.credit {
+            Some(c) if c.kernel == b.done_upto => Plan {
+                kernel: c.kernel,
+                locked: Some(c.version),
+                next_block: c.done,
+            },
+            _ => Plan {
+                kernel: b.done_upto,
+                locked: None,
+                next_block: 0,
+            },
+        });
+        if let Some(v) = plan.locked {
+            if plan.next_block >= table.versions(m, plan.kernel)[v as usize].blocks {
+                plan = Plan {
+                    kernel: plan.kernel + 1,
+                    locked: None,
+                    next_block: 0,
+                };
+            }
+        }
+        Some((plan, client, m))
+    }
+
+    /// Runs the selection for the first kernel of each real-time model over
+    /// the best-effort tasks that could pad it now, and discards the result:
+    /// nothing the scheduler decides changes. A daemon that simulates the
+    /// device between real-time requests calls this every few tens of
+    /// microseconds, so that the selection a request's first kernel needs
+    /// finds its code and data in the CPU caches (reefd's control path,
+    /// docs/daemon.md). The selection itself is REEF §5.2. True when a
+    /// best-effort task could pad, so that a selection ran.
+    pub fn rehearse(&mut self) -> bool {
+        let table = Arc::clone(&self.table);
+        let mut cands: Vec<Candidate<'_>> = Vec::new();
+        for si in 0..self.be.len() {
+            if let Some((plan, _, m)) = self.next_plan(si, &table) {
+                if plan.kernel < self.models[m.0 as usize] {
+                    cands.push(Candidate {
+                        versions: table.versions(m, plan.kernel),
+                        locked: plan.locked,
+                        next_block: plan.next_block,
+                    });
+                }
+            }
+        }
+        if cands.is_empty() {
+            return false;
+        }
+        for c in self.clients.iter().filter(|c| c.class == Class::RealTime) {
+            let rt_char = &table.versions(c.model, 0)[0];
+            let start = self.rr % cands.len();
+            table
+                .selector
+                .select(rt_char, &cands, start, &mut self.padding);
+        }
+        true
+    }
+
     /// Runs the selection policy for real-time kernel `tag` of `model` over
     /// the preempted, drained best-effort tasks, and commits the chosen
     /// block ranges to their plans.
@@ -624,81 +732,23 @@ impl PaddingScheduler {
         self.start_queued();
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
-        let core = self.inner.core();
-        let kill_first = core.config().device.kill_precedes_later_launches;
         // (stream, client, model, kernel, locked, next_block)
         let mut tasks: Vec<(StreamId, ClientId, ModelId, u32, Option<u16>, u32)> = Vec::new();
-        for (si, b) in self.be.iter_mut().enumerate() {
-            let s = StreamId(si as u32);
-            if s == self.rt {
+        for si in 0..self.be.len() {
+            let Some((plan, client, m)) = self.next_plan(si, &table) else {
                 continue;
+            };
+            self.be[si].plan = Some(plan);
+            if plan.kernel < self.models[m.0 as usize] {
+                tasks.push((
+                    StreamId(si as u32),
+                    client,
+                    m,
+                    plan.kernel,
+                    plan.locked,
+                    plan.next_block,
+                ));
             }
-            let Some((req, client)) = b.req else { continue };
-            // A stream stopped by command stays stopped (docs/protocol.md).
-            if !(core.is_paused(s) && core.has_request(s)) || core.is_stopped_by_command(s) {
-                continue;
-            }
-            // Preempted and drained; or, when the device's kill lands before
-            // a later launch can start (REEF resets the CUs before launching
-            // the real-time task), preempted with nothing of it running: its
-            // queued kernels are lazily evicted and write nothing, so its
-            // next kernel can pad this real-time kernel at once (§3.1, Fig.
-            // 6: the DKP module pads the real-time task's kernels from the
-            // preempted tasks). On such a device a running kernel that is
-            // the task's next one (a whole launch of it, or the rest of it
-            // after the blocks padding completed) does not hold the task
-            // back either once the stream's kill has been issued: the kill
-            // precedes this launch in the action order and ends the kernel
-            // before any padded block starts (REEF §4: the CU reset kills
-            // the running kernel; `preempt_reset` is synchronous before
-            // `dynamic_kernel_padding`, §3.1). Padding then continues that
-            // kernel from the task's credit, as a restore would re-execute
-            // it: a killed rest leaves the credited blocks valid (see the
-            // `KernelKilled` arm), a killed whole launch had no credit.
-            // Should it complete before the kill lands instead, the padded
-            // blocks recompute the same outputs from the same inputs and
-            // their credit is refused (the kernel is done). Waiting for the
-            // kill event left the request's first `window` RT kernels
-            // unpadded whenever normal mode (an RT client's think time) had
-            // started the task's next kernel: densenet-resnet152,
-            // densenet-vgg and densenet-bert starved with a 50 µs gap
-            // (docs/padding.md).
-            let next_running = |k: u32| b.kill_issued && k == b.done_upto;
-            if core.outstanding(s) > 0 && !(kill_first && b.running.is_none_or(next_running)) {
-                continue;
-            }
-            let m = self.clients[client.0 as usize].model;
-            let nk = self.models[m.0 as usize];
-            if b.plan.is_none() {
-                b.plan = Some(match b.credit {
-                    Some(c) if c.kernel == b.done_upto => Plan {
-                        kernel: c.kernel,
-                        locked: Some(c.version),
-                        next_block: c.done,
-                    },
-                    _ => Plan {
-                        kernel: b.done_upto,
-                        locked: None,
-                        next_block: 0,
-                    },
-                });
-            }
-            let plan = b.plan.as_mut().expect("set above");
-            if let Some(v) = plan.locked {
-                let total = table.versions(m, plan.kernel)[v as usize].blocks;
-                if plan.next_block >= total {
-                    *plan = Plan {
-                        kernel: plan.kernel + 1,
-                        locked: None,
-                        next_block: 0,
-                    };
-                }
-            }
-            if plan.kernel >= nk {
-                continue;
-            }
-            let _ = req;
-            tasks.push((s, client, m, plan.kernel, plan.locked, plan.next_block));
         }
         if tasks.is_empty() {
             return None;
@@ -833,6 +883,58 @@ mod tests {
             req: RequestId(req),
             kernel,
         }
+    }
+
+    /// `rehearse` (reefd calls it between requests) must change nothing:
+    /// a scheduler rehearsing before every event decides exactly as one
+    /// that never does, through preemption, padding and completion.
+    #[test]
+    fn rehearsing_the_selection_changes_no_decision() {
+        let (mut a, mut b) = (setup(2), setup(2));
+        let (rt, be) = (StreamId(0), StreamId(1));
+        let arrived = |req: u64, client: u32| Event::RequestArrived {
+            req: RequestId(req),
+            client: ClientId(client),
+            deadline: None,
+        };
+        let done = |stream: StreamId, req: u64, k: u32| Event::KernelCompleted {
+            stream,
+            tag: tag(req, k),
+        };
+        let mut events = vec![
+            (0, arrived(100, 1)),
+            (10, arrived(1, 0)),
+            (
+                12,
+                Event::KernelKilled {
+                    stream: be,
+                    tag: tag(100, 0),
+                },
+            ),
+            (
+                13,
+                Event::KernelEvicted {
+                    stream: be,
+                    tag: tag(100, 1),
+                },
+            ),
+        ];
+        for k in 0..4 {
+            events.push((50 * (k as Time + 1), done(rt, 1, k)));
+        }
+        events.push((210, done(be, 100, 0)));
+        events.push((220, done(be, 100, 1)));
+        let _ = std::iter::from_fn(|| a.poll_action()).count();
+        let _ = std::iter::from_fn(|| b.poll_action()).count();
+        let mut selected = 0;
+        for (t, ev) in events {
+            selected += a.rehearse() as u32;
+            assert_eq!(step(&mut a, t, ev.clone()), step(&mut b, t, ev));
+            selected += a.rehearse() as u32;
+        }
+        assert_eq!(a.dkp_counters(), b.dkp_counters());
+        assert!(a.dkp_counters().padded_launches > 0);
+        assert!(selected > 0, "the rehearsal never found a task to pad");
     }
 
     #[test]
