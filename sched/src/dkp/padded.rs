@@ -665,6 +665,18 @@ impl PaddingScheduler {
         if core.outstanding(s) > 0 && !(kill_first && b.running.is_none_or(next_running)) {
             return None;
         }
+        Some(self.plan_of(b, client, table))
+    }
+
+    /// The plan of `b` (its stored one, or one started from its credit or
+    /// completed prefix), moved past a version whose blocks are all
+    /// planned, with its client and model.
+    fn plan_of(
+        &self,
+        b: &BeState,
+        client: ClientId,
+        table: &DkpTable,
+    ) -> (Plan, ClientId, ModelId) {
         let m = self.clients[client.0 as usize].model;
         let mut plan = b.plan.unwrap_or(match b.credit {
             Some(c) if c.kernel == b.done_upto => Plan {
@@ -687,12 +699,12 @@ impl PaddingScheduler {
                 };
             }
         }
-        Some((plan, client, m))
+        (plan, client, m)
     }
 
     /// Runs the selection for the first kernel of each real-time model over
-    /// the best-effort tasks that could pad it now, and discards the result:
-    /// nothing the scheduler decides changes. A daemon that simulates the
+    /// the best-effort tasks as if they were preempted now, and discards the
+    /// result: nothing the scheduler decides changes. A daemon that simulates the
     /// device between real-time requests calls this every few tens of
     /// microseconds, so that the selection a request's first kernel needs
     /// finds its code and data in the CPU caches (reefd's control path,
@@ -701,8 +713,14 @@ impl PaddingScheduler {
     pub fn rehearse(&mut self) -> bool {
         let table = Arc::clone(&self.table);
         let mut cands: Vec<Candidate<'_>> = Vec::new();
-        for si in 0..self.be.len() {
-            if let Some((plan, _, m)) = self.next_plan(si, &table) {
+        let core = self.inner.core();
+        for (si, b) in self.be.iter().enumerate() {
+            // Every best-effort task, as if preempted now: between real-time
+            // requests none is, and the next request preempts them all.
+            let s = StreamId(si as u32);
+            let Some((_, client)) = b.req else { continue };
+            if s != self.rt && core.has_request(s) {
+                let (plan, _, m) = self.plan_of(b, client, &table);
                 if plan.kernel < self.models[m.0 as usize] {
                     cands.push(Candidate {
                         versions: table.versions(m, plan.kernel),
