@@ -105,6 +105,9 @@ pub struct Conn {
     pub id: u64,
     pub peer: Peer,
     pub outbox: Outbox,
+    /// Notified by the poll loop to keep this connection's read path warm
+    /// once it owns a real-time stream ([`Runtime::poll_loop`]).
+    pub warm: Arc<tokio::sync::Notify>,
 }
 
 /// What handling a request produced.
@@ -145,6 +148,9 @@ struct LoadedModel {
 }
 
 struct State {
+    /// Read paths the poll loop keeps warm: connections that registered a
+    /// real-time stream (dropped with their connection).
+    rt_conns: Vec<std::sync::Weak<tokio::sync::Notify>>,
     engine: Box<dyn Engine>,
     info: EngineInfo,
     models: BTreeMap<String, LoadedModel>,
@@ -209,6 +215,7 @@ impl Runtime {
                 next_task: 1,
                 metrics: Metrics::default(),
                 shutting_down: false,
+                rt_conns: Vec::new(),
                 stop: false,
                 connections: 0,
                 events: Vec::new(),
@@ -331,7 +338,15 @@ impl Runtime {
             if warmed.elapsed() >= WARM_INTERVAL {
                 warmed = Instant::now();
                 warm_request_path();
-                self.lock().engine.warm();
+                let mut st = self.lock();
+                st.engine.warm();
+                st.rt_conns.retain(|w| match w.upgrade() {
+                    Some(n) => {
+                        n.notify_one();
+                        true
+                    }
+                    None => false,
+                });
             }
             if self.pace_once() {
                 tokio::task::yield_now().await;
@@ -643,6 +658,17 @@ impl Runtime {
                         completed: 0,
                     },
                 );
+                if priority == Priority::Rt {
+                    // Closed connections leave (also without a poll loop).
+                    st.rt_conns.retain(|w| w.strong_count() > 0);
+                    let known = st
+                        .rt_conns
+                        .iter()
+                        .any(|w| w.as_ptr() == Arc::as_ptr(&conn.warm));
+                    if !known {
+                        st.rt_conns.push(Arc::downgrade(&conn.warm));
+                    }
+                }
                 tracing::info!(stream = id, %priority, uid = peer.uid, "stream registered");
                 Ok_(Reply::Registered(stream_info(st, id)))
             }

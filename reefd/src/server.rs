@@ -253,7 +253,9 @@ async fn connection(
         id,
         peer,
         outbox: tx.clone(),
+        warm: Arc::new(tokio::sync::Notify::new()),
     };
+    let warm = Arc::clone(&conn.warm);
     let mut decoder = FrameDecoder::new(opts.max_frame_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -263,6 +265,10 @@ async fn connection(
                 Ok(n) => n,
             },
             _ = stop.changed() => break,
+            _ = warm.notified() => {
+                peek(&rd);
+                continue;
+            }
         };
         let arrival = Instant::now();
         decoder.push(&buf[..n]);
@@ -350,6 +356,29 @@ async fn connection(
     drop(tx);
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
+}
+
+/// Warms the read path of a connection with a real-time stream: between its
+/// requests the thread that serves it simulates the device for
+/// milliseconds, and the request then found this task, the socket's kernel
+/// structures and the receive path cold (several µs; docs/daemon.md,
+/// "Measuring the control path"). The poll loop notifies the task every
+/// `WARM_INTERVAL`; it polls like a read and peeks at the socket, which
+/// consumes nothing.
+fn peek(rd: &tokio::net::unix::OwnedReadHalf) {
+    use std::os::fd::AsRawFd;
+    let mut b = 0u8;
+    let fd = rd.as_ref().as_raw_fd();
+    // SAFETY: a one-byte buffer that outlives the call; MSG_PEEK leaves the
+    // data in the socket and MSG_DONTWAIT never blocks.
+    let _ = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
 }
 
 /// A minimal HTTP/1.1 endpoint: `GET /metrics` returns the Prometheus text.
