@@ -60,6 +60,10 @@ socket_group = "reef"
 pid_file = "/run/reef/reefd.pid"
 log_level = "info"
 shutdown_grace_ms = 5000
+# On a machine with cores to spare, give the thread that polls the socket
+# and runs the device a core of its own (docs/daemon.md, device_cpus):
+# device_cpus = [3]
+# device_nice = -20
 
 [device]
 # auto: a real GPU if this build can drive it, else the simulated MI50.

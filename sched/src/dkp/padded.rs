@@ -314,11 +314,17 @@ impl PaddingScheduler {
 
     /// Next action to perform, in order.
     pub fn poll_action(&mut self) -> Option<DkpAction> {
+        if self.out.is_empty() {
+            self.pump_one();
+        }
         self.out.pop_front()
     }
 
     /// Feeds one event observed at `now`.
     pub fn handle(&mut self, now: Time, ev: Event) {
+        // Selections the caller's polls have not made yet, from the state
+        // they were due in.
+        self.pump_rt();
         match &ev {
             Event::RequestArrived { req, client, .. } => {
                 self.req_client.insert(*req, *client);
@@ -388,7 +394,7 @@ impl PaddingScheduler {
         }
         self.inner.handle(now, ev);
         self.drain_inner(now);
-        self.pump_rt();
+        self.pump_one();
     }
 
     /// A real-time launch left the device: credit its padding when it
@@ -545,9 +551,22 @@ impl PaddingScheduler {
     /// The DKP transmitter: selects padding for each real-time kernel as it
     /// enters the device queue.
     fn pump_rt(&mut self) {
-        while self.inflight.len() < self.window {
+        while self.pump_one() {}
+    }
+
+    /// Selects padding for the next real-time kernel that may enter the
+    /// device queue, if any; false when none may. [`Self::poll_action`]
+    /// calls it when its queue is empty, so that a real-time request's first
+    /// kernel is issued before the selections for the kernels behind it
+    /// (they are made from the same state: [`Self::handle`] first selects
+    /// for any still waiting).
+    fn pump_one(&mut self) -> bool {
+        {
+            if self.inflight.len() >= self.window {
+                return false;
+            }
             let Some(tag) = self.rt_pending.pop_front() else {
-                break;
+                return false;
             };
             self.counters.rt_launches += 1;
             let Some(&client) = self.req_client.get(&tag.req) else {
@@ -559,7 +578,7 @@ impl PaddingScheduler {
                     stream: self.rt,
                     tag,
                 }));
-                continue;
+                return true;
             };
             let model = self.clients[client.0 as usize].model;
             let parts = self.select_for(model, tag);
@@ -585,6 +604,7 @@ impl PaddingScheduler {
                     }));
                 }
             }
+            true
         }
     }
 
