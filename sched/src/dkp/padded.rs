@@ -975,6 +975,58 @@ mod tests {
         assert!(selected > 0, "the rehearsal never found a task to pad");
     }
 
+    /// Selections are made when the caller polls (the first RT kernel is
+    /// issued before the selections for the kernels behind it), yet from
+    /// the state they were due in: a caller that handles the next events
+    /// before polling gets the same actions, in the same order.
+    #[test]
+    fn polling_late_changes_no_selection() {
+        let (mut a, mut b) = (setup(4), setup(4));
+        let (rt, be) = (StreamId(0), StreamId(1));
+        let done = |stream: StreamId, req: u64, k: u32| Event::KernelCompleted {
+            stream,
+            tag: tag(req, k),
+        };
+        let killed = Event::KernelKilled {
+            stream: be,
+            tag: tag(100, 0),
+        };
+        let evicted = Event::KernelEvicted {
+            stream: be,
+            tag: tag(100, 1),
+        };
+        let _ = std::iter::from_fn(|| a.poll_action()).count();
+        let _ = std::iter::from_fn(|| b.poll_action()).count();
+        let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+        got_a.extend(arrive(&mut a, 0, 100, 1));
+        got_b.extend(arrive(&mut b, 0, 100, 1));
+        // A second RT request queued behind the first: its kernels are
+        // selected once the first request's leave the device queue.
+        for (t, req, client) in [(10, 1, 0), (11, 2, 0)] {
+            got_a.extend(arrive(&mut a, t, req, client));
+            b.handle(
+                t,
+                Event::RequestArrived {
+                    req: RequestId(req),
+                    client: ClientId(client),
+                    deadline: None,
+                },
+            );
+        }
+        got_a.extend(step(&mut a, 12, killed.clone()));
+        b.handle(12, killed);
+        got_a.extend(step(&mut a, 13, evicted.clone()));
+        b.handle(13, evicted);
+        got_b.extend(std::iter::from_fn(|| b.poll_action()));
+        for (t, k) in [(50, 0), (100, 1), (150, 2), (200, 3)] {
+            got_a.extend(step(&mut a, t, done(rt, 1, k)));
+            b.handle(t, done(rt, 1, k));
+        }
+        got_b.extend(std::iter::from_fn(|| b.poll_action()));
+        assert_eq!(got_a, got_b);
+        assert!(got_a.iter().any(|x| matches!(x, DkpAction::Padded(_))));
+    }
+
     #[test]
     fn pads_rt_kernels_with_preempted_be_blocks_and_resumes_the_rest() {
         let mut s = setup(2);
