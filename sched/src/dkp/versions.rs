@@ -52,8 +52,18 @@ pub const MAX_SPLIT: u32 = 64;
 /// grid is the base grid times a power of two and a finer version tiles
 /// each block of a coarser one exactly (what lets a started kernel
 /// continue in a finer version, `Selector::select`).
-pub fn splits(base: &KernelChar, t0: u64) -> Vec<u32> {
+///
+/// Only a grid that already has a block per compute unit is split past 8:
+/// a smaller grid split finer spreads over more CUs, so its stand-alone
+/// kernel time drops and §5.3's choice takes it wherever it passes, while
+/// under padding (the CUs the RT kernel leaves over) it costs more total
+/// block time (docs/results-dkp.md "Tile splits beyond 8": bert-resnet152
+/// lost a fifth of its BE throughput that way).
+pub fn splits(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<u32> {
     let mut v = vec![1u32, 2, 4, 8];
+    if base.blocks < limits.compute_units {
+        return v;
+    }
     let one = |s: u32| {
         let t = base.block_ns(1);
         let w = t.saturating_sub(t0) as f64 / s as f64 * (1.0 + REUSE_LOSS * (s as f64).log2());
@@ -97,7 +107,7 @@ pub fn derive(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<(Knobs, 
     // halving that would not double the register-bound occupancy, which is
     // what the half-register knob does.
     let per_lane = base.regs_per_block / limits.block_registers(1, base.threads);
-    for split in splits(base, t0) {
+    for split in splits(limits, base, t0) {
         for half_threads in [false, true] {
             for half_regs in [false, true] {
                 if split == 1 && !half_threads && !half_regs {
