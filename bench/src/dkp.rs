@@ -423,7 +423,7 @@ pub fn main(args: DkpArgs) -> Result<()> {
             );
         } else {
             println!(
-                "versions after pruning, {}: {} kernels, min {} mean {:.1} max {} (of 16 candidates); {} kernels keep >= 10",
+                "versions after pruning, {}: {} kernels, min {} mean {:.1} max {} (of 16 candidates, 4 more per split past 8); {} kernels keep >= 10",
                 m.name,
                 n.len(),
                 n.iter().min().unwrap_or(&0),
@@ -715,7 +715,7 @@ mod tests {
     }
 
     #[test]
-    fn dkp_mv_rescues_densenet_resnet152_densenet_vgg_and_bert_inception() {
+    fn dkp_mv_rescues_densenet_resnet152_densenet_vgg_bert_inception_and_densenet_inception() {
         // RT densenet with BE resnet152 (and vgg): BE kernel 192 (56) is
         // admitted only by densenet's first RT kernel. Under a closed-loop
         // RT client that kernel is transmitted while the BE stream still
@@ -750,6 +750,20 @@ mod tests {
         assert_eq!(out.corrupted_outputs, 0);
         assert!(out.padding.unwrap().be_kernels_completed_by_padding > 63);
         assert!(out.clients[1].completed > 0, "bert-inception: BE progress");
+        // RT densenet with BE inception: inception kernel 52 (272 blocks of
+        // 328 us) has versions only densenet's RT kernel 0 admitted, and a
+        // kernel kept the version it started in, so ~20 blocks ran per RT
+        // request and no BE request completed in 2 s. With splits finer
+        // than 8 (while a block exceeds 18 us, Fig. 14) and started
+        // kernels continued in a finer version, the short RT kernels pad
+        // it too; the outputs of kernels run in two versions verify.
+        let out = run("densenet", "inception", "reef-dkp-mv", 2.0);
+        assert_eq!(out.corrupted_outputs, 0);
+        assert!(out.padding.unwrap().be_kernels_completed_by_padding > 146);
+        assert!(
+            out.clients[1].completed > 0,
+            "densenet-inception: BE progress"
+        );
         // Where the kill may land after a later launch starts (the GV100
         // preset's 15 us against its 10 us launch path), the first RT
         // kernels are not padded from a stream still draining, and the
@@ -794,10 +808,14 @@ mod tests {
     #[test]
     fn explain_predicts_where_a_closed_loop_pair_stops() {
         let spec = DeviceSpec::preset("mi50").unwrap();
-        // DKP-MV with RT densenet and BE inception: kernel 52 of inception
-        // is admitted by no RT kernel, and the run stops right there.
+        // DKP with RT densenet and BE inception: the first BE kernel no RT
+        // kernel admits is where the run stops. (Under DKP-MV kernel 52
+        // stopped it until finer splits gave it a version short RT kernels
+        // admit: no kernel is blocked there now.)
         let ms = models(&spec, &["densenet", "inception"]);
-        let b = blockers(&spec, &ms[0], &ms[1], Variant::MultiVersion).unwrap();
+        let mv = blockers(&spec, &ms[0], &ms[1], Variant::MultiVersion).unwrap();
+        assert!(mv.blocked.is_empty() && mv.first.is_none());
+        let b = blockers(&spec, &ms[0], &ms[1], Variant::Single).unwrap();
         let first = b.first.as_ref().expect("a blocked BE kernel").0;
         assert!(b
             .first
@@ -806,7 +824,7 @@ mod tests {
             .2
             .iter()
             .all(|(v, _)| *v != "padded"));
-        let out = run("densenet", "inception", "reef-dkp-mv", 1.0);
+        let out = run("densenet", "inception", "reef", 1.0);
         assert_eq!(out.corrupted_outputs, 0);
         assert_eq!(out.clients[1].completed, 0);
         let p = out.padding.unwrap();

@@ -111,7 +111,7 @@ pub fn replay_unpreempted(
         let r: Vec<BufferId> = kern.reads.iter().map(|&x| buffer(x)).collect();
         let w: Vec<BufferId> = kern.writes.iter().map(|&x| buffer(x)).collect();
         let sh = &m.shapes()[k];
-        reference.complete(sh.identity, &r, &w, sh.blocks as u64, sh.blocks as u64);
+        reference.complete(sh.identity, &r, &w, 0..sh.blocks as u64, sh.blocks as u64);
         outputs.extend(w);
     }
 }

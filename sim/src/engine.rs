@@ -1507,7 +1507,7 @@ impl Sim {
             sh.identity,
             &l.req.reads,
             &l.req.writes,
-            (l.end - l.start) as u64,
+            l.start as u64..l.end as u64,
             sh.blocks as u64,
         );
         self.completed += 1;
@@ -1536,7 +1536,7 @@ impl Sim {
             let l = &self.launches[slot as usize];
             let (done, id) = (l.done, l.id.0);
             let (identity, total) = (l.req.shape.identity, l.req.shape.blocks as u64);
-            let range = (l.end - l.start) as u64;
+            let range = l.start as u64..l.end as u64;
             let (reads, writes) = (l.req.reads.clone(), l.req.writes.clone());
             self.values
                 .kill(identity, &reads, &writes, range, total, id);

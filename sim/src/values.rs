@@ -7,11 +7,16 @@
 //! A kernel spread over several launches (a block range each, as dynamic
 //! kernel padding does, REEF §5 Fig. 12) produces its full output only once
 //! its ranges cover every block; until then the buffer holds a partial value
-//! that equals no complete one.
+//! that equals no complete one. Ranges are tracked as parts of the output
+//! (block `i` of a shape of `B` blocks writes its `i`-th `1/B`), so block
+//! ranges of different shapes of one kernel identity (versions of a kernel
+//! with 2×, 4×, ... the blocks, §5.3) add up exactly; overlapping ranges
+//! count once and a killed range un-writes its part.
 
 use crate::shape::fnv1a;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 
 /// Multiplicative hasher for the buffer maps (keys are small integers; the
 /// default SipHash showed up in profiles of `reef-bench simspeed`).
@@ -41,13 +46,109 @@ pub struct BufferId(pub u64);
 const CORRUPT: u64 = 0xdead_beef_0bad_f00d;
 const PARTIAL: u64 = 0x9a47_1a1b_10c4_5eed;
 
+/// The part of a kernel's output its completed blocks wrote, as disjoint
+/// sorted intervals of `[0, den)`. Block `i` of a launch's shape of `B`
+/// blocks writes `[i·den/B, (i+1)·den/B)`: a kernel's blocks tile its
+/// output evenly, and shapes of one identity (versions of one kernel with
+/// 2×, 4×, ... the blocks, REEF §5.3 tile sizes) tile the same output, a
+/// block of a coarse shape covering exactly the blocks of a finer one it
+/// is split into. `den` is the least common multiple of the block counts
+/// seen, so every range is exact whichever shapes ran the blocks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Coverage {
+    den: u64,
+    ivs: Vec<(u64, u64)>,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl Coverage {
+    /// Makes `den` a multiple of `total` and returns the units per block.
+    fn unit(&mut self, total: u64) -> u64 {
+        let total = total.max(1);
+        if self.den == 0 {
+            self.den = total;
+        } else if self.den % total != 0 {
+            let l = self.den / gcd(self.den, total) * total;
+            let f = l / self.den;
+            for iv in &mut self.ivs {
+                *iv = (iv.0 * f, iv.1 * f);
+            }
+            self.den = l;
+        }
+        self.den / total
+    }
+
+    fn add(&mut self, blocks: &Range<u64>, total: u64) {
+        let u = self.unit(total);
+        let (mut a, mut b) = (blocks.start * u, blocks.end.min(total) * u);
+        if a >= b {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.ivs.len() + 1);
+        for &(s, e) in &self.ivs {
+            if e < a || s > b {
+                out.push((s, e));
+            } else {
+                a = a.min(s);
+                b = b.max(e);
+            }
+        }
+        out.push((a, b));
+        out.sort_unstable();
+        self.ivs = out;
+    }
+
+    fn remove(&mut self, blocks: &Range<u64>, total: u64) {
+        let u = self.unit(total);
+        let (a, b) = (blocks.start * u, blocks.end.min(total) * u);
+        let mut out = Vec::with_capacity(self.ivs.len() + 1);
+        for &(s, e) in &self.ivs {
+            if e <= a || s >= b {
+                out.push((s, e));
+                continue;
+            }
+            if s < a {
+                out.push((s, a));
+            }
+            if e > b {
+                out.push((b, e));
+            }
+        }
+        self.ivs = out;
+    }
+
+    fn is_full(&self) -> bool {
+        self.ivs.len() == 1 && self.ivs[0] == (0, self.den)
+    }
+
+    /// A hash of the covered part, independent of `den`'s scale.
+    fn digest(&self) -> u64 {
+        let g = self
+            .ivs
+            .iter()
+            .fold(self.den, |g, &(s, e)| gcd(gcd(g, s), e))
+            .max(1);
+        let mut h = fnv1a(&(self.den / g).to_le_bytes(), 0x7a11);
+        for &(s, e) in &self.ivs {
+            h = fnv1a(&[(s / g).to_le_bytes(), (e / g).to_le_bytes()].concat(), h);
+        }
+        h
+    }
+}
+
 /// Version hashes of buffers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValueTracker {
     values: Map<u64>,
     /// Partial writes of a kernel spread over block ranges: (full hash,
-    /// blocks covered).
-    partial: Map<(u64, u64)>,
+    /// the part of the output written).
+    partial: Map<(u64, Coverage)>,
     corruptions: u64,
 }
 
@@ -93,29 +194,30 @@ impl ValueTracker {
         h
     }
 
-    /// Records a completed launch that ran blocks `range_len` of a kernel of
+    /// Records a completed launch that ran blocks `blocks` of a kernel of
     /// `total_blocks` blocks.
     pub fn complete(
         &mut self,
         identity: u64,
         reads: &[BufferId],
         writes: &[BufferId],
-        range_len: u64,
+        blocks: Range<u64>,
         total_blocks: u64,
     ) {
         let h = self.output_hash(identity, reads);
+        let whole = blocks.start == 0 && blocks.end >= total_blocks;
         for &w in writes {
-            if range_len >= total_blocks {
+            if whole {
                 self.partial.remove(&w);
                 self.values.insert(w, h);
                 continue;
             }
-            let covered = match self.partial.get(&w) {
-                Some(&(ph, c)) if ph == h => c + range_len,
-                _ => range_len,
+            let mut covered = match self.partial.remove(&w) {
+                Some((ph, c)) if ph == h => c,
+                _ => Coverage::default(),
             };
-            if covered >= total_blocks {
-                self.partial.remove(&w);
+            covered.add(&blocks, total_blocks);
+            if covered.is_full() {
                 self.values.insert(w, h);
             } else if self.get(w) == h {
                 // Blocks of a kernel whose full output from the same inputs
@@ -128,33 +230,34 @@ impl ValueTracker {
                 // value of exactly those blocks (see `kill`).
                 self.partial.insert(w, (h, covered));
             } else {
+                self.values.insert(w, h ^ PARTIAL ^ covered.digest());
                 self.partial.insert(w, (h, covered));
-                self.values.insert(w, h ^ PARTIAL ^ covered);
             }
         }
     }
 
-    /// Records a killed launch of blocks `range_len` of a kernel of
+    /// Records a killed launch of blocks `blocks` of a kernel of
     /// `total_blocks` blocks. A block writes only its own part of the
     /// outputs (what lets REEF §5 spread a kernel's blocks over padded
     /// launches), so a killed block range leaves intact the blocks other
-    /// launches of the same kernel on the same inputs completed before it
-    /// (the buffer keeps that partial value); otherwise (a whole launch, or
-    /// no such partial value) the outputs are corrupted.
+    /// launches of the same kernel on the same inputs completed (the
+    /// buffer keeps that partial value, less the killed range's part);
+    /// otherwise (a whole launch, or no such partial value) the outputs
+    /// are corrupted.
     pub fn kill(
         &mut self,
         identity: u64,
         reads: &[BufferId],
         writes: &[BufferId],
-        range_len: u64,
+        blocks: Range<u64>,
         total_blocks: u64,
         salt: u64,
     ) {
-        if range_len < total_blocks {
+        if !(blocks.start == 0 && blocks.end >= total_blocks) {
             let h = self.output_hash(identity, reads);
             if writes
                 .iter()
-                .all(|w| self.partial.get(w).is_some_and(|&(ph, _)| ph == h))
+                .all(|w| self.partial.get(w).is_some_and(|(ph, _)| *ph == h))
             {
                 // The killed blocks' part of the outputs is corrupted: what
                 // stays valid is the blocks other launches completed (the
@@ -162,8 +265,10 @@ impl ValueTracker {
                 // of a previous identical computation).
                 self.corruptions += 1;
                 for &w in writes {
-                    let c = self.partial[&w].1;
-                    self.values.insert(w, h ^ PARTIAL ^ c);
+                    let c = &mut self.partial.get_mut(&w).expect("checked above").1;
+                    c.remove(&blocks, total_blocks);
+                    let v = h ^ PARTIAL ^ c.digest();
+                    self.values.insert(w, v);
                 }
                 return;
             }
@@ -213,28 +318,28 @@ mod tests {
     fn outputs_follow_inputs_and_kills_corrupt() {
         let (a, b, c) = (BufferId(1), BufferId(2), BufferId(3));
         let mut clean = ValueTracker::new();
-        clean.complete(7, &[a], &[b], 4, 4);
-        clean.complete(8, &[b], &[c], 4, 4);
+        clean.complete(7, &[a], &[b], 0..4, 4);
+        clean.complete(8, &[b], &[c], 0..4, 4);
 
         // Killed then re-run: equal to the clean run.
         let mut t = ValueTracker::new();
-        t.complete(7, &[a], &[b], 4, 4);
+        t.complete(7, &[a], &[b], 0..4, 4);
         t.corrupt(&[c], 1);
         assert_eq!(t.diff(&clean, &[c]).len(), 1);
-        t.complete(8, &[b], &[c], 4, 4);
+        t.complete(8, &[b], &[c], 0..4, 4);
         assert!(t.diff(&clean, &[a, b, c]).is_empty());
 
         // Run in a different order: differs.
         let mut w = ValueTracker::new();
-        w.complete(8, &[b], &[c], 4, 4);
-        w.complete(7, &[a], &[b], 4, 4);
+        w.complete(8, &[b], &[c], 0..4, 4);
+        w.complete(7, &[a], &[b], 0..4, 4);
         assert_eq!(w.diff(&clean, &[b, c]).len(), 1);
 
         // Spread over block ranges: complete only when all blocks ran.
         let mut r = ValueTracker::new();
-        r.complete(7, &[a], &[b], 1, 4);
+        r.complete(7, &[a], &[b], 0..1, 4);
         assert_ne!(r.get(b), clean.get(b));
-        r.complete(7, &[a], &[b], 3, 4);
+        r.complete(7, &[a], &[b], 1..4, 4);
         assert_eq!(r.get(b), clean.get(b));
     }
 
@@ -242,31 +347,31 @@ mod tests {
     fn a_killed_block_range_keeps_the_blocks_other_ranges_completed() {
         let (a, b) = (BufferId(1), BufferId(2));
         let mut clean = ValueTracker::new();
-        clean.complete(7, &[a], &[b], 4, 4);
+        clean.complete(7, &[a], &[b], 0..4, 4);
         // Blocks 0..1 completed, the launch of blocks 1..4 killed, then
         // run again: the output is the clean one.
         let mut t = ValueTracker::new();
-        t.complete(7, &[a], &[b], 1, 4);
-        t.kill(7, &[a], &[b], 3, 4, 9);
+        t.complete(7, &[a], &[b], 0..1, 4);
+        t.kill(7, &[a], &[b], 1..4, 4, 9);
         assert_ne!(t.get(b), clean.get(b));
-        t.complete(7, &[a], &[b], 3, 4);
+        t.complete(7, &[a], &[b], 1..4, 4);
         assert_eq!(t.get(b), clean.get(b));
         assert_eq!(t.corruptions(), 1);
         // A killed whole launch corrupts: the earlier range does not count.
         let mut w = ValueTracker::new();
-        w.complete(7, &[a], &[b], 1, 4);
-        w.kill(7, &[a], &[b], 4, 4, 9);
-        w.complete(7, &[a], &[b], 3, 4);
+        w.complete(7, &[a], &[b], 0..1, 4);
+        w.kill(7, &[a], &[b], 0..4, 4, 9);
+        w.complete(7, &[a], &[b], 1..4, 4);
         assert_ne!(w.get(b), clean.get(b));
         // A killed range of a kernel with no partial value corrupts.
         let mut n = ValueTracker::new();
-        n.kill(7, &[a], &[b], 3, 4, 9);
-        n.complete(7, &[a], &[b], 1, 4);
+        n.kill(7, &[a], &[b], 1..4, 4, 9);
+        n.complete(7, &[a], &[b], 0..1, 4);
         assert_ne!(n.get(b), clean.get(b));
         // Blocks re-run over the full output of the same inputs leave it.
         let mut f = ValueTracker::new();
-        f.complete(7, &[a], &[b], 4, 4);
-        f.complete(7, &[a], &[b], 1, 4);
+        f.complete(7, &[a], &[b], 0..4, 4);
+        f.complete(7, &[a], &[b], 0..1, 4);
         assert_eq!(f.get(b), clean.get(b));
     }
 
@@ -280,23 +385,77 @@ mod tests {
         // re-run rest never covered the kernel.
         let (a, b) = (BufferId(1), BufferId(2));
         let mut clean = ValueTracker::new();
-        clean.complete(7, &[a], &[b], 4, 4);
+        clean.complete(7, &[a], &[b], 0..4, 4);
         let mut t = clean.clone();
-        t.complete(7, &[a], &[b], 1, 4);
+        t.complete(7, &[a], &[b], 0..1, 4);
         assert_eq!(t.get(b), clean.get(b));
-        t.kill(7, &[a], &[b], 3, 4, 9);
+        t.kill(7, &[a], &[b], 1..4, 4, 9);
         // The killed blocks' part is corrupted until they run again.
         assert_ne!(t.get(b), clean.get(b));
-        t.complete(7, &[a], &[b], 2, 4);
+        t.complete(7, &[a], &[b], 1..3, 4);
         assert_ne!(t.get(b), clean.get(b));
-        t.complete(7, &[a], &[b], 1, 4);
+        t.complete(7, &[a], &[b], 3..4, 4);
         assert_eq!(t.get(b), clean.get(b));
         // The rest completing instead ends the computation too.
         let mut u = clean.clone();
-        u.complete(7, &[a], &[b], 1, 4);
-        u.complete(7, &[a], &[b], 3, 4);
+        u.complete(7, &[a], &[b], 0..1, 4);
+        u.complete(7, &[a], &[b], 1..4, 4);
         assert_eq!(u.get(b), clean.get(b));
-        u.kill(7, &[a], &[b], 3, 4, 9);
+        u.kill(7, &[a], &[b], 1..4, 4, 9);
         assert_ne!(u.get(b), clean.get(b));
+    }
+
+    #[test]
+    fn blocks_of_a_coarse_version_then_the_rest_in_a_finer_one_complete_the_kernel() {
+        // A kernel run as blocks 0..3 of a 16-block version, then in a
+        // version of 64 blocks (4 sub-tiles per block) from block 12 on:
+        // the same output tiles, so the kernel is complete. Counting blocks
+        // in each launch's own units (3 + 52 of 64) never completed it.
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut clean = ValueTracker::new();
+        clean.complete(7, &[a], &[b], 0..16, 16);
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 0..3, 16);
+        t.complete(7, &[a], &[b], 12..40, 64);
+        assert_ne!(t.get(b), clean.get(b));
+        t.complete(7, &[a], &[b], 40..64, 64);
+        assert_eq!(t.get(b), clean.get(b));
+        // Overlapping ranges of the two versions count once: 0..3 and
+        // 12..13 of the finer one and then the coarse 13..16 leave the
+        // finer 13..52 to run.
+        let mut g = ValueTracker::new();
+        g.complete(7, &[a], &[b], 0..3, 16);
+        g.complete(7, &[a], &[b], 12..13, 64);
+        g.complete(7, &[a], &[b], 13..16, 16);
+        assert_ne!(g.get(b), clean.get(b));
+        g.complete(7, &[a], &[b], 13..52, 64);
+        assert_eq!(g.get(b), clean.get(b));
+    }
+
+    #[test]
+    fn a_kill_between_versions_keeps_only_the_completed_prefix() {
+        // Blocks 0..3 of 16 completed, then the rest in the 64-block
+        // version killed (blocks 12..64): the first three coarse blocks
+        // stay valid, so re-running exactly 12..64 finishes the kernel.
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut clean = ValueTracker::new();
+        clean.complete(7, &[a], &[b], 0..16, 16);
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 0..3, 16);
+        t.kill(7, &[a], &[b], 12..64, 64, 9);
+        assert_ne!(t.get(b), clean.get(b));
+        t.complete(7, &[a], &[b], 12..64, 64);
+        assert_eq!(t.get(b), clean.get(b));
+        // A killed range over blocks completed earlier corrupts them: the
+        // coarse blocks 0..3 completed, then a finer launch of 8..16
+        // (coarse blocks 2..4) killed; re-running only 12..64 leaves
+        // 8..12 (coarse block 2) to run again.
+        let mut k = ValueTracker::new();
+        k.complete(7, &[a], &[b], 0..3, 16);
+        k.kill(7, &[a], &[b], 8..16, 64, 9);
+        k.complete(7, &[a], &[b], 12..64, 64);
+        assert_ne!(k.get(b), clean.get(b));
+        k.complete(7, &[a], &[b], 8..12, 64);
+        assert_eq!(k.get(b), clean.get(b));
     }
 }

@@ -774,11 +774,11 @@ mod tests {
             let r: Vec<BufferId> = kern.reads.iter().map(|&b| buffer(0, b)).collect();
             let wr: Vec<BufferId> = kern.writes.iter().map(|&b| buffer(0, b)).collect();
             let sh = &m.shapes[k];
-            clean.complete(sh.identity, &r, &wr, sh.blocks as u64, sh.blocks as u64);
+            clean.complete(sh.identity, &r, &wr, 0..sh.blocks as u64, sh.blocks as u64);
             if k == 10 {
                 dirty.corrupt(&wr, 1);
             } else {
-                dirty.complete(sh.identity, &r, &wr, sh.blocks as u64, sh.blocks as u64);
+                dirty.complete(sh.identity, &r, &wr, 0..sh.blocks as u64, sh.blocks as u64);
             }
         }
         let outs: Vec<BufferId> = m

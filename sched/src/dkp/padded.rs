@@ -22,7 +22,8 @@
 //!   resumes after it, and a request finished entirely by padding replies.
 //! - Back in normal mode, a kernel that padding left partly done is
 //!   relaunched for its remaining blocks only ([`DkpAction::Rest`]), in the
-//!   version it started with.
+//!   version its credited blocks ran in (the version it started with, or a
+//!   finer one padding continued it in: `Selector::select`).
 
 use super::profile::KernelChar;
 use super::select::{Candidate, Padding, Selector};
@@ -165,7 +166,11 @@ struct Plan {
 #[derive(Debug, Clone, Copy)]
 struct Credit {
     kernel: u32,
+    /// The version of the last credited part: a continuation in a finer
+    /// version converts `done` to its blocks (`credit`).
     version: u16,
+    /// The version the kernel started with (normal-mode rests use it).
+    first: u16,
     done: u32,
 }
 
@@ -437,11 +442,31 @@ impl PaddingScheduler {
             b.plan = None;
             return;
         }
+        if let Some(c) = &mut b.credit {
+            if c.kernel == p.tag.kernel && c.version != p.version {
+                let bc = self.table.versions(p.model, c.kernel)[c.version as usize].blocks;
+                if total > bc && total % bc == 0 {
+                    // Continued in a finer version (a multiple of the
+                    // blocks, `Selector::select`): block i of the credited
+                    // version is blocks i·r..(i+1)·r of this one, so the
+                    // credited prefix converts exactly.
+                    c.done *= total / bc;
+                    c.version = p.version;
+                } else {
+                    // A coarser version cannot continue a finer prefix
+                    // (the selection never plans one): credit nothing and
+                    // keep the credited prefix.
+                    b.plan = None;
+                    return;
+                }
+            }
+        }
         let c = match &mut b.credit {
             Some(c) if c.kernel == p.tag.kernel && c.version == p.version => c,
             slot => slot.insert(Credit {
                 kernel: p.tag.kernel,
                 version: p.version,
+                first: p.version,
                 done: 0,
             }),
         };
@@ -494,10 +519,22 @@ impl PaddingScheduler {
                     // are corrupted and every block must run again); an
                     // evicted relaunch ran no block and keeps it.
                     match b.credit {
-                        Some(c) if c.kernel == tag.kernel && c.done > 0 => {
+                        Some(mut c) if c.kernel == tag.kernel && c.done > 0 => {
                             let model = self.clients[client.map_or(0, |c| c.0 as usize)].model;
-                            let total =
-                                self.table.versions(model, tag.kernel)[c.version as usize].blocks;
+                            let vs = self.table.versions(model, tag.kernel);
+                            if c.version != c.first {
+                                // Padding continued the kernel in a finer
+                                // version; normal mode runs the rest in the
+                                // version it started with, from the block
+                                // holding the credited prefix's end (the
+                                // sub-tiles of it already done run again:
+                                // same inputs, same values, REEF §4.4).
+                                let r = vs[c.version as usize].blocks / vs[c.first as usize].blocks;
+                                c.done /= r.max(1);
+                                c.version = c.first;
+                                b.credit = Some(c);
+                            }
+                            let total = vs[c.version as usize].blocks;
                             self.counters.rest_launches += 1;
                             b.rest = Some((tag.kernel, c.done));
                             self.out.push_back(DkpAction::Rest {
@@ -854,6 +891,10 @@ mod tests {
     }
 
     fn setup_on(window: usize, cfg: Config) -> PaddingScheduler {
+        setup_variant(window, cfg, Variant::Single)
+    }
+
+    fn setup_variant(window: usize, cfg: Config, variant: Variant) -> PaddingScheduler {
         // RT model: 4 kernels of 20 blocks, 50 us each. BE model: kernel 0
         // of 100 blocks, kernel 1 of 300 blocks, 10 us blocks (+10 per
         // co-resident block).
@@ -862,7 +903,7 @@ mod tests {
             10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
         ];
         let be = vec![k(100, 8, curve.clone()), k(300, 8, curve)];
-        let table = DkpTable::new(Selector::new(mi50()), vec![rt, be], Variant::Single, 1_000);
+        let table = DkpTable::new(Selector::new(mi50()), vec![rt, be], variant, 1_000);
         let models = vec![
             ModelInfo::idempotent("rt", 4),
             ModelInfo::idempotent("be", 2),
@@ -879,15 +920,7 @@ mod tests {
                 class: Class::BestEffort,
             },
         ];
-        PaddingScheduler::new(
-            Variant::Single,
-            Arc::new(table),
-            cfg,
-            models,
-            clients,
-            window,
-        )
-        .unwrap()
+        PaddingScheduler::new(variant, Arc::new(table), cfg, models, clients, window).unwrap()
     }
 
     fn step(s: &mut PaddingScheduler, now: Time, ev: Event) -> Vec<DkpAction> {
@@ -1669,5 +1702,47 @@ mod tests {
             },
         );
         assert_eq!(s.dkp_counters().be_kernels_completed, 2);
+    }
+
+    #[test]
+    fn a_kernel_continued_in_a_finer_version_keeps_an_exact_credit() {
+        let mut s = setup_variant(1, Config::default(), Variant::MultiVersion);
+        let vs = s.table.versions(ModelId(1), 1).to_vec();
+        let (v, w) = (
+            0u16,
+            vs.iter()
+                .position(|k| k.blocks == 4 * vs[0].blocks)
+                .unwrap() as u16,
+        );
+        let (req, be) = (RequestId(100), StreamId(1));
+        let b = &mut s.be[1];
+        b.req = Some((req, ClientId(1)));
+        b.done_upto = 1;
+        b.credit = Some(Credit {
+            kernel: 1,
+            version: v,
+            first: v,
+            done: 10,
+        });
+        let part = |version: u16, blocks: Range<u32>| BePart {
+            stream: be,
+            client: ClientId(1),
+            model: ModelId(1),
+            tag: KernelTag { req, kernel: 1 },
+            version,
+            blocks,
+            cus: 20..60,
+            per_cu: 1,
+        };
+        // Blocks 40..50 of the version with 4× the blocks follow the 10
+        // credited blocks of the default exactly: 50 of the finer version.
+        s.credit(0, &part(w, 40..50));
+        let c = s.be[1].credit.unwrap();
+        assert_eq!((c.version, c.done, c.first), (w, 50, v));
+        // A coarser part is never credited over a finer prefix; the credit
+        // stays.
+        s.credit(0, &part(v, 12..13));
+        let c = s.be[1].credit.unwrap();
+        assert_eq!((c.version, c.done), (w, 50));
     }
 }

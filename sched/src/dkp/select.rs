@@ -29,7 +29,9 @@
 //! versions of a kernel (§5.3), the shortest kernel (kernel execution time)
 //! among the versions that satisfy both rules is taken; once a kernel has
 //! started under a version its remaining blocks use that version
-//! ([`Candidate::locked`]).
+//! ([`Candidate::locked`]) while it satisfies both rules, and otherwise the
+//! shortest version with a multiple of its blocks that does (a finer tiling
+//! of the same output, so the blocks done convert exactly).
 //!
 //! Selection allocates nothing (the output is reused), so its cost is a few
 //! comparisons per candidate version: see `reef-bench dkp --selection`.
@@ -45,6 +47,8 @@ pub struct Candidate<'a> {
     /// The version the kernel is already running under, if it is partly done.
     pub locked: Option<u16>,
     /// Blocks of the (locked) version already assigned to earlier launches.
+    /// A part in a finer version starts at `next_block` times its blocks
+    /// over the locked version's.
     pub next_block: u32,
 }
 
@@ -145,64 +149,89 @@ impl Selector {
             }
             let ti = (start + i) % len;
             let c = &cands[ti];
-            let range = match c.locked {
-                Some(v) => v as usize..(v as usize + 1).min(c.versions.len()),
-                None => 0..c.versions.len(),
-            };
-            // (version, per-CU co-residency, kernel time, level, lds)
-            let mut best: Option<(u16, u32, u64, u8, u32)> = None;
-            for v in range {
-                let k = &c.versions[v];
-                // Rule 2.
-                if k.occupancy < rt.occupancy {
-                    continue;
-                }
-                // Rule 1 fails at every co-residency (checked again below
-                // at the co-residency chosen; this only saves the work).
-                if k.block_ns(1) >= rt.kernel_ns {
-                    continue;
-                }
-                let offset = if c.locked.is_some() { c.next_block } else { 0 };
-                let remaining = k.blocks.saturating_sub(offset);
-                if remaining == 0 {
-                    continue;
-                }
-                if let Some(b) = best {
-                    if k.kernel_ns >= b.2 {
+            // A kernel started under a version continues in it when it
+            // admits; otherwise in the shortest finer version that admits
+            // (a multiple of its blocks: each started block's tile is a
+            // whole number of the finer version's, so the finer offset is
+            // exact, docs/padding.md "Multi-version cost model").
+            if c.locked.is_some_and(|v| v as usize >= c.versions.len()) {
+                continue;
+            }
+            let locked = c.locked.map(|v| v as usize);
+            // (version, per-CU co-residency, kernel time, level, lds, offset)
+            let mut best: Option<(u16, u32, u64, u8, u32, u32)> = None;
+            for pass in 0..2 {
+                let range = match (pass, locked) {
+                    (0, Some(l)) => l..l + 1,
+                    (0, None) => 0..c.versions.len(),
+                    (_, Some(_)) if best.is_none() => 0..c.versions.len(),
+                    _ => break,
+                };
+                for v in range {
+                    let k = &c.versions[v];
+                    let offset = match locked {
+                        None => 0,
+                        Some(_) if pass == 0 => c.next_block,
+                        Some(l) => {
+                            let bl = c.versions[l].blocks;
+                            if k.blocks <= bl || k.blocks % bl != 0 {
+                                continue;
+                            }
+                            c.next_block * (k.blocks / bl)
+                        }
+                    };
+                    // Rule 2.
+                    if k.occupancy < rt.occupancy {
                         continue;
                     }
+                    // Rule 1 fails at every co-residency (checked again below
+                    // at the co-residency chosen; this only saves the work).
+                    if k.block_ns(1) >= rt.kernel_ns {
+                        continue;
+                    }
+                    let remaining = k.blocks.saturating_sub(offset);
+                    if remaining == 0 {
+                        continue;
+                    }
+                    if let Some(b) = best {
+                        if k.kernel_ns >= b.2 {
+                            continue;
+                        }
+                    }
+                    let demand = out.regs_per_thread.max(k.regs_per_thread);
+                    let lds = out.lds.max(k.lds);
+                    let Some(level) = self.proxies.pick(demand) else {
+                        continue;
+                    };
+                    let alloc = self.proxies.alloc(level);
+                    let occ = |threads: u32| {
+                        self.limits.occupancy(
+                            threads,
+                            lds,
+                            self.limits.block_registers(alloc, threads),
+                        )
+                    };
+                    // The real-time part keeps its time on its CUs; earlier
+                    // parts keep their co-residency.
+                    if (level != out.proxy_level || lds != out.lds)
+                        && (!self.rt_keeps_its_time(rt, out.rt_cus, lds, alloc)
+                            || out.parts.iter().any(|p| occ(p.threads) < p.per_cu))
+                    {
+                        continue;
+                    }
+                    let cap = occ(k.threads).min(k.occupancy).min(remaining);
+                    // Rule 1.
+                    let p = k.max_coresidency_within(cap, rt.kernel_ns);
+                    if p == 0 {
+                        continue;
+                    }
+                    best = Some((v as u16, p, k.kernel_ns, level, lds, offset));
                 }
-                let demand = out.regs_per_thread.max(k.regs_per_thread);
-                let lds = out.lds.max(k.lds);
-                let Some(level) = self.proxies.pick(demand) else {
-                    continue;
-                };
-                let alloc = self.proxies.alloc(level);
-                let occ = |threads: u32| {
-                    self.limits
-                        .occupancy(threads, lds, self.limits.block_registers(alloc, threads))
-                };
-                // The real-time part keeps its time on its CUs; earlier
-                // parts keep their co-residency.
-                if (level != out.proxy_level || lds != out.lds)
-                    && (!self.rt_keeps_its_time(rt, out.rt_cus, lds, alloc)
-                        || out.parts.iter().any(|p| occ(p.threads) < p.per_cu))
-                {
-                    continue;
-                }
-                let cap = occ(k.threads).min(k.occupancy).min(remaining);
-                // Rule 1.
-                let p = k.max_coresidency_within(cap, rt.kernel_ns);
-                if p == 0 {
-                    continue;
-                }
-                best = Some((v as u16, p, k.kernel_ns, level, lds));
             }
-            let Some((v, p, _, level, lds)) = best else {
+            let Some((v, p, _, level, lds, offset)) = best else {
                 continue;
             };
             let k = &c.versions[v as usize];
-            let offset = if c.locked.is_some() { c.next_block } else { 0 };
             let remaining = k.blocks - offset;
             let nblocks = remaining.min(free * p);
             let cus = nblocks.div_ceil(p);
@@ -568,7 +597,7 @@ mod tests {
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
         assert_eq!(out.parts[0].per_cu, 2);
-        // Locked to version 2: only it is considered.
+        // Locked to version 2, which admits: it is kept.
         let c = [Candidate {
             versions: &versions,
             locked: Some(2),
@@ -578,6 +607,37 @@ mod tests {
         assert_eq!(out.parts[0].version, 2);
         assert_eq!(out.parts[0].per_cu, 2);
         assert_eq!(out.parts[0].blocks, 10..70);
+        // Locked to the default, whose blocks fail rule 1: continued in the
+        // shortest finer version that admits (120 blocks, 2 per block of
+        // the default), from the converted offset 5 × 2.
+        let c = [Candidate {
+            versions: &versions,
+            locked: Some(0),
+            next_block: 5,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 3);
+        assert_eq!(out.parts[0].blocks, 10..70);
+        // Locked to version 1 (120 blocks, rule 2 fails): version 3 has as
+        // many blocks, not a finer tiling, so only version 2 (240) may
+        // continue it, from 7 × 2.
+        let c = [Candidate {
+            versions: &versions,
+            locked: Some(1),
+            next_block: 7,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 2);
+        assert_eq!(out.parts[0].blocks, 14..74);
+        // Never to a coarser version: locked to version 2 (admits) it stays.
+        let c = [Candidate {
+            versions: &versions,
+            locked: Some(2),
+            next_block: 200,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 2);
+        assert_eq!(out.parts[0].blocks, 200..240);
     }
 
     #[test]

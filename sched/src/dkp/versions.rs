@@ -5,7 +5,8 @@
 //! have no GPU and no tuner, so versions are derived from the measured
 //! kernel ([`KernelChar`]) by a documented cost model of the three tuning
 //! knobs §5.3 names (docs/padding.md "Cost model"):
-//! - **tile split `s`** (1, 2, 4, 8): each block computes 1/s of its tile, so
+//! - **tile split `s`** (1, 2, 4, 8, and finer while a block stays above
+//!   [`FINE_BLOCK_NS`], [`splits`]): each block computes 1/s of its tile, so
 //!   the grid has `s×` the blocks, the per-block work above a fixed
 //!   per-block cost `t0` shrinks by `s`, and the loss of operand reuse in
 //!   shared memory costs `REUSE_LOSS` more work per halving. Shared memory
@@ -34,6 +35,47 @@ pub const REUSE_LOSS: f64 = 0.15;
 pub const UNROLL_LOSS: f64 = 0.25;
 /// Shared memory below this is bookkeeping, not a staged tile.
 pub const TILE_LDS_MIN: u32 = 256;
+
+/// One-block time (ns) past which a split of 8 is halved again: the
+/// shortest block execution time among the 1,000 TVM versions of the VGG
+/// convolution on the MI50 (Fig. 14, 18.0 µs), a block time the paper's
+/// tuner reaches. Without it a kernel of long blocks (inception kernel 52,
+/// 328 µs) has no version that fits the short real-time kernels
+/// (docs/padding.md "Multi-version cost model").
+pub const FINE_BLOCK_NS: u64 = 18_000;
+/// The finest tile split derived.
+pub const MAX_SPLIT: u32 = 64;
+
+/// The tile splits derived for `base`: 1, 2, 4 and 8, then halving on
+/// (up to [`MAX_SPLIT`]) while one split block is longer than
+/// [`FINE_BLOCK_NS`]. Every split is a power of two, so every version's
+/// grid is the base grid times a power of two and a finer version tiles
+/// each block of a coarser one exactly (what lets a started kernel
+/// continue in a finer version, `Selector::select`).
+///
+/// Only a grid that already has a block per compute unit is split past 8:
+/// a smaller grid split finer spreads over more CUs, so its stand-alone
+/// kernel time drops and §5.3's choice takes it wherever it passes, while
+/// under padding (the CUs the RT kernel leaves over) it costs more total
+/// block time (docs/results-dkp.md "Tile splits beyond 8": bert-resnet152
+/// lost a fifth of its BE throughput that way).
+pub fn splits(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<u32> {
+    let mut v = vec![1u32, 2, 4, 8];
+    if base.blocks < limits.compute_units {
+        return v;
+    }
+    let one = |s: u32| {
+        let t = base.block_ns(1);
+        let w = t.saturating_sub(t0) as f64 / s as f64 * (1.0 + REUSE_LOSS * (s as f64).log2());
+        t0.min(t) + w.round() as u64
+    };
+    let mut s = 8;
+    while s < MAX_SPLIT && one(s) > FINE_BLOCK_NS {
+        s *= 2;
+        v.push(s);
+    }
+    v
+}
 
 /// The knobs a version was derived with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +107,7 @@ pub fn derive(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<(Knobs, 
     // halving that would not double the register-bound occupancy, which is
     // what the half-register knob does.
     let per_lane = base.regs_per_block / limits.block_registers(1, base.threads);
-    for split in [1u32, 2, 4, 8] {
+    for split in splits(limits, base, t0) {
         for half_threads in [false, true] {
             for half_regs in [false, true] {
                 if split == 1 && !half_threads && !half_regs {
