@@ -22,8 +22,10 @@
 //!   resumes after it, and a request finished entirely by padding replies.
 //! - Back in normal mode, a kernel that padding left partly done is
 //!   relaunched for its remaining blocks only ([`DkpAction::Rest`]), in the
-//!   version its credited blocks ran in (the version it started with, or a
-//!   finer one padding continued it in: `Selector::select`).
+//!   version it started with, its credit converted to that version's
+//!   blocks when padding continued it in another one (a finer or coarser
+//!   tiling of the same output: `Selector::select`, REEF §5.3;
+//!   docs/padding.md step 5).
 
 use super::profile::KernelChar;
 use super::select::{Candidate, Padding, Selector};
@@ -445,19 +447,21 @@ impl PaddingScheduler {
         if let Some(c) = &mut b.credit {
             if c.kernel == p.tag.kernel && c.version != p.version {
                 let bc = self.table.versions(p.model, c.kernel)[c.version as usize].blocks;
-                if total > bc && total % bc == 0 {
-                    // Continued in a finer version (a multiple of the
-                    // blocks, `Selector::select`): block i of the credited
-                    // version is blocks i·r..(i+1)·r of this one, so the
-                    // credited prefix converts exactly.
-                    c.done *= total / bc;
-                    c.version = p.version;
-                } else {
-                    // A coarser version cannot continue a finer prefix
-                    // (the selection never plans one): credit nothing and
-                    // keep the credited prefix.
-                    b.plan = None;
-                    return;
+                match convert_blocks(c.done, bc, total) {
+                    // Continued in a finer version, or in a coarser one at
+                    // one of its block boundaries (`Selector::select`):
+                    // the credited prefix converts exactly.
+                    Some(done) => {
+                        c.done = done;
+                        c.version = p.version;
+                    }
+                    // Not a tiling of the credited version, or a coarser
+                    // block the prefix ends inside of (the selection plans
+                    // neither): credit nothing, keep the credited prefix.
+                    None => {
+                        b.plan = None;
+                        return;
+                    }
                 }
             }
         }
@@ -523,14 +527,25 @@ impl PaddingScheduler {
                             let model = self.clients[client.map_or(0, |c| c.0 as usize)].model;
                             let vs = self.table.versions(model, tag.kernel);
                             if c.version != c.first {
-                                // Padding continued the kernel in a finer
+                                // Padding continued the kernel in another
                                 // version; normal mode runs the rest in the
-                                // version it started with, from the block
-                                // holding the credited prefix's end (the
-                                // sub-tiles of it already done run again:
-                                // same inputs, same values, REEF §4.4).
-                                let r = vs[c.version as usize].blocks / vs[c.first as usize].blocks;
-                                c.done /= r.max(1);
+                                // version it started with. From a finer
+                                // one: from the block holding the credited
+                                // prefix's end (the sub-tiles of it already
+                                // done run again: same inputs, same values,
+                                // REEF §4.4); from a coarser one the prefix
+                                // converts exactly.
+                                let (from, to) =
+                                    (vs[c.version as usize].blocks, vs[c.first as usize].blocks);
+                                // (Versions the selection never pairs: the
+                                // whole kernel again.)
+                                c.done = convert_blocks(c.done, from, to).unwrap_or(
+                                    if to > 0 && from % to == 0 {
+                                        c.done / (from / to)
+                                    } else {
+                                        0
+                                    },
+                                );
                                 c.version = c.first;
                                 b.credit = Some(c);
                             }
@@ -873,6 +888,24 @@ impl PaddingScheduler {
             lds: self.padding.lds,
             parts,
         })
+    }
+}
+
+/// `done` blocks of a version of `from` blocks, in blocks of a version of
+/// `to` blocks of the same kernel, when that is exact: the versions tile
+/// the output in nested tiles (docs/padding.md, "Multi-version cost
+/// model"), so `to` a multiple of `from` always converts and `from` a
+/// multiple `r` of `to` converts when `done` is a multiple of `r`.
+fn convert_blocks(done: u32, from: u32, to: u32) -> Option<u32> {
+    if from == 0 || to == 0 {
+        return None;
+    }
+    if to >= from && to % from == 0 {
+        Some(done * (to / from))
+    } else if from % to == 0 && done % (from / to) == 0 {
+        Some(done / (from / to))
+    } else {
+        None
     }
 }
 
@@ -1739,10 +1772,29 @@ mod tests {
         s.credit(0, &part(w, 40..50));
         let c = s.be[1].credit.unwrap();
         assert_eq!((c.version, c.done, c.first), (w, 50, v));
-        // A coarser part is never credited over a finer prefix; the credit
-        // stays.
+        // A coarser part is never credited over a finer prefix that ends
+        // inside one of its blocks (50 of 4× is inside block 12); the
+        // credit stays.
         s.credit(0, &part(v, 12..13));
         let c = s.be[1].credit.unwrap();
         assert_eq!((c.version, c.done), (w, 50));
+        // Once the finer prefix ends on a coarse block boundary (52 = 13 ×
+        // 4), a part of the coarser version continues it exactly.
+        s.credit(0, &part(w, 50..52));
+        s.credit(0, &part(v, 13..15));
+        let c = s.be[1].credit.unwrap();
+        assert_eq!((c.version, c.done, c.first), (v, 15, v));
+    }
+
+    #[test]
+    fn credited_blocks_convert_between_nested_versions_only_when_exact() {
+        // Finer: always exact.
+        assert_eq!(convert_blocks(10, 60, 240), Some(40));
+        // Coarser: only on a block boundary of the coarser version.
+        assert_eq!(convert_blocks(52, 240, 60), Some(13));
+        assert_eq!(convert_blocks(50, 240, 60), None);
+        // Not nested tilings.
+        assert_eq!(convert_blocks(4, 60, 90), None);
+        assert_eq!(convert_blocks(4, 0, 60), None);
     }
 }

@@ -28,10 +28,12 @@
 //! ranges: [`Candidate::next_block`] is the task's block offset. With several
 //! versions of a kernel (§5.3), the shortest kernel (kernel execution time)
 //! among the versions that satisfy both rules is taken; once a kernel has
-//! started under a version its remaining blocks use that version
-//! ([`Candidate::locked`]) while it satisfies both rules, and otherwise the
-//! shortest version with a multiple of its blocks that does (a finer tiling
-//! of the same output, so the blocks done convert exactly).
+//! started under a version ([`Candidate::locked`]) its remaining blocks use
+//! the shortest of that version and the coarser ones whose block boundary
+//! its planned prefix ends on, among those satisfying both rules, and
+//! when none does, the shortest version with a multiple of its blocks that
+//! does (a finer tiling of the same output): the blocks done convert
+//! exactly either way.
 //!
 //! Selection allocates nothing (the output is reused), so its cost is a few
 //! comparisons per candidate version: see `reef-bench dkp --selection`.
@@ -149,11 +151,13 @@ impl Selector {
             }
             let ti = (start + i) % len;
             let c = &cands[ti];
-            // A kernel started under a version continues in it when it
-            // admits; otherwise in the shortest finer version that admits
-            // (a multiple of its blocks: each started block's tile is a
-            // whole number of the finer version's, so the finer offset is
-            // exact, docs/padding.md "Multi-version cost model").
+            // A kernel started under a version continues in the shortest
+            // of it and the coarser versions its planned prefix ends on a
+            // block boundary of, among those that admit; when none does,
+            // in the shortest finer version that admits (a multiple of its
+            // blocks). Versions tile the output in nested tiles, so every
+            // such offset is exact ([`continue_at`], docs/padding.md
+            // "Multi-version cost model").
             if c.locked.is_some_and(|v| v as usize >= c.versions.len()) {
                 continue;
             }
@@ -161,24 +165,13 @@ impl Selector {
             // (version, per-CU co-residency, kernel time, level, lds, offset)
             let mut best: Option<(u16, u32, u64, u8, u32, u32)> = None;
             for pass in 0..2 {
-                let range = match (pass, locked) {
-                    (0, Some(l)) => l..l + 1,
-                    (0, None) => 0..c.versions.len(),
-                    (_, Some(_)) if best.is_none() => 0..c.versions.len(),
-                    _ => break,
-                };
-                for v in range {
+                if pass == 1 && (locked.is_none() || best.is_some()) {
+                    break;
+                }
+                for v in 0..c.versions.len() {
                     let k = &c.versions[v];
-                    let offset = match locked {
-                        None => 0,
-                        Some(_) if pass == 0 => c.next_block,
-                        Some(l) => {
-                            let bl = c.versions[l].blocks;
-                            if k.blocks <= bl || k.blocks % bl != 0 {
-                                continue;
-                            }
-                            c.next_block * (k.blocks / bl)
-                        }
+                    let Some(offset) = continue_at(c, locked, pass, v) else {
+                        continue;
                     };
                     // Rule 2.
                     if k.occupancy < rt.occupancy {
@@ -265,6 +258,32 @@ impl Selector {
             )
             .min(rt.occupancy);
         rt.time_on(cus, occ) <= rt.kernel_ns
+    }
+}
+
+/// The block offset at which candidate `c` may continue in its version
+/// `v`, or `None` when it may not. A kernel not yet started
+/// may start in any version. A started one (locked to version `l` of `bl`
+/// blocks, `next_block` of them planned) may, in pass 0, continue in `l`
+/// or in a coarser version (fewer blocks) whose block boundary the planned prefix ends on
+/// (`bl` a multiple `r` of its blocks and `next_block` a multiple of `r`:
+/// offset `next_block / r`); in pass 1, when neither admits, in a finer
+/// version (its blocks a multiple `r` of `bl`: offset `next_block · r`).
+/// Versions tile the same output in nested tiles (docs/padding.md,
+/// "Multi-version cost model"), so both conversions are exact.
+fn continue_at(c: &Candidate<'_>, locked: Option<usize>, pass: u32, v: usize) -> Option<u32> {
+    let Some(l) = locked else {
+        return Some(0);
+    };
+    let (bl, blocks) = (c.versions[l].blocks, c.versions[v].blocks);
+    match pass {
+        0 if v == l => Some(c.next_block),
+        0 if blocks < bl && bl % blocks == 0 => {
+            let r = bl / blocks;
+            (c.next_block % r == 0).then_some(c.next_block / r)
+        }
+        1 if blocks > bl && blocks % bl == 0 => Some(c.next_block * (blocks / bl)),
+        _ => None,
     }
 }
 
@@ -597,16 +616,28 @@ mod tests {
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
         assert_eq!(out.parts[0].per_cu, 2);
-        // Locked to version 2, which admits: it is kept.
+        // Locked to version 2, which admits, 11 blocks in: the shorter
+        // version 3 (half its blocks) cannot continue it, since block 11
+        // of 240 ends inside block 5 of 120: version 2 is kept.
+        let c = [Candidate {
+            versions: &versions,
+            locked: Some(2),
+            next_block: 11,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 2);
+        assert_eq!(out.parts[0].per_cu, 2);
+        assert_eq!(out.parts[0].blocks, 11..71);
+        // 10 blocks in, on a block boundary of version 3: continued in the
+        // shorter coarser version from 10 / 2.
         let c = [Candidate {
             versions: &versions,
             locked: Some(2),
             next_block: 10,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
-        assert_eq!(out.parts[0].version, 2);
-        assert_eq!(out.parts[0].per_cu, 2);
-        assert_eq!(out.parts[0].blocks, 10..70);
+        assert_eq!(out.parts[0].version, 3);
+        assert_eq!(out.parts[0].blocks, 5..65);
         // Locked to the default, whose blocks fail rule 1: continued in the
         // shortest finer version that admits (120 blocks, 2 per block of
         // the default), from the converted offset 5 × 2.
@@ -629,15 +660,28 @@ mod tests {
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
         assert_eq!(out.parts[0].blocks, 14..74);
-        // Never to a coarser version: locked to version 2 (admits) it stays.
+        // Never to a coarser version that does not admit (version 0's
+        // blocks fail rule 1, version 1's occupancy rule 2), even on its
+        // block boundary: 200 of 240 is block 50 of 60 and 100 of 120;
+        // version 3 (120) admits and is shorter, so it continues.
         let c = [Candidate {
             versions: &versions,
             locked: Some(2),
             next_block: 200,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
+        assert_eq!(out.parts[0].version, 3);
+        assert_eq!(out.parts[0].blocks, 100..120);
+        // Nor to a coarser version from inside one of its blocks: locked to
+        // version 2 at 201 it stays.
+        let c = [Candidate {
+            versions: &versions,
+            locked: Some(2),
+            next_block: 201,
+        }];
+        assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
-        assert_eq!(out.parts[0].blocks, 200..240);
+        assert_eq!(out.parts[0].blocks, 201..240);
     }
 
     #[test]
