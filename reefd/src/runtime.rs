@@ -901,6 +901,24 @@ impl Runtime {
         path: Option<PathBuf>,
         idempotence: Option<PathBuf>,
     ) -> Handled {
+        // A name that is a path (`models load /some/dir/vgg`) loads that
+        // model under its directory's name, the name every other command
+        // takes; a plain name is looked up in the models directory.
+        let (name, path) = match path {
+            Some(p) => (name, Some(p)),
+            None if name_is_path(&name) => match model_name_of_path(Path::new(&name)) {
+                Some(n) => (n, Some(PathBuf::from(&name))),
+                None => {
+                    return Handled::Error(Failure::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "cannot take a model name from the path {name:?}; pass one with --name"
+                        ),
+                    ))
+                }
+            },
+            None => (name, None),
+        };
         {
             let mut st = self.lock();
             st.metrics.requests += 1;
@@ -1346,6 +1364,24 @@ fn shutting_down() -> Failure {
         ErrorCode::ShuttingDown,
         "reefd is shutting down and accepts no new work",
     )
+}
+
+/// Whether a `models load` NAME is a path rather than a name in the models
+/// directory: it has a path separator or starts with `.`.
+fn name_is_path(name: &str) -> bool {
+    name.contains('/') || name.starts_with('.')
+}
+
+/// The name a model loaded from `path` is registered under: its directory's
+/// name, or a schedule file's stem (`/x/vgg/vgg.json` and `/x/vgg` are both
+/// `vgg`; `/x/vgg.json` is `vgg`).
+fn model_name_of_path(path: &Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    let name = match file.strip_suffix(".json") {
+        Some(stem) => stem,
+        None => file,
+    };
+    (!name.is_empty() && name != "." && name != "..").then(|| name.to_string())
 }
 
 #[cfg(test)]

@@ -95,3 +95,52 @@ fn hardware_devices_need_root_or_a_device() {
     assert!(err.contains("kfd") || err.contains("needs root"), "{err}");
     assert!(!sock.exists());
 }
+
+/// `reefctl models load PATH` registers the model under its directory's
+/// name, the name `infer` and `unload` take (before, it was registered under
+/// the whole path and `infer vgg` answered "not loaded"); `--name` renames.
+#[test]
+fn a_model_loaded_by_path_is_named_after_its_directory() {
+    let d = common::Daemon::start("");
+    let sock = d.socket.to_str().unwrap().to_string();
+    let shared = std::env::var("REEF_SHARED")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared").to_string());
+    let vgg = format!("{shared}/models/mi50/vgg");
+    let ctl_in = |cwd: &str, args: &[&str]| {
+        let out = Command::new(common::reefctl_bin())
+            .current_dir(cwd)
+            .args(["--socket", &sock])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!text.contains("panicked"), "{text}");
+        (out.status.code().unwrap_or(-1), text)
+    };
+    let ctl = |args: &[&str]| ctl_in("/", args);
+    let (code, out) = ctl(&["models", "load", &vgg]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("loaded vgg "), "{out}");
+    let (code, out) = ctl(&["infer", "vgg", "--count", "1", "--priority", "rt"]);
+    assert_eq!(code, 0, "{out}");
+    // A relative path (from reefctl's directory, not the daemon's) with a name.
+    let (code, out) = ctl_in(
+        &shared,
+        &[
+            "models",
+            "load",
+            "./models/mi50/resnet152",
+            "--name",
+            "r152",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("loaded r152 "), "{out}");
+    let (code, out) = ctl(&["models", "list"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("vgg") && out.contains("r152"), "{out}");
+    assert!(!out.contains("/models/mi50/vgg "), "{out}");
+    let (code, out) = ctl(&["models", "unload", "vgg"]);
+    assert_eq!(code, 0, "{out}");
+}

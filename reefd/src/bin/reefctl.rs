@@ -74,10 +74,19 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum ModelsCmd {
-    /// Load a model by name from the daemon's models directory, or from --path.
+    /// Load a model: a name in the daemon's models directory (`vgg`), or a
+    /// path to a model directory or schedule file (`./models/vgg`), which
+    /// registers it under its directory's name unless --name says otherwise.
     Load {
-        name: String,
+        /// A model name, or a path to a model directory or `.json` schedule.
+        model: String,
+        /// Register the model under this name (default: the name given, or
+        /// the directory's name of a path).
         #[arg(long)]
+        name: Option<String>,
+        /// Load from this path and register it as MODEL (older form of
+        /// `load PATH --name MODEL`).
+        #[arg(long, conflicts_with = "name")]
         path: Option<PathBuf>,
     },
     List,
@@ -150,7 +159,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
         }
         Cmd::Models { cmd } => match cmd {
-            ModelsCmd::Load { name, path } => {
+            ModelsCmd::Load { model, name, path } => {
+                let (name, path) = load_target(model, name, path);
                 let m = c.load_model(&name, path.as_deref())?;
                 if cli.json {
                     return print_json(&m);
@@ -383,5 +393,26 @@ fn print_stats(s: &reefd::protocol::Stats) {
     }
     if let Some(n) = s.rt_normalized_mean {
         println!("RT normalized latency (mean): {n:.3}");
+    }
+}
+
+/// What `models load MODEL [--name N] [--path P]` asks the daemon for: a
+/// name and an optional path. A MODEL that is a path is made absolute here,
+/// since the daemon resolves paths from its own working directory.
+fn load_target(
+    model: String,
+    name: Option<String>,
+    path: Option<PathBuf>,
+) -> (String, Option<PathBuf>) {
+    let looks_like_path = model.contains('/') || model.starts_with('.');
+    let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    match (name, path) {
+        (_, Some(p)) => (model, Some(absolute(p))),
+        (Some(n), None) => (n, Some(absolute(PathBuf::from(model)))),
+        (None, None) if looks_like_path => {
+            let p = absolute(PathBuf::from(&model));
+            (p.display().to_string(), None)
+        }
+        (None, None) => (model, None),
     }
 }
