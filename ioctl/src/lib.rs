@@ -18,6 +18,7 @@
 //! out-of-tree ioctls; [`error`] the operator-facing errors.
 
 pub mod error;
+#[cfg(feature = "fake")]
 pub mod fake;
 pub mod kfd;
 pub mod nv;

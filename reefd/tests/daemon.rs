@@ -155,7 +155,10 @@ fn only_the_owner_or_root_may_preempt_or_unload() {
     if !nix::unistd::geteuid().is_root() {
         // The test switches a child to another uid, which needs root; the
         // project's tests run as root (scripts/test.sh under CI).
-        eprintln!("skipped: needs root to run a child as another user");
+        reef_ioctl::fake::skip(
+            "only_the_owner_or_root_may_preempt_or_unload",
+            "needs root to run a child as another user",
+        );
         return;
     }
     let d = Daemon::start("socket_group = \"nogroup\"");
@@ -207,7 +210,10 @@ fn only_the_owner_or_root_may_preempt_or_unload() {
 #[test]
 fn a_peer_outside_the_socket_group_is_refused() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root to run a child as another user");
+        reef_ioctl::fake::skip(
+            "a_peer_outside_the_socket_group_is_refused",
+            "needs root to run a child as another user",
+        );
         return;
     }
     // Mode 0666 lets anyone open the socket file; the peer-credential check

@@ -19,6 +19,7 @@
 
 mod core;
 pub mod dkp;
+#[cfg(feature = "fake")]
 pub mod fake;
 mod policy;
 mod types;

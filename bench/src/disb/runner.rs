@@ -374,8 +374,9 @@ impl Run<'_> {
                 Action::ClearDeviceQueue { stream } => {
                     self.sim.clear_queue(self.streams[stream.0 as usize])?;
                 }
-                // Asynchronous reclamation: a background thread frees the
-                // dropped launch records off the critical path.
+                // The scheduler core has already reset the host queue in
+                // O(1); the virtual-time runner holds no launch records to
+                // free, and a restore's launches follow as their own actions.
                 Action::ReclaimHostQueue { .. } | Action::Restore { .. } => {}
                 Action::RequestDone { client, .. } => self.request_done(client.0 as usize, now),
                 Action::RequestRejected { client, .. } => {

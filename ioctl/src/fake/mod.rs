@@ -50,14 +50,35 @@ pub fn fuse_unavailable() -> Option<String> {
 }
 
 /// Tells the person running the tests that a FUSE test was skipped and why.
-/// Written straight to the process's stderr, which the test harness does not
-/// capture, so the reason shows in CI logs.
+/// See [`skip`].
 pub fn report_skip(test: &str, why: &str) {
+    skip(test, &format!("skipping the FUSE round trip: {why}"));
+}
+
+/// A test that cannot run here (no `/dev/fuse`, not root) returns after
+/// calling this. Where the prerequisites must exist, a skip is a failure:
+/// with `REEF_REQUIRE_HW_FAKES=1` (scripts/test.sh sets it when run as root
+/// with `/dev/fuse` present, as in CI) this panics with the reason, so a
+/// test that silently checks nothing cannot pass there. Otherwise the reason
+/// goes to stderr (which the test harness does not capture) and, when
+/// `REEF_SKIP_LOG` names a file, is appended to it as one line, so the test
+/// command can print how many tests skipped and why.
+pub fn skip(test: &str, why: &str) {
     use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "{test}: skipping the FUSE round trip: {why}"
-    );
+    if std::env::var_os("REEF_REQUIRE_HW_FAKES").is_some_and(|v| v == "1") {
+        panic!("{test}: would skip, but REEF_REQUIRE_HW_FAKES=1 requires it to run: {why}");
+    }
+    let line = format!("{test}: {why}");
+    let _ = writeln!(std::io::stderr(), "{line}");
+    if let Some(log) = std::env::var_os("REEF_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
 }
 
 /// The process making a request, as FUSE reports it.

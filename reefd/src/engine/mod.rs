@@ -11,7 +11,6 @@
 //! and can be driven in virtual time by tests. The one wall-clock reading is
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
-pub mod inorder;
 pub mod sched;
 
 use crate::protocol::{Priority, TaskState};
@@ -33,7 +32,7 @@ pub struct EngineModel {
 /// Static facts about an engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineInfo {
-    /// What executes the work, e.g. `in-order executor`.
+    /// What executes the work, e.g. `reef-sched on reef-sim mi50 (wall clock)`.
     pub name: String,
     /// The scheduling policy in force.
     pub policy: String,
