@@ -20,6 +20,7 @@
 mod core;
 pub mod dkp;
 pub mod fake;
+pub mod place;
 mod policy;
 mod types;
 
