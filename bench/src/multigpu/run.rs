@@ -325,3 +325,57 @@ impl Sim<'_> {
         self.next_job(t)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::multigpu::jobs::{self, Rng};
+
+    fn mix16(spec: &DeviceSpec, ratio: usize) -> Vec<Job> {
+        let (l, s) = jobs::rodinia_pools(spec).unwrap();
+        jobs::mix(&l, &s, 16, ratio, &mut Rng(3))
+    }
+
+    #[test]
+    fn memory_safe_policies_never_crash_and_cg_does() {
+        let spec = jobs::p100().unwrap();
+        let dev = vec![spec.clone(); 2];
+        let w = mix16(&spec, 3);
+        for pol in [PlacePolicy::Alg3, PlacePolicy::Alg2, PlacePolicy::SchedGpu] {
+            let o = run(&dev, pol, &w, 10).unwrap();
+            assert_eq!(o.crashed(), 0, "{pol:?}");
+            assert_eq!(o.completed(), 16, "{pol:?}");
+            if pol == PlacePolicy::SchedGpu {
+                assert!(o.jobs.iter().all(|j| j.device == Some(0)));
+            }
+        }
+        let sa = run(&dev, PlacePolicy::Sa, &w, 2).unwrap();
+        assert_eq!(sa.crashed(), 0);
+        // CG at 6 jobs per device on 3:1 large jobs: some crash, and every
+        // other job still completes.
+        let cg = run(&dev, PlacePolicy::Cg { jobs_per_device: 6 }, &w, 12).unwrap();
+        assert!(cg.crashed() > 0);
+        assert_eq!(cg.crashed() + cg.completed(), 16);
+        // Packing by needs beats one job per device (the host phases leave
+        // each device mostly idle under SA).
+        let mgb = run(&dev, PlacePolicy::Alg3, &w, 10).unwrap();
+        assert!(mgb.throughput() > 1.2 * sa.throughput());
+    }
+
+    #[test]
+    fn sa_runs_a_job_alone_at_its_stand_alone_speed() {
+        let spec = jobs::v100().unwrap();
+        let w = mix16(&spec, 1);
+        let sa = run(&vec![spec.clone(); 4], PlacePolicy::Sa, &w, 4).unwrap();
+        for (j, o) in w.iter().zip(&sa.jobs).take(4) {
+            let alone = run(
+                std::slice::from_ref(&spec),
+                PlacePolicy::Sa,
+                std::slice::from_ref(j),
+                1,
+            )
+            .unwrap();
+            assert_eq!(o.kernel_ns, alone.jobs[0].kernel_ns, "{}", j.name);
+        }
+    }
+}
