@@ -9,6 +9,7 @@
 //! jobs of §V-A, reef's DNN models as the neural-network jobs); runner:
 //! `run.rs`. docs/results-multigpu.md discusses every difference.
 
+pub mod disb;
 pub mod jobs;
 pub mod run;
 
@@ -22,7 +23,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct MultigpuArgs {
-    /// Which experiments: rodinia (Figs. 4, 5, Tables II–IV), nn (§V-E), or all.
+    /// Which experiments: rodinia (Figs. 4, 5, Tables II–IV), nn (§V-E),
+    /// disb (REEF inside each device after placement), or all.
     #[arg(long, default_value = "all")]
     pub part: String,
     /// Seed of the job mixes.
@@ -33,6 +35,12 @@ pub struct MultigpuArgs {
     pub inferences: u32,
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
+    /// DISB workloads for --part disb: A..E, all, or a path.
+    #[arg(long, default_value = "all")]
+    pub workload: String,
+    /// Virtual seconds of each DISB run.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
 }
 
 /// Table I: W1–W4 are 16 jobs, W5–W8 32, at 1:1, 2:1, 3:1, 5:1.
@@ -106,11 +114,13 @@ pub fn main(args: MultigpuArgs) -> Result<()> {
     match args.part.as_str() {
         "rodinia" => rodinia(&args),
         "nn" => nn(&args),
+        "disb" => disb::run(&args.workload, args.seed, args.duration, 4),
         "all" => {
             rodinia(&args)?;
-            nn(&args)
+            nn(&args)?;
+            disb::run(&args.workload, args.seed, args.duration, 4)
         }
-        p => bail!("unknown --part {p:?}: use rodinia, nn or all"),
+        p => bail!("unknown --part {p:?}: use rodinia, nn, disb or all"),
     }
 }
 

@@ -551,3 +551,36 @@ fn the_property_can_fail_cg_oversubscribes_random_mixes() {
     );
     assert_eq!(run_ops(PlacePolicy::Alg3, &[v100(), v100()], &ops), 0);
 }
+
+#[test]
+fn rt_clients_get_their_own_device_and_be_clients_spread() {
+    let devs = vec![v100(); 4];
+    // Two RT clients, six BE clients of equal needs.
+    let n = needs(GIB, 256, 100);
+    let mut c = vec![(false, n); 6];
+    c.insert(1, (true, n));
+    c.insert(5, (true, n));
+    let d = place_inference_clients(&devs, &c).unwrap();
+    assert_ne!(d[1], d[5], "two RT clients share a device: {d:?}");
+    let mut per = [0; 4];
+    for &x in &d {
+        per[x] += 1;
+    }
+    assert_eq!(per, [2, 2, 2, 2], "{d:?}");
+    // Memory still binds: a model larger than what is left is refused.
+    let big = vec![
+        (true, needs(10 * GIB, 32, 1)),
+        (false, needs(10 * GIB, 32, 1)),
+    ];
+    let e = place_inference_clients(&devs[..1], &big).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PlaceError::NeverFitsMemory {
+                task: TaskId(1),
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
