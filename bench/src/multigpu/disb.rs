@@ -41,7 +41,13 @@ fn needs(m: &reef_model::Model, spec: &DeviceSpec) -> Result<TaskNeeds> {
     Ok(jobs::nn_job(m, spec, 1)?.needs)
 }
 
-pub fn run(workload_arg: &str, seed: u64, duration: f64, gpus: usize) -> Result<()> {
+pub fn run(
+    workload_arg: &str,
+    models_dir: Option<&std::path::Path>,
+    seed: u64,
+    duration: f64,
+    gpus: usize,
+) -> Result<()> {
     let spec = DeviceSpec::preset("mi50")?;
     let shared = reef_model::shared_dir();
     let a = args(seed, duration);
@@ -54,7 +60,7 @@ pub fn run(workload_arg: &str, seed: u64, duration: f64, gpus: usize) -> Result<
     );
     for path in workload::resolve(workload_arg, &shared) {
         let w = Workload::load(&path)?;
-        let dir = reef_model::default_models_dir();
+        let dir = models_dir.map_or_else(reef_model::default_models_dir, |d| d.to_path_buf());
         let set = disb::load_models(&spec, &dir, std::slice::from_ref(&w), seed)?;
         let one = disb::run_one(&spec, &set, &w, "reef", &a)?;
         let fmt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.3}"));

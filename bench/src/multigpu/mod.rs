@@ -114,11 +114,23 @@ pub fn main(args: MultigpuArgs) -> Result<()> {
     match args.part.as_str() {
         "rodinia" => rodinia(&args),
         "nn" => nn(&args),
-        "disb" => disb::run(&args.workload, args.seed, args.duration, 4),
+        "disb" => disb::run(
+            &args.workload,
+            args.models_dir.as_deref(),
+            args.seed,
+            args.duration,
+            4,
+        ),
         "all" => {
             rodinia(&args)?;
             nn(&args)?;
-            disb::run(&args.workload, args.seed, args.duration, 4)
+            disb::run(
+                &args.workload,
+                args.models_dir.as_deref(),
+                args.seed,
+                args.duration,
+                4,
+            )
         }
         p => bail!("unknown --part {p:?}: use rodinia, nn, disb or all"),
     }
