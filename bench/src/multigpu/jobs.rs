@@ -282,7 +282,7 @@ const LARGE: &[Combo] = &[
 /// time on the reference device (the P100) and host work the other 70%,
 /// 60% of it before the task (input reading and generation, H2D) and 40%
 /// between iterations (host steps). The split is assumed.
-const GPU_SHARE: f64 = 0.30;
+pub const GPU_SHARE: f64 = 0.30;
 const PRE_SHARE: f64 = 0.6;
 
 /// The streaming (memory-bound) kernels' grids are coarsened: one
@@ -347,7 +347,13 @@ fn alone_ns(s: &KernelShape, spec: &DeviceSpec) -> u64 {
     blocks.div_ceil(resident.max(1)).max(1) * s.exec_ns(k)
 }
 
-fn rodinia_job(c: &Combo, large: bool, spec: &DeviceSpec, reference: &DeviceSpec) -> Result<Job> {
+fn rodinia_job(
+    c: &Combo,
+    large: bool,
+    spec: &DeviceSpec,
+    reference: &DeviceSpec,
+    gpu_share: f64,
+) -> Result<Job> {
     let shapes: Vec<_> = (0..c.kernels)
         .map(|k| kernel_shape(c, k, spec))
         .collect::<Result<_>>()?;
@@ -355,7 +361,7 @@ fn rodinia_job(c: &Combo, large: bool, spec: &DeviceSpec, reference: &DeviceSpec
         .map(|k| kernel_shape(c, k, reference).map(|s| alone_ns(&s, reference)))
         .sum::<Result<u64>>()?
         * c.iterations as u64;
-    let host = (ref_gpu as f64 * (1.0 - GPU_SHARE) / GPU_SHARE) as u64;
+    let host = (ref_gpu as f64 * (1.0 - gpu_share) / gpu_share) as u64;
     let pre = (host as f64 * PRE_SHARE) as u64;
     let gap = (host - pre) / c.iterations as u64;
     let mut steps = Vec::new();
@@ -376,16 +382,21 @@ fn rodinia_job(c: &Combo, large: bool, spec: &DeviceSpec, reference: &DeviceSpec
     })
 }
 
-/// The Rodinia pools on `spec` (host times from the P100 reference).
-pub fn rodinia_pools(spec: &DeviceSpec) -> Result<(Vec<Job>, Vec<Job>)> {
+/// The Rodinia pools on `spec` (host times from the P100 reference), with
+/// kernels taking `gpu_share` of a job's stand-alone time ([`GPU_SHARE`]
+/// unless a sensitivity run asks otherwise).
+pub fn rodinia_pools(spec: &DeviceSpec, gpu_share: f64) -> Result<(Vec<Job>, Vec<Job>)> {
+    if !(gpu_share > 0.0 && gpu_share <= 1.0) {
+        anyhow::bail!("--gpu-share must be in (0, 1], got {gpu_share}");
+    }
     let reference = p100()?;
     let large = LARGE
         .iter()
-        .map(|c| rodinia_job(c, true, spec, &reference))
+        .map(|c| rodinia_job(c, true, spec, &reference, gpu_share))
         .collect::<Result<_>>()?;
     let small = SMALL
         .iter()
-        .map(|c| rodinia_job(c, false, spec, &reference))
+        .map(|c| rodinia_job(c, false, spec, &reference, gpu_share))
         .collect::<Result<_>>()?;
     Ok((large, small))
 }

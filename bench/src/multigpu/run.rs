@@ -332,7 +332,7 @@ mod tests {
     use crate::multigpu::jobs::{self, Rng};
 
     fn mix16(spec: &DeviceSpec, ratio: usize) -> Vec<Job> {
-        let (l, s) = jobs::rodinia_pools(spec).unwrap();
+        let (l, s) = jobs::rodinia_pools(spec, jobs::GPU_SHARE).unwrap();
         jobs::mix(&l, &s, 16, ratio, &mut Rng(3))
     }
 
