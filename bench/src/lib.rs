@@ -4,6 +4,7 @@
 pub mod disb;
 pub mod dkp;
 pub mod kernels;
+pub mod multigpu;
 pub mod run;
 pub mod simspeed;
 pub mod standalone;

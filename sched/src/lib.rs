@@ -21,6 +21,7 @@ mod core;
 pub mod dkp;
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod place;
 mod policy;
 mod types;
 

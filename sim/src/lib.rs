@@ -50,6 +50,7 @@ pub mod clock;
 pub mod cuset;
 pub mod engine;
 pub mod host;
+pub mod node;
 pub mod shape;
 pub mod spec;
 pub mod values;
@@ -61,6 +62,7 @@ pub use engine::{
     SimConfig, SimError, StreamId, Tags,
 };
 pub use host::HostQueues;
+pub use node::{parse_device_list, Node, NodeError, OwnerId};
 pub use shape::{KernelShape, ShapeError};
 pub use spec::{DeviceSpec, PreemptLevel, SpecError, PRESETS};
 pub use values::{BufferId, Mismatch, ValueTracker};
