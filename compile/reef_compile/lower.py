@@ -27,7 +27,7 @@ class Storage:
     name: str  # "null" for intermediates (REEF format), else the tensor name
     nbytes: int
     dtype: str
-    role: str  # input | param | const | intermediate | output
+    role: str  # input | param | intermediate | output
     data: np.ndarray | None = None  # params and constants
     shape: list[int] = field(default_factory=list)
 
@@ -62,10 +62,17 @@ def _target(arch: str) -> tvm.target.Target:
 
 
 def import_onnx(model: onnx.ModelProto):
-    """Relax module with the parameters as function inputs, and their values."""
+    """Relax module with the initializers bound as constants.
+
+    Parameters are not kept as function inputs: the onnx package's light
+    models build their weights with ConstantOfShape from shape initializers,
+    which only lower when those shapes are constants. Constant folding then
+    leaves each weight as one constant, which becomes a `param` storage
+    (named p0, p1, ... in order of first use, as in the REEF schedules).
+    """
     import tvm.relax.frontend.onnx as fo  # noqa: F401  (must be imported explicitly)
 
-    mod = fo.from_onnx(model, keep_params_in_input=True)
+    mod = fo.from_onnx(model)
     mod, params = relax.frontend.detach_params(mod)
     return mod, [p.numpy() for p in params.get("main", [])]
 
@@ -267,19 +274,20 @@ def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
             if e in where:
                 return where[e]
             raise CompileError(f"{what}: {e.name} is not backed by a planned storage")
-        if k.endswith("Constant"):
-            arr = e.data.numpy()
+        if k.endswith("Constant") or (k == "ir.GenericConst" and hasattr(e.value, "numpy")):
+            arr = (e.data if hasattr(e, "data") else e.value).numpy()
             storages.append(
                 Storage(
-                    name=f"const{len(storages)}",
+                    name=f"p{sum(s.role == 'param' for s in storages)}",
                     nbytes=arr.nbytes,
                     dtype=str(arr.dtype),
-                    role="const",
+                    role="param",
                     data=arr,
                     shape=list(arr.shape),
                 )
             )
             where[e] = len(storages) - 1
+            params.append(len(storages) - 1)
             return len(storages) - 1
         raise CompileError(f"{what}: unsupported argument {k}")
 
