@@ -27,7 +27,7 @@ class Storage:
     name: str  # "null" for intermediates (REEF format), else the tensor name
     nbytes: int
     dtype: str
-    role: str  # input | param | intermediate | output
+    role: str  # input | param | intermediate | workspace | output
     data: np.ndarray | None = None  # params and constants
     shape: list[int] = field(default_factory=list)
 
@@ -155,6 +155,7 @@ class _Kernel:
     stored: set[str]  # buffers stored to
     loaded: set[str]  # buffers loaded from
     dyn_shared: bool
+    decls: dict[str, tuple[int, str]]  # buffer name -> (bytes, dtype) declared in the kernel
 
 
 def _device_kernels(dev_mod) -> dict[str, _Kernel]:
@@ -163,8 +164,18 @@ def _device_kernels(dev_mod) -> dict[str, _Kernel]:
         extents: dict[str, int] = {}
         stored: set[str] = set()
         loaded: set[str] = set()
+        decls: dict[str, tuple[int, str]] = {}
 
-        def visit(n, extents=extents, stored=stored, loaded=loaded):
+        def visit(n, extents=extents, stored=stored, loaded=loaded, decls=decls):
+            if kind(n) == "tirx.DeclBuffer":
+                b = n.buffer
+                try:
+                    elems = 1
+                    for d in b.shape:
+                        elems *= int(d)
+                    decls[b.name] = (elems * _dtype_size(str(b.dtype)), str(b.dtype))
+                except (TypeError, ValueError):
+                    pass
             if kind(n) == "tirx.AttrStmt" and n.attr_key == "thread_extent":
                 tag = n.node.thread_tag
                 if not kind(n.value) == "ir.IntImm":
@@ -203,6 +214,7 @@ def _device_kernels(dev_mod) -> dict[str, _Kernel]:
             stored=stored,
             loaded=loaded,
             dyn_shared="tirx.use_dyn_shared_memory" in tags,
+            decls=decls,
         )
         for p in f.params:
             if not str(p.ty).startswith("T.handle"):
@@ -295,14 +307,24 @@ def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
         return str(getattr(c.op, "name", "")) if kind(c.op) == "ir.Op" else ""
 
     launches: list[Launch] = []
+    tuples: dict = {}  # relax Var bound to a tuple -> its storages
     body = main.body
     for block in body.blocks:
         for b in block.bindings:
             v, e = b.var, b.value
             ke = kind(e)
             op = op_name(e) if ke == "ir.Call" else ""
-            if ke == "ir.Var":
+            if ke == "ir.Var" and e in tuples:
+                tuples[v] = tuples[e]
+            elif ke == "ir.Var":
                 where[v] = storage_of(e, v.name)
+            elif ke.endswith("Tuple"):
+                tuples[v] = [storage_of(f, v.name) for f in e.fields]
+            elif ke.endswith("TupleGetItem"):
+                tup = getattr(e, "tuple_value", None)
+                if tup is None or tup not in tuples:
+                    raise CompileError(f"{v.name}: element of an unknown tuple")
+                where[v] = tuples[tup][int(e.index)]
             elif op == "relax.memory.alloc_storage":
                 size = int(e.args[0].values[0])
                 dtype = str(e.args[3].value)
@@ -343,10 +365,14 @@ def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
                     "cannot express as a kernel launch"
                 )
     ret = body.body
-    rets = list(ret.fields) if kind(ret).endswith("Tuple") else [ret]
+    if kind(ret).endswith("Tuple"):
+        out_idx = [storage_of(r, "output") for r in ret.fields]
+    elif ret in tuples:
+        out_idx = list(tuples[ret])
+    else:
+        out_idx = [storage_of(ret, "output")]
     outputs = []
-    for r in rets:
-        si = storage_of(r, "output")
+    for si in out_idx:
         storages[si].role = "output"
         outputs.append(si)
     return storages, launches, inputs, outputs, params
@@ -367,6 +393,10 @@ def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
     if not host_seq:
         raise CompileError(f"{fname}: lowered to no GPU kernel (host-only code)")
     out = []
+    # Global-memory buffers the PrimFunc allocates itself (TVM's workspace,
+    # e.g. a split reduction's partial results) become storages of their own,
+    # shared by the kernels of this call.
+    workspace: dict[str, int] = {}
     total_threads = 0
     for kname, _ in host_seq:
         k = kernels[kname]
@@ -375,9 +405,16 @@ def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
         k = kernels[kname]
         args, reads, writes = [], [], []
         for pname in k.params:
-            if pname not in data_to_arg:
+            if pname in data_to_arg:
+                s = arg_storages[data_to_arg[pname]]
+            elif pname in workspace:
+                s = workspace[pname]
+            elif pname in k.decls:
+                nbytes, dtype = k.decls[pname]
+                storages.append(Storage("null", nbytes, dtype, "workspace"))
+                s = workspace[pname] = len(storages) - 1
+            else:
                 raise CompileError(f"{kname}: parameter {pname} matches no argument of {fname}")
-            s = arg_storages[data_to_arg[pname]]
             args.append(s)
             if pname in k.stored and s not in writes:
                 writes.append(s)
