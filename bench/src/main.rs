@@ -24,6 +24,8 @@ enum Cmd {
     Dkp(reef_bench::dkp::DkpArgs),
     /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
     Preempt(reef_bench::disb::preempt::PreemptArgs),
+    /// Compiled-kernel cost model vs measured kernels, layer by layer (issue 14).
+    Crosscheck(reef_bench::crosscheck::CrosscheckArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Disb(a) => reef_bench::disb::main(a),
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
+        Cmd::Crosscheck(a) => reef_bench::crosscheck::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
