@@ -123,11 +123,11 @@ pub fn max_resident(threads: u32, lds: u32, regs: u32, spec: &DeviceSpec) -> u32
         .max_blocks_per_cu
         .min(spec.max_threads_per_cu / threads.max(1))
         .min(spec.max_waves_per_cu / waves);
-    if lds > 0 {
-        m = m.min(spec.lds_bytes_per_cu / lds);
+    if let Some(by_lds) = spec.lds_bytes_per_cu.checked_div(lds) {
+        m = m.min(by_lds);
     }
-    if regs > 0 {
-        m = m.min(spec.registers_per_cu / regs);
+    if let Some(by_regs) = spec.registers_per_cu.checked_div(regs) {
+        m = m.min(by_regs);
     }
     m.max(1)
 }
