@@ -7,7 +7,8 @@
 //! dimension with an extent above one is read by the kernel; ptxas assembles
 //! both architectures and the reef-ptx-inject output; reef-model loads the
 //! directory and reef-check-idem analyses it with the recorded read/write
-//! sets. Bad inputs give a one-line error and exit status 1.
+//! sets; numpy recomputes the reference output from weights.bin. Bad inputs
+//! give a one-line error and exit status 1.
 
 mod common;
 use common::*;
