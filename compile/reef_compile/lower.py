@@ -445,6 +445,15 @@ def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
                 bytes_written=sum(storages[s].nbytes for s in writes),
             )
         )
+    # A workspace only one kernel uses holds nothing before that kernel runs:
+    # whatever it loads from it, it stored there itself (a correct kernel
+    # never reads uninitialised memory), so it is not an input of the kernel
+    # and re-executing the kernel is unaffected by it.
+    for ws in workspace.values():
+        users = [ln for ln in out if ws in ln.args]
+        if len(users) == 1 and ws in users[0].reads:
+            users[0].reads.remove(ws)
+            users[0].bytes_read -= storages[ws].nbytes
     return out
 
 
