@@ -105,7 +105,7 @@ def compile_model(args) -> None:
             lowered = lower.lower(mod, param_values, arch)
         except CompileError:
             raise
-        except Exception as e:
+        except Exception as e:  # TVM's own errors: first line only
             first = next((l for l in str(e).splitlines() if l.strip()), type(e).__name__)
             raise CompileError(
                 f"{args.model}: TVM cannot lower the model for {arch}: {first.strip()}"
@@ -191,8 +191,6 @@ def _launch_key(lowered):
 
 
 def _schedule(lowered, resources, arch0) -> dict:
-    from .nvidia import Resources  # noqa: F401
-
     storage = []
     for s in lowered.storages:
         dt = "uint1" if s.dtype == "bool" else s.dtype
@@ -279,7 +277,8 @@ def _reference(out: Path, mod, param_values, lowered, seed: int) -> dict:
         args.append(tvm.runtime.tensor(a))
     args += [tvm.runtime.tensor(p) for p in param_values]
     res = vm["main"](*args)
-    res = list(res) if isinstance(res, (list, tuple)) or hasattr(res, "__len__") and not hasattr(res, "numpy") else [res]
+    # One output is a tensor; several come back as a sequence of tensors.
+    res = [res] if hasattr(res, "numpy") else list(res)
     outs = []
     for si, r in zip(lowered.outputs, res):
         a = r.numpy()
