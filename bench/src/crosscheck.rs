@@ -11,6 +11,10 @@
 //! path; the simulated one includes the preset's host launch, fetch and
 //! dispatch). The whole model is one inference back to back
 //! ([`crate::standalone::simulate`]) against the measured `model_latency`.
+//! The last column compares the co-residency shape: one block's time with K
+//! co-resident blocks over its time alone, measured (the simulator's block
+//! curve of the measured kernel, `latency[k]` less the launch path) and in
+//! the cost model (`exec(K) / exec(1)`).
 //! Results: docs/compile.md "MI50 cross-check".
 
 use crate::standalone::simulate;
@@ -88,17 +92,22 @@ pub fn main(args: CrosscheckArgs) -> Result<()> {
     }
     let cshapes = KernelShape::for_model(&comp, &spec)
         .map_err(|e| anyhow::anyhow!("{} on {}: {e}", comp.name, spec.name))?;
+    // The measured kernels as the simulator runs them on this preset (on
+    // the mi50, the measured curves less the launch path).
+    let mshapes = KernelShape::for_model(&meas, &spec)
+        .map_err(|e| anyhow::anyhow!("{} on {}: {e}", meas.name, spec.name))?;
     let mut by_weight: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (i, w) in convolutions(&meas, &mparams) {
         by_weight.entry(w).or_default().push(i);
     }
     let mut used: BTreeMap<u64, usize> = BTreeMap::new();
     println!(
-        "| # | compiled kernel | weight elements | measured kernel | measured us | cost model us | model/measured |"
+        "| # | compiled kernel | weight elements | measured kernel | measured us | cost model us | model/measured | block-time growth k=1..K measured / model |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let (mut sum_m, mut sum_c, mut n) = (0.0, 0.0, 0);
     let mut unmatched = 0;
+    let mut growth: Vec<(f64, f64)> = Vec::new();
     for (i, w) in convolutions(&comp, &cparams) {
         let c_us = alone_ns(&spec, &cshapes[i])? as f64 / 1000.0;
         let slot = used.entry(w).or_default();
@@ -111,12 +120,21 @@ pub fn main(args: CrosscheckArgs) -> Result<()> {
             continue;
         };
         *slot += 1;
-        let m_us = meas.kernels[mi].profile.as_ref().unwrap().total_latency_ns as f64 / 1000.0;
+        let prof = meas.kernels[mi].profile.as_ref().unwrap();
+        let m_us = prof.total_latency_ns as f64 / 1000.0;
         sum_m += m_us;
         sum_c += c_us;
         n += 1;
+        // Co-residency shape: how much one block slows down from 1 to K
+        // blocks per CU, K = the measured curve's length (or the compiled
+        // kernel's occupancy limit, whichever is smaller).
+        let ms = &mshapes[mi];
+        let kmax = ms.curve_len().min(cshapes[i].curve_len()).max(1);
+        let growth_m = ms.exec_ns(kmax as u32) as f64 / ms.exec_ns(1).max(1) as f64;
+        let growth_c = cshapes[i].exec_ns(kmax as u32) as f64 / cshapes[i].exec_ns(1).max(1) as f64;
+        growth.push((growth_m, growth_c));
         println!(
-            "| {i} | {} | {w} | {mi} {} | {m_us:.1} | {c_us:.1} | {:.2} |",
+            "| {i} | {} | {w} | {mi} {} | {m_us:.1} | {c_us:.1} | {:.2} | K={kmax}: {growth_m:.2} / {growth_c:.2} |",
             comp.kernels[i].name,
             meas.kernels[mi].name,
             c_us / m_us
@@ -127,6 +145,14 @@ pub fn main(args: CrosscheckArgs) -> Result<()> {
          cost model {sum_c:.1} us, ratio {:.2}",
         if sum_m > 0.0 { sum_c / sum_m } else { 0.0 }
     );
+    if !growth.is_empty() {
+        let g = growth.len() as f64;
+        println!(
+            "block-time growth from 1 to K co-resident blocks, mean over matched: measured {:.2}, cost model {:.2}",
+            growth.iter().map(|x| x.0).sum::<f64>() / g,
+            growth.iter().map(|x| x.1).sum::<f64>() / g
+        );
+    }
     let whole = simulate(&spec, &comp, crate::run::REEF_DQ_CAPACITY)?;
     let meas_sim = simulate(&spec, &meas, crate::run::REEF_DQ_CAPACITY)?;
     println!(

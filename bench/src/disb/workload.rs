@@ -454,11 +454,15 @@ mod tests {
             e.contains("/x/w.json") && e.contains("\"bursty\"") && e.contains("poisson"),
             "{e}"
         );
-        let e = parse(&task(r#"{"type": "continuous"}"#, "yolov3"))
+        // Not a DISB name: a model directory of the run's models directory
+        // (a compiled model, docs/compile.md), checked when models load.
+        let w = parse(&task(r#"{"type": "continuous"}"#, "yolov3")).unwrap();
+        assert_eq!(w.tasks[0].model_dir, "yolov3");
+        let e = parse(&task(r#"{"type": "continuous"}"#, "../yolov3"))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("\"yolov3\"") && e.contains("vgg19-imagenet"),
+            e.contains("\"../yolov3\"") && e.contains("vgg19-imagenet"),
             "{e}"
         );
         let e = parse(&task(r#"{"type": "periodic"}"#, "vgg"))
