@@ -36,6 +36,10 @@ pub struct DkpArgs {
     /// Comma-separated models (default: the five measured models).
     #[arg(long, default_value = "resnet152,vgg,densenet,inception,bert")]
     pub models: String,
+    /// Models directory (default: <shared>/models/mi50); models compiled by
+    /// reef-compile work too (docs/compile.md).
+    #[arg(long)]
+    pub models_dir: Option<std::path::PathBuf>,
     /// Policies of the pairwise experiment.
     #[arg(long, default_value = "streams,reef-nodkp,reef,reef-dkp-mv")]
     pub policy: String,
@@ -362,7 +366,10 @@ fn pct(sorted: &[i64], p: f64) -> i64 {
 /// Entry point of `reef-bench dkp`.
 pub fn main(args: DkpArgs) -> Result<()> {
     let spec = DeviceSpec::by_name_or_path(&args.device)?;
-    let dir = reef_model::default_models_dir();
+    let dir = args
+        .models_dir
+        .clone()
+        .unwrap_or_else(reef_model::default_models_dir);
     let names: Vec<&str> = args.models.split(',').map(str::trim).collect();
     let mut models = Vec::new();
     for n in &names {

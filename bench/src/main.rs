@@ -26,6 +26,8 @@ enum Cmd {
     Preempt(reef_bench::disb::preempt::PreemptArgs),
     /// Several GPUs per node: CASE/MGB placement (Figs. 4, 5, Tables II-IV, schedGPU).
     Multigpu(reef_bench::multigpu::MultigpuArgs),
+    /// Compiled-kernel cost model vs measured kernels, layer by layer (issue 14).
+    Crosscheck(reef_bench::crosscheck::CrosscheckArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
         Cmd::Multigpu(a) => reef_bench::multigpu::main(a),
+        Cmd::Crosscheck(a) => reef_bench::crosscheck::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

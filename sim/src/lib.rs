@@ -47,6 +47,7 @@
 //! ```
 
 pub mod clock;
+pub mod costmodel;
 pub mod cuset;
 pub mod engine;
 pub mod host;

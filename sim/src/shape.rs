@@ -19,6 +19,10 @@
 //! its block time grows with co-resident blocks); the engine uses it for
 //! device-level contention between launches (REEF §6.5, Fig. 27).
 //!
+//! Compiled kernels (reef-compile: recorded work and ptxas resources, no
+//! measured curve) take their occupancy and block time from
+//! [`crate::costmodel`] on every preset.
+//!
 //! Occupancy: threads, waves, blocks, LDS and registers per CU. The REEF
 //! schedule format does not record registers; when a measured curve exists,
 //! its length is the highest co-residency the profiler could reach, so the
@@ -188,6 +192,19 @@ impl KernelShape {
             kernel: format!("#{index}"),
             problem: format!("{} has {} kernels", model.name, model.kernels.len()),
         })?;
+        let identity = {
+            let mut id = model.name.as_bytes().to_vec();
+            id.extend_from_slice(k.name.as_bytes());
+            id.extend_from_slice(&(index as u64).to_le_bytes());
+            fnv1a(&id, 0x5eef)
+        };
+        if k.profile.is_none() && k.work.is_some() {
+            // A compiled kernel (reef-compile): occupancy from its ptxas
+            // resources, block time from the roofline (crate::costmodel).
+            let mut s = crate::costmodel::compiled_shape(model, index, spec)?;
+            s.identity = identity;
+            return Ok(s);
+        }
         let name = format!("{}[{}] {}", model.name, index, k.name);
         let blocks = u32::try_from(k.num_blocks()).map_err(|_| ShapeError {
             kernel: name.clone(),
@@ -244,10 +261,7 @@ impl KernelShape {
             }
         };
         let mut s = Self::synthetic(&name, blocks, threads, k.shared_mem_bytes, regs, exec, spec)?;
-        let mut id = model.name.as_bytes().to_vec();
-        id.extend_from_slice(k.name.as_bytes());
-        id.extend_from_slice(&(index as u64).to_le_bytes());
-        s.identity = fnv1a(&id, 0x5eef);
+        s.identity = identity;
         Ok(s)
     }
 

@@ -62,8 +62,10 @@ pub struct DisbArgs {
     /// Do not write the plot.
     #[arg(long)]
     pub no_plot: bool,
-    /// Measured models directory (default: <shared>/models/mi50).
-    #[arg(long)]
+    /// Models directory (default: <shared>/models/mi50): measured models or
+    /// models compiled by reef-compile (docs/compile.md); a workload's
+    /// `model_name` is a DISB name or a directory name in it.
+    #[arg(long, visible_alias = "models-dir")]
     pub models: Option<PathBuf>,
     /// Worker threads (default: available cores).
     #[arg(long)]

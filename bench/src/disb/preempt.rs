@@ -90,6 +90,7 @@ fn synthetic(spec: &DeviceSpec, n: usize, dur_ns: u64) -> Result<PreparedModel> 
             buffers: Vec::new(),
             inputs: Vec::new(),
             profile: None,
+            compiled: None,
         },
         shapes,
     })
