@@ -20,6 +20,7 @@
 mod core;
 pub mod dkp;
 pub mod fake;
+pub mod fikit;
 mod policy;
 mod types;
 
@@ -28,7 +29,8 @@ pub use crate::core::{
     PreemptionRecord, RtOrder,
 };
 pub use crate::policy::{
-    policy_by_name, Mode, Policy, Preemptive, RtOnly, Seq, Streams, UnknownPolicy, POLICY_NAMES,
+    fikit_named, policy_by_name, Mode, Policy, Preemptive, RtOnly, Seq, Streams, UnknownPolicy,
+    FIKIT_ABLATIONS, POLICY_NAMES,
 };
 pub use crate::types::*;
 
@@ -63,6 +65,7 @@ impl Scheduler {
     /// available from [`Self::poll_action`].
     pub fn handle(&mut self, now: Time, ev: Event) {
         self.core.set_now(now);
+        let ev_copy = ev.clone();
         match ev {
             Event::RequestArrived {
                 req,
@@ -82,10 +85,12 @@ impl Scheduler {
             Event::KernelCompleted { stream, tag } => self.core.on_finished(stream, tag, 0),
             Event::KernelEvicted { stream, tag } => self.core.on_finished(stream, tag, 1),
             Event::KernelKilled { stream, tag } => self.core.on_finished(stream, tag, 2),
+            Event::KernelsIssued { req, issued } => self.core.on_issued(req, issued),
             Event::Timer => {}
             Event::PreemptCommand { stream } => self.core.command_preempt(stream),
             Event::ResumeCommand { stream } => self.core.command_resume(stream),
         }
+        self.policy.observe(&self.core, &ev_copy);
         self.policy.schedule(&mut self.core);
     }
 
@@ -107,6 +112,12 @@ impl Scheduler {
     /// Appends all pending actions to `v`.
     pub fn drain_actions(&mut self, v: &mut Vec<Action>) {
         self.core.drain_actions_into(v);
+    }
+
+    /// The policy, for reading its own state (e.g.
+    /// [`crate::fikit::Fikit::stats`] through [`Policy::as_any`]).
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.as_ref()
     }
 
     pub fn policy_name(&self) -> &'static str {
