@@ -292,7 +292,7 @@ mod tests {
         );
         let fp = |v: &[KernelId]| fingerprint(v);
         let one = vec![a.clone()];
-        assert_eq!(fp(&one), fp(&[a.clone()]));
+        assert_eq!(fp(&one), fp(std::slice::from_ref(&a)));
         assert_ne!(
             fp(&one),
             fp(&[KernelId::new("conv", [4, 2, 1], [64, 1, 2])])
