@@ -3,6 +3,7 @@
 
 pub mod disb;
 pub mod dkp;
+pub mod fikit;
 pub mod kernels;
 pub mod run;
 pub mod simspeed;

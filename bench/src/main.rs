@@ -24,6 +24,8 @@ enum Cmd {
     Dkp(reef_bench::dkp::DkpArgs),
     /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
     Preempt(reef_bench::disb::preempt::PreemptArgs),
+    /// FIKIT: the paper's experiments (fikit.txt §4.3–4.5), DISB sweeps over host gaps and ε, selection cost.
+    Fikit(reef_bench::fikit::FikitArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Disb(a) => reef_bench::disb::main(a),
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
+        Cmd::Fikit(a) => reef_bench::fikit::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -51,7 +51,7 @@ pub mod profile;
 use crate::core::{ClientSpec, Config, Core, Layout};
 use crate::policy::Policy;
 use crate::types::*;
-use fit::{best_prio_fit, Candidate};
+use fit::{best_prio_fit, PrioQueues};
 use profile::{KernelId, Predict, Predictions, Profile, ProfileBuilder};
 use std::collections::{HashMap, HashSet};
 
@@ -166,7 +166,7 @@ pub struct Fikit {
     meas_ok: bool,
     overrun_since: Option<Time>,
     stats: FikitStats,
-    queues: Vec<Vec<Candidate<Fill>>>,
+    queues: PrioQueues<Fill>,
 }
 
 impl Fikit {
@@ -197,7 +197,7 @@ impl Fikit {
             meas_ok: false,
             overrun_since: None,
             stats: FikitStats::default(),
-            queues: (0..PRIORITY_LEVELS).map(|_| Vec::new()).collect(),
+            queues: PrioQueues::default(),
         }
     }
 
@@ -451,9 +451,7 @@ impl Fikit {
                 return;
             }
             let idle = end - start;
-            for q in &mut self.queues {
-                q.clear();
-            }
+            self.queues.clear();
             for c in 0..n {
                 let client = ClientId(c as u32);
                 let p = core.priority(client);
@@ -473,20 +471,21 @@ impl Fikit {
                 let Some((req, _)) = core.active_request(s) else {
                     continue;
                 };
-                self.queues[p as usize].push(Candidate {
-                    predicted_ns: pred.sk[k as usize],
-                    item: Fill {
+                self.queues.push(
+                    p,
+                    pred.sk[k as usize],
+                    Fill {
                         stream: s,
                         tag: KernelTag { req, kernel: k },
                     },
-                });
+                );
             }
             let Some((p, i)) = best_prio_fit(&self.queues, idle) else {
                 return;
             };
-            let cand = self.queues[p][i];
-            core.grant(cand.item.stream, 1);
-            self.fills.insert(cand.item.tag);
+            let (predicted, &item) = self.queues.get(p, i);
+            core.grant(item.stream, 1);
+            self.fills.insert(item.tag);
             self.stats.fill_kernels += 1;
             for c in 0..n {
                 if self.bound[c].is_some() && core.priority(ClientId(c as u32)) == top {
@@ -498,7 +497,7 @@ impl Fikit {
                     }
                 }
             }
-            start += cand.predicted_ns;
+            start += predicted;
             self.horizon = start;
         }
     }
