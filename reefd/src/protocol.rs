@@ -253,6 +253,35 @@ pub struct StatusInfo {
     pub streams: usize,
     pub tasks_in_flight: usize,
     pub connections: usize,
+    /// Tasks in FIKIT's measuring stage (policy `fikit*`; fikit.txt §3.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measuring: Vec<MeasuringTask>,
+}
+
+/// A task (model) in FIKIT's measuring stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MeasuringTask {
+    pub task: String,
+    pub runs_done: u32,
+    pub runs: u32,
+}
+
+/// FIKIT's figures (fikit.txt §3.2): gaps seen and filled, fill kernels,
+/// early stops, fill overruns (a fill still on the device when the
+/// high-priority task launched), the measuring stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct FikitStats {
+    pub gaps_seen: u64,
+    pub gaps_below_epsilon: u64,
+    pub gaps_filled: u64,
+    pub fill_kernels: u64,
+    pub early_stops: u64,
+    pub overruns: u64,
+    pub overrun_us: f64,
+    pub measured_runs: u64,
+    pub profiles_built: u64,
+    pub profiles_missing_or_stale: u64,
+    pub measuring: Vec<MeasuringTask>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -396,6 +425,9 @@ pub struct Stats {
     /// BE blocks run inside padded launches.
     #[serde(default)]
     pub be_blocks_padded: u64,
+    /// FIKIT's figures (policy `fikit*`; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fikit: Option<FikitStats>,
 }
 
 /// Encodes one message as a frame (length prefix + JSON).

@@ -1006,6 +1006,7 @@ impl Runtime {
             streams: st.streams.len(),
             tasks_in_flight: st.tasks.len(),
             connections: st.connections,
+            measuring: st.engine.fikit().map_or_else(Vec::new, |f| f.measuring),
         }
     }
 
@@ -1034,6 +1035,7 @@ impl Runtime {
             control_path: m.control_path.summary(),
             padded_launches: padding.map_or(0, |p| p.padded_launches),
             be_blocks_padded: padding.map_or(0, |p| p.be_blocks_padded),
+            fikit: st.engine.fikit(),
         }
     }
 

@@ -17,11 +17,14 @@
 //!
 //! The client's host (the launching framework) is modelled by
 //! [`RunOptions::host_gap_ns`]: `None` launches every kernel of a request at
-//! once (back to back, as reef's clients do); `Some(g)` issues kernel i of a
-//! request issued at t at t + (i+1)·g (an eager-mode framework whose CPU
-//! spends g per operator and launches asynchronously, running ahead of the
-//! GPU when the kernels are longer than g). The gaps this leaves between
-//! kernels are what FIKIT fills (fikit.txt §1, Fig. 1).
+//! once (back to back, as reef's clients do); `Some(g)` models an eager-mode
+//! framework whose CPU spends g per operator: kernel 0 is issued g after the
+//! request, and kernel i+1 g after kernel i was transmitted to the device.
+//! A launch call returns only once the scheduler lets the kernel through
+//! (FIKIT's hook client blocks it while the task is withheld, §3.2) and the
+//! device queue has room (a full CUDA/HIP launch queue blocks the caller),
+//! so a withheld task's host does not run ahead. The gaps this leaves
+//! between kernels are what FIKIT fills (fikit.txt §1, Fig. 1).
 
 use super::workload::{Load, Workload};
 use reef_exec::{PadExec, PadStats, RunSched};
@@ -387,6 +390,7 @@ impl Run<'_> {
                     self.rev[s.0 as usize] = stream.0;
                 }
                 Action::Launch { stream, tag } => {
+                    self.host_launched(now, tag);
                     let ci = req_client(tag.req);
                     let m = &self.models[self.clients[ci].model];
                     let k = tag.kernel as usize;
@@ -435,6 +439,21 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The host's launch call for `tag` returned at `now`: the framework
+    /// issues the next kernel one host gap later.
+    fn host_launched(&mut self, now: Time, tag: reef_sched::KernelTag) {
+        let Some(g) = self.opts.host_gap_ns.filter(|&g| g > 0) else {
+            return;
+        };
+        let n = self.models[self.clients[req_client(tag.req)].model]
+            .shapes
+            .len() as u32;
+        if tag.kernel + 1 < n {
+            self.host
+                .push(Reverse((now + g, tag.req.0, tag.kernel + 2)));
+        }
     }
 
     fn request_done(&mut self, ci: usize, now: Time) {
@@ -491,13 +510,8 @@ impl Run<'_> {
         let deadline = self.clients[ci].gen.period().map(|p| t + p);
         if let Some(g) = self.opts.host_gap_ns {
             let n = self.models[self.clients[ci].model].shapes.len() as u32;
-            if g == 0 {
-                self.host.push(Reverse((t, req.0, n)));
-            } else {
-                for i in 1..=n {
-                    self.host.push(Reverse((t + u64::from(i) * g, req.0, i)));
-                }
-            }
+            let first = if g == 0 { n } else { 1 };
+            self.host.push(Reverse((t + g, req.0, first)));
         }
         self.sched.handle(
             t,
@@ -532,6 +546,14 @@ impl Run<'_> {
         };
         match a {
             DkpAction::Padded(p) => {
+                if let Some(g) = self.opts.host_gap_ns.filter(|&g| g > 0) {
+                    let n = models[clients[req_client(p.tag.req)].model].shapes.len() as u32;
+                    if p.tag.kernel + 1 < n {
+                        let now = self.sim.now();
+                        self.host
+                            .push(Reverse((now + g, p.tag.req.0, p.tag.kernel + 2)));
+                    }
+                }
                 let ci = req_client(p.tag.req);
                 let m = &models[clients[ci].model];
                 let rt_bufs = bufs(ci, p.tag.kernel as usize);
