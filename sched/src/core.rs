@@ -440,6 +440,20 @@ impl Core {
             .unwrap_or_else(|| self.clients[c].class.default_priority())
             .min(PRIORITY_LEVELS - 1)
     }
+    /// Sets a client's priority level ([`crate::Scheduler::set_priority`]).
+    pub(crate) fn set_priority(&mut self, client: ClientId, level: u8) {
+        let c = client.0 as usize;
+        if c >= self.clients.len() {
+            return;
+        }
+        if self.cfg.priorities.len() <= c {
+            let defaults: Vec<u8> = (self.cfg.priorities.len()..=c)
+                .map(|i| self.clients[i].class.default_priority())
+                .collect();
+            self.cfg.priorities.extend(defaults);
+        }
+        self.cfg.priorities[c] = level.min(PRIORITY_LEVELS - 1);
+    }
     /// The request bound to the stream and its client, if any.
     pub fn active_request(&self, s: StreamId) -> Option<(RequestId, ClientId)> {
         self.streams[s.0 as usize]

@@ -114,6 +114,13 @@ impl Scheduler {
         self.core.drain_actions_into(v);
     }
 
+    /// Sets a client's priority level (0..=9, higher numbers count as 9),
+    /// e.g. when a daemon binds a client to a stream of another level.
+    /// FIKIT's holders and fills follow it from the next event on.
+    pub fn set_priority(&mut self, client: ClientId, level: u8) {
+        self.core.set_priority(client, level);
+    }
+
     /// The policy, for reading its own state (e.g.
     /// [`crate::fikit::Fikit::stats`] through [`Policy::as_any`]).
     pub fn policy(&self) -> &dyn Policy {

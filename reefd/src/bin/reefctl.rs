@@ -36,6 +36,7 @@ enum Cmd {
         model: String,
         #[arg(long, default_value_t = 1)]
         count: u32,
+        /// Priority level 0 (highest) .. 9; `rt` = 0, `be` = 9.
         #[arg(long, default_value = "rt")]
         priority: Priority,
     },

@@ -507,9 +507,10 @@ impl SchedEngine {
                 });
                 continue;
             };
-            let slot = match d.priority {
-                Priority::Rt => self.build.rt_slot[mi],
-                Priority::Be => match d.be_slots.get(&model) {
+            let level = d.priority.get();
+            let slot = match d.priority.is_rt() {
+                true => self.build.rt_slot[mi],
+                false => match d.be_slots.get(&model) {
                     Some(&s) => s,
                     None => {
                         let free = self.build.slots.iter().position(|s| {
@@ -523,6 +524,11 @@ impl SchedEngine {
                             continue;
                         };
                         self.build.slots[s].owner = Some(id);
+                        // The client takes its stream's level (FIKIT's
+                        // queues Q1..Q9; REEF's policies go by class).
+                        if let RunSched::Plain(sc) = &mut self.build.sched {
+                            sc.set_priority(ClientId(s as u32), level);
+                        }
                         self.dstreams
                             .get_mut(&id)
                             .expect("stream")
@@ -1343,7 +1349,8 @@ mod tests {
         assert_eq!(f.measuring.len(), 2, "no profiles yet: {f:?}");
         assert_eq!(f.profiles_missing_or_stale, 2);
         let mut out = Vec::new();
-        e.open_stream(1, Priority::Be).unwrap();
+        // Two clients at priorities 0 and 5.
+        e.open_stream(1, Priority::level(5).unwrap()).unwrap();
         e.open_stream(3, Priority::Rt).unwrap();
         for i in 0..4 {
             e.submit(0, 100 + i, 1, "resnet152", &mut out).unwrap();
@@ -1356,6 +1363,15 @@ mod tests {
         run(&mut e, &mut out);
         let d = done(&out);
         assert_eq!(d.len(), 12, "{d:?}");
+        let slot = e
+            .build
+            .slots
+            .iter()
+            .position(|s| s.owner == Some(1))
+            .unwrap();
+        let core = e.build.sched.scheduler().core();
+        assert_eq!(core.priority(ClientId(slot as u32)), 5);
+        assert_eq!(core.priority(ClientId(e.build.rt_slot[0] as u32)), 0);
         assert!(d.iter().all(|(_, v)| *v == Some(true)), "{d:?}");
         let f = e.fikit().unwrap();
         assert!(f.measuring.is_empty(), "{f:?}");
