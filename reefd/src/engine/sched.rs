@@ -15,6 +15,14 @@
 //! padded work, and the rest of a partly padded kernel (`DkpAction::Rest`)
 //! is launched on the task's own stream.
 //!
+//! Under `fikit*` (FIKIT, fikit.txt §3.2) the scheduler is reef-sched's
+//! FIKIT policy with the models' kernel IDs and the profiles kept so far
+//! (`fikit_store`: `<model>.fikit.json`, written when a model's measuring
+//! stage ends); a BE scheduler client takes the priority level of the
+//! daemon stream bound to it. With `host_gap_us` the clients' framework is
+//! host-paced as in reef-bench's runner (kernel i+1 one host gap after
+//! kernel i was transmitted), which leaves the gaps FIKIT fills.
+//!
 //! Mapping daemon clients onto the scheduler. The core is built for a fixed
 //! set of clients, each bound to one model and one class (REEF §3.1: one
 //! real-time task queue, one best-effort queue per BE client). The engine
