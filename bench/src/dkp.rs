@@ -322,6 +322,7 @@ fn run_pair(
             seed: args.seed,
             dq_capacity: crate::run::REEF_DQ_CAPACITY,
             track_values: false,
+            ..RunOptions::default()
         },
     )?;
     let secs = dur as f64 / 1e9;
@@ -717,6 +718,7 @@ mod tests {
             seed: 1,
             dq_capacity: 4,
             track_values: true,
+            ..RunOptions::default()
         };
         runner::simulate(&spec, &ms, plans, (secs * 1e9) as u64, &opts).unwrap()
     }
@@ -800,6 +802,7 @@ mod tests {
             seed: 1,
             dq_capacity: 4,
             track_values: true,
+            ..RunOptions::default()
         };
         let out = runner::simulate(&spec, &ms, plans, 500_000_000, &opts).unwrap();
         assert_eq!(out.corrupted_outputs, 0);

@@ -4,6 +4,7 @@
 pub mod crosscheck;
 pub mod disb;
 pub mod dkp;
+pub mod fikit;
 pub mod kernels;
 pub mod multigpu;
 pub mod run;

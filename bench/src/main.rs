@@ -28,6 +28,8 @@ enum Cmd {
     Multigpu(reef_bench::multigpu::MultigpuArgs),
     /// Compiled-kernel cost model vs measured kernels, layer by layer (issue 14).
     Crosscheck(reef_bench::crosscheck::CrosscheckArgs),
+    /// FIKIT: the paper's experiments (fikit.txt §4.3–4.5), DISB sweeps over host gaps and ε, selection cost.
+    Fikit(reef_bench::fikit::FikitArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +50,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
         Cmd::Multigpu(a) => reef_bench::multigpu::main(a),
         Cmd::Crosscheck(a) => reef_bench::crosscheck::main(a),
+        Cmd::Fikit(a) => reef_bench::fikit::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -30,6 +30,16 @@ pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>
         dq_capacity: cfg.scheduler.device_queue_capacity,
         be_streams_per_model: cfg.scheduler.be_streams_per_model,
         seed: cfg.scheduler.seed,
+        fikit: reef_sched::fikit::FikitConfig {
+            epsilon_ns: (cfg.scheduler.fikit_epsilon_us * 1e3).round() as u64,
+            runs: cfg.scheduler.fikit_runs,
+            ..Default::default()
+        },
+        fikit_profile_dir: cfg.scheduler.fikit_profile_dir.clone(),
+        host_gap_ns: cfg
+            .scheduler
+            .host_gap_us
+            .map(|us| (us * 1e3).round() as u64),
     })?;
     Ok(Box::new(e))
 }

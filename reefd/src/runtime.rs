@@ -443,14 +443,13 @@ impl Runtime {
                     let latency_us = done.duration_since(t.arrival).as_secs_f64() * 1e6;
                     let standalone = st.models.get(&t.model).and_then(|m| m.standalone_ns);
                     let normalized = standalone.map(|s| latency_us * 1e3 / s as f64);
-                    match t.priority {
-                        Priority::Rt => {
-                            st.metrics.rt_latency.observe_us(latency_us);
-                            if let Some(n) = normalized {
-                                st.metrics.observe_rt_normalized(n);
-                            }
+                    if t.priority.is_rt() {
+                        st.metrics.rt_latency.observe_us(latency_us);
+                        if let Some(n) = normalized {
+                            st.metrics.observe_rt_normalized(n);
                         }
-                        Priority::Be => st.metrics.be_latency.observe_us(latency_us),
+                    } else {
+                        st.metrics.be_latency.observe_us(latency_us);
                     }
                     st.metrics.tasks_completed += 1;
                     if verified == Some(false) {
@@ -853,7 +852,7 @@ impl Runtime {
             PreemptTarget::All => st
                 .streams
                 .iter()
-                .filter(|(_, s)| s.priority == Priority::Be)
+                .filter(|(_, s)| !s.priority.is_rt())
                 .filter(|(_, s)| peer.is_root() || s.owner.uid == peer.uid)
                 .map(|(id, _)| *id)
                 .collect(),
@@ -1024,6 +1023,7 @@ impl Runtime {
             streams: st.streams.len(),
             tasks_in_flight: st.tasks.len(),
             connections: st.connections,
+            measuring: st.engine.fikit().map_or_else(Vec::new, |f| f.measuring),
         }
     }
 
@@ -1052,6 +1052,7 @@ impl Runtime {
             control_path: m.control_path.summary(),
             padded_launches: padding.map_or(0, |p| p.padded_launches),
             be_blocks_padded: padding.map_or(0, |p| p.be_blocks_padded),
+            fikit: st.engine.fikit(),
         }
     }
 

@@ -156,6 +156,7 @@ pub fn measure(
             seed,
             dq_capacity: 4,
             track_values: false,
+            ..RunOptions::default()
         },
     )?;
     let mut lat: Vec<f64> = out

@@ -32,6 +32,9 @@ fn args(seed: u64, duration: f64) -> DisbArgs {
         check_values: false,
         live: false,
         socket: None,
+        host_gap_us: None,
+        fikit_epsilon_us: 100.0,
+        fikit_runs: 10,
     }
 }
 

@@ -36,6 +36,7 @@ enum Cmd {
         model: String,
         #[arg(long, default_value_t = 1)]
         count: u32,
+        /// Priority level 0 (highest) .. 9; `rt` = 0, `be` = 9.
         #[arg(long, default_value = "rt")]
         priority: Priority,
     },
@@ -157,6 +158,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "  {} models, {} streams, {} tasks in flight, {} connections",
                 s.models, s.streams, s.tasks_in_flight, s.connections
             );
+            for m in &s.measuring {
+                println!(
+                    "  measuring   {} ({}/{} runs, FIKIT)",
+                    m.task, m.runs_done, m.runs
+                );
+            }
         }
         Cmd::Models { cmd } => match cmd {
             ModelsCmd::Load { model, name, path } => {
@@ -393,6 +400,19 @@ fn print_stats(s: &reefd::protocol::Stats) {
     }
     if let Some(n) = s.rt_normalized_mean {
         println!("RT normalized latency (mean): {n:.3}");
+    }
+    if let Some(f) = &s.fikit {
+        println!(
+            "FIKIT: gaps {} (<= epsilon {}), filled {}, fill kernels {}, early stops {}, overruns {} ({:.1} us)",
+            f.gaps_seen, f.gaps_below_epsilon, f.gaps_filled, f.fill_kernels, f.early_stops, f.overruns, f.overrun_us
+        );
+        println!(
+            "FIKIT measuring stage: {} runs measured, {} profiles built, {} missing or stale",
+            f.measured_runs, f.profiles_built, f.profiles_missing_or_stale
+        );
+        for m in &f.measuring {
+            println!("  measuring {}: {}/{} runs", m.task, m.runs_done, m.runs);
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 //! and can be driven in virtual time by tests. The one wall-clock reading is
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
+pub mod fikit_store;
 pub mod sched;
 
 use crate::protocol::{Priority, TaskState};
@@ -159,6 +160,10 @@ pub trait Engine: Send {
     /// Padding counters since the engine started (`reef`, `reef-dkp-mv`
     /// pad); `None` for an engine that cannot pad.
     fn padding(&self) -> Option<PaddingCounters> {
+        None
+    }
+    /// FIKIT's figures, under a `fikit*` policy.
+    fn fikit(&self) -> Option<crate::protocol::FikitStats> {
         None
     }
 }
