@@ -21,8 +21,8 @@ mod core;
 pub mod dkp;
 #[cfg(feature = "fake")]
 pub mod fake;
-pub mod place;
 pub mod fikit;
+pub mod place;
 mod policy;
 mod types;
 
