@@ -5,7 +5,8 @@ layer (Gemm) on a 1x3x16x16 input, random weights from a fixed seed.
     .venv/bin/python compile/tests/make_tiny.py OUT.onnx [--dynamic]
 
 --dynamic writes the same model with a symbolic batch dimension (the
-dynamic-shape error case).
+dynamic-shape error case); --celu ends it with Celu, a valid ONNX operator
+TVM's ONNX frontend has no converter for (the unsupported-operator case).
 """
 
 import sys
@@ -38,12 +39,16 @@ def main() -> None:
         helper.make_node("Flatten", ["pool"], ["flat"]),
         helper.make_node("Gemm", ["flat", "fc/w:0", "fc/b:0"], ["logits"], transB=1),
     ]
+    out_name = "logits"
+    if "--celu" in sys.argv[2:]:
+        nodes[-1].output[0] = "pre"
+        nodes.append(helper.make_node("Celu", ["pre"], ["logits"]))
     batch = "N" if dynamic else 1
     graph = helper.make_graph(
         nodes,
         "tiny",
         [helper.make_tensor_value_info("data/in:0", TensorProto.FLOAT, [batch, 3, 16, 16])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
+        [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, [batch, 10])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

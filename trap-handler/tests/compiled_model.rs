@@ -8,7 +8,8 @@
 //! both architectures and the reef-ptx-inject output; reef-model loads the
 //! directory and reef-check-idem analyses it with the recorded read/write
 //! sets; numpy recomputes the reference output from weights.bin. Bad inputs
-//! give a one-line error and exit status 1.
+//! (not ONNX, truncated, dynamic shape, an operator TVM cannot lower, an
+//! architecture ptxas refuses) give a one-line error and exit status 1.
 
 mod common;
 use common::*;
@@ -230,6 +231,13 @@ fn bad_inputs_give_one_line_errors() {
     let dynamic = make_tiny(tmp.path(), &["--dynamic"]);
     let e = compile_error(&[&dynamic]);
     assert!(e.contains("dynamic") && e.contains("static shapes"), "{e}");
+
+    let celu = make_tiny(tmp.path(), &["--celu"]);
+    let e = compile_error(&[&celu]);
+    assert!(
+        e.contains("operator Celu") && e.contains("cannot be lowered by TVM"),
+        "{e}"
+    );
 
     let out = Command::new(venv_bin("reef-compile"))
         .arg(&good)
