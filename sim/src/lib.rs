@@ -50,6 +50,8 @@ pub mod clock;
 pub mod cuset;
 pub mod engine;
 pub mod host;
+pub mod mix;
+pub mod resources;
 pub mod shape;
 pub mod spec;
 pub mod values;
@@ -61,6 +63,7 @@ pub use engine::{
     SimConfig, SimError, StreamId, Tags,
 };
 pub use host::HostQueues;
+pub use mix::{Demand, PipeRates};
 pub use shape::{KernelShape, ShapeError};
 pub use spec::{DeviceSpec, PreemptLevel, SpecError, PRESETS};
 pub use values::{BufferId, Mismatch, ValueTracker};
