@@ -24,6 +24,8 @@ enum Cmd {
     Dkp(reef_bench::dkp::DkpArgs),
     /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
     Preempt(reef_bench::disb::preempt::PreemptArgs),
+    /// Aker (issue 19): Table 1 micro-benchmarks, fused-kernel duration predictor.
+    Aker(reef_bench::aker::AkerArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Disb(a) => reef_bench::disb::main(a),
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
+        Cmd::Aker(a) => reef_bench::aker::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -90,6 +90,24 @@ pub const COMPUTE_PREFER_UTIL: [f64; 3] = [0.0, 0.805, 0.0315];
 /// 26.1 % compute utilisation.
 pub const MEMORY_PREFER_UTIL: [f64; 3] = [0.0, 0.261, 0.856];
 
+/// Aker §5.1: the class of a kernel from its utilisation of each pipe at
+/// full occupancy (`[matrix, vector, memory]`, fractions of peak): a kernel
+/// that uses the matrix pipe is a TC kernel; a CUDA-core kernel above 50 %
+/// memory bandwidth is memory-prefer, above 50 % compute (and below 50 %
+/// memory) compute-prefer, else neutral.
+pub fn classify(util: [f64; 3]) -> Class {
+    let [matrix, vector, memory] = util;
+    if matrix > 0.0 {
+        Class::Tensor
+    } else if memory > 0.5 {
+        Class::MemoryPrefer
+    } else if vector > 0.5 {
+        Class::ComputePrefer
+    } else {
+        Class::Neutral
+    }
+}
+
 /// The class of a kernel from the operators in its (TVM) name.
 pub fn class_of_name(name: &str) -> Class {
     let n = name.to_ascii_lowercase();
@@ -142,6 +160,23 @@ mod tests {
         ] {
             assert_eq!(class_of_name(n), c, "{n}");
         }
+    }
+
+    #[test]
+    fn classes_by_the_paper_criteria() {
+        // Hand-built kernels: utilisations at full occupancy.
+        assert_eq!(classify([0.7, 0.2, 0.1]), Class::Tensor);
+        assert_eq!(classify([0.0, 0.805, 0.0315]), Class::ComputePrefer);
+        assert_eq!(classify([0.0, 0.261, 0.856]), Class::MemoryPrefer);
+        // Memory above 50 % wins even with high compute (§5.1).
+        assert_eq!(classify([0.0, 0.9, 0.6]), Class::MemoryPrefer);
+        assert_eq!(classify([0.0, 0.4, 0.3]), Class::Neutral);
+        // Boundaries: "exceeding 50 %" is strict.
+        assert_eq!(classify([0.0, 0.5, 0.5]), Class::Neutral);
+        assert_eq!(classify([0.0, 0.51, 0.5]), Class::ComputePrefer);
+        // The table's prototypes classify as their classes.
+        assert_eq!(classify(COMPUTE_PREFER_UTIL), Class::ComputePrefer);
+        assert_eq!(classify(MEMORY_PREFER_UTIL), Class::MemoryPrefer);
     }
 
     #[test]
