@@ -78,15 +78,28 @@ pub struct TwoStage {
 }
 
 impl TwoStage {
-    /// From profiled samples `(r, fused / X_k1)`: the samples at r < 1 fit
-    /// the co-run stage, those at r ≥ 1 the solo-run stage (§6.3 uses
-    /// 10 %, 20 %, 180 %, 190 %: [`TRAINING_RATIOS`]).
+    /// From profiled samples `(r, fused / X_k1)` taken at the four
+    /// [`TRAINING_RATIOS`] in order: the first two fit the co-run stage, the
+    /// last two the solo-run stage (§6.3). When a stage's two samples share
+    /// one measured ratio (the kernel's grid granularity), its line goes
+    /// through their mean with the slope §6.1 observes: 0 for the co-run
+    /// stage's floor, 1 for the solo-run stage ("the sharper slope is 1").
     pub fn fit(samples: &[(f64, f64)]) -> Option<Self> {
-        let lo: Vec<_> = samples.iter().copied().filter(|s| s.0 < 1.0).collect();
-        let hi: Vec<_> = samples.iter().copied().filter(|s| s.0 >= 1.0).collect();
+        if samples.len() != 4 || samples.iter().any(|s| !s.0.is_finite() || !s.1.is_finite()) {
+            return None;
+        }
+        let stage = |pts: &[(f64, f64)], slope: f64| {
+            Line::fit(pts).unwrap_or_else(|| {
+                let (mx, my) = ((pts[0].0 + pts[1].0) / 2.0, (pts[0].1 + pts[1].1) / 2.0);
+                Line {
+                    a: my - slope * mx,
+                    b: slope,
+                }
+            })
+        };
         Some(TwoStage {
-            co: Line::fit(&lo)?,
-            solo: Line::fit(&hi)?,
+            co: stage(&samples[..2], 0.0),
+            solo: stage(&samples[2..], 1.0),
         })
     }
 

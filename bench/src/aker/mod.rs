@@ -24,6 +24,9 @@ pub struct AkerArgs {
     /// pairs and report its error on held-out pairs.
     #[arg(long)]
     pub predictor: bool,
+    /// Device for the predictor experiment (the MI50 models' kernels).
+    #[arg(long, default_value = "mi50")]
+    pub predictor_device: String,
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
