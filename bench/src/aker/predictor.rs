@@ -16,6 +16,7 @@
 //!   Component 2 gets as many blocks as the ratio asks: a copy of its shape
 //!   with a larger grid when its own grid is too small (same curve, same
 //!   demand; the PTB version's block count is a parameter, §5.3).
+//!
 //! Held out: load ratios 30 %–170 % in steps of 20 %, not used in training;
 //! predicted through the whole chain (both components' times from their
 //! block-count models, then the two-stage model) against the fused run.
