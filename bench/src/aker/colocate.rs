@@ -31,7 +31,7 @@
 //! Arrivals: open-loop Poisson at a stated utilisation `ρ` of the LC
 //! service alone (rate = ρ / stand-alone latency). QoS target: one for
 //! every manager, a multiple of the LC model's stand-alone latency (default
-//! 2x, `--qos-x`). Both are choices (the paper gives neither a rate nor a
+//! 3x, `--qos-x`). Both are choices (the paper gives neither a rate nor a
 //! violation rate; its QoS is 50 ms at the largest batch meeting it).
 
 use anyhow::Result;
@@ -209,9 +209,8 @@ pub fn run_one(
                 )
             {
                 let key = (q.next, be_k);
-                if !fusions.contains_key(&key) {
-                    let f = train(spec, lk, bk)?;
-                    fusions.insert(key, f);
+                if let std::collections::hash_map::Entry::Vacant(e) = fusions.entry(key) {
+                    e.insert(train(spec, lk, bk)?);
                 }
                 if let Some(((_, _), m)) = &fusions[&key] {
                     let model = KernelModel(reef_sched::aker::Line {

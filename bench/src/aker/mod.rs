@@ -36,10 +36,10 @@ pub struct AkerArgs {
     #[arg(long = "be", default_values_t = ["bert".to_string(), "densenet".to_string()])]
     pub be: Vec<String>,
     /// LC utilisations (Poisson arrival rate x stand-alone latency).
-    #[arg(long = "util", default_values_t = [0.2, 0.5])]
+    #[arg(long = "util", default_values_t = [0.2, 0.5, 0.8])]
     pub util: Vec<f64>,
     /// QoS target as a multiple of the LC model's stand-alone latency.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 3.0)]
     pub qos_x: f64,
     /// LC queries per run.
     #[arg(long, default_value_t = 100)]
