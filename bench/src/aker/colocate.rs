@@ -469,3 +469,37 @@ pub fn run_streams(
         fused_launches: 0,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every manager serves every query; only aker fuses; its fused BE work
+    /// counts in its throughput.
+    #[test]
+    fn managers_serve_all_queries_and_only_aker_fuses() {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let lc = kernels_of(&spec, "vgg").unwrap();
+        let be = kernels_of(&spec, "densenet").unwrap();
+        let mut f = HashMap::new();
+        let mut rows = Vec::new();
+        for m in MANAGERS {
+            rows.push(
+                run_one(
+                    &spec, m, "vgg", &lc, "densenet", &be, &mut f, 0.3, 3.0, 8, 1,
+                )
+                .unwrap(),
+            );
+        }
+        rows.push(run_streams(&spec, "vgg", &lc, "densenet", &be, 0.3, 3.0, 8, 1).unwrap());
+        for r in &rows {
+            assert!(r.p99_ms > 0.0, "{}: no query finished", r.manager);
+            assert!(r.be_per_s > 0.0, "{}", r.manager);
+            assert_eq!(r.fused_launches > 0, r.manager == "aker", "{}", r.manager);
+        }
+        // Without a headroom, BE never delays an active query: lc-first's
+        // tail is the shortest of the serial managers.
+        let p = |m: &str| rows.iter().find(|r| r.manager == m).unwrap().p99_ms;
+        assert!(p("lc-first") <= p("baymax") && p("lc-first") <= p("aker"));
+    }
+}
