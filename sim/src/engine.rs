@@ -25,7 +25,12 @@
 //! runs exactly once and is accounted on its own CU. A block's duration is
 //! fixed when it is placed, from the kernel's curve at the CU's co-residency
 //! then: `k = ceil(resident waves on the CU / waves per block)`, so blocks of
-//! different kernels contend in the same way as blocks of one kernel.
+//! different kernels contend in the same way as blocks of one kernel, unless
+//! their declared pipe demands differ: then the resource mix (Aker §3,
+//! [`crate::mix`]) counts a neighbour only by the load it puts on the
+//! block's own pipes, and `k` may be fractional (the curve interpolated).
+//! A launch may be capped to persistent blocks per CU (Aker §5.3,
+//! [`KernelLaunch::persistent`]).
 //! Across CUs, launches contend for what the whole device shares (L2,
 //! memory; REEF §6.5 Fig. 27): a block placed while blocks of other launches
 //! are resident runs longer in proportion to both kernels' contention
