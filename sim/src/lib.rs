@@ -16,6 +16,10 @@
 //!   it reads and writes, an optional block range and an optional [`CuSet`].
 //!   [`Sim::launch_padded`] enqueues several such parts as one padded
 //!   launch (REEF §5.1 Fig. 12: dispatched together, one queue slot).
+//! - Resource mix inside a CU (Aker §3, [`mix`]): a shape's pipe demand
+//!   ([`KernelShape::with_demand`], [`Demand`]); MI50 model kernels get
+//!   theirs from [`resources`]. [`KernelLaunch::with_persistent`] caps a
+//!   launch's blocks per CU (persistent thread blocks, Aker §5.3).
 //! - Time: [`Sim::next_event_time`], [`Sim::advance_to`] / [`Sim::step`]
 //!   return [`DeviceEvent`]s (Started, Completed, Evicted, Cleared, Killed)
 //!   with the time, stream, launch id and tags. Act between calls at
