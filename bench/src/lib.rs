@@ -1,6 +1,7 @@
 //! reef-bench: benchmarks over the simulated GPU. One module per subcommand
 //! of the `reef-bench` binary.
 
+pub mod aker;
 pub mod crosscheck;
 pub mod disb;
 pub mod dkp;

@@ -30,6 +30,8 @@ enum Cmd {
     Crosscheck(reef_bench::crosscheck::CrosscheckArgs),
     /// FIKIT: the paper's experiments (fikit.txt §4.3–4.5), DISB sweeps over host gaps and ε, selection cost.
     Fikit(reef_bench::fikit::FikitArgs),
+    /// Aker (issue 19): Table 1 micro-benchmarks, fused-kernel duration predictor.
+    Aker(reef_bench::aker::AkerArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -51,6 +53,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Multigpu(a) => reef_bench::multigpu::main(a),
         Cmd::Crosscheck(a) => reef_bench::crosscheck::main(a),
         Cmd::Fikit(a) => reef_bench::fikit::main(a),
+        Cmd::Aker(a) => reef_bench::aker::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -17,6 +17,7 @@
 //! assert!(actions.iter().any(|a| matches!(a, Action::Launch { .. })));
 //! ```
 
+pub mod aker;
 mod core;
 pub mod dkp;
 #[cfg(feature = "fake")]

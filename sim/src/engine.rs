@@ -25,7 +25,12 @@
 //! runs exactly once and is accounted on its own CU. A block's duration is
 //! fixed when it is placed, from the kernel's curve at the CU's co-residency
 //! then: `k = ceil(resident waves on the CU / waves per block)`, so blocks of
-//! different kernels contend in the same way as blocks of one kernel.
+//! different kernels contend in the same way as blocks of one kernel, unless
+//! their declared pipe demands differ: then the resource mix (Aker §3,
+//! [`crate::mix`]) counts a neighbour only by the load it puts on the
+//! block's own pipes, and `k` may be fractional (the curve interpolated).
+//! A launch may be capped to persistent blocks per CU (Aker §5.3,
+//! [`KernelLaunch::persistent`]).
 //! Across CUs, launches contend for what the whole device shares (L2,
 //! memory; REEF §6.5 Fig. 27): a block placed while blocks of other launches
 //! are resident runs longer in proportion to both kernels' contention
@@ -76,6 +81,12 @@ pub struct KernelLaunch {
     pub blocks: Option<Range<u32>>,
     /// Run only on these compute units (default: all).
     pub cus: Option<CuSet>,
+    /// Persistent thread blocks (Aker §5.3): at most this many of the
+    /// launch's blocks resident on one CU at a time, each freed slot taking
+    /// the next block, as `a` persistent blocks per CU looping over the
+    /// kernel's blocks would. Every block still runs exactly once. `None`:
+    /// as many as fit.
+    pub persistent: Option<u32>,
 }
 
 impl KernelLaunch {
@@ -87,6 +98,7 @@ impl KernelLaunch {
             writes: Vec::new(),
             blocks: None,
             cus: None,
+            persistent: None,
         }
     }
 
@@ -98,6 +110,13 @@ impl KernelLaunch {
 
     pub fn with_blocks(mut self, blocks: Range<u32>) -> Self {
         self.blocks = Some(blocks);
+        self
+    }
+
+    /// At most `per_cu` blocks of this launch resident per CU (persistent
+    /// thread blocks, Aker §5.3); see [`KernelLaunch::persistent`].
+    pub fn with_persistent(mut self, per_cu: u32) -> Self {
+        self.persistent = Some(per_cu);
         self
     }
 
@@ -129,6 +148,8 @@ pub enum SimError {
     ZeroCapacity,
     #[error("a padded launch needs at least one part")]
     EmptyPaddedLaunch,
+    #[error("kernel {0}: persistent blocks per CU must be at least 1")]
+    ZeroPersistent(String),
     #[error("kernel {kernel}: a block does not fit on an empty {device} CU (shape built for another device?)")]
     DoesNotFit { kernel: String, device: String },
     #[error("out of device memory: {requested} B requested, {free} B of {total} B free")]
@@ -348,6 +369,10 @@ struct Launch {
     cap_empty: u32,
     /// Contention pressure of its resident groups (sum of their `pressure`).
     pressure: u128,
+    /// Persistent blocks per CU (0: no limit) and, when set, the launch's
+    /// resident blocks on each CU.
+    ptb: u32,
+    resident: Vec<u32>,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the
@@ -447,7 +472,9 @@ pub struct Sim {
     // scratch
     cand: Vec<(usize, u32, u32)>,
     /// Placement buckets: (blocks per CU, co-residency, CUs).
-    buckets: Vec<(u32, u32, CuSet)>,
+    buckets: Vec<(u32, u64, CuSet)>,
+    /// Per CU: the resource-mix load of its resident waves (`mix.rs`).
+    load: Vec<crate::mix::Load>,
 }
 
 impl Sim {
@@ -472,6 +499,7 @@ impl Sim {
             }),
             cand: Vec::with_capacity(n),
             buckets: Vec::new(),
+            load: vec![[0; crate::mix::PIPES]; n],
             pressure: 0,
             share_ppm: (spec.contention_share * 1e6).round() as u64,
             fresh: Vec::new(),
@@ -640,6 +668,9 @@ impl Sim {
                 blocks: nb,
             });
         }
+        if req.persistent == Some(0) {
+            return Err(SimError::ZeroPersistent(req.shape.name.clone()));
+        }
         if self.empty_cu_capacity(&req.shape) == 0 {
             return Err(SimError::DoesNotFit {
                 kernel: req.shape.name.clone(),
@@ -695,6 +726,8 @@ impl Sim {
                     unit: 0,
                     cap_empty: 0,
                     pressure: 0,
+                    ptb: 0,
+                    resident: Vec::new(),
                 });
                 self.launches.len() as u32 - 1
             }
@@ -720,7 +753,14 @@ impl Sim {
         l.followers.clear();
         l.scan = CuSet::empty();
         l.unit = unit;
-        l.cap_empty = cap_empty;
+        l.ptb = l.req.persistent.unwrap_or(0);
+        l.resident.clear();
+        if l.ptb > 0 {
+            l.cap_empty = cap_empty.min(l.ptb);
+            l.resident.resize(self.spec.compute_units as usize, 0);
+        } else {
+            l.cap_empty = cap_empty;
+        }
         l.pressure = 0;
         slot
     }
@@ -1262,11 +1302,19 @@ impl Sim {
                     continue;
                 }
                 let charge = a as u128 * unit;
+                let demand = self.launches[slot as usize].req.shape.demand;
+                let ptb = self.launches[slot as usize].ptb;
                 for cu in set.iter() {
+                    if ptb > 0 {
+                        self.launches[slot as usize].resident[cu] += a;
+                    }
                     self.usage[cu] = charge;
+                    self.load[cu] = [0; crate::mix::PIPES];
+                    crate::mix::charge(&mut self.load[cu], &demand, (a * wpb) as u64, true);
                 }
                 self.busy += set.len();
-                self.buckets.push((a, a, set));
+                self.buckets
+                    .push((a, a as u64 * crate::mix::ONE as u64, set));
             }
             self.make_groups(slot);
             return;
@@ -1280,13 +1328,17 @@ impl Sim {
         let mut early = false;
         for cu in scan.iter_from(self.rr) {
             let u = self.usage[cu];
-            let cap = if u == 0 {
+            let mut cap = if u == 0 {
                 cap_empty
             } else if !fits(self.limits - u, unit) {
                 0
             } else {
                 cap_of(&unpack(u))
             };
+            let l = &self.launches[slot as usize];
+            if l.ptb > 0 {
+                cap = cap.min(l.ptb - l.resident[cu]);
+            }
             if cap > 0 {
                 self.cand.push((cu, cap, 0));
                 if self.cand.len() as u32 == remaining {
@@ -1342,6 +1394,7 @@ impl Sim {
             }
         }
         // Bucket CUs by (blocks placed, resulting co-residency).
+        let demand = self.launches[slot as usize].req.shape.demand;
         for &(cu, _, a) in &self.cand {
             if a == 0 {
                 continue;
@@ -1352,11 +1405,16 @@ impl Sim {
             }
             *u += a as u128 * unit;
             let waves = ((*u >> WAVES_SHIFT) & LANE_MASK) as u32;
-            let k = if wpb.is_power_of_two() {
-                (waves + wpb - 1) >> wpb.trailing_zeros()
-            } else {
-                waves.div_ceil(wpb)
-            };
+            // Co-residency seen by the block, in 1/1024 (resource mix,
+            // mix.rs): ceil(waves / wpb) when every resident wave has this
+            // kernel's demand, less when its neighbours use other pipes.
+            let load = &mut self.load[cu];
+            crate::mix::charge(load, &demand, (a * wpb) as u64, true);
+            let l = &mut self.launches[slot as usize];
+            if l.ptb > 0 {
+                l.resident[cu] += a;
+            }
+            let k = crate::mix::Mix::k_fixed(&demand, wpb, waves, load);
             match self.buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
                 Some(b) => b.2.insert(cu),
                 None => {
@@ -1380,7 +1438,7 @@ impl Sim {
         }
         for &(per_cu, k, set) in &buckets {
             let count = per_cu * set.len() as u32;
-            let mut dur = self.launches[slot as usize].req.shape.exec_ns(k);
+            let mut dur = self.launches[slot as usize].req.shape.exec_ns_fixed(k);
             if self.cfg.jitter > 0.0 {
                 dur = ((dur as f64 * self.next_jitter()) as u64).max(1);
             }
@@ -1426,7 +1484,7 @@ impl Sim {
                 if w == 0 {
                     0
                 } else {
-                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns(k).max(1) as u128
+                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns_fixed(k).max(1) as u128
                 }
             };
             let g = &mut self.groups[gslot as usize];
@@ -1458,7 +1516,16 @@ impl Sim {
         self.pressure -= pressure;
         self.launches[slot as usize].pressure -= pressure;
         let free = per_cu as u128 * self.launches[slot as usize].unit;
+        let (demand, wpb) = {
+            let sh = &self.launches[slot as usize].req.shape;
+            (sh.demand, sh.waves_per_block)
+        };
         for cu in cus.iter() {
+            crate::mix::charge(&mut self.load[cu], &demand, (per_cu * wpb) as u64, false);
+            let l = &mut self.launches[slot as usize];
+            if l.ptb > 0 {
+                l.resident[cu] -= per_cu;
+            }
             let u = &mut self.usage[cu];
             *u -= free;
             if *u == 0 {

@@ -29,6 +29,7 @@
 //! block's register footprint is taken as `registers_per_cu / len` (the
 //! register file is what limits occupancy in the absence of other limits).
 
+use crate::mix::Demand;
 use crate::spec::DeviceSpec;
 use reef_model::{Kernel, Model};
 use std::sync::Arc;
@@ -64,6 +65,9 @@ pub struct KernelShape {
     /// suffers from and how much it causes device-level contention
     /// (docs/simulator.md "Contention between launches").
     pub contention_weight: u32,
+    /// Per-wave pipe demand inside a CU (resource mix, `mix.rs`);
+    /// [`Demand::UNKNOWN`] unless declared with [`KernelShape::with_demand`].
+    pub demand: Demand,
 }
 
 /// The unit of [`KernelShape::contention_weight`]: 1024 = fully bound.
@@ -182,6 +186,7 @@ impl KernelShape {
             exec_ns,
             slope_ns,
             contention_weight,
+            demand: Demand::UNKNOWN,
         })
     }
 
@@ -262,7 +267,9 @@ impl KernelShape {
         };
         let mut s = Self::synthetic(&name, blocks, threads, k.shared_mem_bytes, regs, exec, spec)?;
         s.identity = identity;
-        Ok(s)
+        // Resource mix: the model records no work data, so the demand comes
+        // from the operator in the kernel's name (resources.rs).
+        Ok(s.with_demand(crate::resources::demand_of_name(&k.name).1))
     }
 
     /// Shapes of every kernel of a model, in launch order.
@@ -286,6 +293,31 @@ impl KernelShape {
                 last.saturating_add(extra).min(MAX_BLOCK_NS)
             }
         }
+    }
+
+    /// One block's execution time at co-residency `kf` / 1024 (≥ 1), the
+    /// curve linearly interpolated between integer points (resource mix,
+    /// `mix.rs`). Integer `kf / 1024` gives exactly [`KernelShape::exec_ns`].
+    pub fn exec_ns_fixed(&self, kf: u64) -> u64 {
+        let one = crate::mix::ONE as u64;
+        let kf = kf.max(one);
+        let lo = (kf / one).min(u32::MAX as u64) as u32;
+        let frac = kf % one;
+        let a = self.exec_ns(lo);
+        if frac == 0 {
+            return a;
+        }
+        let b = self.exec_ns(lo.saturating_add(1));
+        let v = a as u128 * (one - frac) as u128 + b as u128 * frac as u128;
+        (v / one as u128) as u64
+    }
+
+    /// Declares the kernel's per-wave pipe demand (resource mix, `mix.rs`).
+    /// The device-level contention weight is left as the curve gives it
+    /// (docs/simulator.md "Resource mix": how the two relate).
+    pub fn with_demand(mut self, d: Demand) -> Self {
+        self.demand = d;
+        self
     }
 
     /// Length of the block execution curve.

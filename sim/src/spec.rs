@@ -51,6 +51,10 @@ pub struct DeviceSpec {
     pub memory_bytes: u64,
     pub memory_bandwidth_bytes_per_s: u64,
     pub fp32_flops: u64,
+    /// Peak matrix-unit (tensor-core) operations per second; 0 when the
+    /// device has none. Used by the resource mix (`mix.rs`).
+    #[serde(default)]
+    pub matrix_flops: u64,
     /// Host-side cost of one launch call.
     pub host_launch_ns: u64,
     /// Command-processor fetch of one kernel packet from a device queue.
