@@ -31,7 +31,7 @@ use super::sched::{SchedEngine, SchedSettings};
 use super::{
     Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
 };
-use crate::protocol::Priority;
+use crate::protocol::{DeviceStatus, PlacementStats, Priority};
 use reef_sched::place::{
     Begin, DeviceIdx, DeviceLimits, JobId, PlacePolicy, Placer, TaskId, TaskNeeds,
 };
@@ -79,35 +79,6 @@ pub fn model_needs(m: &reef_model::Model) -> TaskNeeds {
     }
 }
 
-/// One device's state for `status` and `stats`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceStatus {
-    pub index: usize,
-    pub preset: String,
-    pub memory_total: u64,
-    pub memory_used: u64,
-    pub models: Vec<String>,
-    /// Streams bound here (real-time, best-effort).
-    pub rt_streams: u32,
-    pub be_streams: u32,
-    /// Inference tasks in flight here.
-    pub tasks: u32,
-    /// Tasks declared by task_begin placed here.
-    pub declared_tasks: u32,
-    pub policy: String,
-}
-
-/// Placement decisions, for `stats` and metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NodeCounters {
-    pub models_placed: u64,
-    pub models_refused: u64,
-    pub streams_bound: u64,
-    pub tasks_placed: u64,
-    pub tasks_waited: u64,
-    pub tasks_refused: u64,
-}
-
 struct StreamRec {
     priority: Priority,
     dev: Option<DeviceIdx>,
@@ -123,7 +94,7 @@ pub struct NodeEngine {
     next_model_task: u64,
     streams: HashMap<u64, StreamRec>,
     tasks: HashMap<u64, DeviceIdx>,
-    counters: NodeCounters,
+    counters: PlacementStats,
 }
 
 impl NodeEngine {
@@ -156,16 +127,12 @@ impl NodeEngine {
             next_model_task: MODEL_TASK_BASE,
             streams: HashMap::new(),
             tasks: HashMap::new(),
-            counters: NodeCounters::default(),
+            counters: PlacementStats::default(),
         })
     }
 
     pub fn devices(&self) -> usize {
         self.devs.len()
-    }
-
-    pub fn counters(&self) -> NodeCounters {
-        self.counters
     }
 
     /// The device holding `model`.
@@ -179,7 +146,7 @@ impl NodeEngine {
     }
 
     /// Per-device state.
-    pub fn status(&self) -> Vec<DeviceStatus> {
+    fn status(&self) -> Vec<DeviceStatus> {
         (0..self.devs.len())
             .map(|d| {
                 let v = self.placer.device(d).expect("device index in range");
@@ -305,58 +272,6 @@ impl NodeEngine {
             Ok(false) => Err(self.refusal(&format!("task {task:?}"), needs.memory, Some(d))),
             Err(e) => Err(EngineError::Invalid(e.to_string())),
         }
-    }
-
-    /// `task_begin` (CASE/MGB §III-A, §IV): places a declared task; answers
-    /// with its device, or `None` while it waits for memory (then
-    /// [`NodeEngine::poll_placed`] names the device).
-    pub fn task_begin(
-        &mut self,
-        job: u64,
-        task: u64,
-        needs: TaskNeeds,
-    ) -> Result<Option<DeviceIdx>, EngineError> {
-        if task >= MODEL_TASK_BASE || job == MODELS_JOB.0 || job == u64::MAX {
-            return Err(EngineError::Invalid(format!(
-                "task {task} of job {job}: ids are reserved; use a task id below 2^62 and a job id other than 0"
-            )));
-        }
-        match self.placer.task_begin(JobId(job), TaskId(task), needs) {
-            Ok(Begin::Placed(d)) => {
-                self.counters.tasks_placed += 1;
-                Ok(Some(d))
-            }
-            Ok(Begin::Waiting) => {
-                self.counters.tasks_waited += 1;
-                Ok(None)
-            }
-            Err(e) => {
-                self.counters.tasks_refused += 1;
-                Err(EngineError::Invalid(e.to_string()))
-            }
-        }
-    }
-
-    /// `task_end`: releases exactly what `task_begin` reserved.
-    pub fn task_end(&mut self, task: u64) -> Result<(), EngineError> {
-        if task >= MODEL_TASK_BASE {
-            return Err(EngineError::NotFound(format!("task {task} is not known")));
-        }
-        self.placer
-            .task_end(TaskId(task))
-            .map_err(|e| EngineError::NotFound(e.to_string()))
-    }
-
-    /// A client's job ended (disconnect): release all its tasks.
-    pub fn job_end(&mut self, job: u64) {
-        if job != MODELS_JOB.0 {
-            self.placer.job_end(JobId(job));
-        }
-    }
-
-    /// A task placed after waiting.
-    pub fn poll_placed(&mut self) -> Option<(u64, DeviceIdx)> {
-        self.placer.poll_placed().map(|(t, d)| (t.0, d))
     }
 
     fn bind_stream(&mut self, stream: u64, model: &str) -> Result<DeviceIdx, EngineError> {
@@ -542,6 +457,71 @@ impl Engine for NodeEngine {
             sum.be_kernels_completed += p.be_kernels_completed;
         }
         any.then_some(sum)
+    }
+
+    fn add_model_on(
+        &mut self,
+        model: EngineModel,
+        pin: Option<usize>,
+    ) -> Result<Option<usize>, EngineError> {
+        NodeEngine::add_model_on(self, model, pin).map(Some)
+    }
+
+    fn devices(&self) -> Vec<DeviceStatus> {
+        self.status()
+    }
+
+    fn placement(&self) -> Option<PlacementStats> {
+        Some(self.counters)
+    }
+
+    /// `task_begin` (CASE/MGB §III-A, §IV): places a declared task; answers
+    /// with its device, or `None` while it waits for memory.
+    fn task_begin(
+        &mut self,
+        job: u64,
+        task: u64,
+        needs: TaskNeeds,
+    ) -> Result<Option<usize>, EngineError> {
+        if task >= MODEL_TASK_BASE || job == MODELS_JOB.0 {
+            return Err(EngineError::Invalid(format!(
+                "task {task} of job {job}: ids are reserved; use a task id below 2^62 and a job id other than 0"
+            )));
+        }
+        match self.placer.task_begin(JobId(job), TaskId(task), needs) {
+            Ok(Begin::Placed(d)) => {
+                self.counters.tasks_placed += 1;
+                Ok(Some(d))
+            }
+            Ok(Begin::Waiting) => {
+                self.counters.tasks_waited += 1;
+                Ok(None)
+            }
+            Err(e) => {
+                self.counters.tasks_refused += 1;
+                Err(EngineError::Invalid(e.to_string()))
+            }
+        }
+    }
+
+    fn task_device(&self, task: u64) -> Option<usize> {
+        self.placer.device_of(TaskId(task))
+    }
+
+    /// `task_end`: releases exactly what `task_begin` reserved.
+    fn task_end(&mut self, task: u64) -> Result<(), EngineError> {
+        if task >= MODEL_TASK_BASE {
+            return Err(EngineError::NotFound(format!("task {task} is not known")));
+        }
+        self.placer
+            .task_end(TaskId(task))
+            .map_err(|e| EngineError::NotFound(e.to_string()))
+    }
+
+    fn job_end(&mut self, job: u64) {
+        if job != MODELS_JOB.0 {
+            self.placer.job_end(JobId(job));
+        }
     }
 }
 
