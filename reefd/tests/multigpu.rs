@@ -1,0 +1,172 @@
+//! reefd on a simulated node of four MI50s (issue 16 items 1, 2, 4 and 5;
+//! CASE/MGB §III-C Algorithm 3 and §IV; engine/node.rs): models are placed
+//! across devices by memory and load, a model can be pinned, RT and BE
+//! clients are served by REEF inside the device holding their model with
+//! outputs verified, and a client's task_begin/task_end place and release
+//! work on the device the policy chose.
+
+mod common;
+
+use common::Daemon;
+use reefd::client::ClientError;
+use reefd::protocol::{ErrorCode, Priority, TaskResult};
+
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn node_places_models_serves_clients_and_tasks() {
+    let d = Daemon::start_on("sim:mi50x4", "", "");
+    let mut admin = d.client();
+    let st = admin.status().unwrap();
+    assert_eq!(st.devices.len(), 4, "{st:?}");
+    assert!(st.devices.iter().all(|x| x.memory_used == 0));
+
+    // Four models by placement (Alg. 3: most available warps, memory-safe):
+    // each lands on a device no other model holds.
+    let mut on = Vec::new();
+    for m in ["vgg", "resnet152", "inception", "densenet"] {
+        let info = admin.load_model(m, None).unwrap();
+        on.push(info.device.expect("a node answers the device"));
+    }
+    let mut distinct = on.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "models placed on {on:?}");
+    // A device that does not exist: a one-line error naming the range.
+    let bad = d.reefctl(&["models", "load", "bert", "--device-index", "9"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("devices 0..3"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
+    // The fifth is pinned: it goes where asked, and its memory is counted.
+    let before = admin.status().unwrap().devices[on[0]].memory_used;
+    let bert = d.reefctl(&[
+        "models",
+        "load",
+        "bert",
+        "--device-index",
+        &on[0].to_string(),
+    ]);
+    assert!(
+        bert.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bert.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&bert.stdout).contains(&format!("placed bert on device {}", on[0]))
+    );
+    let st = admin.status().unwrap();
+    let dev0 = &st.devices[on[0]];
+    assert!(dev0.models.contains(&"bert".to_string()), "{dev0:?}");
+    // bert's buffers + 256 MiB workspace + 300 MiB context.
+    assert!(dev0.memory_used - before > 556 << 20, "{dev0:?}");
+    for x in &st.devices {
+        assert!(x.memory_used <= x.memory_total, "{x:?}");
+    }
+    // DISB-style clients: one RT (vgg), two BE (bert shares vgg's device,
+    // so REEF preempts BE work for RT there; resnet152 runs elsewhere).
+    let mut be = Vec::new();
+    for (i, m) in ["bert", "resnet152"].into_iter().enumerate() {
+        let mut c = d.client();
+        be.push(std::thread::spawn(move || -> Vec<TaskResult> {
+            let s = c.register(Priority::Be, Some(&format!("be{i}"))).unwrap();
+            (0..8).map(|_| c.infer(s.stream, m).unwrap()).collect()
+        }));
+    }
+    let mut rtc = d.client();
+    let s = rtc.register(Priority::Rt, Some("rt")).unwrap();
+    let rt: Vec<TaskResult> = (0..10)
+        .map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            rtc.infer(s.stream, "vgg").unwrap()
+        })
+        .collect();
+    // The RT stream is bound to vgg's device; it cannot use a model held
+    // elsewhere.
+    let st = admin.status().unwrap();
+    assert_eq!(st.devices[on[0]].rt_streams, 1, "{st:?}");
+    let e = rtc.infer(s.stream, "densenet").unwrap_err();
+    assert!(e.to_string().contains("loaded on device"), "{e}");
+    let be: Vec<TaskResult> = be.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    assert_eq!(be.len(), 16);
+    for r in rt.iter().chain(&be) {
+        assert_eq!(r.outputs_verified, Some(true), "{r:?}");
+    }
+
+    // task_begin from a client: placed by Alg. 3 on the device with the
+    // most available warps that has the memory; task_end releases it.
+    let mut app = d.client();
+    let before: Vec<u64> = admin
+        .status()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|x| x.memory_used)
+        .collect();
+    let (task, dev) = app.task_begin(4 * GIB, 256, 1024).unwrap();
+    let dev = dev.expect("memory is free: placed at once");
+    let st = admin.status().unwrap();
+    assert_eq!(st.devices[dev].memory_used, before[dev] + 4 * GIB);
+    assert_eq!(st.devices[dev].declared_tasks, 1);
+    // Too large for any device: refused, with the figures.
+    let e = app.task_begin(40 * GIB, 256, 1024).unwrap_err();
+    match &e {
+        ClientError::Server { code, message } => {
+            assert_eq!(*code, ErrorCode::BadRequest);
+            assert!(message.contains("more than any device"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // Another connection cannot end it.
+    assert!(admin.task_end(task).is_err());
+    app.task_end(task).unwrap();
+    let after: Vec<u64> = admin
+        .status()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|x| x.memory_used)
+        .collect();
+    assert_eq!(after, before);
+    // A connection that closes releases its tasks.
+    let (_, dev2) = app.task_begin(GIB, 128, 64).unwrap();
+    assert!(dev2.is_some());
+    drop(app);
+    assert!(common::wait_until(
+        std::time::Duration::from_secs(5),
+        || {
+            admin
+                .status()
+                .unwrap()
+                .devices
+                .iter()
+                .map(|x| x.memory_used)
+                .collect::<Vec<_>>()
+                == before
+        }
+    ));
+
+    let stats = admin.stats().unwrap();
+    let p = stats.placement.expect("a node reports placement");
+    assert_eq!(p.models_placed, 5);
+    assert_eq!(p.tasks_placed, 2);
+    assert_eq!(p.tasks_refused, 1);
+    assert_eq!(p.streams_bound, 3);
+    assert_eq!(stats.corrupted_outputs, 0);
+}
+
+#[test]
+fn one_device_daemon_refuses_task_begin_and_foreign_pins() {
+    let d = Daemon::start("");
+    let mut c = d.client();
+    assert!(c.status().unwrap().devices.is_empty());
+    let e = c.task_begin(GIB, 128, 64).unwrap_err();
+    assert!(e.to_string().contains("sim:mi50x4"), "{e}");
+    let e = c.load_model_on("vgg", None, Some(1)).unwrap_err();
+    assert!(e.to_string().contains("one device"), "{e}");
+    let m = c.load_model_on("vgg", None, Some(0)).unwrap();
+    assert_eq!(m.device, None);
+}
