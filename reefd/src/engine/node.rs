@@ -534,3 +534,79 @@ impl NodeEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn node() -> NodeEngine {
+        NodeEngine::new(
+            &["mi50".to_string(), "mi50".to_string()],
+            SchedSettings {
+                preset: "mi50".into(),
+                policy: "reef".into(),
+                dq_capacity: 4,
+                be_streams_per_model: 1,
+                seed: 0,
+            },
+        )
+        .unwrap()
+    }
+
+    fn model(name: &str) -> EngineModel {
+        let m = reef_model::load_named(&reef_model::default_models_dir(), "vgg").unwrap();
+        EngineModel {
+            name: name.into(),
+            model: Arc::new(m),
+            idempotence: None,
+        }
+    }
+
+    #[test]
+    fn a_model_that_fits_nowhere_is_refused_with_the_figures() {
+        let mut n = node();
+        let need = model_needs(&model("a").model).memory;
+        let total = n.placer.device(0).unwrap().memory_total;
+        // Leave each device less free memory than the model needs.
+        for d in 0..2 {
+            let filler = TaskNeeds {
+                memory: total - need + 1,
+                threads_per_block: 64,
+                blocks: 1,
+            };
+            assert!(n
+                .placer
+                .task_begin_on(JobId(9), TaskId(d as u64 + 1), filler, d)
+                .unwrap());
+        }
+        let e = n.add_model_on(model("a"), None).unwrap_err().to_string();
+        assert!(e.contains("more than any device has"), "{e}");
+        assert!(e.contains(&format!("({need} B")), "{e}");
+        assert!(e.contains("device 1:"), "{e}");
+        let e = n.add_model_on(model("a"), Some(1)).unwrap_err().to_string();
+        assert!(e.contains("the pinned device"), "{e}");
+        assert_eq!(n.counters.models_refused, 2);
+        assert!(n.model_device("a").is_none());
+        // Memory freed on device 1: the model goes there, and only there.
+        n.placer.task_end(TaskId(2)).unwrap();
+        assert_eq!(n.add_model_on(model("a"), None).unwrap(), 1);
+        assert_eq!(n.placer.device(1).unwrap().memory_used, need);
+        // Unloading releases exactly what loading reserved.
+        n.remove_model("a");
+        assert_eq!(n.placer.device(1).unwrap().memory_used, 0);
+    }
+
+    #[test]
+    fn models_spread_by_load_and_pins_are_honoured() {
+        let mut n = node();
+        assert_eq!(n.add_model_on(model("a"), None).unwrap(), 0);
+        // Device 0 now carries a's warps: Alg. 3 picks the idle device.
+        assert_eq!(n.add_model_on(model("b"), None).unwrap(), 1);
+        assert_eq!(n.add_model_on(model("c"), Some(0)).unwrap(), 0);
+        let st = n.status();
+        assert_eq!(st[0].models, vec!["a".to_string(), "c".to_string()]);
+        assert_eq!(st[1].models, vec!["b".to_string()]);
+        assert!(n.add_model_on(model("c"), None).is_err());
+    }
+}
