@@ -22,7 +22,10 @@
 //!   and preempts best-effort work for it, so a real-time client alone
 //!   among real-time clients waits only behind its own requests: the rule
 //!   of `place_inference_clients`), a best-effort stream to the one with
-//!   the fewest streams (ties: lowest index). A stream stays on its device.
+//!   the fewest streams (ties: lowest index). Since a model is loaded on one
+//!   device, that device is its holder; a stream that later asks for a
+//!   model held elsewhere is opened on that device too (one client, one
+//!   stream per device it uses; REEF's queues stay per device).
 //! - **tasks** declared through `task_begin`/`task_end` (§III-A, §IV) are
 //!   placed by the same placer, so their memory and the models' memory are
 //!   accounted together and never oversubscribe a device.
@@ -81,7 +84,8 @@ pub fn model_needs(m: &reef_model::Model) -> TaskNeeds {
 
 struct StreamRec {
     priority: Priority,
-    dev: Option<DeviceIdx>,
+    /// Devices the stream is open on, in the order it first used them.
+    devs: Vec<DeviceIdx>,
 }
 
 /// A node of several devices, REEF inside each.
@@ -142,7 +146,9 @@ impl NodeEngine {
 
     /// The device a stream is bound to (after its first inference).
     pub fn stream_device(&self, stream: u64) -> Option<DeviceIdx> {
-        self.streams.get(&stream).and_then(|s| s.dev)
+        self.streams
+            .get(&stream)
+            .and_then(|s| s.devs.first().copied())
     }
 
     /// Per-device state.
@@ -160,7 +166,7 @@ impl NodeEngine {
                 let on = |p: Priority| {
                     self.streams
                         .values()
-                        .filter(|s| s.dev == Some(d) && s.priority == p)
+                        .filter(|s| s.devs.contains(&d) && s.priority == p)
                         .count() as u32
                 };
                 DeviceStatus {
@@ -274,6 +280,13 @@ impl NodeEngine {
         }
     }
 
+    fn stream_devices(&self, stream: u64) -> Result<Vec<DeviceIdx>, EngineError> {
+        self.streams
+            .get(&stream)
+            .map(|s| s.devs.clone())
+            .ok_or_else(|| EngineError::NotFound(format!("stream {stream} is not open")))
+    }
+
     fn bind_stream(&mut self, stream: u64, model: &str) -> Result<DeviceIdx, EngineError> {
         let rec = self
             .streams
@@ -284,20 +297,16 @@ impl NodeEngine {
                 "model {model} is not loaded on any device (reefctl models load {model})"
             ))
         })?;
-        if let Some(d) = rec.dev {
-            if d != holder {
-                return Err(EngineError::Invalid(format!(
-                    "this client's stream runs on device {d} and model {model} is loaded on device {holder}: open another client for it"
-                )));
-            }
-            return Ok(d);
+        if rec.devs.contains(&holder) {
+            return Ok(holder);
         }
-        // Each model is on one device, so the holder is the choice; the
-        // real-time rule matters when a model is loaded per device
-        // (see the module doc) and is kept in `status` for operators.
         let priority = rec.priority;
         self.devs[holder].open_stream(stream, priority)?;
-        self.streams.get_mut(&stream).expect("checked").dev = Some(holder);
+        self.streams
+            .get_mut(&stream)
+            .expect("checked")
+            .devs
+            .push(holder);
         self.counters.streams_bound += 1;
         Ok(holder)
     }
@@ -345,7 +354,7 @@ impl Engine for NodeEngine {
             stream,
             StreamRec {
                 priority,
-                dev: None,
+                devs: Vec::new(),
             },
         );
         Ok(())
@@ -355,10 +364,10 @@ impl Engine for NodeEngine {
         let Some(rec) = self.streams.remove(&stream) else {
             return Vec::new();
         };
-        let Some(d) = rec.dev else {
-            return Vec::new();
-        };
-        let dropped = self.devs[d].close_stream(now, stream, out);
+        let mut dropped = Vec::new();
+        for d in rec.devs {
+            dropped.extend(self.devs[d].close_stream(now, stream, out));
+        }
         for t in &dropped {
             self.tasks.remove(t);
         }
@@ -386,17 +395,13 @@ impl Engine for NodeEngine {
         stream: u64,
         out: &mut Vec<EngineEvent>,
     ) -> Result<u64, EngineError> {
-        match self.stream_device(stream) {
-            Some(d) => {
-                let r = self.devs[d].preempt(now, stream, out);
-                self.forget_done(out);
-                r
-            }
-            None if self.streams.contains_key(&stream) => Ok(0),
-            None => Err(EngineError::NotFound(format!(
-                "stream {stream} is not open"
-            ))),
+        let devs = self.stream_devices(stream)?;
+        let mut n = 0;
+        for d in devs {
+            n += self.devs[d].preempt(now, stream, out)?;
         }
+        self.forget_done(out);
+        Ok(n)
     }
 
     fn resume(
@@ -405,17 +410,11 @@ impl Engine for NodeEngine {
         stream: u64,
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError> {
-        match self.stream_device(stream) {
-            Some(d) => {
-                let r = self.devs[d].resume(now, stream, out);
-                self.forget_done(out);
-                r
-            }
-            None if self.streams.contains_key(&stream) => Ok(()),
-            None => Err(EngineError::NotFound(format!(
-                "stream {stream} is not open"
-            ))),
+        for d in self.stream_devices(stream)? {
+            self.devs[d].resume(now, stream, out)?;
         }
+        self.forget_done(out);
+        Ok(())
     }
 
     fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
@@ -430,8 +429,12 @@ impl Engine for NodeEngine {
     }
 
     fn queue_depths(&self, stream: u64) -> (usize, usize) {
-        self.stream_device(stream)
-            .map_or((0, 0), |d| self.devs[d].queue_depths(stream))
+        self.streams.get(&stream).map_or((0, 0), |s| {
+            s.devs.iter().fold((0, 0), |(h, q), &d| {
+                let (a, b) = self.devs[d].queue_depths(stream);
+                (h + a, q + b)
+            })
+        })
     }
 
     fn task_progress(&self, task: u64) -> Option<TaskProgress> {
