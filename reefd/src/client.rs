@@ -462,6 +462,26 @@ fn unexpected(r: Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {r:?}"))
 }
 
+/// The lazy runtime's scheduler side over a daemon connection (CASE/MGB
+/// §III-A-2, Fig. 2): `task_begin` asks reefd, and while the task waits
+/// for memory polls every millisecond until the daemon names a device.
+impl crate::lazy::Placement for Client {
+    fn task_begin(&mut self, needs: crate::lazy::Needs) -> std::result::Result<(u64, u32), String> {
+        let (task, mut device) =
+            Client::task_begin(self, needs.memory, needs.threads_per_block, needs.blocks)
+                .map_err(|e| e.to_string())?;
+        while device.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            device = self.task_poll(task).map_err(|e| e.to_string())?;
+        }
+        Ok((task, device.unwrap_or(0) as u32))
+    }
+
+    fn task_end(&mut self, task: u64) -> std::result::Result<(), String> {
+        Client::task_end(self, task).map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,25 +526,5 @@ mod tests {
         }
         drop(writer.join().unwrap());
         assert!(matches!(c.read_message(None), Err(ClientError::Closed)));
-    }
-}
-
-/// The lazy runtime's scheduler side over a daemon connection (CASE/MGB
-/// §III-A-2, Fig. 2): `task_begin` asks reefd, and while the task waits
-/// for memory polls every millisecond until the daemon names a device.
-impl crate::lazy::Placement for Client {
-    fn task_begin(&mut self, needs: crate::lazy::Needs) -> std::result::Result<(u64, u32), String> {
-        let (task, mut device) =
-            Client::task_begin(self, needs.memory, needs.threads_per_block, needs.blocks)
-                .map_err(|e| e.to_string())?;
-        while device.is_none() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            device = self.task_poll(task).map_err(|e| e.to_string())?;
-        }
-        Ok((task, device.unwrap_or(0) as u32))
-    }
-
-    fn task_end(&mut self, task: u64) -> std::result::Result<(), String> {
-        Client::task_end(self, task).map_err(|e| e.to_string())
     }
 }
