@@ -172,3 +172,88 @@ fn one_device_daemon_refuses_task_begin_and_foreign_pins() {
     let m = c.load_model_on("vgg", None, Some(0)).unwrap();
     assert_eq!(m.device, None);
 }
+
+/// Device operations that only record which device each one ran on (the
+/// placement is what is tested; the daemon's devices run inferences).
+#[derive(Default)]
+struct Recorder {
+    ops: Vec<(String, u32)>,
+    next: u64,
+}
+
+impl reefd::lazy::DeviceOps for Recorder {
+    type Ptr = u64;
+    fn malloc(&mut self, d: u32, _bytes: u64) -> Result<u64, String> {
+        self.ops.push(("malloc".into(), d));
+        self.next += 1;
+        Ok(self.next)
+    }
+    fn memcpy_h2d(&mut self, d: u32, _dst: u64, _data: &[u8]) -> Result<(), String> {
+        self.ops.push(("h2d".into(), d));
+        Ok(())
+    }
+    fn memset(&mut self, d: u32, _dst: u64, _v: u8, _n: u64) -> Result<(), String> {
+        self.ops.push(("memset".into(), d));
+        Ok(())
+    }
+    fn memcpy_d2h(&mut self, d: u32, _src: u64, bytes: u64) -> Result<Vec<u8>, String> {
+        self.ops.push(("d2h".into(), d));
+        Ok(vec![0; bytes as usize])
+    }
+    fn free(&mut self, d: u32, _ptr: u64) -> Result<(), String> {
+        self.ops.push(("free".into(), d));
+        Ok(())
+    }
+    fn launch(&mut self, d: u32, k: &str, _b: u64, _t: u32, _a: &[u64]) -> Result<(), String> {
+        self.ops.push((k.into(), d));
+        Ok(())
+    }
+}
+
+#[test]
+fn lazy_runtime_places_its_task_through_the_daemon() {
+    let d = Daemon::start_on("sim:mi50x4", "", "");
+    let mut admin = d.client();
+    // vgg on device 0 (pinned) carries warps there: Alg. 3 places the task
+    // on a device with more available warps.
+    admin.load_model_on("vgg", None, Some(0)).unwrap();
+    let base: Vec<u64> = admin
+        .status()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|x| x.memory_used)
+        .collect();
+    let mut rt = reefd::lazy::LazyRuntime::new(Recorder::default(), d.client());
+    let a = rt.malloc(2 * GIB).unwrap();
+    let b = rt.malloc(GIB).unwrap();
+    rt.memcpy_h2d(a, &[1, 2, 3]).unwrap();
+    rt.memset(b, 0).unwrap();
+    assert_eq!(rt.device(), None, "nothing placed before the first launch");
+    let dev = rt.launch("vecadd", 1024, 256, &[a, b]).unwrap();
+    assert_ne!(dev, 0, "Alg. 3 avoids the loaded device");
+    let st = admin.status().unwrap();
+    let x = &st.devices[dev as usize];
+    assert_eq!(x.declared_tasks, 1);
+    // Both objects plus the 8 MiB device heap (§III-A-3).
+    assert_eq!(x.memory_used, base[dev as usize] + 3 * GIB + (8 << 20));
+    // Every replayed operation ran on the chosen device.
+    assert!(
+        rt.device_ops().ops.iter().all(|(_, od)| *od == dev),
+        "{:?}",
+        rt.device_ops().ops
+    );
+    rt.free(a).unwrap();
+    rt.free(b).unwrap();
+    let after: Vec<u64> = admin
+        .status()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|x| x.memory_used)
+        .collect();
+    assert_eq!(
+        after, base,
+        "task_end released exactly what task_begin reserved"
+    );
+}
