@@ -257,3 +257,28 @@ fn lazy_runtime_places_its_task_through_the_daemon() {
         "task_end released exactly what task_begin reserved"
     );
 }
+
+#[test]
+fn a_task_that_fits_nowhere_now_waits_and_is_placed_on_a_release() {
+    let d = Daemon::start_on("sim:mi50x4", "", "");
+    let mut app = d.client();
+    let mut admin = d.client();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (t, dev) = app.task_begin(12 * GIB, 256, 64).unwrap();
+        tasks.push((t, dev.expect("each device has 16 GiB free")));
+    }
+    let mut devs: Vec<usize> = tasks.iter().map(|t| t.1).collect();
+    devs.sort();
+    assert_eq!(devs, vec![0, 1, 2, 3]);
+    let (waiting, dev) = app.task_begin(12 * GIB, 256, 64).unwrap();
+    assert_eq!(dev, None, "4 GiB free per device: the fifth waits");
+    assert_eq!(app.task_poll(waiting).unwrap(), None);
+    app.task_end(tasks[2].0).unwrap();
+    assert_eq!(app.task_poll(waiting).unwrap(), Some(tasks[2].1));
+    let p = admin.stats().unwrap().placement.unwrap();
+    assert_eq!((p.tasks_placed, p.tasks_waited), (5, 1));
+    for x in admin.status().unwrap().devices {
+        assert!(x.memory_used <= x.memory_total);
+    }
+}

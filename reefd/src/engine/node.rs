@@ -341,6 +341,7 @@ impl Engine for NodeEngine {
         if let Some((d, t)) = self.models.remove(name) {
             self.devs[d].remove_model(name);
             let _ = self.placer.task_end(t);
+            self.drain_placed();
         }
     }
 
@@ -518,17 +519,28 @@ impl Engine for NodeEngine {
         }
         self.placer
             .task_end(TaskId(task))
-            .map_err(|e| EngineError::NotFound(e.to_string()))
+            .map_err(|e| EngineError::NotFound(e.to_string()))?;
+        self.drain_placed();
+        Ok(())
     }
 
     fn job_end(&mut self, job: u64) {
         if job != MODELS_JOB.0 {
             self.placer.job_end(JobId(job));
+            self.drain_placed();
         }
     }
 }
 
 impl NodeEngine {
+    /// Tasks placed after waiting are found by `task_device`; the placer's
+    /// queue of them is drained here so it does not grow.
+    fn drain_placed(&mut self) {
+        while self.placer.poll_placed().is_some() {
+            self.counters.tasks_placed += 1;
+        }
+    }
+
     fn forget_done(&mut self, out: &[EngineEvent]) {
         for e in out {
             if let EngineEvent::TaskDone { task, .. } | EngineEvent::TaskRejected { task, .. } = e {
