@@ -366,4 +366,37 @@ mod tests {
         assert!(text.contains("reef_padded_launches_total 5"), "{text}");
         assert!(text.contains("reef_be_blocks_padded_total 70"), "{text}");
     }
+
+    #[test]
+    fn node_metrics_have_one_line_per_device_and_decision() {
+        let d = |i: usize, used: u64| crate::protocol::DeviceStatus {
+            index: i,
+            preset: "mi50".into(),
+            memory_total: 100,
+            memory_used: used,
+            models: vec!["vgg".into()],
+            rt_streams: 1,
+            be_streams: 0,
+            tasks: 0,
+            declared_tasks: 0,
+            policy: "reef".into(),
+        };
+        let p = crate::protocol::PlacementStats {
+            models_refused: 3,
+            ..Default::default()
+        };
+        let text = render_node(&[d(0, 40), d(1, 7)], &p);
+        assert!(
+            text.contains("reef_device_memory_used_bytes{device=\"0\"} 40"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reef_device_memory_used_bytes{device=\"1\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reef_placement_decisions_total{decision=\"model_refused\"} 3"),
+            "{text}"
+        );
+    }
 }
