@@ -23,8 +23,10 @@ pub struct StartOptions {
 
 /// Builds the engine that serves on simulator `preset`: the scheduler core
 /// (reef-sched) driving the block-level simulator (reef-sim).
+/// A node of several devices (`mi50x4`, `mi50,gv100`) gets one engine per
+/// device behind placement (engine/node.rs).
 pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>> {
-    let e = crate::engine::sched::SchedEngine::new(crate::engine::sched::SchedSettings {
+    let settings = crate::engine::sched::SchedSettings {
         preset: preset.to_string(),
         policy: cfg.scheduler.policy.clone(),
         dq_capacity: cfg.scheduler.device_queue_capacity,
@@ -40,7 +42,13 @@ pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>
             .scheduler
             .host_gap_us
             .map(|us| (us * 1e3).round() as u64),
-    })?;
+    };
+    if let Some(node) = device::sim_node(preset).filter(|n| n.len() > 1) {
+        return Ok(Box::new(crate::engine::node::NodeEngine::new(
+            &node, settings,
+        )?));
+    }
+    let e = crate::engine::sched::SchedEngine::new(settings)?;
     Ok(Box::new(e))
 }
 

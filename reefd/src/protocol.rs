@@ -143,6 +143,10 @@ pub enum RequestBody {
         /// `<name>.idem.json` beside the schedule, when present.
         #[serde(default)]
         idempotence: Option<PathBuf>,
+        /// On a node of several devices: load on this device (0-based)
+        /// instead of where placement (MGB Alg. 3) puts it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device_index: Option<usize>,
     },
     /// Unload a model (its owner or root); refused while tasks use it.
     UnloadModel {
@@ -183,6 +187,23 @@ pub enum RequestBody {
     /// Switch the scheduling policy (root or the daemon's own user).
     SetPolicy {
         policy: String,
+    },
+    /// CASE/MGB's probe (§III-A, §IV): a GPU task's needs before its first
+    /// kernel; the answer names the device placement chose (node daemons
+    /// only), or says the task waits for memory (then `task_poll`).
+    TaskBegin {
+        memory: u64,
+        threads_per_block: u32,
+        blocks: u64,
+    },
+    /// Where a task that waited was placed.
+    TaskPoll {
+        task: u64,
+    },
+    /// The task's last GPU operation is done: release what task_begin
+    /// reserved.
+    TaskEnd {
+        task: u64,
     },
 }
 
@@ -281,6 +302,45 @@ pub enum Reply {
     PolicySet {
         policy: String,
     },
+    /// Answer to `task_begin` and `task_poll`: `device` is the chosen
+    /// device, `None` while the task waits for memory.
+    TaskPlaced {
+        task: u64,
+        device: Option<usize>,
+    },
+    TaskEnded {
+        task: u64,
+    },
+}
+
+/// One device of a node daemon (`status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    pub index: usize,
+    pub preset: String,
+    pub memory_total: u64,
+    /// Memory reserved by the models loaded here and the tasks placed here
+    /// (their declared needs).
+    pub memory_used: u64,
+    pub models: Vec<String>,
+    pub rt_streams: u32,
+    pub be_streams: u32,
+    /// Inferences in flight here.
+    pub tasks: u32,
+    /// Tasks placed here by task_begin and not yet ended.
+    pub declared_tasks: u32,
+    pub policy: String,
+}
+
+/// Placement decisions of a node daemon (`stats`, metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementStats {
+    pub models_placed: u64,
+    pub models_refused: u64,
+    pub streams_bound: u64,
+    pub tasks_placed: u64,
+    pub tasks_waited: u64,
+    pub tasks_refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -313,6 +373,9 @@ pub struct StatusInfo {
     /// Tasks in FIKIT's measuring stage (policy `fikit*`; fikit.txt §3.2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measuring: Vec<MeasuringTask>,
+    /// A node daemon's devices (empty on one device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceStatus>,
 }
 
 /// A task (model) in FIKIT's measuring stage.
@@ -352,6 +415,9 @@ pub struct ModelInfo {
     /// Whether idempotence metadata was found and loaded with the model.
     pub idempotence: Option<PathBuf>,
     pub owner_uid: u32,
+    /// The device holding the model (node daemons only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -485,6 +551,9 @@ pub struct Stats {
     /// FIKIT's figures (policy `fikit*`; absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fikit: Option<FikitStats>,
+    /// Placement decisions (node daemons only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementStats>,
 }
 
 /// Encodes one message as a frame (length prefix + JSON).

@@ -89,6 +89,10 @@ enum ModelsCmd {
         /// `load PATH --name MODEL`).
         #[arg(long, conflicts_with = "name")]
         path: Option<PathBuf>,
+        /// On a node of several devices (`--device sim:mi50x4`): load on
+        /// this device (0-based) instead of where placement puts it.
+        #[arg(long)]
+        device_index: Option<usize>,
     },
     List,
     Unload {
@@ -164,11 +168,36 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     m.task, m.runs_done, m.runs
                 );
             }
+            const GIB: f64 = (1u64 << 30) as f64;
+            for d in &s.devices {
+                println!(
+                    "  device {} ({}): memory {:.2} GiB used, {:.2} GiB free of {:.2} GiB; policy {}; {} RT + {} BE streams, {} tasks in flight, {} declared tasks; models: {}",
+                    d.index,
+                    d.preset,
+                    d.memory_used as f64 / GIB,
+                    d.memory_total.saturating_sub(d.memory_used) as f64 / GIB,
+                    d.memory_total as f64 / GIB,
+                    d.policy,
+                    d.rt_streams,
+                    d.be_streams,
+                    d.tasks,
+                    d.declared_tasks,
+                    if d.models.is_empty() { "-".to_string() } else { d.models.join(", ") }
+                );
+            }
         }
         Cmd::Models { cmd } => match cmd {
-            ModelsCmd::Load { model, name, path } => {
+            ModelsCmd::Load {
+                model,
+                name,
+                path,
+                device_index,
+            } => {
                 let (name, path) = load_target(model, name, path);
-                let m = c.load_model(&name, path.as_deref())?;
+                let m = c.load_model_on(&name, path.as_deref(), device_index)?;
+                if let (Some(d), false) = (m.device, cli.json) {
+                    println!("placed {} on device {d}", m.name);
+                }
                 if cli.json {
                     return print_json(&m);
                 }
@@ -380,6 +409,12 @@ fn print_stats(s: &reefd::protocol::Stats) {
         "padded launches {}, best-effort blocks padded {}",
         s.padded_launches, s.be_blocks_padded
     );
+    if let Some(p) = &s.placement {
+        println!(
+            "placement (MGB Alg.3): models placed {} refused {}, streams bound {}, tasks placed {} waited {} refused {}",
+            p.models_placed, p.models_refused, p.streams_bound, p.tasks_placed, p.tasks_waited, p.tasks_refused
+        );
+    }
     println!(
         "preemptions: {}",
         if pre.is_empty() {

@@ -470,6 +470,36 @@ impl Placer {
         }
     }
 
+    /// Places a task on device `d` chosen by the caller (an operator's pin,
+    /// `reefctl models load --device-index`), only if its memory fits
+    /// there now under a memory-safe policy (Alg. 2's per-SM state is not
+    /// consulted: pins bypass the block emulation). `Ok(false)`: it does
+    /// not fit, nothing changed.
+    pub fn task_begin_on(
+        &mut self,
+        job: JobId,
+        task: TaskId,
+        needs: TaskNeeds,
+        d: DeviceIdx,
+    ) -> Result<bool, PlaceError> {
+        if self.placed.contains_key(&task) || self.waiting_ids.contains(&task) {
+            return Err(PlaceError::DuplicateTask(task));
+        }
+        if needs.threads_per_block == 0 || needs.blocks == 0 {
+            return Err(PlaceError::EmptyTask(task));
+        }
+        let Some(dev) = self.devs.get(d) else {
+            return Ok(false);
+        };
+        if self.policy.memory_safe() && needs.memory > dev.free_mem() {
+            return Ok(false);
+        }
+        self.jobs.entry(job).or_default();
+        self.commit(job, task, needs, d);
+        self.counters.placed_at_begin += 1;
+        Ok(true)
+    }
+
     /// The task finished: release exactly what its placement reserved, then
     /// reconsider the waiting tasks. A task still waiting is withdrawn.
     pub fn task_end(&mut self, task: TaskId) -> Result<(), PlaceError> {

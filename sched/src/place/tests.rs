@@ -584,3 +584,28 @@ fn rt_clients_get_their_own_device_and_be_clients_spread() {
         "{e}"
     );
 }
+
+#[test]
+fn task_begin_on_places_where_asked_only_if_the_memory_fits() {
+    let mut p = placer(PlacePolicy::Alg3, vec![small(4), small(4)]);
+    let g = 1u64 << 30;
+    // Alg. 3 would pick device 0 (tie, lowest index); the pin wins.
+    assert!(p
+        .task_begin_on(JobId(1), TaskId(1), needs(3 * g, 128, 8), 1)
+        .unwrap());
+    assert_eq!(p.device_of(TaskId(1)), Some(1));
+    // 2 GiB does not fit in device 1's remaining 1 GiB: nothing changes.
+    assert!(!p
+        .task_begin_on(JobId(1), TaskId(2), needs(2 * g, 128, 8), 1)
+        .unwrap());
+    assert_eq!(p.device(1).unwrap().memory_used, 3 * g);
+    assert!(!p
+        .task_begin_on(JobId(1), TaskId(3), needs(g, 128, 8), 7)
+        .unwrap());
+    assert_eq!(
+        p.task_begin_on(JobId(1), TaskId(1), needs(g, 128, 8), 0),
+        Err(PlaceError::DuplicateTask(TaskId(1)))
+    );
+    p.task_end(TaskId(1)).unwrap();
+    assert_eq!(p.device(1).unwrap().memory_used, 0);
+}
