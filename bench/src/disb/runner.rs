@@ -106,6 +106,16 @@ pub struct RunOutcome {
     pub padding: Option<PadStats>,
 }
 
+/// Whether a policy runs on REEF's modified runtime, which gives every
+/// stream its own device queue (REEF §4.1 Fig. 7; §4.5 `hip_set_stream_cap`
+/// caps "the DQ used by a GPU stream"), so its streams get hardware queues
+/// of their own. The others (`streams`, `seq`, `rt-only` and later
+/// baselines) use the vendor runtime, whose streams share the device's
+/// pool of hardware queues (docs/simulator.md "Hardware queues").
+pub fn own_device_queues(policy: &str) -> bool {
+    matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
+}
+
 /// Knobs of one run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -329,7 +339,11 @@ impl Run<'_> {
                         StreamPriority::Normal => 0,
                     };
                     let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
-                    let s = self.sim.create_stream(prio, cap)?;
+                    let s = if own_device_queues(&self.opts.policy) {
+                        self.sim.create_stream_own_queue(prio, cap)?
+                    } else {
+                        self.sim.create_stream(prio, cap)?
+                    };
                     debug_assert_eq!(stream.0 as usize, self.streams.len());
                     self.streams.push(s);
                     if self.rev.len() <= s.0 as usize {
