@@ -3,6 +3,7 @@
 
 pub mod disb;
 pub mod dkp;
+pub mod fidelity;
 pub mod kernels;
 pub mod run;
 pub mod simspeed;

@@ -24,6 +24,8 @@ enum Cmd {
     Dkp(reef_bench::dkp::DkpArgs),
     /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
     Preempt(reef_bench::disb::preempt::PreemptArgs),
+    /// Every DISB and preemption figure the REEF paper's text quotes beside the simulator's (issue 15); fails when one is off by more than ±25 %.
+    Fidelity(reef_bench::fidelity::FidelityArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Disb(a) => reef_bench::disb::main(a),
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
+        Cmd::Fidelity(a) => reef_bench::fidelity::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
