@@ -296,7 +296,9 @@ fn pair_plans(rt: &str, be: &str, rt_interval: Option<Time>) -> Vec<ClientPlan> 
     ]
 }
 
-fn run_pair(
+/// One real-time/best-effort pair under `policy` (models `rt` and `be` of
+/// `models`), for `args.duration` virtual seconds.
+pub fn run_pair(
     spec: &DeviceSpec,
     models: &[PreparedModel],
     standalone: &[f64],
@@ -356,7 +358,8 @@ fn run_pair(
     })
 }
 
-fn pct(sorted: &[i64], p: f64) -> i64 {
+/// The `p`-th percentile (nearest rank) of sorted values; 0 when empty.
+pub fn pct(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
     }

@@ -5,6 +5,7 @@ pub mod aker;
 pub mod crosscheck;
 pub mod disb;
 pub mod dkp;
+pub mod fidelity;
 pub mod fikit;
 pub mod kernels;
 pub mod multigpu;

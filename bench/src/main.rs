@@ -32,6 +32,8 @@ enum Cmd {
     Fikit(reef_bench::fikit::FikitArgs),
     /// Aker (issue 19): Table 1 micro-benchmarks, fused-kernel duration predictor.
     Aker(reef_bench::aker::AkerArgs),
+    /// Every DISB and preemption figure the REEF paper's text quotes beside the simulator's (issue 15); fails when one is off by more than ±25 %.
+    Fidelity(reef_bench::fidelity::FidelityArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Crosscheck(a) => reef_bench::crosscheck::main(a),
         Cmd::Fikit(a) => reef_bench::fikit::main(a),
         Cmd::Aker(a) => reef_bench::aker::main(a),
+        Cmd::Fidelity(a) => reef_bench::fidelity::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -61,6 +61,10 @@ pub struct DeviceSpec {
     pub cp_fetch_ns: u64,
     /// Command-processor dispatch once the stream's previous kernel is done.
     pub cp_dispatch_ns: u64,
+    /// Hardware queues per stream priority (docs/simulator.md "Hardware
+    /// queues"): streams of one priority beyond this many share queues
+    /// round robin, and streams sharing a queue serialise.
+    pub hw_queues: u32,
     /// Entry check and exit of a kernel fetched while its stream's preempt
     /// flag is set.
     pub flag_check_ns: u64,
@@ -174,6 +178,12 @@ impl DeviceSpec {
             if v > max {
                 return bad(f, &format!("must be at most {max} (a per-CU limit)"));
             }
+        }
+        if self.hw_queues == 0 {
+            return bad(
+                "hw_queues",
+                "must be at least 1 (hardware queues per stream priority)",
+            );
         }
         if self.memory_bandwidth_bytes_per_s == 0 {
             return bad("memory_bandwidth_bytes_per_s", "must be positive");

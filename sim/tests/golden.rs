@@ -106,9 +106,15 @@ struct Client {
 /// client, BE clients starting 0.5 ms apart. With `preempt`, BE streams are
 /// preempted REEF-style at pseudo-random times (flag + kill or kill_all +
 /// clear + host reset) and restored from the start of the inference.
-/// A preset, with contention off when `contention` is false.
+/// A preset, with contention off when `contention` is false, one hardware
+/// queue per stream.
 fn preset(device: &str, contention: bool) -> DeviceSpec {
     let mut spec = DeviceSpec::preset(device).unwrap();
+    // One hardware queue per stream, as the engine had before the
+    // hardware-queue model (docs/simulator.md "Hardware queues"): these
+    // hashes were recorded then, so they check that with no queue shared
+    // nothing else changed. Shared queues are tested in tests/hwqueue.rs.
+    spec.hw_queues = u32::MAX;
     if !contention {
         spec.contention_share = 0.0;
     }

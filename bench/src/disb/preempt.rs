@@ -98,7 +98,7 @@ fn synthetic(spec: &DeviceSpec, n: usize, dur_ns: u64) -> Result<PreparedModel> 
 
 /// A one-kernel real-time model (its own latency does not enter the
 /// preemption latency).
-fn rt_model(spec: &DeviceSpec) -> Result<PreparedModel> {
+pub fn rt_model(spec: &DeviceSpec) -> Result<PreparedModel> {
     synthetic(spec, 1, 50_000).map(|mut m| {
         m.name = "rt-probe".into();
         m

@@ -132,6 +132,15 @@ pub struct RunOutcome {
 /// simulator already charges. Real models' operators cost more (Python
 /// module calls, shape logic), hence the sweep in `reef-bench fikit`.
 pub const EAGER_OP_NS: Time = 3_333;
+/// Whether a policy runs on REEF's modified runtime, which gives every
+/// stream its own device queue (REEF §4.1 Fig. 7; §4.5 `hip_set_stream_cap`
+/// caps "the DQ used by a GPU stream"), so its streams get hardware queues
+/// of their own. The others (`streams`, `seq`, `rt-only` and later
+/// baselines) use the vendor runtime, whose streams share the device's
+/// pool of hardware queues (docs/simulator.md "Hardware queues").
+pub fn own_device_queues(policy: &str) -> bool {
+    matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
+}
 
 /// Knobs of one run.
 #[derive(Debug, Clone)]
@@ -381,7 +390,11 @@ impl Run<'_> {
                         StreamPriority::Normal => 0,
                     };
                     let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
-                    let s = self.sim.create_stream(prio, cap)?;
+                    let s = if own_device_queues(&self.opts.policy) {
+                        self.sim.create_stream_own_queue(prio, cap)?
+                    } else {
+                        self.sim.create_stream(prio, cap)?
+                    };
                     debug_assert_eq!(stream.0 as usize, self.streams.len());
                     self.streams.push(s);
                     if self.rev.len() <= s.0 as usize {
