@@ -22,6 +22,7 @@
 //! each path needs on a GPU host.
 
 pub mod cuda;
+pub mod cuda_launch;
 pub mod kfd;
 
 use std::fmt;

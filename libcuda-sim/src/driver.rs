@@ -1,0 +1,806 @@
+//! The simulated driver's state: contexts, modules, functions, streams,
+//! events and device memory on one reef-sim GPU, with the checks a CUDA
+//! driver makes. The exported C functions (crate root) lock one [`Driver`]
+//! and call its methods; every method returns the driver's error code on
+//! refusal.
+//!
+//! Time: the simulated GPU is paced by the wall clock (DESIGN.md "clocks":
+//! wall, for a live process): every call first runs the simulator up to
+//! the nanoseconds elapsed since `cuInit`, so kernels take their simulated
+//! time in real time, as they would on a GPU.
+//!
+//! Streams and the legacy default stream: a stream created with flags 0 is
+//! a *blocking* stream, which the synchronous copies (`cuMemcpyHtoD_v2`,
+//! `cuMemcpyDtoH_v2`, issued on the legacy default stream) wait for, as the
+//! CUDA programming guide's "Implicit Synchronization" and the driver API's
+//! stream-sync-behaviour notes describe. A preempt-flag write through a
+//! blocking stream's context would wait for the very kernels it should
+//! evict; `CU_STREAM_NON_BLOCKING` streams are not waited for.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUresult;
+use reef_sim::shape::fnv1a;
+use reef_sim::{DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, SimConfig, Tags};
+
+use crate::ptx;
+
+pub type R<T> = Result<T, CUresult>;
+
+/// The name of the module global the injected preemptor reads (reef-ptx-inject).
+pub const FLAG_SYMBOL: &str = "reef_preempt_flag";
+/// The module global the injected preemptor writes the execution index to.
+pub const INDEX_SYMBOL: &str = "reef_exec_index";
+/// The parameter reef-ptx-inject appends to every kernel.
+pub const INDEX_PARAM: &str = "__reef_exec_idx";
+
+/// Launches a stream may hold before `cuLaunchKernel` blocks. NVIDIA does
+/// not document the depth of a channel's pushbuffer; 1024 is an assumption
+/// (of the order of the pending-launch limit reported for CUDA streams),
+/// far above reefd's own device-queue cap (REEF §4.3), which is what bounds
+/// in-flight work here.
+pub const STREAM_QUEUE_DEPTH: usize = 1024;
+
+/// Launch limits: CUDA C Programming Guide, "Technical Specifications per
+/// Compute Capability" (7.0 to 9.0 alike).
+pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
+pub const MAX_BLOCK_DIM: [u32; 3] = [1024, 1024, 64];
+pub const MAX_GRID_DIM: [u32; 3] = [i32::MAX as u32, 65535, 65535];
+/// Shared memory a block may use without the opt-in attribute (same source).
+pub const MAX_SHARED_PER_BLOCK: u32 = 48 * 1024;
+/// Registers per thread (same source).
+pub const MAX_REGS_PER_THREAD: u32 = 255;
+/// Where the simulated address space starts, and the allocation alignment
+/// (cuMemAlloc: "The allocated memory is suitably aligned for any kind of
+/// variable"; 256 B per the CUDA guide, device memory accesses).
+const ADDR_BASE: u64 = 0x2_0000_0000;
+const ALIGN: u64 = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Context = 0xc7,
+    Module = 0x3d,
+    Function = 0xf7,
+    Stream = 0x57,
+    Event = 0xe7,
+}
+
+fn handle(kind: Kind, id: u64) -> u64 {
+    ((kind as u64) << 56) | id
+}
+
+fn id_of(kind: Kind, h: u64) -> Option<u64> {
+    (h >> 56 == kind as u64).then_some(h & ((1 << 56) - 1))
+}
+
+#[derive(Debug)]
+struct Ctx {
+    streams: Vec<u64>,
+    modules: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Module {
+    ctx: u64,
+    entries: Vec<ptx::Entry>,
+    /// name -> device address
+    globals: HashMap<String, (u64, usize)>,
+    functions: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Function {
+    module: u64,
+    entry: usize,
+}
+
+#[derive(Debug)]
+struct Stream {
+    ctx: u64,
+    sim: reef_sim::StreamId,
+    blocking: bool,
+    last: Option<LaunchId>,
+}
+
+#[derive(Debug)]
+struct Event {
+    ctx: u64,
+    target: Option<LaunchId>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    User(u64),
+    Global(u64),
+}
+
+#[derive(Debug)]
+struct Alloc {
+    data: Vec<u8>,
+    owner: Owner,
+}
+
+/// A launch the GPU has not finished.
+#[derive(Debug)]
+struct InFlight {
+    ctx: u64,
+    module: u64,
+    kernel: String,
+    exec_index: Option<u32>,
+    reads: Vec<u64>,
+    writes: Vec<u64>,
+    /// Scalar arguments, less the execution index: they are inputs too.
+    scalars: Vec<u8>,
+}
+
+/// Counters the crate's tests and docs read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub launches: u64,
+    pub completed: u64,
+    /// Exited at the preempt-flag check (REEF Fig. 8 lines 1-2).
+    pub evicted: u64,
+}
+
+/// The driver.
+pub struct Driver {
+    spec: DeviceSpec,
+    sim: Sim,
+    epoch: Instant,
+    next_id: u64,
+    next_addr: u64,
+    contexts: HashMap<u64, Ctx>,
+    modules: HashMap<u64, Module>,
+    functions: HashMap<u64, Function>,
+    streams: HashMap<u64, Stream>,
+    events: HashMap<u64, Event>,
+    allocs: BTreeMap<u64, Alloc>,
+    inflight: HashMap<LaunchId, InFlight>,
+    /// An error that leaves the process's contexts unusable (a kernel
+    /// touched memory it does not own: CUDA_ERROR_ILLEGAL_ADDRESS is
+    /// "sticky", the driver API reference says, and every later call
+    /// returns it).
+    sticky: HashMap<u64, CUresult>,
+    pub stats: Stats,
+}
+
+/// What a wait is for.
+#[derive(Debug, Clone, Copy)]
+pub enum Wait {
+    /// A launch of a context.
+    Launch(u64, LaunchId),
+    QueueSlot(reef_sim::StreamId),
+}
+
+/// What a caller that must wait does next.
+pub enum Poll {
+    Ready,
+    /// Sleep this long (ns) and poll again.
+    Sleep(u64),
+}
+
+impl Driver {
+    /// The device the preset names (`REEF_LIBCUDA_SIM_DEVICE`: a reef-sim
+    /// preset or spec file; default `gv100`, REEF's NVIDIA testbed).
+    pub fn new(device: &str) -> Result<Driver, String> {
+        let spec = DeviceSpec::by_name_or_path(device).map_err(|e| e.to_string())?;
+        let sim = Sim::new(spec.clone(), SimConfig::default());
+        Ok(Driver {
+            spec,
+            sim,
+            epoch: Instant::now(),
+            next_id: 1,
+            next_addr: ADDR_BASE,
+            contexts: HashMap::new(),
+            modules: HashMap::new(),
+            functions: HashMap::new(),
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            allocs: BTreeMap::new(),
+            inflight: HashMap::new(),
+            sticky: HashMap::new(),
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn spec(&self) -> &DeviceSpec {
+        &self.spec
+    }
+
+    fn fresh(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Runs the simulated GPU up to the wall clock and applies what its
+    /// kernels did to device memory.
+    pub fn catch_up(&mut self) {
+        let now = self.now_ns().max(self.sim.now());
+        let mut evs = Vec::new();
+        self.sim.advance_into(now, &mut evs);
+        for e in evs {
+            match e.kind {
+                EventKind::Started => self.started(e.launch),
+                EventKind::Completed => {
+                    self.stats.completed += 1;
+                    self.completed(e.launch);
+                }
+                EventKind::Evicted | EventKind::Cleared => {
+                    self.stats.evicted += 1;
+                    self.inflight.remove(&e.launch);
+                }
+                EventKind::Killed { .. } => {
+                    // No kill path exists in this driver (the kill is an RM
+                    // debugger operation, not a driver API call).
+                    if let Some(f) = self.inflight.remove(&e.launch) {
+                        for w in f.writes {
+                            if let Some((base, off)) = self.find(w) {
+                                self.allocs.get_mut(&base).unwrap().data[off..].fill(0xde);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The context's sticky error, if a kernel of it faulted.
+    pub fn check_sticky(&self, ctx: u64) -> R<()> {
+        match self.sticky.get(&ctx) {
+            Some(&e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Fig. 8 line 3: a kernel that passed the flag check stores its
+    /// execution index in the module's `reef_exec_index`.
+    fn started(&mut self, l: LaunchId) {
+        let Some(f) = self.inflight.get(&l) else {
+            return;
+        };
+        let (Some(idx), Some(m)) = (f.exec_index, self.modules.get(&f.module)) else {
+            return;
+        };
+        if let Some(&(addr, 4)) = m.globals.get(INDEX_SYMBOL) {
+            if let Some(a) = self.allocs.get_mut(&addr) {
+                a.data.copy_from_slice(&idx.to_le_bytes());
+            }
+        }
+    }
+
+    /// A completed kernel's outputs: kernels cannot execute PTX here, so each
+    /// written buffer (from the pointer to the end of its allocation) is
+    /// filled with a deterministic function of the kernel's name, the bytes
+    /// of every buffer it reads (pointer to end of allocation) and its scalar
+    /// arguments: `splitmix64` words seeded by an FNV-1a hash of them. Equal
+    /// inputs give equal outputs; a kernel that did not run leaves its
+    /// outputs as they were.
+    fn completed(&mut self, l: LaunchId) {
+        let Some(f) = self.inflight.remove(&l) else {
+            return;
+        };
+        let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
+        for &r in &f.reads {
+            match self.find(r) {
+                Some((base, off)) => h = fnv1a(&self.allocs[&base].data[off..], h),
+                None => {
+                    self.sticky
+                        .insert(f.ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                    return;
+                }
+            }
+        }
+        h = fnv1a(&f.scalars, h);
+        for (i, &w) in f.writes.iter().enumerate() {
+            let Some((base, off)) = self.find(w) else {
+                self.sticky
+                    .insert(f.ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                return;
+            };
+            let mut s = h ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            for chunk in self.allocs.get_mut(&base).unwrap().data[off..].chunks_mut(8) {
+                let v = splitmix64(&mut s).to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+        }
+    }
+
+    /// Whether `w` is ready, or how long to sleep before asking again.
+    pub fn poll(&mut self, w: Wait) -> R<Poll> {
+        self.catch_up();
+        let ready = match w {
+            Wait::Launch(ctx, l) => {
+                self.check_sticky(ctx)?;
+                !self.inflight.contains_key(&l)
+            }
+            Wait::QueueSlot(s) => self.sim.queue_len(s) < self.sim.queue_capacity(s),
+        };
+        if ready {
+            return Ok(Poll::Ready);
+        }
+        match self.sim.next_event_time() {
+            Some(t) => Ok(Poll::Sleep(t.saturating_sub(self.now_ns()))),
+            // Nothing will ever happen: a driver would hang; say so instead.
+            None => Err(CUresult::CUDA_ERROR_UNKNOWN),
+        }
+    }
+
+    fn find(&self, ptr: u64) -> Option<(u64, usize)> {
+        let (&base, a) = self.allocs.range(..=ptr).next_back()?;
+        let off = (ptr - base) as usize;
+        (off < a.data.len()).then_some((base, off))
+    }
+
+    // --- contexts ---------------------------------------------------------
+
+    pub fn ctx_create(&mut self) -> u64 {
+        let id = self.fresh();
+        self.contexts.insert(
+            id,
+            Ctx {
+                streams: Vec::new(),
+                modules: Vec::new(),
+            },
+        );
+        handle(Kind::Context, id)
+    }
+
+    pub fn ctx(&self, h: u64) -> R<u64> {
+        id_of(Kind::Context, h)
+            .filter(|id| self.contexts.contains_key(id))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    pub fn ctx_destroy(&mut self, h: u64) -> R<()> {
+        let id = self.ctx(h)?;
+        let c = self.contexts.remove(&id).unwrap();
+        for m in c.modules {
+            self.unload(m);
+        }
+        for s in c.streams {
+            self.streams.remove(&s);
+        }
+        self.events.retain(|_, e| e.ctx != id);
+        // Work of a destroyed context is abandoned: its outputs are gone.
+        self.inflight.retain(|_, f| f.ctx != id);
+        self.sticky.remove(&id);
+        let freed: Vec<u64> = self
+            .allocs
+            .iter()
+            .filter(|(_, a)| a.owner == Owner::User(id))
+            .map(|(&b, _)| b)
+            .collect();
+        for b in freed {
+            let a = self.allocs.remove(&b).unwrap();
+            self.sim.free(a.data.len() as u64);
+        }
+        Ok(())
+    }
+
+    // --- memory -----------------------------------------------------------
+
+    fn alloc_raw(&mut self, bytes: usize, owner: Owner) -> R<u64> {
+        if bytes == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        self.sim
+            .alloc(bytes as u64)
+            .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        let base = self.next_addr;
+        // Addresses are never reused, so every use after free is caught
+        // (a real driver may hand the address out again).
+        self.next_addr += (bytes as u64).div_ceil(ALIGN) * ALIGN;
+        self.allocs.insert(
+            base,
+            Alloc {
+                data: vec![0; bytes],
+                owner,
+            },
+        );
+        Ok(base)
+    }
+
+    pub fn mem_alloc(&mut self, ctx: u64, bytes: usize) -> R<u64> {
+        self.alloc_raw(bytes, Owner::User(ctx))
+    }
+
+    pub fn mem_free(&mut self, ptr: u64) -> R<()> {
+        match self.allocs.get(&ptr) {
+            Some(a) if matches!(a.owner, Owner::User(_)) => {
+                let a = self.allocs.remove(&ptr).unwrap();
+                self.sim.free(a.data.len() as u64);
+                Ok(())
+            }
+            _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    /// (free, total) device memory.
+    pub fn mem_info(&self) -> (u64, u64) {
+        let total = self.spec.memory_bytes;
+        (total - self.sim.memory_used(), total)
+    }
+
+    fn range(&self, ptr: u64, n: usize) -> R<(u64, usize)> {
+        let (base, off) = self.find(ptr).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        if off + n > self.allocs[&base].data.len() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok((base, off))
+    }
+
+    /// The last launch of the blocking streams that a synchronous copy in
+    /// context `ctx` must wait for.
+    pub fn blocking_work(&self, ctx: u64) -> Option<LaunchId> {
+        self.streams
+            .values()
+            .filter(|s| s.ctx == ctx && s.blocking)
+            .filter_map(|s| s.last)
+            .filter(|l| self.inflight.contains_key(l))
+            .max()
+    }
+
+    pub fn htod(&mut self, dst: u64, src: &[u8]) -> R<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let (base, off) = self.range(dst, src.len())?;
+        let a = self.allocs.get_mut(&base).unwrap();
+        a.data[off..off + src.len()].copy_from_slice(src);
+        if let Owner::Global(m) = a.owner {
+            self.flag_changed(m);
+        }
+        Ok(())
+    }
+
+    pub fn dtoh(&self, dst: &mut [u8], src: u64) -> R<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let (base, off) = self.range(src, dst.len())?;
+        dst.copy_from_slice(&self.allocs[&base].data[off..off + dst.len()]);
+        Ok(())
+    }
+
+    /// REEF Fig. 8 lines 1-2: kernels of a context whose module flag is set
+    /// exit at their entry check. reef-sim models the check per stream, so
+    /// the flag of the context (set when any of its modules' flags is) is
+    /// mirrored onto each of its streams.
+    fn flag_changed(&mut self, module: u64) {
+        let Some(ctx) = self.modules.get(&module).map(|m| m.ctx) else {
+            return;
+        };
+        let on = self.ctx_flag(ctx);
+        let streams: Vec<_> = self.contexts[&ctx]
+            .streams
+            .iter()
+            .filter_map(|s| self.streams.get(s).map(|s| s.sim))
+            .collect();
+        for s in streams {
+            // gv100/h100/mi50 presets all have level 2.
+            let _ = self.sim.set_preempt_flag(s, on);
+        }
+    }
+
+    fn ctx_flag(&self, ctx: u64) -> bool {
+        self.contexts[&ctx].modules.iter().any(|m| {
+            self.modules[m]
+                .globals
+                .get(FLAG_SYMBOL)
+                .and_then(|&(addr, _)| self.allocs.get(&addr))
+                .is_some_and(|a| a.data.iter().any(|&b| b != 0))
+        })
+    }
+
+    // --- modules ----------------------------------------------------------
+
+    pub fn module_load(&mut self, ctx: u64, image: &[u8]) -> R<u64> {
+        let text = std::str::from_utf8(image).map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
+        let parsed = ptx::parse(text).map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
+        let id = self.fresh();
+        let mut globals = HashMap::new();
+        for g in &parsed.globals {
+            let addr = self.alloc_raw(g.size.max(1), Owner::Global(id))?;
+            globals.insert(g.name.clone(), (addr, g.size));
+        }
+        self.modules.insert(
+            id,
+            Module {
+                ctx,
+                entries: parsed.entries,
+                globals,
+                functions: Vec::new(),
+            },
+        );
+        self.contexts.get_mut(&ctx).unwrap().modules.push(id);
+        Ok(handle(Kind::Module, id))
+    }
+
+    fn module(&self, h: u64) -> R<u64> {
+        id_of(Kind::Module, h)
+            .filter(|id| self.modules.contains_key(id))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    fn unload(&mut self, id: u64) {
+        let Some(m) = self.modules.remove(&id) else {
+            return;
+        };
+        for f in m.functions {
+            self.functions.remove(&f);
+        }
+        for (addr, _) in m.globals.values() {
+            if let Some(a) = self.allocs.remove(addr) {
+                self.sim.free(a.data.len() as u64);
+            }
+        }
+        if let Some(c) = self.contexts.get_mut(&m.ctx) {
+            c.modules.retain(|&x| x != id);
+        }
+    }
+
+    pub fn module_unload(&mut self, h: u64) -> R<()> {
+        let id = self.module(h)?;
+        self.unload(id);
+        Ok(())
+    }
+
+    pub fn module_function(&mut self, h: u64, name: &str) -> R<u64> {
+        let id = self.module(h)?;
+        let entry = self.modules[&id]
+            .entries
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)?;
+        let f = self.fresh();
+        self.functions.insert(f, Function { module: id, entry });
+        self.modules.get_mut(&id).unwrap().functions.push(f);
+        Ok(handle(Kind::Function, f))
+    }
+
+    pub fn module_global(&self, h: u64, name: &str) -> R<(u64, usize)> {
+        let id = self.module(h)?;
+        self.modules[&id]
+            .globals
+            .get(name)
+            .copied()
+            .ok_or(CUresult::CUDA_ERROR_NOT_FOUND)
+    }
+
+    /// The byte sizes of a function's parameters (what the launch reads
+    /// from `kernelParams`).
+    pub fn param_sizes(&self, f: u64) -> R<Vec<usize>> {
+        let (m, e) = self.entry(f)?;
+        Ok(self.modules[&m].entries[e]
+            .params
+            .iter()
+            .map(|p| p.size)
+            .collect())
+    }
+
+    fn entry(&self, f: u64) -> R<(u64, usize)> {
+        let func = id_of(Kind::Function, f)
+            .and_then(|id| self.functions.get(&id))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        Ok((func.module, func.entry))
+    }
+
+    // --- streams and events -----------------------------------------------
+
+    pub fn stream_create(&mut self, ctx: u64, flags: u32) -> R<u64> {
+        if flags & !1 != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let s = self
+            .sim
+            .create_stream(0, STREAM_QUEUE_DEPTH)
+            .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
+        if self.ctx_flag(ctx) {
+            let _ = self.sim.set_preempt_flag(s, true);
+        }
+        let id = self.fresh();
+        self.streams.insert(
+            id,
+            Stream {
+                ctx,
+                sim: s,
+                blocking: flags & 1 == 0,
+                last: None,
+            },
+        );
+        self.contexts.get_mut(&ctx).unwrap().streams.push(id);
+        Ok(handle(Kind::Stream, id))
+    }
+
+    fn stream(&self, h: u64) -> R<&Stream> {
+        id_of(Kind::Stream, h)
+            .and_then(|id| self.streams.get(&id))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    pub fn stream_destroy(&mut self, h: u64) -> R<()> {
+        let ctx = self.stream(h)?.ctx;
+        let id = id_of(Kind::Stream, h).unwrap();
+        self.streams.remove(&id);
+        if let Some(c) = self.contexts.get_mut(&ctx) {
+            c.streams.retain(|&s| s != id);
+        }
+        Ok(())
+    }
+
+    /// The stream's context and last launch (what a synchronize waits for).
+    pub fn stream_last(&self, h: u64) -> R<(u64, Option<LaunchId>)> {
+        let s = self.stream(h)?;
+        Ok((s.ctx, s.last))
+    }
+
+    pub fn event_create(&mut self, ctx: u64, flags: u32) -> R<u64> {
+        // CU_EVENT_DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS.
+        if flags & !0x7 != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let id = self.fresh();
+        self.events.insert(id, Event { ctx, target: None });
+        Ok(handle(Kind::Event, id))
+    }
+
+    fn event_id(&self, h: u64) -> R<u64> {
+        id_of(Kind::Event, h)
+            .filter(|id| self.events.contains_key(id))
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    pub fn event_record(&mut self, ev: u64, stream: u64) -> R<()> {
+        let id = self.event_id(ev)?;
+        let s = self.stream(stream)?;
+        if s.ctx != self.events[&id].ctx {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let last = s.last;
+        self.events.get_mut(&id).unwrap().target = last;
+        Ok(())
+    }
+
+    /// The event's context and the launch it waits for (`None`: complete).
+    pub fn event_target(&self, ev: u64) -> R<(u64, Option<LaunchId>)> {
+        let id = self.event_id(ev)?;
+        Ok((self.events[&id].ctx, self.events[&id].target))
+    }
+
+    pub fn event_done(&mut self, ev: u64) -> R<bool> {
+        self.catch_up();
+        let (ctx, target) = self.event_target(ev)?;
+        self.check_sticky(ctx)?;
+        Ok(match target {
+            Some(l) => !self.inflight.contains_key(&l),
+            None => true,
+        })
+    }
+
+    pub fn event_destroy(&mut self, ev: u64) -> R<()> {
+        let id = self.event_id(ev)?;
+        self.events.remove(&id);
+        Ok(())
+    }
+
+    // --- launch -------------------------------------------------------------
+
+    /// Checks a launch as the driver does. Returns the sim stream to wait on
+    /// when its queue is full, or the launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &mut self,
+        ctx: u64,
+        f: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared: u32,
+        stream: u64,
+        args: &[Vec<u8>],
+    ) -> R<Result<LaunchId, reef_sim::StreamId>> {
+        self.check_sticky(ctx)?;
+        let (m, e) = self.entry(f)?;
+        let s = self.stream(stream)?;
+        let (s_ctx, s_sim) = (s.ctx, s.sim);
+        if s_ctx != self.modules[&m].ctx || ctx != s_ctx {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let threads = block.iter().map(|&d| d as u64).product::<u64>();
+        let blocks = grid.iter().map(|&d| d as u64).product::<u64>();
+        if block.contains(&0)
+            || grid.contains(&0)
+            || block.iter().zip(MAX_BLOCK_DIM).any(|(&d, m)| d > m)
+            || grid.iter().zip(MAX_GRID_DIM).any(|(&d, m)| d > m)
+            || threads > MAX_THREADS_PER_BLOCK as u64
+            || blocks > u32::MAX as u64
+        {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let entry = &self.modules[&m].entries[e];
+        let work = entry.work.clone().unwrap_or(ptx::Work {
+            // No recorded work: the simulator's floor per block.
+            block_ns: self.spec.min_block_ns,
+            regs_per_thread: 0,
+            shared_bytes: 0,
+            reads: (0..entry.params.len())
+                .filter(|&i| entry.params[i].size == 8)
+                .collect(),
+            writes: Vec::new(),
+        });
+        let shared_total = shared.saturating_add(work.shared_bytes);
+        if shared_total > MAX_SHARED_PER_BLOCK {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let regs = work.regs_per_thread as u64 * threads;
+        if work.regs_per_thread > MAX_REGS_PER_THREAD || regs > self.spec.registers_per_cu as u64 {
+            return Err(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+        }
+        if args.len() != entry.params.len()
+            || args
+                .iter()
+                .zip(&entry.params)
+                .any(|(a, p)| a.len() != p.size)
+        {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if self.sim.queue_len(s_sim) >= self.sim.queue_capacity(s_sim) {
+            return Ok(Err(s_sim));
+        }
+        let ptr = |i: usize| u64::from_le_bytes(args[i][..8].try_into().unwrap());
+        let pointer_ok = |i: &usize| entry.params[*i].size == 8;
+        if !work.reads.iter().chain(&work.writes).all(pointer_ok) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut exec_index = None;
+        let mut scalars = Vec::new();
+        for (i, p) in entry.params.iter().enumerate() {
+            if p.name == INDEX_PARAM && p.size == 4 {
+                exec_index = Some(u32::from_le_bytes(args[i][..4].try_into().unwrap()));
+            } else if !work.reads.contains(&i) && !work.writes.contains(&i) {
+                scalars.extend_from_slice(&args[i]);
+            }
+        }
+        let fl = InFlight {
+            ctx,
+            module: m,
+            kernel: entry.name.clone(),
+            exec_index,
+            reads: work.reads.iter().map(|&i| ptr(i)).collect(),
+            writes: work.writes.iter().map(|&i| ptr(i)).collect(),
+            scalars,
+        };
+        let shape = KernelShape::synthetic(
+            &entry.name,
+            blocks as u32,
+            threads as u32,
+            shared_total,
+            regs as u32,
+            vec![work.block_ns],
+            &self.spec,
+        )
+        .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
+        let l = self
+            .sim
+            .launch(s_sim, KernelLaunch::new(Arc::new(shape), Tags::default()))
+            .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
+        self.stats.launches += 1;
+        self.inflight.insert(l, fl);
+        let id = id_of(Kind::Stream, stream).unwrap();
+        self.streams.get_mut(&id).unwrap().last = Some(l);
+        Ok(Ok(l))
+    }
+}
+
+fn splitmix64(s: &mut u64) -> u64 {
+    *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *s;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

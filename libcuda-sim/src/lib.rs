@@ -1,0 +1,686 @@
+//! **TEST DEVICE.** `reef-libcuda-sim`: a CUDA driver library (the
+//! `libcuda.so` that cudarc dlopens) whose GPU is reef-sim's simulated one.
+//! It exists so reefd's CUDA backend (reefd/src/backend/cuda_launch.rs) runs
+//! its real driver-API code path through cudarc on machines without a GPU,
+//! the way reef-ioctl runs against FUSE fake devices. It is never installed
+//! as a system libcuda: it is built as `libreef_libcuda_sim.so` and only
+//! reaches a process that names it (`REEF_CUDA_LIBRARY=path`, or a directory
+//! holding a `libcuda.so` link to it first on `LD_LIBRARY_PATH`), and
+//! `cuDeviceGetName` says it is simulated.
+//!
+//! Paper: REEF (reef-tocs2025) §4.3 (Fig. 8: the preempt flag read at every
+//! kernel's entry and the execution index stored by each kernel that passes
+//! it, lines 1-4) and §4.6 ("Binary instrumentation": the PTX rewrite whose
+//! module globals `reef_preempt_flag`/`reef_exec_index` and trailing
+//! `__reef_exec_idx` parameter this driver honours). DESIGN.md layer 2
+//! ("`cuda` … exercised without a GPU against a libcuda built on the
+//! simulator").
+//!
+//! What it implements, by the versioned names cudarc 0.19 resolves:
+//! `cuInit`, `cuDriverGetVersion`, `cuDeviceGet`, `cuDeviceGetCount`,
+//! `cuDeviceGetName`, `cuDeviceTotalMem_v2`, `cuCtxCreate_v2`,
+//! `cuCtxDestroy_v2`, `cuCtxSetCurrent`, `cuCtxGetCurrent`,
+//! `cuModuleLoadData`, `cuModuleUnload`, `cuModuleGetFunction`,
+//! `cuModuleGetGlobal_v2`, `cuMemAlloc_v2`, `cuMemFree_v2`,
+//! `cuMemGetInfo_v2`, `cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
+//! `cuStreamCreate`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
+//! `cuLaunchKernel`, `cuEventCreate`, `cuEventRecord`, `cuEventQuery`,
+//! `cuEventSynchronize`, `cuEventDestroy_v2`, `cuGetErrorString`,
+//! `cuGetErrorName`. A list of other entry points a driver-API program
+//! commonly reaches for (primary contexts, async copies, `cuLaunchKernelEx`,
+//! …) is exported too and answers `CUDA_ERROR_NOT_SUPPORTED`, never a
+//! silent success; anything else is absent from the library.
+//!
+//! What it checks, with the driver's codes: no `cuInit` (NOT_INITIALIZED),
+//! no current context (INVALID_CONTEXT), an unknown or destroyed handle or a
+//! function of an unloaded module (INVALID_HANDLE), a kernel or global name
+//! the module lacks (NOT_FOUND), malformed PTX (INVALID_PTX), out-of-range
+//! grid or block dimensions, a wrong argument count, too much shared memory,
+//! a copy past the end of an allocation, a freed or unknown pointer
+//! (INVALID_VALUE), too many registers (LAUNCH_OUT_OF_RESOURCES), an
+//! allocation larger than the free memory of the preset
+//! (OUT_OF_MEMORY), and a kernel that reads or writes freed memory
+//! (ILLEGAL_ADDRESS, sticky for the process, as on a GPU).
+//!
+//! What kernels compute: nothing of the PTX runs. A completed kernel's
+//! written buffers get a deterministic function of its name, its read
+//! buffers' bytes and its scalar arguments (driver.rs `completed`), from the
+//! `// reef-sim:` annotations of the module (ptx.rs), so outputs are real
+//! bytes a host can compare between a preempted and an unpreempted run. A
+//! GPU host computes the real function instead; what it would confirm is in
+//! docs/hardware.md ("The CUDA launch path").
+
+// The exported functions are the C driver API: their callers are C (or
+// cudarc's FFI), bound by the driver API's pointer contracts, which each
+// function checks as far as a driver can (null pointers are refused). They
+// are safe `extern "C"` functions so the tests can call them as cudarc does.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod driver;
+pub mod ptx;
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult, CUstream,
+};
+
+use driver::{Driver, Poll, Wait, R};
+
+/// The environment variable that picks the simulated device (a reef-sim
+/// preset name or a spec file); `gv100` when unset.
+pub const DEVICE_ENV: &str = "REEF_LIBCUDA_SIM_DEVICE";
+
+static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
+
+thread_local! {
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn lock() -> MutexGuard<'static, Option<Driver>> {
+    DRIVER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn with<T>(f: impl FnOnce(&mut Driver) -> R<T>) -> R<T> {
+    let mut g = lock();
+    let d = g.as_mut().ok_or(CUresult::CUDA_ERROR_NOT_INITIALIZED)?;
+    d.catch_up();
+    f(d)
+}
+
+fn current(d: &Driver) -> R<u64> {
+    d.ctx(CURRENT.with(|c| c.get()))
+}
+
+fn code(r: R<()>) -> CUresult {
+    match r {
+        Ok(()) => CUresult::CUDA_SUCCESS,
+        Err(e) => e,
+    }
+}
+
+/// Waits (sleeping without the lock) until `w` is ready.
+fn wait(w: Wait) -> R<()> {
+    loop {
+        let p = {
+            let mut g = lock();
+            g.as_mut()
+                .ok_or(CUresult::CUDA_ERROR_NOT_INITIALIZED)?
+                .poll(w)?
+        };
+        match p {
+            Poll::Ready => return Ok(()),
+            Poll::Sleep(ns) => std::thread::sleep(Duration::from_nanos(ns.clamp(1_000, 1_000_000))),
+        }
+    }
+}
+
+fn out<T>(p: *mut T, v: T) -> R<()> {
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller passed a pointer to writable storage for a T (the
+    // driver API contract); null was refused above.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Simulated device stats (launches, completed, evicted), for tests.
+pub fn stats() -> Option<driver::Stats> {
+    lock().as_ref().map(|d| d.stats)
+}
+
+#[no_mangle]
+pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    if flags != 0 {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    let mut g = lock();
+    if g.is_none() {
+        let dev = std::env::var(DEVICE_ENV).unwrap_or_else(|_| "gv100".into());
+        match Driver::new(&dev) {
+            Ok(d) => *g = Some(d),
+            Err(e) => {
+                eprintln!("reef-libcuda-sim: {DEVICE_ENV}={dev}: {e}");
+                return CUresult::CUDA_ERROR_NO_DEVICE;
+            }
+        }
+    }
+    CUresult::CUDA_SUCCESS
+}
+
+/// 12.6, the API version of cudarc's `cuda-12060` bindings this library
+/// is built against.
+#[no_mangle]
+pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
+    code(out(v, 12060))
+}
+
+#[no_mangle]
+pub extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
+    code(with(|_| out(n, 1)))
+}
+
+#[no_mangle]
+pub extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUresult {
+    code(with(|_| {
+        if ordinal != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        out(dev, 0)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    code(with(|d| {
+        if dev != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        if name.is_null() || len <= 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let s = format!("reef-sim {} (simulated GPU, test device)", d.spec().name);
+        let n = s.len().min(len as usize - 1);
+        // SAFETY: the caller gave `len` writable bytes at `name`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), name as *mut u8, n);
+            *name.add(n) = 0;
+        }
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    code(with(|d| {
+        if dev != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        out(bytes, d.mem_info().1 as usize)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    code(with(|d| {
+        if dev != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        if flags & !0x1f != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        if ctx.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.ctx_create();
+        CURRENT.with(|c| c.set(h));
+        out(ctx, h as CUcontext)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    code(with(|d| {
+        d.ctx_destroy(ctx as u64)?;
+        CURRENT.with(|c| {
+            if c.get() == ctx as u64 {
+                c.set(0)
+            }
+        });
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+    code(with(|d| {
+        if !ctx.is_null() {
+            d.ctx(ctx as u64)?;
+        }
+        CURRENT.with(|c| c.set(ctx as u64));
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult {
+    code(with(|_| out(ctx, CURRENT.with(|c| c.get()) as CUcontext)))
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void) -> CUresult {
+    code(with(|d| {
+        let ctx = current(d)?;
+        if image.is_null() || m.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a PTX image is a NUL-terminated string (driver API
+        // reference, cuModuleLoadData).
+        let text = unsafe { CStr::from_ptr(image as *const c_char) };
+        let h = d.module_load(ctx, text.to_bytes())?;
+        out(m, h as CUmodule)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
+    code(with(|d| d.module_unload(m as u64)))
+}
+
+fn name_arg<'a>(p: *const c_char) -> R<&'a str> {
+    if p.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller passes a NUL-terminated name.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleGetFunction(
+    f: *mut CUfunction,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    code(with(|d| {
+        let name = name_arg(name)?;
+        let h = d.module_function(m as u64, name)?;
+        out(f, h as CUfunction)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleGetGlobal_v2(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    code(with(|d| {
+        let name = name_arg(name)?;
+        let (addr, size) = d.module_global(m as u64, name)?;
+        // Both outputs are optional (driver API reference).
+        if !dptr.is_null() {
+            out(dptr, addr)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size)?;
+        }
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    code(with(|d| {
+        let ctx = current(d)?;
+        if dptr.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = d.mem_alloc(ctx, bytes)?;
+        out(dptr, p)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    code(with(|d| {
+        current(d)?;
+        d.mem_free(dptr)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    code(with(|d| {
+        current(d)?;
+        let (f, t) = d.mem_info();
+        out(free, f as usize)?;
+        out(total, t as usize)
+    }))
+}
+
+/// Synchronous copies run on the legacy default stream: they first wait
+/// for the current context's blocking streams (driver.rs module doc).
+fn wait_blocking_streams() -> R<()> {
+    loop {
+        let (ctx, pending) = with(|d| {
+            let ctx = current(d)?;
+            Ok((ctx, d.blocking_work(ctx)))
+        })?;
+        match pending {
+            Some(l) => wait(Wait::Launch(ctx, l))?,
+            None => return Ok(()),
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult {
+    code((|| {
+        wait_blocking_streams()?;
+        with(|d| {
+            if src.is_null() && n > 0 {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            let bytes = if n == 0 {
+                &[][..]
+            } else {
+                // SAFETY: the caller gave n readable bytes at src.
+                unsafe { std::slice::from_raw_parts(src as *const u8, n) }
+            };
+            d.htod(dst, bytes)
+        })
+    })())
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
+    code((|| {
+        wait_blocking_streams()?;
+        with(|d| {
+            if dst.is_null() && n > 0 {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            let buf = if n == 0 {
+                &mut [][..]
+            } else {
+                // SAFETY: the caller gave n writable bytes at dst.
+                unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) }
+            };
+            d.dtoh(buf, src)
+        })
+    })())
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamCreate(s: *mut CUstream, flags: c_uint) -> CUresult {
+    code(with(|d| {
+        let ctx = current(d)?;
+        if s.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.stream_create(ctx, flags)?;
+        out(s, h as CUstream)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
+    code(with(|d| d.stream_destroy(s as u64)))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
+    code((|| match with(|d| d.stream_last(s as u64))? {
+        (ctx, Some(l)) => wait(Wait::Launch(ctx, l)),
+        (ctx, None) => with(|d| d.check_sticky(ctx)),
+    })())
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventCreate(e: *mut CUevent, flags: c_uint) -> CUresult {
+    code(with(|d| {
+        let ctx = current(d)?;
+        if e.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.event_create(ctx, flags)?;
+        out(e, h as CUevent)
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
+    code(with(|d| d.event_record(e as u64, s as u64)))
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
+    match with(|d| d.event_done(e as u64)) {
+        Ok(true) => CUresult::CUDA_SUCCESS,
+        Ok(false) => CUresult::CUDA_ERROR_NOT_READY,
+        Err(c) => c,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
+    code((|| match with(|d| d.event_target(e as u64))? {
+        (ctx, Some(l)) => wait(Wait::Launch(ctx, l)),
+        (ctx, None) => with(|d| d.check_sticky(ctx)),
+    })())
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
+    code(with(|d| d.event_destroy(e as u64)))
+}
+
+/// # Safety
+/// `kernelParams` must hold one pointer per kernel parameter, each to that
+/// parameter's bytes (the driver API contract).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let args = match with(|d| {
+        current(d)?;
+        if !extra.is_null() {
+            // The `extra` packing (CU_LAUNCH_PARAM_BUFFER_POINTER) is not
+            // implemented here.
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        if stream.is_null() {
+            // The legacy default stream is not modelled for launches.
+            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let sizes = d.param_sizes(f as u64)?;
+        if !sizes.is_empty() && params.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut args = Vec::with_capacity(sizes.len());
+        for (i, &n) in sizes.iter().enumerate() {
+            // SAFETY: per the contract, params[i] points at n bytes.
+            let p = unsafe { *params.add(i) } as *const u8;
+            if p.is_null() {
+                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            }
+            args.push(unsafe { std::slice::from_raw_parts(p, n) }.to_vec());
+        }
+        Ok(args)
+    }) {
+        Ok(a) => a,
+        Err(c) => return c,
+    };
+    loop {
+        let r = with(|d| {
+            let ctx = current(d)?;
+            d.launch(
+                ctx,
+                f as u64,
+                [gx, gy, gz],
+                [bx, by, bz],
+                shared,
+                stream as u64,
+                &args,
+            )
+        });
+        match r {
+            Ok(Ok(_)) => return CUresult::CUDA_SUCCESS,
+            // The stream's queue is full: block, as the driver does.
+            Ok(Err(s)) => {
+                if let Err(c) = wait(Wait::QueueSlot(s)) {
+                    return c;
+                }
+            }
+            Err(c) => return c,
+        }
+    }
+}
+
+const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
+    (CUresult::CUDA_SUCCESS, c"CUDA_SUCCESS", c"no error"),
+    (
+        CUresult::CUDA_ERROR_INVALID_VALUE,
+        c"CUDA_ERROR_INVALID_VALUE",
+        c"invalid argument",
+    ),
+    (
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        c"CUDA_ERROR_OUT_OF_MEMORY",
+        c"out of memory",
+    ),
+    (
+        CUresult::CUDA_ERROR_NOT_INITIALIZED,
+        c"CUDA_ERROR_NOT_INITIALIZED",
+        c"initialization error",
+    ),
+    (
+        CUresult::CUDA_ERROR_NO_DEVICE,
+        c"CUDA_ERROR_NO_DEVICE",
+        c"no CUDA-capable device is detected",
+    ),
+    (
+        CUresult::CUDA_ERROR_INVALID_DEVICE,
+        c"CUDA_ERROR_INVALID_DEVICE",
+        c"invalid device ordinal",
+    ),
+    (
+        CUresult::CUDA_ERROR_INVALID_IMAGE,
+        c"CUDA_ERROR_INVALID_IMAGE",
+        c"device kernel image is invalid",
+    ),
+    (
+        CUresult::CUDA_ERROR_INVALID_CONTEXT,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        CUresult::CUDA_ERROR_INVALID_PTX,
+        c"CUDA_ERROR_INVALID_PTX",
+        c"a PTX JIT compilation failed",
+    ),
+    (
+        CUresult::CUDA_ERROR_INVALID_HANDLE,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
+    (
+        CUresult::CUDA_ERROR_NOT_FOUND,
+        c"CUDA_ERROR_NOT_FOUND",
+        c"named symbol not found",
+    ),
+    (
+        CUresult::CUDA_ERROR_NOT_READY,
+        c"CUDA_ERROR_NOT_READY",
+        c"device not ready",
+    ),
+    (
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+        c"CUDA_ERROR_ILLEGAL_ADDRESS",
+        c"an illegal memory access was encountered",
+    ),
+    (
+        CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+        c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        c"too many resources requested for launch",
+    ),
+    (
+        CUresult::CUDA_ERROR_NOT_SUPPORTED,
+        c"CUDA_ERROR_NOT_SUPPORTED",
+        c"operation not supported (reef-libcuda-sim implements only the calls reefd makes)",
+    ),
+    (
+        CUresult::CUDA_ERROR_UNKNOWN,
+        c"CUDA_ERROR_UNKNOWN",
+        c"unknown error",
+    ),
+];
+
+fn error_entry(e: CUresult) -> Option<&'static (CUresult, &'static CStr, &'static CStr)> {
+    ERRORS.iter().find(|(c, _, _)| *c == e)
+}
+
+/// # Safety
+/// `s` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(e: CUresult, s: *mut *const c_char) -> CUresult {
+    match error_entry(e) {
+        Some((_, _, text)) => code(out(s, text.as_ptr())),
+        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+/// # Safety
+/// `s` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorName(e: CUresult, s: *mut *const c_char) -> CUresult {
+    match error_entry(e) {
+        Some((_, name, _)) => code(out(s, name.as_ptr())),
+        None => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+/// Entry points reefd does not call, exported so that a program reaching
+/// for them gets CUDA_ERROR_NOT_SUPPORTED instead of a missing symbol (the
+/// arguments are ignored; the C calling convention lets the callee ignore
+/// them).
+macro_rules! not_supported {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name() -> CUresult {
+                CUresult::CUDA_ERROR_NOT_SUPPORTED
+            }
+        )*
+        /// The names exported as CUDA_ERROR_NOT_SUPPORTED.
+        pub const NOT_SUPPORTED: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+not_supported!(
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxRelease_v2,
+    cuDeviceGetAttribute,
+    cuCtxPushCurrent_v2,
+    cuCtxPopCurrent_v2,
+    cuCtxSynchronize,
+    cuModuleLoad,
+    cuModuleLoadDataEx,
+    cuModuleLoadFatBinary,
+    cuMemAllocAsync,
+    cuMemFreeAsync,
+    cuMemAllocHost_v2,
+    cuMemHostAlloc,
+    cuMemsetD8_v2,
+    cuMemsetD32_v2,
+    cuMemcpyHtoDAsync_v2,
+    cuMemcpyDtoHAsync_v2,
+    cuMemcpyDtoD_v2,
+    cuStreamWaitEvent,
+    cuStreamQuery,
+    cuEventElapsedTime,
+    cuLaunchKernelEx,
+    cuLaunchCooperativeKernel,
+    cuGetExportTable,
+    cuFuncGetAttribute,
+    cuFuncSetAttribute,
+    cuOccupancyMaxActiveBlocksPerMultiprocessor,
+);

@@ -1,0 +1,382 @@
+//! The simulated libcuda called through its exported C functions (the same
+//! symbols cudarc resolves), in-process through the rlib: each driver check
+//! the crate documents returns the driver's code, and the two-kernel model
+//! computes deterministic outputs that a set preempt flag prevents.
+
+use std::ffi::{c_void, CString};
+use std::ptr::null_mut;
+
+use cudarc::driver::sys::{
+    CUcontext, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult, CUstream,
+};
+use reef_libcuda_sim::*;
+
+const OK: CUresult = CUresult::CUDA_SUCCESS;
+const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/two-kernel/kernels.ptx");
+
+fn injected() -> CString {
+    let src = std::fs::read_to_string(MODEL).unwrap();
+    let inj = reef_trap::ptx::inject(&src, MODEL, &Default::default()).unwrap();
+    CString::new(inj.ptx).unwrap()
+}
+
+struct Setup {
+    ctx: CUcontext,
+    module: CUmodule,
+    scale: CUfunction,
+    stream: CUstream,
+}
+
+fn setup() -> Setup {
+    assert_eq!(cuInit(0), OK);
+    let mut ctx = null_mut();
+    assert_eq!(cuCtxCreate_v2(&mut ctx, 0, 0), OK);
+    let mut module = null_mut();
+    let image = injected();
+    assert_eq!(
+        cuModuleLoadData(&mut module, image.as_ptr() as *const c_void),
+        OK
+    );
+    let mut scale = null_mut();
+    assert_eq!(
+        cuModuleGetFunction(&mut scale, module, c"scale".as_ptr()),
+        OK
+    );
+    let mut stream = null_mut();
+    assert_eq!(cuStreamCreate(&mut stream, 1), OK);
+    Setup {
+        ctx,
+        module,
+        scale,
+        stream,
+    }
+}
+
+fn alloc(bytes: usize) -> CUdeviceptr {
+    let mut p = 0;
+    assert_eq!(cuMemAlloc_v2(&mut p, bytes), OK);
+    p
+}
+
+fn htod(p: CUdeviceptr, data: &[u8]) -> CUresult {
+    cuMemcpyHtoD_v2(p, data.as_ptr() as *const c_void, data.len())
+}
+
+fn dtoh(p: CUdeviceptr, n: usize) -> (CUresult, Vec<u8>) {
+    let mut v = vec![0u8; n];
+    let r = cuMemcpyDtoH_v2(v.as_mut_ptr() as *mut c_void, p, n);
+    (r, v)
+}
+
+/// Launches `f(a, b, c, n, exec_idx)` with the given shape.
+fn launch(
+    f: CUfunction,
+    s: CUstream,
+    grid: [u32; 3],
+    block: [u32; 3],
+    a: [u64; 3],
+    idx: u32,
+) -> CUresult {
+    let (mut p0, mut p1, mut p2, mut n, mut i) = (a[0], a[1], a[2], 2048u32, idx);
+    let mut params: [*mut c_void; 5] = [
+        &mut p0 as *mut u64 as *mut c_void,
+        &mut p1 as *mut u64 as *mut c_void,
+        &mut p2 as *mut u64 as *mut c_void,
+        &mut n as *mut u32 as *mut c_void,
+        &mut i as *mut u32 as *mut c_void,
+    ];
+    unsafe {
+        cuLaunchKernel(
+            f,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            0,
+            s,
+            params.as_mut_ptr(),
+            null_mut(),
+        )
+    }
+}
+
+fn global(m: CUmodule, name: &std::ffi::CStr) -> CUdeviceptr {
+    let (mut p, mut n) = (0, 0);
+    assert_eq!(cuModuleGetGlobal_v2(&mut p, &mut n, m, name.as_ptr()), OK);
+    assert_eq!(n, 4);
+    p
+}
+
+fn sync(s: CUstream) -> CUresult {
+    let mut e: CUevent = null_mut();
+    assert_eq!(cuEventCreate(&mut e, 0), OK);
+    assert_eq!(cuEventRecord(e, s), OK);
+    let r = cuEventSynchronize(e);
+    assert_eq!(cuEventDestroy_v2(e), OK);
+    r
+}
+
+const G: [u32; 3] = [8, 1, 1];
+const B: [u32; 3] = [256, 1, 1];
+
+#[test]
+fn outputs_are_a_deterministic_function_of_the_inputs() {
+    let t = setup();
+    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+    assert_eq!(htod(x, &[1u8; 8192]), OK);
+    assert_eq!(htod(w, &[2u8; 8192]), OK);
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 7), OK);
+    // Not done yet: 40 us per block of simulated work, paced by the clock.
+    let mut e: CUevent = null_mut();
+    assert_eq!(cuEventCreate(&mut e, 0), OK);
+    assert_eq!(cuEventRecord(e, t.stream), OK);
+    assert_eq!(cuEventQuery(e), CUresult::CUDA_ERROR_NOT_READY);
+    assert_eq!(cuEventSynchronize(e), OK);
+    assert_eq!(cuEventQuery(e), OK);
+    let (r, first) = dtoh(h, 8192);
+    assert_eq!(r, OK);
+    assert_ne!(first, vec![0u8; 8192], "the kernel wrote its output");
+    // The injected entry stored the execution index (REEF Fig. 8 line 3).
+    let idx = global(t.module, c"reef_exec_index");
+    assert_eq!(dtoh(idx, 4).1, 7u32.to_le_bytes());
+    // Same inputs, same outputs; another input, other outputs.
+    assert_eq!(htod(h, &[0u8; 8192]), OK);
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 8), OK);
+    assert_eq!(cuStreamSynchronize(t.stream), OK);
+    assert_eq!(
+        dtoh(h, 8192).1,
+        first,
+        "the execution index is not an input"
+    );
+    assert_eq!(htod(x, &[3u8; 8192]), OK);
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 9), OK);
+    assert_eq!(sync(t.stream), OK);
+    assert_ne!(dtoh(h, 8192).1, first);
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+}
+
+#[test]
+fn a_set_preempt_flag_evicts_kernels_at_entry() {
+    let t = setup();
+    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+    let flag = global(t.module, c"reef_preempt_flag");
+    let idx = global(t.module, c"reef_exec_index");
+    assert_eq!(htod(flag, &1u32.to_le_bytes()), OK);
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 41), OK);
+    assert_eq!(sync(t.stream), OK);
+    assert_eq!(
+        dtoh(h, 8192).1,
+        vec![0u8; 8192],
+        "evicted: no output written"
+    );
+    assert_eq!(dtoh(idx, 4).1, [0; 4], "evicted: the index was not stored");
+    assert_eq!(htod(flag, &0u32.to_le_bytes()), OK);
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 42), OK);
+    assert_eq!(sync(t.stream), OK);
+    assert_ne!(dtoh(h, 8192).1, vec![0u8; 8192]);
+    assert_eq!(dtoh(idx, 4).1, 42u32.to_le_bytes());
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+}
+
+#[test]
+fn out_of_range_launches_are_refused() {
+    let t = setup();
+    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+    let bad = CUresult::CUDA_ERROR_INVALID_VALUE;
+    assert_eq!(
+        launch(t.scale, t.stream, G, [1025, 1, 1], [x, w, h], 0),
+        bad
+    );
+    assert_eq!(
+        launch(t.scale, t.stream, G, [32, 32, 2], [x, w, h], 0),
+        bad,
+        "2048 threads"
+    );
+    assert_eq!(launch(t.scale, t.stream, G, [1, 1, 65], [x, w, h], 0), bad);
+    assert_eq!(launch(t.scale, t.stream, [0, 1, 1], B, [x, w, h], 0), bad);
+    assert_eq!(
+        launch(t.scale, t.stream, [1, 65536, 1], B, [x, w, h], 0),
+        bad
+    );
+    assert_eq!(
+        launch(t.scale, t.stream, [1u32 << 31, 1, 1], B, [x, w, h], 0),
+        bad
+    );
+    // Missing kernelParams for a kernel with parameters.
+    let r = unsafe {
+        cuLaunchKernel(
+            t.scale,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            0,
+            t.stream,
+            null_mut(),
+            null_mut(),
+        )
+    };
+    assert_eq!(r, bad);
+    // Too much dynamic shared memory without the opt-in.
+    let r = unsafe {
+        cuLaunchKernel(
+            t.scale,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            49153,
+            t.stream,
+            null_mut(),
+            null_mut(),
+        )
+    };
+    assert_eq!(r, bad);
+    // The largest legal shape is accepted.
+    assert_eq!(
+        launch(t.scale, t.stream, [1, 1, 1], [1024, 1, 1], [x, w, h], 0),
+        OK
+    );
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+}
+
+#[test]
+fn bad_handles_and_unloaded_modules() {
+    let t = setup();
+    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+    let bogus = 0x1234 as CUfunction;
+    assert_eq!(
+        launch(bogus, t.stream, G, B, [x, w, h], 0),
+        CUresult::CUDA_ERROR_INVALID_HANDLE
+    );
+    // A stream handle passed as a function: wrong kind.
+    assert_eq!(
+        launch(t.stream as CUfunction, t.stream, G, B, [x, w, h], 0),
+        CUresult::CUDA_ERROR_INVALID_HANDLE
+    );
+    let mut f = null_mut();
+    assert_eq!(
+        cuModuleGetFunction(&mut f, t.module, c"nope".as_ptr()),
+        CUresult::CUDA_ERROR_NOT_FOUND
+    );
+    assert_eq!(cuModuleUnload(t.module), OK);
+    assert_eq!(
+        launch(t.scale, t.stream, G, B, [x, w, h], 0),
+        CUresult::CUDA_ERROR_INVALID_HANDLE
+    );
+    assert_eq!(
+        cuModuleUnload(t.module),
+        CUresult::CUDA_ERROR_INVALID_HANDLE
+    );
+    let mut e = null_mut();
+    assert_eq!(cuEventCreate(&mut e, 0), OK);
+    assert_eq!(cuEventDestroy_v2(e), OK);
+    assert_eq!(cuEventQuery(e), CUresult::CUDA_ERROR_INVALID_HANDLE);
+    let mut m = null_mut();
+    assert_eq!(
+        cuModuleLoadData(&mut m, c"not ptx".as_ptr() as *const c_void),
+        CUresult::CUDA_ERROR_INVALID_PTX
+    );
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+    assert_eq!(cuCtxDestroy_v2(t.ctx), CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    // No current context any more.
+    let mut p = 0;
+    assert_eq!(
+        cuMemAlloc_v2(&mut p, 16),
+        CUresult::CUDA_ERROR_INVALID_CONTEXT
+    );
+}
+
+#[test]
+fn copies_past_an_allocation_and_use_after_free() {
+    let t = setup();
+    let p = alloc(100);
+    assert_eq!(htod(p, &[1; 100]), OK);
+    assert_eq!(htod(p + 50, &[1; 51]), CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(dtoh(p + 99, 2).0, CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(dtoh(p + 99, 1).0, OK);
+    assert_eq!(cuMemFree_v2(p), OK);
+    assert_eq!(htod(p, &[1; 4]), CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(dtoh(p, 4).0, CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(cuMemFree_v2(p), CUresult::CUDA_ERROR_INVALID_VALUE);
+    // Module globals are not the caller's to free.
+    assert_eq!(
+        cuMemFree_v2(global(t.module, c"reef_preempt_flag")),
+        CUresult::CUDA_ERROR_INVALID_VALUE
+    );
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+}
+
+#[test]
+fn memory_beyond_the_preset_is_refused() {
+    let t = setup();
+    let (mut free, mut total) = (0, 0);
+    assert_eq!(cuMemGetInfo_v2(&mut free, &mut total), OK);
+    // gv100 preset: 32 GiB (sim/devices/gv100.toml).
+    assert_eq!(total, 32 << 30);
+    let mut p = 0;
+    assert_eq!(
+        cuMemAlloc_v2(&mut p, total + 1),
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY
+    );
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+}
+
+#[test]
+fn error_strings_and_unsupported_calls() {
+    let mut s = std::ptr::null();
+    assert_eq!(
+        unsafe { cuGetErrorName(CUresult::CUDA_ERROR_INVALID_HANDLE, &mut s) },
+        OK
+    );
+    assert_eq!(
+        unsafe { std::ffi::CStr::from_ptr(s) }.to_str().unwrap(),
+        "CUDA_ERROR_INVALID_HANDLE"
+    );
+    assert_eq!(
+        unsafe { cuGetErrorString(CUresult::CUDA_ERROR_OUT_OF_MEMORY, &mut s) },
+        OK
+    );
+    assert_eq!(
+        unsafe { std::ffi::CStr::from_ptr(s) }.to_str().unwrap(),
+        "out of memory"
+    );
+    assert_eq!(cuLaunchKernelEx(), CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    assert_eq!(
+        cuDevicePrimaryCtxRetain(),
+        CUresult::CUDA_ERROR_NOT_SUPPORTED
+    );
+    assert!(NOT_SUPPORTED.contains(&"cuMemcpyHtoDAsync_v2"));
+}
+
+#[test]
+fn a_kernel_on_freed_memory_faults_its_context_only() {
+    let t = setup();
+    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 1), OK);
+    // Freed while the kernel is queued: the kernel touches freed memory.
+    assert_eq!(cuMemFree_v2(h), OK);
+    assert_eq!(sync(t.stream), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    // Sticky for the context...
+    assert_eq!(
+        launch(t.scale, t.stream, G, B, [x, w, x], 2),
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+    );
+    assert_eq!(
+        cuStreamSynchronize(t.stream),
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+    );
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+    // ...but not for a new one.
+    let u = setup();
+    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+    assert_eq!(launch(u.scale, u.stream, G, B, [x, w, h], 1), OK);
+    assert_eq!(sync(u.stream), OK);
+    assert_eq!(cuCtxDestroy_v2(u.ctx), OK);
+}

@@ -1,0 +1,1322 @@
+//! The CUDA launch path: compiled models loaded and launched through
+//! cudarc's driver API, best-effort (BE) work preempted by the preempt flag
+//! of REEF's injected kernels.
+//!
+//! Paper: REEF (reef-tocs2025) §4.3 "Reset-based preemption", Fig. 8 (the
+//! launcher appends each kernel's execution index, line 8; `preempt()` resets
+//! the host queue, sets the flag, reads the global execution index and
+//! clears the flag, lines 12-16; `restore()` relaunches from there), §4.2
+//! (virtual host queues per stream, a device queue capped per stream, here
+//! `queue_cap`), §4.6 (the PTX rewrite: reef-ptx-inject, trap-handler/).
+//! DESIGN.md layer 2, backend `cuda`.
+//!
+//! Library: cudarc 0.19 dlopens the driver by name (`libcuda.so`, then the
+//! versioned names of `get_lib_name_candidates("cuda")`) through the
+//! dynamic loader's search path (`LD_LIBRARY_PATH`, then ld.so.cache). With
+//! [`CudaLaunchOptions::library`] (reefd: `REEF_CUDA_LIBRARY`) the backend
+//! first loads that file itself; a library whose SONAME is `libcuda.so`
+//! (reef-libcuda-sim's is) then answers cudarc's lookup, so a test or an
+//! operator can point reefd at the simulated libcuda without touching the
+//! search path. The presence check (`is_culib_present`) runs first: cudarc
+//! panics on the first call into a missing library.
+//!
+//! Layout on the device:
+//! - two contexts, real-time (RT) and BE (`cuCtxCreate_v2`), so that a
+//!   preemption (and on a GPU host a kill, which acts on a whole context)
+//!   never reaches RT kernels;
+//! - per model and context, one allocation per weight storage, weights
+//!   uploaded once at load; a load that does not fit the free memory
+//!   (`cuMemGetInfo_v2`) is refused with both figures before anything is
+//!   allocated, and a failure midway frees what was allocated;
+//! - per stream and model, its own module instance (so each BE stream has
+//!   its own `reef_preempt_flag` and `reef_exec_index`: Fig. 8's global index
+//!   describes one queue) and one allocation per input, activation and
+//!   output storage; one request at a time per stream on the device, its
+//!   input copied in when it starts and its output copied out when its last
+//!   kernel's event completes.
+//!
+//! Preemption levels are probed at open, not assumed: 1 always (host
+//! queues are reefd's); 2 when a probe kernel, injected and launched with
+//! its module's flag set through `cuMemcpyHtoD`, is evicted (its index not
+//! stored) and, with the flag cleared, runs (index stored); 3 never on this
+//! path, for the reason [`NO_KILL`] gives.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::{c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+
+use cudarc::driver::sys::{
+    self, CUcontext, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult, CUstream,
+};
+use reef_sched::PreemptLevel;
+use serde::Deserialize;
+
+use super::Levels;
+
+/// Why level 3 is not offered on this path.
+pub const NO_KILL: &str = "no kill (level 3): killing running blocks goes through the RM debugger \
+     object attached to libcuda's BE context (docs/hardware.md), which needs root, /dev/nvidiactl, \
+     the context's RM handles (learnt by observing libcuda's RM_ALLOC ioctls, not implemented) and \
+     a patched trap handler; this device stays at lazy eviction (level 2)";
+
+/// `CU_STREAM_NON_BLOCKING`: reefd's streams must not synchronise with the
+/// legacy default stream, on which the synchronous preempt-flag write runs;
+/// otherwise the write would wait for the very kernels it evicts.
+const STREAM_NON_BLOCKING: u32 = 1;
+/// `CU_EVENT_DISABLE_TIMING`: completion events only.
+const EVENT_DISABLE_TIMING: u32 = 2;
+
+/// Everything the launch path can fail with. Texts are for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("the CUDA driver library cannot be used: {0}")]
+    NoLibrary(String),
+    #[error("{call} failed: {name} ({text}); {hint}")]
+    Driver {
+        call: &'static str,
+        code: CUresult,
+        name: String,
+        text: String,
+        hint: &'static str,
+    },
+    #[error(
+        "model {model} does not fit on {device}: it needs {needed} B of device memory and {free} B \
+         are free (of {total} B); nothing was loaded: unload a model or use a GPU with more memory"
+    )]
+    DoesNotFit {
+        model: String,
+        device: String,
+        needed: u64,
+        free: u64,
+        total: u64,
+    },
+    #[error("model {path}: {detail}")]
+    Model { path: String, detail: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl CudaError {
+    /// The driver's code, for a failed driver call.
+    pub fn code(&self) -> Option<CUresult> {
+        match self {
+            CudaError::Driver { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+fn hint(code: CUresult) -> &'static str {
+    use CUresult::*;
+    match code {
+        CUDA_ERROR_INVALID_HANDLE => {
+            "a CUDA object (module, function, stream, event) was used after it was destroyed or \
+             is unknown to the driver: a reefd bug, report it and restart reefd"
+        }
+        CUDA_ERROR_INVALID_VALUE => {
+            "the driver refused an argument: a launch shape outside the GPU's limits, a copy past \
+             the end of an allocation, or a freed pointer; check the model's model.toml (grid, \
+             block, storage sizes)"
+        }
+        CUDA_ERROR_ILLEGAL_ADDRESS => {
+            "a kernel accessed memory it does not own; the CUDA context is unusable: restart \
+             reefd, and check the model's storage sizes"
+        }
+        CUDA_ERROR_OUT_OF_MEMORY => "the GPU is out of memory: unload a model",
+        CUDA_ERROR_INVALID_PTX | CUDA_ERROR_INVALID_IMAGE => {
+            "the driver could not compile the model's PTX: check its .target against the GPU"
+        }
+        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => {
+            "the kernel needs more registers or shared memory than the GPU has per block"
+        }
+        CUDA_ERROR_NOT_FOUND => "a kernel or symbol named by the model is missing from its PTX",
+        CUDA_ERROR_NOT_SUPPORTED => {
+            "this driver does not implement the call (the simulated libcuda implements only the \
+             calls reefd makes)"
+        }
+        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_INVALID_DEVICE => {
+            "no such GPU: cuda:N counts the GPUs nvidia-smi lists from 0"
+        }
+        CUDA_ERROR_INVALID_CONTEXT => "no usable CUDA context: a reefd bug, restart reefd",
+        _ => "see the CUDA driver API documentation for this code",
+    }
+}
+
+fn check(call: &'static str, code: CUresult) -> Result<(), CudaError> {
+    if code == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let (mut name, mut text) = (std::ptr::null(), std::ptr::null());
+    // SAFETY: both out-pointers are valid; the driver returns static strings.
+    let (name, text) = unsafe {
+        let n = sys::cuGetErrorName(code, &mut name);
+        let t = sys::cuGetErrorString(code, &mut text);
+        (
+            if n == CUresult::CUDA_SUCCESS && !name.is_null() {
+                CStr::from_ptr(name).to_string_lossy().into_owned()
+            } else {
+                format!("{code:?}")
+            },
+            if t == CUresult::CUDA_SUCCESS && !text.is_null() {
+                CStr::from_ptr(text).to_string_lossy().into_owned()
+            } else {
+                "no description".into()
+            },
+        )
+    };
+    Err(CudaError::Driver {
+        call,
+        code,
+        name,
+        text,
+        hint: hint(code),
+    })
+}
+
+/// Makes the driver library available to cudarc: loads `library` first if
+/// given, then runs cudarc's presence check.
+pub fn load_library(library: Option<&Path>) -> Result<(), CudaError> {
+    if let Some(path) = library {
+        let c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| CudaError::NoLibrary(format!("{}: path contains NUL", path.display())))?;
+        // SAFETY: dlopen with a valid C string; the handle is kept for the
+        // life of the process (never dlclosed), as cudarc keeps its own.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if h.is_null() {
+            // SAFETY: dlerror returns a C string or null.
+            let e = unsafe { libc::dlerror() };
+            let why = if e.is_null() {
+                "unknown error".into()
+            } else {
+                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+            };
+            return Err(CudaError::NoLibrary(format!(
+                "REEF_CUDA_LIBRARY={}: {why}",
+                path.display()
+            )));
+        }
+    }
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaError::NoLibrary(
+            "libcuda.so is not on the library search path (install the NVIDIA driver on a GPU \
+             host, or set REEF_CUDA_LIBRARY to a driver library such as the simulated \
+             target/release/libreef_libcuda_sim.so)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+// --- model files -------------------------------------------------------------
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    name: String,
+    ptx: String,
+    weights: Option<String>,
+    storage: Vec<StorageDecl>,
+    kernel: Vec<KernelDecl>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    Input,
+    Weight,
+    Activation,
+    Output,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorageDecl {
+    name: String,
+    bytes: u64,
+    role: Role,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KernelDecl {
+    name: String,
+    grid: [u32; 3],
+    block: [u32; 3],
+    args: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+enum Arg {
+    Storage(usize),
+    U32(u32),
+}
+
+/// A model read from its directory (`model.toml`, the PTX, the weights).
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    pub name: String,
+    /// The PTX after reef-ptx-inject, NUL-terminated for cuModuleLoadData.
+    ptx: CString,
+    storages: Vec<StorageDecl>,
+    kernels: Vec<(KernelDecl, Vec<Arg>)>,
+    /// Bytes of each weight storage, by storage index.
+    weights: HashMap<usize, Vec<u8>>,
+    input: usize,
+    output: usize,
+}
+
+impl ModelFiles {
+    /// Reads and checks a model directory; the PTX is injected here.
+    pub fn read(dir: &Path) -> Result<ModelFiles, CudaError> {
+        let err = |detail: String| CudaError::Model {
+            path: dir.display().to_string(),
+            detail,
+        };
+        let mpath = dir.join("model.toml");
+        let text = std::fs::read_to_string(&mpath)
+            .map_err(|e| err(format!("cannot read model.toml: {e} (a CUDA model directory holds model.toml, its PTX and weights)")))?;
+        let m: Manifest = toml::from_str(&text).map_err(|e| err(format!("model.toml: {e}")))?;
+        let ptx_path = dir.join(&m.ptx);
+        let src = std::fs::read_to_string(&ptx_path)
+            .map_err(|e| err(format!("cannot read {}: {e}", m.ptx)))?;
+        let inj =
+            reef_trap::ptx::inject(&src, &ptx_path.display().to_string(), &Default::default())
+                .map_err(|e| err(format!("reef-ptx-inject: {e}")))?;
+        let ptx = CString::new(inj.ptx).map_err(|_| err("the PTX contains a NUL byte".into()))?;
+        let index: HashMap<&str, usize> = m
+            .storage
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
+        let one = |role: Role| -> Result<usize, CudaError> {
+            let v: Vec<usize> = (0..m.storage.len())
+                .filter(|&i| m.storage[i].role == role)
+                .collect();
+            match v[..] {
+                [i] => Ok(i),
+                _ => Err(err(format!(
+                    "needs exactly one storage with role {role:?}, has {}",
+                    v.len()
+                ))),
+            }
+        };
+        let (input, output) = (one(Role::Input)?, one(Role::Output)?);
+        if let Some(s) = m.storage.iter().find(|s| s.bytes == 0) {
+            return Err(err(format!("storage {} has 0 bytes", s.name)));
+        }
+        let mut kernels = Vec::new();
+        for k in &m.kernel {
+            if !inj.entries.contains(&k.name) {
+                return Err(err(format!(
+                    "kernel {} is not an .entry of {}",
+                    k.name, m.ptx
+                )));
+            }
+            let mut args = Vec::new();
+            for a in &k.args {
+                if let Some(n) = a.strip_prefix("u32:") {
+                    let v = n
+                        .parse()
+                        .map_err(|_| err(format!("kernel {}: bad scalar {a:?}", k.name)))?;
+                    args.push(Arg::U32(v));
+                } else {
+                    let i = *index.get(a.as_str()).ok_or_else(|| {
+                        err(format!(
+                            "kernel {}: argument {a:?} names no storage (or write u32:N)",
+                            k.name
+                        ))
+                    })?;
+                    args.push(Arg::Storage(i));
+                }
+            }
+            kernels.push((k.clone(), args));
+        }
+        if kernels.is_empty() {
+            return Err(err("no [[kernel]]".into()));
+        }
+        let mut weights = HashMap::new();
+        let wanted: u64 = m
+            .storage
+            .iter()
+            .filter(|s| s.role == Role::Weight)
+            .map(|s| s.bytes)
+            .sum();
+        if wanted > 0 {
+            let wf = m
+                .weights
+                .as_ref()
+                .ok_or_else(|| err("weight storages but no weights file".into()))?;
+            let bytes =
+                std::fs::read(dir.join(wf)).map_err(|e| err(format!("cannot read {wf}: {e}")))?;
+            if bytes.len() as u64 != wanted {
+                return Err(err(format!(
+                    "{wf} has {} B, the weight storages {wanted} B",
+                    bytes.len()
+                )));
+            }
+            let mut off = 0usize;
+            for (i, s) in m
+                .storage
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.role == Role::Weight)
+            {
+                weights.insert(i, bytes[off..off + s.bytes as usize].to_vec());
+                off += s.bytes as usize;
+            }
+        }
+        Ok(ModelFiles {
+            name: m.name,
+            ptx,
+            storages: m.storage,
+            kernels,
+            weights,
+            input,
+            output,
+        })
+    }
+
+    /// Bytes of one request's input.
+    pub fn input_bytes(&self) -> usize {
+        self.storages[self.input].bytes as usize
+    }
+
+    fn weight_bytes(&self) -> u64 {
+        self.weights.values().map(|w| w.len() as u64).sum()
+    }
+
+    /// Device memory one stream's instance takes (inputs, activations,
+    /// outputs).
+    fn stream_bytes(&self) -> u64 {
+        self.storages
+            .iter()
+            .filter(|s| s.role != Role::Weight)
+            .map(|s| s.bytes)
+            .sum()
+    }
+}
+
+// --- the device ---------------------------------------------------------------
+
+/// Real-time or best-effort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamClass {
+    RealTime,
+    BestEffort,
+}
+
+/// How the device is opened.
+#[derive(Debug, Clone)]
+pub struct CudaLaunchOptions {
+    /// N of `cuda:N`.
+    pub index: u32,
+    /// A driver library to load first (`REEF_CUDA_LIBRARY`).
+    pub library: Option<PathBuf>,
+    /// Kernels in flight per stream (REEF §4.2's device-queue capacity).
+    pub queue_cap: usize,
+}
+
+struct Loaded {
+    files: ModelFiles,
+    /// Weight allocations per context (RT = 0, BE = 1), by storage index.
+    weights: [HashMap<usize, CUdeviceptr>; 2],
+}
+
+/// One stream's instance of a model: module, functions, globals, buffers.
+struct Instance {
+    module: CUmodule,
+    functions: Vec<CUfunction>,
+    flag: CUdeviceptr,
+    index: CUdeviceptr,
+    buffers: HashMap<usize, CUdeviceptr>,
+}
+
+struct Request {
+    task: u64,
+    model: String,
+    input: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Launch {
+    kernel: usize,
+    exec: u32,
+}
+
+struct Stream {
+    class: StreamClass,
+    cu: CUstream,
+    requests: VecDeque<Request>,
+    /// The active request's kernels not yet handed to CUDA (the host queue).
+    host: VecDeque<Launch>,
+    /// Handed to CUDA, with the event recorded after each.
+    inflight: VecDeque<(Launch, CUevent)>,
+    active: Option<u64>,
+    next_exec: u32,
+    instances: HashMap<String, Instance>,
+    /// Paused by a preemption until `restore_be`.
+    paused: bool,
+}
+
+/// A finished request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub stream: u64,
+    pub task: u64,
+    pub output: Vec<u8>,
+}
+
+/// What one preemption did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    pub level: PreemptLevel,
+    /// Kernels taken back: still in host queues, or evicted at entry.
+    pub host_queue: u64,
+    pub evicted: u64,
+    /// Kernels in the device queue that had passed the flag check (their
+    /// index was at most the global execution index) and ran to the end.
+    pub ran: u64,
+}
+
+/// An open `cuda:N` device with its two contexts.
+pub struct CudaDevice {
+    device: String,
+    gpu_name: String,
+    ctx: [CUcontext; 2],
+    levels: Levels,
+    queue_cap: usize,
+    models: BTreeMap<String, Loaded>,
+    streams: BTreeMap<u64, Stream>,
+    free_events: Vec<(usize, CUevent)>,
+    next_task: u64,
+    parked: Vec<Completion>,
+}
+
+// The raw handles are the driver's, usable from any thread once the owning
+// context is made current (every call here does so).
+unsafe impl Send for CudaDevice {}
+
+fn class_ctx(c: StreamClass) -> usize {
+    match c {
+        StreamClass::RealTime => 0,
+        StreamClass::BestEffort => 1,
+    }
+}
+
+/// The probe kernel for level 2 (injected like a model's kernels).
+const PROBE_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n\
+    // reef-sim: kernel=reef_probe block_ns=1000\n\
+    .visible .entry reef_probe()\n{\n\tret;\n}\n";
+
+impl CudaDevice {
+    /// Loads the driver, creates the RT and BE contexts on GPU `index` and
+    /// probes the preemption levels.
+    pub fn open(opts: &CudaLaunchOptions) -> Result<CudaDevice, CudaError> {
+        load_library(opts.library.as_deref())?;
+        if opts.queue_cap == 0 {
+            return Err(CudaError::Invalid(
+                "the device-queue cap must be at least 1".into(),
+            ));
+        }
+        let device = format!("cuda:{}", opts.index);
+        // SAFETY (this block and every driver call below): FFI calls with
+        // valid out-pointers; handles come from the driver.
+        unsafe {
+            check("cuInit", sys::cuInit(0))?;
+            let mut dev = 0;
+            check("cuDeviceGet", sys::cuDeviceGet(&mut dev, opts.index as i32))?;
+            let mut name = [0 as std::ffi::c_char; 128];
+            check(
+                "cuDeviceGetName",
+                sys::cuDeviceGetName(name.as_mut_ptr(), 128, dev),
+            )?;
+            let gpu_name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            let mut ctx = [std::ptr::null_mut(); 2];
+            for c in &mut ctx {
+                check("cuCtxCreate_v2", sys::cuCtxCreate_v2(c, 0, dev))?;
+            }
+            let mut d = CudaDevice {
+                device,
+                gpu_name,
+                ctx,
+                levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
+                queue_cap: opts.queue_cap,
+                models: BTreeMap::new(),
+                streams: BTreeMap::new(),
+                free_events: Vec::new(),
+                next_task: 1,
+                parked: Vec::new(),
+            };
+            d.levels = d.probe_levels();
+            Ok(d)
+        }
+    }
+
+    fn current(&self, c: usize) -> Result<(), CudaError> {
+        // SAFETY: the context is ours and alive.
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.ctx[c])
+        })
+    }
+
+    /// Level 2 works when the probe kernel is evicted with the flag set and
+    /// runs with it clear (docs/hardware.md, "The CUDA launch path").
+    fn probe_levels(&mut self) -> Levels {
+        match self.probe_flag() {
+            Ok(()) => Levels::up_to(PreemptLevel::LazyEviction, vec![NO_KILL.into()]),
+            Err(why) => Levels::up_to(
+                PreemptLevel::HostQueue,
+                vec![
+                    format!("no lazy eviction (level 2): the preempt-flag probe failed: {why}"),
+                    NO_KILL.into(),
+                ],
+            ),
+        }
+    }
+
+    fn probe_flag(&mut self) -> Result<(), String> {
+        let src = reef_trap::ptx::inject(PROBE_PTX, "probe", &Default::default())
+            .map_err(|e| e.to_string())?;
+        let image = CString::new(src.ptx).map_err(|e| e.to_string())?;
+        self.current(1).map_err(|e| e.to_string())?;
+        // SAFETY: driver calls with valid pointers.
+        unsafe {
+            let mut m = std::ptr::null_mut();
+            check(
+                "cuModuleLoadData",
+                sys::cuModuleLoadData(&mut m, image.as_ptr() as *const c_void),
+            )
+            .map_err(|e| e.to_string())?;
+            let r = (|| -> Result<(), CudaError> {
+                let f = function(m, "reef_probe")?;
+                let flag = global(m, "reef_preempt_flag")?;
+                let index = global(m, "reef_exec_index")?;
+                let mut s = std::ptr::null_mut();
+                check(
+                    "cuStreamCreate",
+                    sys::cuStreamCreate(&mut s, STREAM_NON_BLOCKING),
+                )?;
+                let run = |idx: u32, flag_on: u32| -> Result<u32, CudaError> {
+                    htod(flag, &flag_on.to_le_bytes())?;
+                    let mut i = idx;
+                    let mut params = [&mut i as *mut u32 as *mut c_void];
+                    check(
+                        "cuLaunchKernel",
+                        sys::cuLaunchKernel(
+                            f,
+                            1,
+                            1,
+                            1,
+                            32,
+                            1,
+                            1,
+                            0,
+                            s,
+                            params.as_mut_ptr(),
+                            std::ptr::null_mut(),
+                        ),
+                    )?;
+                    check("cuStreamSynchronize", sys::cuStreamSynchronize(s))?;
+                    let mut out = [0u8; 4];
+                    dtoh(&mut out, index)?;
+                    Ok(u32::from_le_bytes(out))
+                };
+                let evicted = run(7, 1)?;
+                let ran = run(8, 0)?;
+                check("cuStreamDestroy_v2", sys::cuStreamDestroy_v2(s))?;
+                if evicted == 7 {
+                    return Err(CudaError::Invalid(
+                        "a kernel launched with the flag set ran".into(),
+                    ));
+                }
+                if ran != 8 {
+                    return Err(CudaError::Invalid(
+                        "a kernel launched with the flag clear did not store its index".into(),
+                    ));
+                }
+                Ok(())
+            })();
+            let _ = sys::cuModuleUnload(m);
+            r.map_err(|e| e.to_string())
+        }
+    }
+
+    /// Makes the BE context current on the calling thread (for raw driver
+    /// calls in tests).
+    pub fn make_current_be(&self) -> Result<(), CudaError> {
+        self.current(1)
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The driver's name for the GPU (the simulated libcuda says so).
+    pub fn gpu_name(&self) -> &str {
+        &self.gpu_name
+    }
+
+    pub fn levels(&self) -> &Levels {
+        &self.levels
+    }
+
+    /// (free, total) device memory.
+    pub fn memory(&self) -> Result<(u64, u64), CudaError> {
+        self.current(0)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        check("cuMemGetInfo_v2", unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
+        Ok((free as u64, total as u64))
+    }
+
+    pub fn models(&self) -> Vec<String> {
+        self.models.keys().cloned().collect()
+    }
+
+    pub fn input_bytes(&self, model: &str) -> Option<usize> {
+        self.models.get(model).map(|m| m.files.input_bytes())
+    }
+
+    /// Loads a model directory under `name` (default: the manifest's name):
+    /// weights uploaded once into each context.
+    pub fn load_model(&mut self, dir: &Path, name: Option<&str>) -> Result<String, CudaError> {
+        let files = ModelFiles::read(dir)?;
+        let name = name.unwrap_or(&files.name).to_string();
+        if self.models.contains_key(&name) {
+            return Err(CudaError::Invalid(format!(
+                "model {name} is already loaded"
+            )));
+        }
+        // Weights in both contexts, and one stream instance per context.
+        let needed = 2 * (files.weight_bytes() + files.stream_bytes());
+        let (free, total) = self.memory()?;
+        if needed > free {
+            return Err(CudaError::DoesNotFit {
+                model: name,
+                device: self.device.clone(),
+                needed,
+                free,
+                total,
+            });
+        }
+        let mut weights = [HashMap::new(), HashMap::new()];
+        let r = (|| -> Result<(), CudaError> {
+            for (c, w) in weights.iter_mut().enumerate() {
+                self.current(c)?;
+                for (&i, bytes) in &files.weights {
+                    let p = alloc(bytes.len())?;
+                    w.insert(i, p);
+                    htod(p, bytes)?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            free_all(&self.ctx, &weights);
+            return Err(e);
+        }
+        self.models.insert(name.clone(), Loaded { files, weights });
+        Ok(name)
+    }
+
+    /// Unloads a model no stream is running.
+    pub fn unload_model(&mut self, name: &str) -> Result<(), CudaError> {
+        if self
+            .streams
+            .values()
+            .any(|s| s.requests.iter().any(|r| r.model == name))
+        {
+            return Err(CudaError::Invalid(format!(
+                "model {name} has requests in flight"
+            )));
+        }
+        let m = self
+            .models
+            .remove(name)
+            .ok_or_else(|| CudaError::Invalid(format!("model {name} is not loaded")))?;
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            let (c, inst) = {
+                let s = self.streams.get_mut(&id).unwrap();
+                (class_ctx(s.class), s.instances.remove(name))
+            };
+            if let Some(inst) = inst {
+                self.drop_instance(c, inst);
+            }
+        }
+        free_all(&self.ctx, &m.weights);
+        Ok(())
+    }
+
+    fn drop_instance(&self, c: usize, inst: Instance) {
+        if self.current(c).is_ok() {
+            // SAFETY: handles from the driver, freed once.
+            unsafe {
+                for p in inst.buffers.values() {
+                    let _ = sys::cuMemFree_v2(*p);
+                }
+                let _ = sys::cuModuleUnload(inst.module);
+            }
+        }
+    }
+
+    pub fn open_stream(&mut self, id: u64, class: StreamClass) -> Result<(), CudaError> {
+        if self.streams.contains_key(&id) {
+            return Err(CudaError::Invalid(format!("stream {id} is already open")));
+        }
+        self.current(class_ctx(class))?;
+        let mut cu = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
+        })?;
+        self.streams.insert(
+            id,
+            Stream {
+                class,
+                cu,
+                requests: VecDeque::new(),
+                host: VecDeque::new(),
+                inflight: VecDeque::new(),
+                active: None,
+                next_exec: 1,
+                instances: HashMap::new(),
+                paused: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Closes a stream after waiting for its work on the device; returns
+    /// the requests dropped from its queue.
+    pub fn close_stream(&mut self, id: u64) -> Result<Vec<u64>, CudaError> {
+        let s = self
+            .streams
+            .remove(&id)
+            .ok_or_else(|| CudaError::Invalid(format!("no stream {id}")))?;
+        let c = class_ctx(s.class);
+        self.current(c)?;
+        // SAFETY: handles from the driver.
+        unsafe {
+            check("cuStreamSynchronize", sys::cuStreamSynchronize(s.cu))?;
+            check("cuStreamDestroy_v2", sys::cuStreamDestroy_v2(s.cu))?;
+        }
+        for (_, ev) in s.inflight {
+            self.free_events.push((c, ev));
+        }
+        for (_, inst) in s.instances {
+            self.drop_instance(c, inst);
+        }
+        Ok(s.requests.into_iter().map(|r| r.task).collect())
+    }
+
+    /// Queues one inference of `model` with `input` on `stream`.
+    pub fn submit(&mut self, stream: u64, model: &str, input: Vec<u8>) -> Result<u64, CudaError> {
+        let m = self
+            .models
+            .get(model)
+            .ok_or_else(|| CudaError::Invalid(format!("model {model} is not loaded")))?;
+        if input.len() != m.files.input_bytes() {
+            return Err(CudaError::Invalid(format!(
+                "model {model} takes {} B of input, got {}",
+                m.files.input_bytes(),
+                input.len()
+            )));
+        }
+        let s = self
+            .streams
+            .get_mut(&stream)
+            .ok_or_else(|| CudaError::Invalid(format!("no stream {stream}")))?;
+        let task = self.next_task;
+        self.next_task += 1;
+        s.requests.push_back(Request {
+            task,
+            model: model.to_string(),
+            input,
+        });
+        Ok(task)
+    }
+
+    /// Whether any request is queued or running.
+    pub fn busy(&self) -> bool {
+        self.streams.values().any(|s| !s.requests.is_empty())
+    }
+
+    /// Whether a real-time request is queued or running.
+    pub fn rt_busy(&self) -> bool {
+        self.streams
+            .values()
+            .any(|s| s.class == StreamClass::RealTime && !s.requests.is_empty())
+    }
+
+    fn instance(&mut self, id: u64, model: &str) -> Result<(), CudaError> {
+        let s = &self.streams[&id];
+        if s.instances.contains_key(model) {
+            return Ok(());
+        }
+        let c = class_ctx(s.class);
+        let m = &self.models[model];
+        self.current(c)?;
+        let mut inst = Instance {
+            module: std::ptr::null_mut(),
+            functions: Vec::new(),
+            flag: 0,
+            index: 0,
+            buffers: HashMap::new(),
+        };
+        let r = (|| -> Result<(), CudaError> {
+            // SAFETY: a NUL-terminated PTX image; valid out-pointer.
+            check("cuModuleLoadData", unsafe {
+                sys::cuModuleLoadData(&mut inst.module, m.files.ptx.as_ptr() as *const c_void)
+            })?;
+            for (k, _) in &m.files.kernels {
+                inst.functions.push(function(inst.module, &k.name)?);
+            }
+            inst.flag = global(inst.module, "reef_preempt_flag")?;
+            inst.index = global(inst.module, "reef_exec_index")?;
+            for (i, st) in m.files.storages.iter().enumerate() {
+                if st.role != Role::Weight {
+                    inst.buffers.insert(i, alloc(st.bytes as usize)?);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            if !inst.module.is_null() {
+                self.drop_instance(c, inst);
+            }
+            return Err(e);
+        }
+        self.streams
+            .get_mut(&id)
+            .unwrap()
+            .instances
+            .insert(model.to_string(), inst);
+        Ok(())
+    }
+
+    /// Observes completions and hands queued kernels to CUDA: at most
+    /// `queue_cap` in flight per stream (REEF §4.2), none on a paused
+    /// stream. Returns the requests that finished.
+    pub fn poll(&mut self) -> Result<Vec<Completion>, CudaError> {
+        let mut done = Vec::new();
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.reap(id, &mut done)?;
+            self.start_next(id)?;
+            self.transmit(id)?;
+            // A request may have finished and the next started.
+            self.reap(id, &mut done)?;
+            self.start_next(id)?;
+        }
+        Ok(done)
+    }
+
+    fn reap(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {
+        let c = class_ctx(self.streams[&id].class);
+        self.current(c)?;
+        loop {
+            let s = self.streams.get_mut(&id).unwrap();
+            let Some(&(_, ev)) = s.inflight.front() else {
+                break;
+            };
+            // SAFETY: an event of ours.
+            let r = unsafe { sys::cuEventQuery(ev) };
+            if r == CUresult::CUDA_ERROR_NOT_READY {
+                break;
+            }
+            check("cuEventQuery", r)?;
+            let (l, ev) = s.inflight.pop_front().unwrap();
+            self.free_events.push((c, ev));
+            self.kernel_done(id, l, done)?;
+        }
+        Ok(())
+    }
+
+    fn kernel_done(
+        &mut self,
+        id: u64,
+        l: Launch,
+        done: &mut Vec<Completion>,
+    ) -> Result<(), CudaError> {
+        let s = self.streams.get_mut(&id).unwrap();
+        let req = s
+            .requests
+            .front()
+            .expect("a kernel in flight belongs to the active request");
+        let m = &self.models[&req.model];
+        if l.kernel + 1 < m.files.kernels.len() {
+            return Ok(());
+        }
+        let inst = &s.instances[&req.model];
+        let mut output = vec![0u8; m.files.storages[m.files.output].bytes as usize];
+        dtoh(&mut output, inst.buffers[&m.files.output])?;
+        let req = s.requests.pop_front().unwrap();
+        s.active = None;
+        done.push(Completion {
+            stream: id,
+            task: req.task,
+            output,
+        });
+        Ok(())
+    }
+
+    fn start_next(&mut self, id: u64) -> Result<(), CudaError> {
+        let s = &self.streams[&id];
+        if s.active.is_some() {
+            return Ok(());
+        }
+        let Some(req) = s.requests.front() else {
+            return Ok(());
+        };
+        let (task, model) = (req.task, req.model.clone());
+        self.instance(id, &model)?;
+        let s = self.streams.get_mut(&id).unwrap();
+        let m = &self.models[&model];
+        let inst = &s.instances[&model];
+        htod(inst.buffers[&m.files.input], &s.requests[0].input)?;
+        s.active = Some(task);
+        for k in 0..m.files.kernels.len() {
+            let exec = s.next_exec;
+            s.next_exec += 1;
+            s.host.push_back(Launch { kernel: k, exec });
+        }
+        Ok(())
+    }
+
+    fn transmit(&mut self, id: u64) -> Result<(), CudaError> {
+        let c = class_ctx(self.streams[&id].class);
+        self.current(c)?;
+        loop {
+            let s = &self.streams[&id];
+            if s.paused || s.inflight.len() >= self.queue_cap {
+                return Ok(());
+            }
+            let Some(&l) = s.host.front() else {
+                return Ok(());
+            };
+            let model = &s.requests[0].model;
+            let m = &self.models[model];
+            let inst = &s.instances[model];
+            let (k, args) = &m.files.kernels[l.kernel];
+            // The arguments' storage, then the execution index (Fig. 8 line 8).
+            let mut vals: Vec<u64> = Vec::with_capacity(args.len() + 1);
+            let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(args.len() + 1);
+            for a in args {
+                vals.push(match a {
+                    Arg::Storage(i) => inst
+                        .buffers
+                        .get(i)
+                        .or_else(|| m.weights[c].get(i))
+                        .copied()
+                        .expect("every storage is allocated"),
+                    Arg::U32(v) => *v as u64,
+                });
+            }
+            vals.push(l.exec as u64);
+            // A u32 parameter is read as the first 4 bytes of its u64 slot
+            // (little endian, as every CUDA host is).
+            ptrs.extend(vals.iter_mut().map(|v| v as *mut u64 as *mut c_void));
+            let (f, cu, grid, block) = (inst.functions[l.kernel], s.cu, k.grid, k.block);
+            let ev = self.event(c)?;
+            // SAFETY: one pointer per parameter, each to at least its size.
+            unsafe {
+                check(
+                    "cuLaunchKernel",
+                    sys::cuLaunchKernel(
+                        f,
+                        grid[0],
+                        grid[1],
+                        grid[2],
+                        block[0],
+                        block[1],
+                        block[2],
+                        0,
+                        cu,
+                        ptrs.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    ),
+                )
+                .inspect_err(|_| self.free_events.push((c, ev)))?;
+                check("cuEventRecord", sys::cuEventRecord(ev, cu))?;
+            }
+            let s = self.streams.get_mut(&id).unwrap();
+            s.host.pop_front();
+            s.inflight.push_back((l, ev));
+        }
+    }
+
+    fn event(&mut self, c: usize) -> Result<CUevent, CudaError> {
+        if let Some(i) = self.free_events.iter().position(|(ec, _)| *ec == c) {
+            return Ok(self.free_events.swap_remove(i).1);
+        }
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut ev, EVENT_DISABLE_TIMING)
+        })?;
+        Ok(ev)
+    }
+
+    /// REEF Fig. 8 `preempt()` on every BE stream: stop transmitting (level
+    /// 1), set each BE instance's flag (level 2, line 13), wait until the
+    /// device queues drain, read each stream's execution index (line 15),
+    /// clear the flags (line 16), and put the evicted kernels back at the
+    /// head of their host queues. BE streams stay paused until
+    /// [`CudaDevice::restore_be`].
+    pub fn preempt_be(&mut self) -> Result<Preemption, CudaError> {
+        let level2 = self.levels.highest() >= PreemptLevel::LazyEviction;
+        let mut p = Preemption {
+            level: if level2 {
+                PreemptLevel::LazyEviction
+            } else {
+                PreemptLevel::HostQueue
+            },
+            host_queue: 0,
+            evicted: 0,
+            ran: 0,
+        };
+        let mut done = Vec::new();
+        self.current(1)?;
+        let be: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.class == StreamClass::BestEffort)
+            .map(|(&id, _)| id)
+            .collect();
+        for &id in &be {
+            let s = self.streams.get_mut(&id).unwrap();
+            s.paused = true;
+            p.host_queue += s.host.len() as u64;
+            if level2 {
+                for inst in s.instances.values() {
+                    htod(inst.flag, &1u32.to_le_bytes())?;
+                }
+            }
+        }
+        for &id in &be {
+            let s = &self.streams[&id];
+            // SAFETY: our stream.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(s.cu)
+            })?;
+            if !level2 {
+                self.reap(id, &mut done)?;
+                continue;
+            }
+            let last_run = match s.requests.front() {
+                Some(r) if !s.inflight.is_empty() => {
+                    let mut b = [0u8; 4];
+                    dtoh(&mut b, s.instances[&r.model].index)?;
+                    u32::from_le_bytes(b)
+                }
+                _ => 0,
+            };
+            let s = self.streams.get_mut(&id).unwrap();
+            for inst in s.instances.values() {
+                htod(inst.flag, &0u32.to_le_bytes())?;
+            }
+            let inflight: Vec<_> = s.inflight.drain(..).collect();
+            let mut evicted = Vec::new();
+            for (l, ev) in inflight {
+                self.free_events.push((1, ev));
+                if l.exec <= last_run {
+                    p.ran += 1;
+                    self.kernel_done(id, l, &mut done)?;
+                } else {
+                    evicted.push(l);
+                }
+            }
+            p.evicted += evicted.len() as u64;
+            let s = self.streams.get_mut(&id).unwrap();
+            for l in evicted.into_iter().rev() {
+                s.host.push_front(l);
+            }
+        }
+        self.parked.extend(done);
+        Ok(p)
+    }
+
+    /// Lets BE streams transmit again, from the first evicted kernel
+    /// (REEF §4.4: at level 2 an evicted kernel never ran, so relaunching it
+    /// is correct without idempotence analysis).
+    pub fn restore_be(&mut self) {
+        for s in self.streams.values_mut() {
+            s.paused = false;
+        }
+    }
+
+    /// Requests that completed during a preemption (their last kernel ran
+    /// before the flag was set), for the next caller of [`Self::take_parked`].
+    pub fn take_parked(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.parked)
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // SAFETY: destroying our contexts frees everything in them.
+        unsafe {
+            for c in self.ctx {
+                let _ = sys::cuCtxDestroy_v2(c);
+            }
+        }
+    }
+}
+
+fn free_all(ctx: &[CUcontext; 2], w: &[HashMap<usize, CUdeviceptr>; 2]) {
+    for (c, m) in w.iter().enumerate() {
+        // SAFETY: our context and allocations.
+        unsafe {
+            if sys::cuCtxSetCurrent(ctx[c]) == CUresult::CUDA_SUCCESS {
+                for p in m.values() {
+                    let _ = sys::cuMemFree_v2(*p);
+                }
+            }
+        }
+    }
+}
+
+pub fn alloc(bytes: usize) -> Result<CUdeviceptr, CudaError> {
+    let mut p = 0;
+    // SAFETY: valid out-pointer.
+    check("cuMemAlloc_v2", unsafe {
+        sys::cuMemAlloc_v2(&mut p, bytes)
+    })?;
+    Ok(p)
+}
+
+pub fn htod(p: CUdeviceptr, data: &[u8]) -> Result<(), CudaError> {
+    // SAFETY: data is valid for its length.
+    check("cuMemcpyHtoD_v2", unsafe {
+        sys::cuMemcpyHtoD_v2(p, data.as_ptr() as *const c_void, data.len())
+    })
+}
+
+pub fn dtoh(out: &mut [u8], p: CUdeviceptr) -> Result<(), CudaError> {
+    // SAFETY: out is valid for its length.
+    check("cuMemcpyDtoH_v2", unsafe {
+        sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, p, out.len())
+    })
+}
+
+fn function(m: CUmodule, name: &str) -> Result<CUfunction, CudaError> {
+    let c = CString::new(name).map_err(|_| CudaError::Invalid(format!("kernel name {name:?}")))?;
+    let mut f = std::ptr::null_mut();
+    // SAFETY: valid pointers.
+    check("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(&mut f, m, c.as_ptr())
+    })?;
+    Ok(f)
+}
+
+fn global(m: CUmodule, name: &str) -> Result<CUdeviceptr, CudaError> {
+    let c = CString::new(name).map_err(|_| CudaError::Invalid(format!("symbol {name:?}")))?;
+    let (mut p, mut n) = (0, 0);
+    // SAFETY: valid pointers.
+    check("cuModuleGetGlobal_v2", unsafe {
+        sys::cuModuleGetGlobal_v2(&mut p, &mut n, m, c.as_ptr())
+    })?;
+    Ok(p)
+}
+
+/// Raw driver calls for tests that provoke the driver's errors through the
+/// backend's own error path.
+///
+/// # Safety (every function taking a handle)
+/// The handles are passed to the driver as they are. The simulated libcuda
+/// validates any value; NVIDIA's driver is only specified for handles it
+/// returned and not yet destroyed, so a made-up or destroyed handle is
+/// undefined behaviour there.
+pub mod raw {
+    use super::*;
+
+    /// `cuModuleGetFunction`.
+    ///
+    /// # Safety
+    /// See the module documentation.
+    pub unsafe fn function(m: CUmodule, name: &str) -> Result<CUfunction, CudaError> {
+        super::function(m, name)
+    }
+
+    /// # Safety
+    /// See the module documentation.
+    ///
+    /// Launches `f` with no arguments on a fresh stream of the current
+    /// context with the given shape.
+    pub unsafe fn launch(
+        f: CUfunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        stream: CUstream,
+    ) -> Result<(), CudaError> {
+        // SAFETY: driver call; a kernel without parameters takes no array.
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                f,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                0,
+                stream,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+    pub use super::{alloc, dtoh, htod};
+
+    /// `cuModuleLoadData` of a PTX text (not injected).
+    pub fn module_load(ptx: &str) -> Result<CUmodule, CudaError> {
+        let c = CString::new(ptx).map_err(|_| CudaError::Invalid("PTX with NUL".into()))?;
+        let mut m = std::ptr::null_mut();
+        // SAFETY: NUL-terminated image, valid out-pointer.
+        check("cuModuleLoadData", unsafe {
+            sys::cuModuleLoadData(&mut m, c.as_ptr() as *const c_void)
+        })?;
+        Ok(m)
+    }
+
+    /// `cuModuleUnload`.
+    ///
+    /// # Safety
+    /// See the module documentation.
+    pub unsafe fn module_unload(m: CUmodule) -> Result<(), CudaError> {
+        // SAFETY: driver call.
+        check("cuModuleUnload", unsafe { sys::cuModuleUnload(m) })
+    }
+
+    /// `cuStreamCreate` (non-blocking) in the current context.
+    pub fn stream() -> Result<CUstream, CudaError> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut s, STREAM_NON_BLOCKING)
+        })?;
+        Ok(s)
+    }
+
+    /// `cuStreamSynchronize`.
+    ///
+    /// # Safety
+    /// See the module documentation.
+    pub unsafe fn sync(s: CUstream) -> Result<(), CudaError> {
+        // SAFETY: driver call.
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(s)
+        })
+    }
+
+    /// `cuMemFree_v2`.
+    pub fn free(p: CUdeviceptr) -> Result<(), CudaError> {
+        // SAFETY: driver call.
+        check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(p) })
+    }
+}
