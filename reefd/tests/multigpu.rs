@@ -282,3 +282,68 @@ fn a_task_that_fits_nowhere_now_waits_and_is_placed_on_a_release() {
         assert!(x.memory_used <= x.memory_total);
     }
 }
+
+/// Issue 16 "a fifth refused or placed by memory with a clear message": with
+/// every device's memory taken by declared tasks, a model load is refused
+/// by memory (one line naming what it needs and what each device has free,
+/// non-zero exit, nothing loaded); once a task ends, the same load is
+/// placed on the device that task freed.
+#[test]
+fn a_model_that_fits_on_no_device_is_refused_then_placed_where_memory_was_released() {
+    const MIB: u64 = 1 << 20;
+    let d = Daemon::start_on("sim:mi50x4", "", "");
+    let mut admin = d.client();
+    let mut app = d.client();
+    // Fill each device to 400 MiB short of its capacity: bert needs its
+    // buffers + 256 MiB workspace + 300 MiB context, more than that.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let st = admin.status().unwrap();
+        let free = st
+            .devices
+            .iter()
+            .map(|x| x.memory_total - x.memory_used)
+            .max()
+            .unwrap();
+        let (task, dev) = app.task_begin(free - 400 * MIB, 256, 64).unwrap();
+        held.push((task, dev.expect("fits where the most memory is free")));
+    }
+    let mut devs: Vec<usize> = held.iter().map(|&(_, d)| d).collect();
+    devs.sort();
+    devs.dedup();
+    assert_eq!(devs.len(), 4, "one filler per device: {held:?}");
+
+    let out = d.reefctl(&["models", "load", "bert"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("model bert needs"), "{err}");
+    assert!(err.contains("more than any device has"), "{err}");
+    for i in 0..4 {
+        assert!(err.contains(&format!("device {i}: 0.39 GiB free")), "{err}");
+    }
+    let st = admin.status().unwrap();
+    assert!(st.devices.iter().all(|x| x.models.is_empty()), "{st:?}");
+
+    // Release the filler on one device: the same load is placed there.
+    let (task, freed) = held[2];
+    app.task_end(task).unwrap();
+    let out = d.reefctl(&["models", "load", "bert"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("placed bert on device {freed}")),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let st = admin.status().unwrap();
+    assert!(st.devices[freed].models.contains(&"bert".to_string()));
+    for x in &st.devices {
+        assert!(x.memory_used <= x.memory_total, "{x:?}");
+    }
+    let p = admin.stats().unwrap().placement.expect("placement stats");
+    assert_eq!(p.models_placed, 1);
+}
