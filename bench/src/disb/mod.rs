@@ -34,10 +34,12 @@ pub struct DisbArgs {
     pub workload: String,
     /// Comma-separated policies (rt-only, seq, streams, wait, reef-nodkp:
     /// preemption only, reef: preemption and dynamic kernel padding,
-    /// reef-dkp-mv: padding with multi-version kernels).
+    /// reef-dkp-mv: padding with multi-version kernels, fikit: FIKIT's
+    /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
+    /// are its ablations).
     #[arg(
         long,
-        default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv"
+        default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv,fikit"
     )]
     pub policy: String,
     /// Simulated device: a preset (mi50, gv100, h100) or a .toml spec path.
