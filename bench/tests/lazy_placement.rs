@@ -133,15 +133,7 @@ fn lazy_allocations_land_where_alg3_places_the_task() {
     let lim: Vec<DeviceLimits> = (0..2)
         .map(|d| {
             let n = node.borrow();
-            let s = n.device(d).unwrap().spec();
-            DeviceLimits {
-                sms: s.compute_units,
-                warp_size: s.wave_size,
-                max_warps_per_sm: s.max_waves_per_cu,
-                max_blocks_per_sm: s.max_blocks_per_cu,
-                max_threads_per_sm: s.max_threads_per_cu,
-                memory: s.memory_bytes,
-            }
+            reef_exec::device_limits(n.device(d).unwrap().spec())
         })
         .collect();
     let placer = Rc::new(RefCell::new(Placer::new(PlacePolicy::Alg3, lim).unwrap()));

@@ -31,6 +31,19 @@
 
 pub mod aker;
 
+/// Placement's view of a simulated device (CASE/MGB §III-B: SMs and their
+/// block, warp and thread limits, and memory), from its preset.
+pub fn device_limits(s: &reef_sim::DeviceSpec) -> reef_sched::place::DeviceLimits {
+    reef_sched::place::DeviceLimits {
+        sms: s.compute_units,
+        warp_size: s.wave_size,
+        max_warps_per_sm: s.max_waves_per_cu,
+        max_blocks_per_sm: s.max_blocks_per_cu,
+        max_threads_per_sm: s.max_threads_per_cu,
+        memory: s.memory_bytes,
+    }
+}
+
 use reef_model::Model;
 use reef_sched::dkp::{
     BlockCost, DeviceLimits, DkpAction, DkpTable, KernelChar, PaddedLaunch, PaddingScheduler,

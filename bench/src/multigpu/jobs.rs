@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use reef_model::Model;
-use reef_sched::place::{DeviceLimits, TaskNeeds};
+use reef_sched::place::TaskNeeds;
 use reef_sim::{DeviceSpec, KernelShape};
 use std::sync::Arc;
 
@@ -45,16 +45,7 @@ pub fn p100() -> Result<DeviceSpec> {
 }
 
 /// Placement's view of a device.
-pub fn limits(s: &DeviceSpec) -> DeviceLimits {
-    DeviceLimits {
-        sms: s.compute_units,
-        warp_size: s.wave_size,
-        max_warps_per_sm: s.max_waves_per_cu,
-        max_blocks_per_sm: s.max_blocks_per_cu,
-        max_threads_per_sm: s.max_threads_per_cu,
-        memory: s.memory_bytes,
-    }
-}
+pub use reef_exec::device_limits as limits;
 
 /// One host phase or kernel burst of a job.
 #[derive(Debug, Clone)]
@@ -435,12 +426,8 @@ pub fn mix(large: &[Job], small: &[Job], jobs: usize, ratio: usize, rng: &mut Rn
     v
 }
 
-/// Framework context of a neural-network process: a CUDA context with the
-/// cuDNN and cuBLAS kernels loaded, assumed 300 MiB (the paper gives only
-/// each network's total, 0.5–1.5 GB, §V-E).
-pub const NN_CONTEXT: u64 = 300 * MIB;
-/// cuDNN convolution workspace, assumed 256 MiB (no figure in the paper).
-pub const NN_WORKSPACE: u64 = 256 * MIB;
+/// The assumed footprint figures, defined once beside placement.
+pub use reef_sched::place::{NN_CONTEXT, NN_WORKSPACE};
 /// Host work per inference (reading and resizing one image, as Darknet's
 /// `predict` does per image): assumed 2 ms.
 pub const NN_HOST_NS: u64 = 2 * MS;
@@ -451,12 +438,7 @@ pub const NN_HOST_NS: u64 = 2 * MS;
 pub fn nn_job(model: &Model, spec: &DeviceSpec, inferences: u32) -> Result<Job> {
     let shapes = KernelShape::for_model(model, spec)
         .with_context(|| format!("{}: kernel shapes on {}", model.name, spec.name))?;
-    let buffers: u64 = model.buffers.iter().map(|b| b.bytes).sum();
-    let widest = model
-        .kernels
-        .iter()
-        .max_by_key(|k| k.num_blocks() * k.threads_per_block() as u64)
-        .context("a model without kernels")?;
+    anyhow::ensure!(!model.kernels.is_empty(), "a model without kernels");
     let mut steps = Vec::new();
     for _ in 0..inferences {
         steps.push(Step::Host(NN_HOST_NS));
@@ -466,11 +448,7 @@ pub fn nn_job(model: &Model, spec: &DeviceSpec, inferences: u32) -> Result<Job> 
         name: model.name.clone(),
         large: false,
         pre_ns: 0,
-        needs: TaskNeeds {
-            memory: buffers + NN_WORKSPACE + NN_CONTEXT,
-            threads_per_block: widest.threads_per_block(),
-            blocks: widest.num_blocks(),
-        },
+        needs: reef_sched::place::model_needs(model),
         steps,
     })
 }

@@ -35,20 +35,15 @@ use super::{
     Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
 };
 use crate::protocol::{DeviceStatus, PlacementStats, Priority};
-use reef_sched::place::{
-    Begin, DeviceIdx, DeviceLimits, JobId, PlacePolicy, Placer, TaskId, TaskNeeds,
-};
+use reef_sched::place::{Begin, DeviceIdx, JobId, PlacePolicy, Placer, TaskId, TaskNeeds};
 use reef_sim::DeviceSpec;
 use std::collections::HashMap;
 
 const MIB: u64 = 1 << 20;
-/// Framework context of a neural-network process, assumed 300 MiB (the
-/// paper gives only each network's total, 0.5–1.5 GB, §V-E); the same
-/// figure as `reef-bench multigpu`.
-pub const NN_CONTEXT: u64 = 300 * MIB;
-/// Convolution workspace, assumed 256 MiB (no figure in the paper); the
-/// same figure as `reef-bench multigpu`.
-pub const NN_WORKSPACE: u64 = 256 * MIB;
+/// The footprint a model declares (buffers + assumed workspace and
+/// context): the same figures as `reef-bench multigpu`, defined once in
+/// reef-sched's placement module.
+pub use reef_sched::place::{model_needs, NN_CONTEXT, NN_WORKSPACE};
 
 /// Placer job that owns the models' reservations.
 const MODELS_JOB: JobId = JobId(0);
@@ -56,31 +51,7 @@ const MODELS_JOB: JobId = JobId(0);
 const MODEL_TASK_BASE: u64 = 1 << 62;
 
 /// Placement's view of a simulated device.
-pub fn limits(s: &DeviceSpec) -> DeviceLimits {
-    DeviceLimits {
-        sms: s.compute_units,
-        warp_size: s.wave_size,
-        max_warps_per_sm: s.max_waves_per_cu,
-        max_blocks_per_sm: s.max_blocks_per_cu,
-        max_threads_per_sm: s.max_threads_per_cu,
-        memory: s.memory_bytes,
-    }
-}
-
-/// What a loaded model declares: buffers + workspace + context, widest
-/// kernel.
-pub fn model_needs(m: &reef_model::Model) -> TaskNeeds {
-    let buffers: u64 = m.buffers.iter().map(|b| b.bytes).sum();
-    let widest = m
-        .kernels
-        .iter()
-        .max_by_key(|k| k.num_blocks() * k.threads_per_block() as u64);
-    TaskNeeds {
-        memory: buffers + NN_WORKSPACE + NN_CONTEXT,
-        threads_per_block: widest.map_or(1, |k| k.threads_per_block().max(1)),
-        blocks: widest.map_or(1, |k| k.num_blocks().max(1)),
-    }
-}
+pub use reef_exec::device_limits as limits;
 
 struct StreamRec {
     priority: Priority,

@@ -91,6 +91,33 @@ pub struct TaskNeeds {
     pub blocks: u64,
 }
 
+const MIB: u64 = 1 << 20;
+/// Framework context of a neural-network process (a CUDA context with the
+/// cuDNN and cuBLAS kernels loaded), assumed 300 MiB: the paper gives only
+/// each network's total, 0.5–1.5 GB (§V-E). Used by `reef-bench multigpu`
+/// and reefd's node engine alike.
+pub const NN_CONTEXT: u64 = 300 * MIB;
+/// Convolution workspace of a neural-network process, assumed 256 MiB (no
+/// figure in the paper).
+pub const NN_WORKSPACE: u64 = 256 * MIB;
+
+/// What a neural-network task running `m` declares at `task_begin`: its
+/// buffers (weights and activations from the schedule) + [`NN_WORKSPACE`] +
+/// [`NN_CONTEXT`], and the launch shape of its widest kernel (blocks ×
+/// threads), as §III-A's probe takes the largest kernel of a task.
+pub fn model_needs(m: &reef_model::Model) -> TaskNeeds {
+    let buffers: u64 = m.buffers.iter().map(|b| b.bytes).sum();
+    let widest = m
+        .kernels
+        .iter()
+        .max_by_key(|k| k.num_blocks() * k.threads_per_block() as u64);
+    TaskNeeds {
+        memory: buffers + NN_WORKSPACE + NN_CONTEXT,
+        threads_per_block: widest.map_or(1, |k| k.threads_per_block().max(1)),
+        blocks: widest.map_or(1, |k| k.num_blocks().max(1)),
+    }
+}
+
 /// One device's capacities as placement sees them. Built by the caller
 /// from the device (reef-sim's `DeviceSpec`, or a hardware query).
 #[derive(Debug, Clone, PartialEq, Eq)]
