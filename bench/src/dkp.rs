@@ -514,29 +514,16 @@ pub fn main(args: DkpArgs) -> Result<()> {
             }
         }
     }
-    let threads = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, jobs.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results = std::sync::Mutex::new(Vec::new());
     let t0 = Instant::now();
-    std::thread::scope(|sc| {
-        for _ in 0..threads {
-            sc.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((rt, be, p)) = jobs.get(i) else {
-                    break;
-                };
-                let r = run_pair(&spec, &models, &standalone, *rt, *be, p, &args);
-                results.lock().expect("no panic holds it").push((i, r));
-            });
-        }
-    });
-    let mut rs = results.into_inner().expect("joined");
-    rs.sort_by_key(|(i, _)| *i);
+    let rs = crate::run::par_map(
+        &jobs,
+        crate::run::threads(args.jobs),
+        None,
+        |(rt, be, p)| format!("{}+{} {p}", models[*rt].model.name, models[*be].model.name),
+        |(rt, be, p)| run_pair(&spec, &models, &standalone, *rt, *be, p, &args),
+    );
     let mut out = Vec::new();
-    for (_, r) in rs {
+    for r in rs {
         out.push(r?);
     }
     if args.json {

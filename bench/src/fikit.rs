@@ -22,7 +22,6 @@ use reef_sched::fikit::FikitConfig;
 use reef_sched::{Class, Time};
 use reef_sim::DeviceSpec;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Instant;
 
 /// Arguments of `reef-bench fikit`.
@@ -231,25 +230,10 @@ impl Ctx {
     }
 }
 
-/// Runs `f` over `items` on `threads` workers, results in order.
+/// Runs `f` over `items` on `threads` workers, results in order, with
+/// progress on a terminal.
 fn par<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let out: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, items.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(it) = items.get(i) else { break };
-                let r = f(it);
-                out.lock().expect("no panic holds the lock")[i] = Some(r);
-            });
-        }
-    });
-    out.into_inner()
-        .expect("joined")
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
-        .collect()
+    crate::run::par_map(items, threads, None, |_| String::new(), f)
 }
 
 /// Service pairs (high, low) for §4.5: reef's five models, each once high

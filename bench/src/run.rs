@@ -144,3 +144,69 @@ impl DeviceModels {
         Ok((spec, dir, names))
     }
 }
+
+/// Worker threads for a batch of independent simulations: `--jobs` when
+/// given, else the machine's cores.
+pub fn threads(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// Runs `f` over `items` on `threads` workers and returns the results in
+/// the items' order. Items are taken in `order` (indices into `items`,
+/// e.g. longest first so the workers finish together; `None`: in order).
+/// While it runs, a progress bar on standard error (only when it is a
+/// terminal) counts finished items and names the last one by `label`.
+pub fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    order: Option<&[usize]>,
+    label: impl Fn(&T) -> String + Sync,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(items.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        b
+    });
+    let next = AtomicUsize::new(0);
+    let out: std::sync::Mutex<Vec<Option<R>>> =
+        std::sync::Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let i = match order {
+                    Some(o) => match o.get(k) {
+                        Some(&i) => i,
+                        None => break,
+                    },
+                    None => k,
+                };
+                let Some(it) = items.get(i) else { break };
+                let r = f(it);
+                if let Some(b) = &bar {
+                    b.set_message(label(it));
+                    b.inc(1);
+                }
+                out.lock().expect("no panic holds the lock")[i] = Some(r);
+            });
+        }
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    out.into_inner()
+        .expect("joined")
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
+}

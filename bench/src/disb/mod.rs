@@ -19,11 +19,7 @@ use metrics::PolicyResult;
 use reef_sched::{Class, POLICY_NAMES};
 use reef_sim::DeviceSpec;
 use runner::{ClientPlan, Gen, PreparedModel, RunOptions};
-use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 use workload::Workload;
 
@@ -381,23 +377,6 @@ pub fn main(args: DisbArgs) -> Result<()> {
     let jobs: Vec<(usize, &str)> = (0..workloads.len())
         .flat_map(|w| policies.iter().map(move |p| (w, p.as_str())))
         .collect();
-    let threads = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, jobs.len().max(1));
-    let bar = if std::io::stdout().is_terminal() {
-        let b = indicatif::ProgressBar::new(jobs.len() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
-        );
-        Some(b)
-    } else {
-        None
-    };
     // Longest runs first so the workers finish together: concurrent
     // uncapped streams cost the simulator most (many blocks in flight).
     let mut order: Vec<usize> = (0..jobs.len()).collect();
@@ -407,33 +386,18 @@ pub fn main(args: DisbArgs) -> Result<()> {
         weight * workloads[w].tasks.len()
     };
     order.sort_by_key(|&i| std::cmp::Reverse(cost(i)));
-    let next = AtomicUsize::new(0);
-    let results: Mutex<BTreeMap<usize, Result<PolicyResult>>> = Mutex::new(BTreeMap::new());
-    std::thread::scope(|sc| {
-        for _ in 0..threads {
-            sc.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&i) = order.get(k) else { break };
-                let (w, p) = jobs[i];
-                let r = run_one(&spec, &set, &workloads[w], p, &args);
-                if let Some(b) = &bar {
-                    b.set_message(format!("{} {p}", workloads[w].name));
-                    b.inc(1);
-                }
-                results
-                    .lock()
-                    .expect("no panics hold the lock")
-                    .insert(i, r);
-            });
-        }
-    });
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    let threads = crate::run::threads(args.jobs).min(jobs.len().max(1));
+    let results = crate::run::par_map(
+        &jobs,
+        threads,
+        Some(&order),
+        |&(w, p)| format!("{} {p}", workloads[w].name),
+        |&(w, p)| run_one(&spec, &set, &workloads[w], p, &args),
+    );
     // Report every run that worked, then fail on the first that did not.
     let mut out = Vec::new();
     let mut first_err = None;
-    for (_, r) in results.into_inner().expect("threads joined") {
+    for r in results {
         match r {
             Ok(r) => out.push(r),
             Err(e) => {
