@@ -89,7 +89,6 @@ impl Scheduler {
             Event::KernelEvicted { stream, tag } => self.core.on_finished(stream, tag, 1),
             Event::KernelKilled { stream, tag } => self.core.on_finished(stream, tag, 2),
             Event::KernelsIssued { req, issued } => self.core.on_issued(req, issued),
-            Event::Timer => {}
             Event::PreemptCommand { stream } => self.core.command_preempt(stream),
             Event::ResumeCommand { stream } => self.core.command_resume(stream),
         }

@@ -161,9 +161,6 @@ pub enum Event {
     /// signal (§3.2 "Real time feedback"): the high-priority task's next
     /// launch request has arrived.
     KernelsIssued { req: RequestId, issued: u32 },
-    /// A timer the caller was asked to set has fired (reserved for policies
-    /// that need one; none of the built-in policies does).
-    Timer,
     /// An operator asked to preempt one stream (`reefctl preempt --stream N`).
     PreemptCommand { stream: StreamId },
     /// An operator asked to resume a stream preempted by command.
