@@ -378,6 +378,11 @@ impl ModelFiles {
         })
     }
 
+    /// The kernels in execution order.
+    pub fn kernel_names(&self) -> Vec<&str> {
+        self.kernels.iter().map(|(k, _)| k.name.as_str()).collect()
+    }
+
     /// Bytes of one request's input.
     pub fn input_bytes(&self) -> usize {
         self.storages[self.input].bytes as usize
@@ -844,6 +849,35 @@ impl CudaDevice {
     /// Whether any request is queued or running.
     pub fn busy(&self) -> bool {
         self.streams.values().any(|s| !s.requests.is_empty())
+    }
+
+    /// Whether the BE streams are paused by a preemption.
+    pub fn be_paused(&self) -> bool {
+        self.streams
+            .values()
+            .any(|s| s.class == StreamClass::BestEffort && s.paused)
+    }
+
+    /// Kernels of the stream in its host queue and handed to CUDA.
+    pub fn queue_depths(&self, stream: u64) -> (usize, usize) {
+        self.streams
+            .get(&stream)
+            .map_or((0, 0), |s| (s.host.len(), s.inflight.len()))
+    }
+
+    /// (next kernel to hand to CUDA, kernels, running) of a request.
+    pub fn task_progress(&self, task: u64) -> Option<(usize, usize, bool)> {
+        let s = self
+            .streams
+            .values()
+            .find(|s| s.requests.iter().any(|r| r.task == task))?;
+        let r = s.requests.iter().find(|r| r.task == task)?;
+        let kernels = self.models.get(&r.model)?.files.kernels.len();
+        if s.active != Some(task) {
+            return Some((0, kernels, false));
+        }
+        let next = s.host.front().map_or(kernels, |l| l.kernel);
+        Some((next, kernels, true))
     }
 
     /// Whether a real-time request is queued or running.

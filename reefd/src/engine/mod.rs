@@ -11,6 +11,7 @@
 //! and can be driven in virtual time by tests. The one wall-clock reading is
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
+pub mod cuda;
 pub mod sched;
 
 use crate::protocol::{Priority, TaskState};
