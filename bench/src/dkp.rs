@@ -36,6 +36,10 @@ pub struct DkpArgs {
     /// Comma-separated models (default: the five measured models).
     #[arg(long, default_value = "resnet152,vgg,densenet,inception,bert")]
     pub models: String,
+    /// Models directory (default: <shared>/models/mi50); models compiled by
+    /// reef-compile work too (docs/compile.md).
+    #[arg(long)]
+    pub models_dir: Option<std::path::PathBuf>,
     /// Policies of the pairwise experiment.
     #[arg(long, default_value = "streams,reef-nodkp,reef,reef-dkp-mv")]
     pub policy: String,
@@ -292,7 +296,9 @@ fn pair_plans(rt: &str, be: &str, rt_interval: Option<Time>) -> Vec<ClientPlan> 
     ]
 }
 
-fn run_pair(
+/// One real-time/best-effort pair under `policy` (models `rt` and `be` of
+/// `models`), for `args.duration` virtual seconds.
+pub fn run_pair(
     spec: &DeviceSpec,
     models: &[PreparedModel],
     standalone: &[f64],
@@ -318,6 +324,7 @@ fn run_pair(
             seed: args.seed,
             dq_capacity: crate::run::REEF_DQ_CAPACITY,
             track_values: false,
+            ..RunOptions::default()
         },
     )?;
     let secs = dur as f64 / 1e9;
@@ -351,7 +358,8 @@ fn run_pair(
     })
 }
 
-fn pct(sorted: &[i64], p: f64) -> i64 {
+/// The `p`-th percentile (nearest rank) of sorted values; 0 when empty.
+pub fn pct(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -362,7 +370,10 @@ fn pct(sorted: &[i64], p: f64) -> i64 {
 /// Entry point of `reef-bench dkp`.
 pub fn main(args: DkpArgs) -> Result<()> {
     let spec = DeviceSpec::by_name_or_path(&args.device)?;
-    let dir = reef_model::default_models_dir();
+    let dir = args
+        .models_dir
+        .clone()
+        .unwrap_or_else(reef_model::default_models_dir);
     let names: Vec<&str> = args.models.split(',').map(str::trim).collect();
     let mut models = Vec::new();
     for n in &names {
@@ -710,6 +721,7 @@ mod tests {
             seed: 1,
             dq_capacity: 4,
             track_values: true,
+            ..RunOptions::default()
         };
         runner::simulate(&spec, &ms, plans, (secs * 1e9) as u64, &opts).unwrap()
     }
@@ -793,6 +805,7 @@ mod tests {
             seed: 1,
             dq_capacity: 4,
             track_values: true,
+            ..RunOptions::default()
         };
         let out = runner::simulate(&spec, &ms, plans, 500_000_000, &opts).unwrap();
         assert_eq!(out.corrupted_outputs, 0);

@@ -24,6 +24,16 @@ enum Cmd {
     Dkp(reef_bench::dkp::DkpArgs),
     /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
     Preempt(reef_bench::disb::preempt::PreemptArgs),
+    /// Several GPUs per node: CASE/MGB placement (Figs. 4, 5, Tables II-IV, schedGPU).
+    Multigpu(reef_bench::multigpu::MultigpuArgs),
+    /// Compiled-kernel cost model vs measured kernels, layer by layer (issue 14).
+    Crosscheck(reef_bench::crosscheck::CrosscheckArgs),
+    /// FIKIT: the paper's experiments (fikit.txt §4.3–4.5), DISB sweeps over host gaps and ε, selection cost.
+    Fikit(reef_bench::fikit::FikitArgs),
+    /// Aker (issue 19): Table 1 micro-benchmarks, fused-kernel duration predictor.
+    Aker(reef_bench::aker::AkerArgs),
+    /// Every DISB and preemption figure the REEF paper's text quotes beside the simulator's (issue 15); fails when one is off by more than ±25 %.
+    Fidelity(reef_bench::fidelity::FidelityArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +52,11 @@ fn main() -> std::process::ExitCode {
         Cmd::Disb(a) => reef_bench::disb::main(a),
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
+        Cmd::Multigpu(a) => reef_bench::multigpu::main(a),
+        Cmd::Crosscheck(a) => reef_bench::crosscheck::main(a),
+        Cmd::Fikit(a) => reef_bench::fikit::main(a),
+        Cmd::Aker(a) => reef_bench::aker::main(a),
+        Cmd::Fidelity(a) => reef_bench::fidelity::main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -182,3 +182,18 @@ fn isolated_kernels_pay_the_launch_path_back_to_back_hides_it() {
         assert!(r["busy_cus_max"].as_u64().unwrap() <= 60);
     }
 }
+
+#[test]
+fn fidelity_refuses_devices_the_paper_has_no_figures_for() {
+    for (args, needle) in [
+        (vec!["fidelity", "--device", "h100"], "mi50 and gv100"),
+        (vec!["fidelity", "--duration", "0"], "--duration"),
+    ] {
+        let out = bench().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one-line error: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

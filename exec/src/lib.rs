@@ -29,6 +29,8 @@
 //! Layering: reef-sched never sees the simulator and reef-sim never sees a
 //! policy; only this crate knows both.
 
+pub mod aker;
+
 use reef_model::Model;
 use reef_sched::dkp::{
     BlockCost, DeviceLimits, DkpAction, DkpTable, KernelChar, PaddedLaunch, PaddingScheduler,

@@ -2,8 +2,11 @@
 //! turned into the memory-access trace REEF §4.4's checker analyses:
 //!
 //! - a REEF schedule (a model directory or its `.json`, as in
-//!   ../shared/models): buffer level, TVM convention (the last argument is
-//!   written, the others read), one address range per storage buffer;
+//!   ../shared/models): buffer level, one address range per storage buffer;
+//!   each kernel reads and writes the sets the compiler recorded (reef-compile
+//!   model directories, docs/compile.md: known exactly at compile time, no
+//!   inference), else the TVM convention (the last argument is written, the
+//!   others read);
 //! - an ONNX model (`.onnx`, or any protobuf that decodes as one), lowered by
 //!   [`crate::onnx`];
 //! - a `reef-trace` file (JSON lines whose first line is the header);
@@ -75,8 +78,9 @@ pub fn detect(path: &Path) -> Result<InputKind> {
 }
 
 /// Lowers a REEF schedule to a buffer-level trace: buffer `i` occupies its
-/// own address range, kernels read every argument but the last and write the
-/// last (../shared/models/README.md). Fails when the buffers together do
+/// own address range, kernels read [`reef_model::Kernel::reads`] and write
+/// [`reef_model::Kernel::writes`]: the recorded sets of a compiled model,
+/// else every argument but the last and the last (../shared/models/README.md). Fails when the buffers together do
 /// not fit a 64-bit address space.
 pub fn schedule_trace(model: &Model) -> Result<Trace> {
     let mut addr = Vec::with_capacity(model.buffers.len());

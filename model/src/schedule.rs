@@ -176,12 +176,46 @@ pub struct Kernel {
     pub registers: Option<u32>,
     /// Storage indices of the kernel's arguments, in order.
     pub args: Vec<usize>,
-    /// Buffers read (every argument but the last, TVM convention).
+    /// Buffers read: recorded by the compiler when the schedule has
+    /// `reads` (reef-compile, docs/compile.md), else every argument but the
+    /// last (TVM convention of the REEF schedules).
     pub reads: Vec<usize>,
-    /// Buffers written (the last argument).
+    /// Buffers written: recorded `writes`, else the last argument.
     pub writes: Vec<usize>,
     /// Measured profile, when the model has a profile file.
     pub profile: Option<KernelProfile>,
+    /// The kernel's work, when a compiler recorded it (reef-compile).
+    pub work: Option<KernelWork>,
+    /// Per-architecture resources from `ptxas -v` (`"sm_80"` → ...), when
+    /// the model was compiled by reef-compile; empty otherwise.
+    pub resources: BTreeMap<String, KernelResources>,
+}
+
+/// What one launch computes and moves (reef-compile, docs/compile.md
+/// "Work"): floating-point operations from TVM's own estimate of the
+/// scheduled kernel (`estimate_tir_flops`), bytes from the sizes of the
+/// buffers it loads from and stores to (each moved once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelWork {
+    pub flops: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// One kernel's resources on one architecture, as `ptxas -v` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub struct KernelResources {
+    /// 32-bit registers per thread.
+    pub registers: u32,
+    /// Static shared memory per block, bytes.
+    pub shared_static: u32,
+    /// Stack frame per thread, bytes.
+    #[serde(default)]
+    pub stack: u32,
+    #[serde(default)]
+    pub spill_stores: u32,
+    #[serde(default)]
+    pub spill_loads: u32,
 }
 
 impl Kernel {
@@ -217,6 +251,22 @@ pub struct Model {
     pub inputs: Vec<usize>,
     /// Present when `<name>.profile.json` exists next to the schedule.
     pub profile: Option<ModelProfile>,
+    /// Present when the directory was written by reef-compile.
+    pub compiled: Option<Compiled>,
+}
+
+/// What a reef-compile model directory adds to the schedule
+/// (docs/compile.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// Architectures compiled for, in `--arch` order (`sm_80`, ...).
+    pub archs: Vec<String>,
+    /// `kernels.<arch>.ptx` per architecture.
+    pub ptx: BTreeMap<String, PathBuf>,
+    /// Storage indices of the model inputs, parameters and outputs.
+    pub inputs: Vec<usize>,
+    pub params: Vec<usize>,
+    pub outputs: Vec<usize>,
 }
 
 #[derive(Deserialize)]
@@ -227,6 +277,21 @@ struct RawSchedule {
     args: Vec<i64>,
     #[serde(default)]
     shared_memory: BTreeMap<String, i64>,
+    // reef-compile extensions (docs/compile.md)
+    #[serde(default)]
+    format: Option<String>,
+    #[serde(default)]
+    archs: Vec<String>,
+    #[serde(default)]
+    ptx: BTreeMap<String, String>,
+    #[serde(default)]
+    inputs: Vec<i64>,
+    #[serde(default)]
+    params: Vec<i64>,
+    #[serde(default)]
+    outputs: Vec<i64>,
+    #[serde(default)]
+    resources: BTreeMap<String, BTreeMap<String, KernelResources>>,
 }
 
 #[derive(Deserialize)]
@@ -241,6 +306,16 @@ struct RawKernel {
     name: String,
     launch_params: Vec<i64>,
     args: Vec<i64>,
+    #[serde(default)]
+    reads: Option<Vec<i64>>,
+    #[serde(default)]
+    writes: Option<Vec<i64>>,
+    #[serde(default)]
+    flops: Option<f64>,
+    #[serde(default)]
+    bytes_read: Option<u64>,
+    #[serde(default)]
+    bytes_written: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -446,7 +521,68 @@ impl Model {
                     ))
                 }
             };
-            let (reads, writes) = args.split_at(args.len() - 1);
+            let (reads, writes) = match (&k.reads, &k.writes) {
+                (None, None) => {
+                    let (r, w) = args.split_at(args.len() - 1);
+                    (r.to_vec(), w.to_vec())
+                }
+                (Some(r), Some(w)) => {
+                    let set = |what: &str, v: &[i64]| -> Result<Vec<usize>, LoadError> {
+                        let mut out = Vec::with_capacity(v.len());
+                        for (a, &x) in v.iter().enumerate() {
+                            let i = storage_index(&item, &format!("{what}[{a}] storage index"), x)?;
+                            if !args.contains(&i) {
+                                return Err(invalid(
+                                    item.clone(),
+                                    format!("{what}[{a}] = {i} is not one of the kernel's args {args:?}"),
+                                ));
+                            }
+                            out.push(i);
+                        }
+                        Ok(out)
+                    };
+                    let (r, w) = (set("reads", r)?, set("writes", w)?);
+                    if w.is_empty() {
+                        return Err(invalid(
+                            item,
+                            "writes is empty: a kernel writes at least one buffer".into(),
+                        ));
+                    }
+                    (r, w)
+                }
+                _ => {
+                    return Err(invalid(
+                        item,
+                        "has only one of reads/writes; a compiled schedule records both".into(),
+                    ))
+                }
+            };
+            let work = match (k.flops, k.bytes_read, k.bytes_written) {
+                (None, None, None) => None,
+                (Some(f), Some(r), Some(w)) if f.is_finite() && f >= 0.0 => Some(KernelWork {
+                    flops: f.round() as u64,
+                    bytes_read: r,
+                    bytes_written: w,
+                }),
+                _ => {
+                    return Err(invalid(
+                        item,
+                        "work needs flops (a non-negative number), bytes_read and bytes_written together".into(),
+                    ))
+                }
+            };
+            let mut resources = BTreeMap::new();
+            for (arch, per_kernel) in &raw.resources {
+                let r = per_kernel.get(&k.name).ok_or_else(|| {
+                    invalid(
+                        item.clone(),
+                        format!(
+                            "has no entry in resources[{arch}]; every launched kernel needs one"
+                        ),
+                    )
+                })?;
+                resources.insert(arch.clone(), *r);
+            }
             kernels.push(Kernel {
                 index: j,
                 name: k.name.clone(),
@@ -454,10 +590,12 @@ impl Model {
                 block: [lp[3], lp[4], lp[5]],
                 shared_mem_bytes: shm,
                 registers: None,
-                reads: reads.to_vec(),
-                writes: writes.to_vec(),
+                reads,
+                writes,
                 args,
                 profile: None,
+                work,
+                resources,
             });
         }
 
@@ -533,6 +671,56 @@ impl Model {
             });
         }
 
+        let compiled = match raw.format.as_deref() {
+            None => None,
+            Some("reef-compile/1") => {
+                let idx = |what: &str, v: &[i64]| -> Result<Vec<usize>, LoadError> {
+                    v.iter()
+                        .enumerate()
+                        .map(|(i, &x)| storage_index(&format!("{what}[{i}]"), "storage index", x))
+                        .collect()
+                };
+                let dir = path.parent().unwrap_or(Path::new("."));
+                if raw.archs.is_empty() {
+                    return Err(invalid(
+                        "archs".into(),
+                        "is empty: a compiled model names its architectures".into(),
+                    ));
+                }
+                for a in &raw.archs {
+                    if !raw.ptx.contains_key(a) || !raw.resources.contains_key(a) {
+                        return Err(invalid(
+                            format!("archs ({a})"),
+                            "has no ptx file or no resources entry".into(),
+                        ));
+                    }
+                }
+                if raw.outputs.is_empty() {
+                    return Err(invalid(
+                        "outputs".into(),
+                        "is empty: a model has at least one output".into(),
+                    ));
+                }
+                Some(Compiled {
+                    archs: raw.archs.clone(),
+                    ptx: raw
+                        .ptx
+                        .iter()
+                        .map(|(a, f)| (a.clone(), dir.join(f)))
+                        .collect(),
+                    inputs: idx("inputs", &raw.inputs)?,
+                    params: idx("params", &raw.params)?,
+                    outputs: idx("outputs", &raw.outputs)?,
+                })
+            }
+            Some(f) => {
+                return Err(invalid(
+                    "format".into(),
+                    format!("{f:?} is not a format this reef-model reads (reef-compile/1)"),
+                ))
+            }
+        };
+
         Ok(Model {
             name: name.to_string(),
             path: path.to_path_buf(),
@@ -540,6 +728,7 @@ impl Model {
             buffers,
             inputs,
             profile: model_profile,
+            compiled,
         })
     }
 

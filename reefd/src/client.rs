@@ -290,12 +290,60 @@ impl Client {
 
     /// Loads `name` from the daemon's models directory, or from `path`.
     pub fn load_model(&mut self, name: &str, path: Option<&Path>) -> Result<ModelInfo> {
+        self.load_model_on(name, path, None)
+    }
+
+    /// Loads a model on a node's device `device_index` (or where the
+    /// daemon's placement puts it, when `None`); the answer names the
+    /// device.
+    pub fn load_model_on(
+        &mut self,
+        name: &str,
+        path: Option<&Path>,
+        device_index: Option<usize>,
+    ) -> Result<ModelInfo> {
         match self.call(RequestBody::LoadModel {
             name: name.into(),
             path: path.map(Path::to_path_buf),
             idempotence: None,
+            device_index,
         })? {
             Reply::ModelLoaded(m) => Ok(m),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// CASE/MGB `task_begin` (§III-A, §IV): declares a GPU task's needs;
+    /// answers the task id and the chosen device (`None`: the task waits
+    /// for memory; see [`Client::task_poll`]).
+    pub fn task_begin(
+        &mut self,
+        memory: u64,
+        threads_per_block: u32,
+        blocks: u64,
+    ) -> Result<(u64, Option<usize>)> {
+        match self.call(RequestBody::TaskBegin {
+            memory,
+            threads_per_block,
+            blocks,
+        })? {
+            Reply::TaskPlaced { task, device } => Ok((task, device)),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// The device of a task that waited (`None`: still waiting).
+    pub fn task_poll(&mut self, task: u64) -> Result<Option<usize>> {
+        match self.call(RequestBody::TaskPoll { task })? {
+            Reply::TaskPlaced { device, .. } => Ok(device),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// CASE/MGB `task_end`: releases what `task_begin` reserved.
+    pub fn task_end(&mut self, task: u64) -> Result<()> {
+        match self.call(RequestBody::TaskEnd { task })? {
+            Reply::TaskEnded { .. } => Ok(()),
             r => Err(unexpected(r)),
         }
     }
@@ -412,6 +460,26 @@ impl Client {
 
 fn unexpected(r: Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected reply {r:?}"))
+}
+
+/// The lazy runtime's scheduler side over a daemon connection (CASE/MGB
+/// §III-A-2, Fig. 2): `task_begin` asks reefd, and while the task waits
+/// for memory polls every millisecond until the daemon names a device.
+impl crate::lazy::Placement for Client {
+    fn task_begin(&mut self, needs: crate::lazy::Needs) -> std::result::Result<(u64, u32), String> {
+        let (task, mut device) =
+            Client::task_begin(self, needs.memory, needs.threads_per_block, needs.blocks)
+                .map_err(|e| e.to_string())?;
+        while device.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            device = self.task_poll(task).map_err(|e| e.to_string())?;
+        }
+        Ok((task, device.unwrap_or(0) as u32))
+    }
+
+    fn task_end(&mut self, task: u64) -> std::result::Result<(), String> {
+        Client::task_end(self, task).map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ pub const POLICIES: &[&str] = &[
     "seq",
     "streams",
     "wait",
+    "fikit",
+    "fikit-nofill",
+    "fikit-noearly",
 ];
 
 /// The error text for a policy name the daemon does not run.
@@ -126,6 +129,18 @@ pub struct SchedulerConfig {
     pub be_streams_per_model: usize,
     /// Seed of the simulated device.
     pub seed: u64,
+    /// FIKIT (policy `fikit*`): gaps predicted at or below this are not
+    /// filled, us (fikit.txt §3.2: 0.1 ms).
+    pub fikit_epsilon_us: f64,
+    /// FIKIT: runs measured before a task shares (§3.2: T in [10, 1000]).
+    pub fikit_runs: u32,
+    /// FIKIT: where profiles are kept (`<model>.fikit.json`); default
+    /// beside each model's schedule.
+    pub fikit_profile_dir: Option<PathBuf>,
+    /// Host time per kernel launch of the clients' framework on the
+    /// simulated device, us (default: back to back). Eager-mode frameworks
+    /// leave gaps between kernels that FIKIT fills (docs/results-fikit.md).
+    pub host_gap_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -178,6 +193,10 @@ impl Default for SchedulerConfig {
             device_queue_capacity: 4,
             be_streams_per_model: 4,
             seed: 0,
+            fikit_epsilon_us: 100.0,
+            fikit_runs: 10,
+            fikit_profile_dir: None,
+            host_gap_us: None,
         }
     }
 }
@@ -277,6 +296,20 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "scheduler.policy: {}",
                 unknown_policy(&self.scheduler.policy)
+            )));
+        }
+        let e = self.scheduler.fikit_epsilon_us;
+        if let Some(g) = self.scheduler.host_gap_us {
+            if !(g.is_finite() && g >= 0.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "scheduler.host_gap_us = {g} must be a non-negative number of us"
+                )));
+            }
+        }
+        if !(e.is_finite() && e >= 0.0) || self.scheduler.fikit_runs == 0 {
+            return Err(ConfigError::Invalid(format!(
+                "scheduler.fikit_epsilon_us = {e} must be a non-negative number and scheduler.fikit_runs = {} at least 1",
+                self.scheduler.fikit_runs
             )));
         }
         if self.scheduler.device_queue_capacity == 0 || self.scheduler.be_streams_per_model == 0 {

@@ -23,14 +23,32 @@ pub struct StartOptions {
 
 /// Builds the engine that serves on simulator `preset`: the scheduler core
 /// (reef-sched) driving the block-level simulator (reef-sim).
+/// A node of several devices (`mi50x4`, `mi50,gv100`) gets one engine per
+/// device behind placement (engine/node.rs).
 pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>> {
-    let e = crate::engine::sched::SchedEngine::new(crate::engine::sched::SchedSettings {
+    let settings = crate::engine::sched::SchedSettings {
         preset: preset.to_string(),
         policy: cfg.scheduler.policy.clone(),
         dq_capacity: cfg.scheduler.device_queue_capacity,
         be_streams_per_model: cfg.scheduler.be_streams_per_model,
         seed: cfg.scheduler.seed,
-    })?;
+        fikit: reef_sched::fikit::FikitConfig {
+            epsilon_ns: (cfg.scheduler.fikit_epsilon_us * 1e3).round() as u64,
+            runs: cfg.scheduler.fikit_runs,
+            ..Default::default()
+        },
+        fikit_profile_dir: cfg.scheduler.fikit_profile_dir.clone(),
+        host_gap_ns: cfg
+            .scheduler
+            .host_gap_us
+            .map(|us| (us * 1e3).round() as u64),
+    };
+    if let Some(node) = device::sim_node(preset).filter(|n| n.len() > 1) {
+        return Ok(Box::new(crate::engine::node::NodeEngine::new(
+            &node, settings,
+        )?));
+    }
+    let e = crate::engine::sched::SchedEngine::new(settings)?;
     Ok(Box::new(e))
 }
 

@@ -32,7 +32,7 @@ impl fmt::Display for DeviceSpec {
 
 impl DeviceSpec {
     pub fn parse(s: &str) -> Result<DeviceSpec, String> {
-        let usage = "use auto, sim:mi50, sim:gv100, sim:h100, cuda:N or kfd:N";
+        let usage = "use auto, sim:mi50, sim:gv100, sim:h100, a node such as sim:mi50x4 or sim:mi50,gv100, cuda:N or kfd:N";
         if s == "auto" {
             return Ok(DeviceSpec::Auto);
         }
@@ -45,6 +45,7 @@ impl DeviceSpec {
         };
         match kind {
             "sim" if SIM_PRESETS.contains(&arg) => Ok(DeviceSpec::Sim(arg.to_string())),
+            "sim" if sim_node(arg).is_some() => Ok(DeviceSpec::Sim(arg.to_string())),
             "sim" => Err(format!(
                 "device {s:?}: no simulator preset {arg:?}; {usage}"
             )),
@@ -53,6 +54,28 @@ impl DeviceSpec {
             _ => Err(format!("device {s:?} is not recognised; {usage}")),
         }
     }
+}
+
+/// The presets of a simulated node (issue 16 item 5): `mi50x4`,
+/// `mi50,gv100`, `mi50x2,h100`, each item a preset of [`SIM_PRESETS`] with
+/// an optional `xN` count; `None` for anything else (a single preset is a
+/// node of one).
+pub fn sim_node(arg: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for item in arg.split(',') {
+        let item = item.trim();
+        let (name, n) = match item.rsplit_once('x') {
+            Some((name, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                (name, n.parse::<usize>().ok()?)
+            }
+            _ => (item, 1),
+        };
+        if n == 0 || !SIM_PRESETS.contains(&name) || out.len() + n > 64 {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(name.to_string(), n));
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// What the probe found on this machine.

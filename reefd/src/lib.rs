@@ -22,6 +22,7 @@ pub mod daemon;
 pub mod device;
 #[cfg(feature = "daemon")]
 pub mod engine;
+pub mod lazy;
 #[cfg(feature = "daemon")]
 pub mod metrics;
 pub mod protocol;

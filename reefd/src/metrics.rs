@@ -130,6 +130,81 @@ pub struct QueueDepth {
     pub device: usize,
 }
 
+/// The Prometheus lines of a node daemon (issue 16 item 5): per-device
+/// memory and work, and the placement decisions (CASE/MGB Alg. 3).
+pub fn render_node(
+    devices: &[crate::protocol::DeviceStatus],
+    p: &crate::protocol::PlacementStats,
+) -> String {
+    let mut o = String::new();
+    let gauge = |o: &mut String,
+                 name: &str,
+                 help: &str,
+                 f: &dyn Fn(&crate::protocol::DeviceStatus) -> u64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for d in devices {
+            let _ = writeln!(o, "{name}{{device=\"{}\"}} {}", d.index, f(d));
+        }
+    };
+    gauge(
+        &mut o,
+        "reef_device_memory_total_bytes",
+        "Device memory.",
+        &|d| d.memory_total,
+    );
+    gauge(
+        &mut o,
+        "reef_device_memory_used_bytes",
+        "Device memory reserved by loaded models and placed tasks (declared needs).",
+        &|d| d.memory_used,
+    );
+    gauge(
+        &mut o,
+        "reef_device_models",
+        "Models loaded on the device.",
+        &|d| d.models.len() as u64,
+    );
+    gauge(
+        &mut o,
+        "reef_device_rt_streams",
+        "Real-time streams bound to the device.",
+        &|d| d.rt_streams as u64,
+    );
+    gauge(
+        &mut o,
+        "reef_device_be_streams",
+        "Best-effort streams bound to the device.",
+        &|d| d.be_streams as u64,
+    );
+    gauge(
+        &mut o,
+        "reef_device_tasks_in_flight",
+        "Inferences in flight on the device.",
+        &|d| d.tasks as u64,
+    );
+    gauge(
+        &mut o,
+        "reef_device_declared_tasks",
+        "Tasks placed on the device by task_begin and not ended.",
+        &|d| d.declared_tasks as u64,
+    );
+    let _ = writeln!(
+        o,
+        "# HELP reef_placement_decisions_total Placement decisions by kind.\n# TYPE reef_placement_decisions_total counter"
+    );
+    for (k, v) in [
+        ("model_placed", p.models_placed),
+        ("model_refused", p.models_refused),
+        ("stream_bound", p.streams_bound),
+        ("task_placed", p.tasks_placed),
+        ("task_waited", p.tasks_waited),
+        ("task_refused", p.tasks_refused),
+    ] {
+        let _ = writeln!(o, "reef_placement_decisions_total{{decision=\"{k}\"}} {v}");
+    }
+    o
+}
+
 /// Renders the metrics in the Prometheus text format (version 0.0.4).
 /// `padding`: padded launches and BE blocks padded so far, when the
 /// policy pads (REEF §5).
@@ -290,5 +365,38 @@ mod tests {
         assert!(text.contains("reef_preemptions_total{level=\"1\"} 0"));
         assert!(text.contains("reef_padded_launches_total 5"), "{text}");
         assert!(text.contains("reef_be_blocks_padded_total 70"), "{text}");
+    }
+
+    #[test]
+    fn node_metrics_have_one_line_per_device_and_decision() {
+        let d = |i: usize, used: u64| crate::protocol::DeviceStatus {
+            index: i,
+            preset: "mi50".into(),
+            memory_total: 100,
+            memory_used: used,
+            models: vec!["vgg".into()],
+            rt_streams: 1,
+            be_streams: 0,
+            tasks: 0,
+            declared_tasks: 0,
+            policy: "reef".into(),
+        };
+        let p = crate::protocol::PlacementStats {
+            models_refused: 3,
+            ..Default::default()
+        };
+        let text = render_node(&[d(0, 40), d(1, 7)], &p);
+        assert!(
+            text.contains("reef_device_memory_used_bytes{device=\"0\"} 40"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reef_device_memory_used_bytes{device=\"1\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reef_placement_decisions_total{decision=\"model_refused\"} 3"),
+            "{text}"
+        );
     }
 }

@@ -21,20 +21,42 @@ pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
 pub const HEADER_LEN: usize = 4;
 
-/// Real-time or best-effort (REEF §3.1: one RT task queue, several BE queues).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Priority {
-    Rt,
-    Be,
+/// A stream's priority level, 0 (highest) to 9 (FIKIT §3.2, Fig. 7: queues
+/// Q0–Q9). `rt` and `be` are aliases of 0 and 9 (REEF §3.1: real-time and
+/// best-effort); REEF's policies serve level 0 as real-time and every other
+/// level as best-effort, FIKIT uses all ten. On the wire 0 and 9 are the
+/// strings `"rt"` and `"be"` (as before levels existed), the others numbers;
+/// both forms are accepted for every level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Priority(u8);
+
+#[allow(non_upper_case_globals)]
+impl Priority {
+    /// Real-time: level 0.
+    pub const Rt: Priority = Priority(0);
+    /// Best-effort: level 9.
+    pub const Be: Priority = Priority(9);
+
+    /// Level `n`, if it is 0..=9.
+    pub fn level(n: u8) -> Option<Self> {
+        (n <= 9).then_some(Priority(n))
+    }
+    pub fn get(self) -> u8 {
+        self.0
+    }
+    /// Level 0: what REEF's policies serve as real-time.
+    pub fn is_rt(self) -> bool {
+        self.0 == 0
+    }
 }
 
 impl std::fmt::Display for Priority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Priority::Rt => "rt",
-            Priority::Be => "be",
-        })
+        match self.0 {
+            0 => f.write_str("rt"),
+            9 => f.write_str("be"),
+            n => write!(f, "{n}"),
+        }
     }
 }
 
@@ -44,7 +66,42 @@ impl std::str::FromStr for Priority {
         match s {
             "rt" | "RT" => Ok(Priority::Rt),
             "be" | "BE" => Ok(Priority::Be),
-            other => Err(format!("priority must be rt or be, not {other:?}")),
+            other => other
+                .parse::<u8>()
+                .ok()
+                .and_then(Priority::level)
+                .ok_or_else(|| format!("priority must be rt, be or a level 0-9, not {other:?}")),
+        }
+    }
+}
+
+impl Serialize for Priority {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            0 | 9 => s.serialize_str(&self.to_string()),
+            n => s.serialize_u8(n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Priority {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => u8::try_from(n)
+                .ok()
+                .and_then(Priority::level)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "priority must be rt, be or a level 0-9, not {n}"
+                    ))
+                }),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
         }
     }
 }
@@ -86,6 +143,10 @@ pub enum RequestBody {
         /// `<name>.idem.json` beside the schedule, when present.
         #[serde(default)]
         idempotence: Option<PathBuf>,
+        /// On a node of several devices: load on this device (0-based)
+        /// instead of where placement (MGB Alg. 3) puts it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device_index: Option<usize>,
     },
     /// Unload a model (its owner or root); refused while tasks use it.
     UnloadModel {
@@ -126,6 +187,23 @@ pub enum RequestBody {
     /// Switch the scheduling policy (root or the daemon's own user).
     SetPolicy {
         policy: String,
+    },
+    /// CASE/MGB's probe (§III-A, §IV): a GPU task's needs before its first
+    /// kernel; the answer names the device placement chose (node daemons
+    /// only), or says the task waits for memory (then `task_poll`).
+    TaskBegin {
+        memory: u64,
+        threads_per_block: u32,
+        blocks: u64,
+    },
+    /// Where a task that waited was placed.
+    TaskPoll {
+        task: u64,
+    },
+    /// The task's last GPU operation is done: release what task_begin
+    /// reserved.
+    TaskEnd {
+        task: u64,
     },
 }
 
@@ -224,6 +302,45 @@ pub enum Reply {
     PolicySet {
         policy: String,
     },
+    /// Answer to `task_begin` and `task_poll`: `device` is the chosen
+    /// device, `None` while the task waits for memory.
+    TaskPlaced {
+        task: u64,
+        device: Option<usize>,
+    },
+    TaskEnded {
+        task: u64,
+    },
+}
+
+/// One device of a node daemon (`status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    pub index: usize,
+    pub preset: String,
+    pub memory_total: u64,
+    /// Memory reserved by the models loaded here and the tasks placed here
+    /// (their declared needs).
+    pub memory_used: u64,
+    pub models: Vec<String>,
+    pub rt_streams: u32,
+    pub be_streams: u32,
+    /// Inferences in flight here.
+    pub tasks: u32,
+    /// Tasks placed here by task_begin and not yet ended.
+    pub declared_tasks: u32,
+    pub policy: String,
+}
+
+/// Placement decisions of a node daemon (`stats`, metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementStats {
+    pub models_placed: u64,
+    pub models_refused: u64,
+    pub streams_bound: u64,
+    pub tasks_placed: u64,
+    pub tasks_waited: u64,
+    pub tasks_refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -253,6 +370,38 @@ pub struct StatusInfo {
     pub streams: usize,
     pub tasks_in_flight: usize,
     pub connections: usize,
+    /// Tasks in FIKIT's measuring stage (policy `fikit*`; fikit.txt §3.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measuring: Vec<MeasuringTask>,
+    /// A node daemon's devices (empty on one device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceStatus>,
+}
+
+/// A task (model) in FIKIT's measuring stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MeasuringTask {
+    pub task: String,
+    pub runs_done: u32,
+    pub runs: u32,
+}
+
+/// FIKIT's figures (fikit.txt §3.2): gaps seen and filled, fill kernels,
+/// early stops, fill overruns (a fill still on the device when the
+/// high-priority task launched), the measuring stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct FikitStats {
+    pub gaps_seen: u64,
+    pub gaps_below_epsilon: u64,
+    pub gaps_filled: u64,
+    pub fill_kernels: u64,
+    pub early_stops: u64,
+    pub overruns: u64,
+    pub overrun_us: f64,
+    pub measured_runs: u64,
+    pub profiles_built: u64,
+    pub profiles_missing_or_stale: u64,
+    pub measuring: Vec<MeasuringTask>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,6 +415,9 @@ pub struct ModelInfo {
     /// Whether idempotence metadata was found and loaded with the model.
     pub idempotence: Option<PathBuf>,
     pub owner_uid: u32,
+    /// The device holding the model (node daemons only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -396,6 +548,12 @@ pub struct Stats {
     /// BE blocks run inside padded launches.
     #[serde(default)]
     pub be_blocks_padded: u64,
+    /// FIKIT's figures (policy `fikit*`; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fikit: Option<FikitStats>,
+    /// Placement decisions (node daemons only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementStats>,
 }
 
 /// Encodes one message as a frame (length prefix + JSON).
@@ -541,6 +699,35 @@ pub fn parse_request(payload: &[u8]) -> Result<Request, BadRequest> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn priorities_are_levels_0_to_9_with_rt_and_be_as_aliases() {
+        assert_eq!("rt".parse::<Priority>(), Ok(Priority::Rt));
+        assert_eq!("be".parse::<Priority>(), Ok(Priority::Be));
+        assert_eq!("0".parse::<Priority>(), Ok(Priority::Rt));
+        assert_eq!("9".parse::<Priority>(), Ok(Priority::Be));
+        assert_eq!("5".parse::<Priority>().map(Priority::get), Ok(5));
+        for bad in ["10", "-1", "high", ""] {
+            let e = bad.parse::<Priority>().unwrap_err();
+            assert!(e.contains("0-9"), "{e}");
+        }
+        // Wire form: 0 and 9 as before levels existed, the others numbers.
+        let five = Priority::level(5).unwrap();
+        assert_eq!(serde_json::to_string(&Priority::Rt).unwrap(), "\"rt\"");
+        assert_eq!(serde_json::to_string(&Priority::Be).unwrap(), "\"be\"");
+        assert_eq!(serde_json::to_string(&five).unwrap(), "5");
+        for (text, want) in [
+            ("\"rt\"", Priority::Rt),
+            ("0", Priority::Rt),
+            ("\"5\"", five),
+            ("5", five),
+        ] {
+            assert_eq!(serde_json::from_str::<Priority>(text).unwrap(), want);
+        }
+        assert!(serde_json::from_str::<Priority>("12").is_err());
+        assert!(five > Priority::Rt && !five.is_rt() && Priority::Rt.is_rt());
+    }
+
     use super::*;
 
     #[test]

@@ -172,6 +172,9 @@ struct State {
     /// Outcomes found under the lock, delivered after it is released (a
     /// delivery wakes another thread: not while RT requests wait).
     deliveries: Vec<(u64, Waiter, Result<TaskResult, Failure>)>,
+    /// Tasks declared by `task_begin` (CASE/MGB), with their connection.
+    declared: HashMap<u64, u64>,
+    next_declared: u64,
 }
 
 /// Fixed settings of a runtime.
@@ -222,6 +225,8 @@ impl Runtime {
                 pacer_wake: 0,
                 pacer_last: 0,
                 deliveries: Vec::new(),
+                declared: HashMap::new(),
+                next_declared: 1,
             }),
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
@@ -443,14 +448,13 @@ impl Runtime {
                     let latency_us = done.duration_since(t.arrival).as_secs_f64() * 1e6;
                     let standalone = st.models.get(&t.model).and_then(|m| m.standalone_ns);
                     let normalized = standalone.map(|s| latency_us * 1e3 / s as f64);
-                    match t.priority {
-                        Priority::Rt => {
-                            st.metrics.rt_latency.observe_us(latency_us);
-                            if let Some(n) = normalized {
-                                st.metrics.observe_rt_normalized(n);
-                            }
+                    if t.priority.is_rt() {
+                        st.metrics.rt_latency.observe_us(latency_us);
+                        if let Some(n) = normalized {
+                            st.metrics.observe_rt_normalized(n);
                         }
-                        Priority::Be => st.metrics.be_latency.observe_us(latency_us),
+                    } else {
+                        st.metrics.be_latency.observe_us(latency_us);
                     }
                     st.metrics.tasks_completed += 1;
                     if verified == Some(false) {
@@ -510,6 +514,10 @@ impl Runtime {
     pub fn connection_closed(&self, conn: u64) {
         let mut st = self.lock();
         st.connections = st.connections.saturating_sub(1);
+        if st.declared.values().any(|&c| c == conn) {
+            st.declared.retain(|_, c| *c != conn);
+            st.engine.job_end(conn + 1);
+        }
         let ids: Vec<u64> = st
             .streams
             .iter()
@@ -569,9 +577,10 @@ impl Runtime {
             name,
             path,
             idempotence,
+            device_index,
         } = body
         {
-            return self.load_model(conn, name, path, idempotence);
+            return self.load_model(conn, name, path, idempotence, device_index);
         }
         let mut st = self.lock();
         st.metrics.requests += 1;
@@ -712,6 +721,46 @@ impl Runtime {
             RequestBody::Stats => Ok_(Reply::Stats(Box::new(self.stats_locked(st)))),
             RequestBody::Preempt { target } => self.preempt(st, peer, target, false),
             RequestBody::Resume { target } => self.preempt(st, peer, target, true),
+            RequestBody::TaskBegin {
+                memory,
+                threads_per_block,
+                blocks,
+            } => {
+                let task = st.next_declared;
+                let needs = reef_sched::place::TaskNeeds {
+                    memory,
+                    threads_per_block,
+                    blocks,
+                };
+                match st.engine.task_begin(conn.id + 1, task, needs) {
+                    Ok(device) => {
+                        st.next_declared += 1;
+                        st.declared.insert(task, conn.id);
+                        tracing::info!(task, ?device, memory, "task_begin");
+                        Ok_(Reply::TaskPlaced { task, device })
+                    }
+                    Err(e) => Err_(engine_failure(e)),
+                }
+            }
+            RequestBody::TaskPoll { task } | RequestBody::TaskEnd { task }
+                if st.declared.get(&task) != Some(&conn.id) =>
+            {
+                Err_(Failure::new(
+                    ErrorCode::NotFound,
+                    format!("task {task} was not begun on this connection (or has ended): call task_begin first"),
+                ))
+            }
+            RequestBody::TaskPoll { task } => Ok_(Reply::TaskPlaced {
+                task,
+                device: st.engine.task_device(task),
+            }),
+            RequestBody::TaskEnd { task } => match st.engine.task_end(task) {
+                Ok(()) => {
+                    st.declared.remove(&task);
+                    Ok_(Reply::TaskEnded { task })
+                }
+                Err(e) => Err_(engine_failure(e)),
+            },
             RequestBody::SetPolicy { policy } => {
                 if !peer.is_root() && peer.uid != self.daemon_uid {
                     return Err_(Failure::new(
@@ -853,7 +902,7 @@ impl Runtime {
             PreemptTarget::All => st
                 .streams
                 .iter()
-                .filter(|(_, s)| s.priority == Priority::Be)
+                .filter(|(_, s)| !s.priority.is_rt())
                 .filter(|(_, s)| peer.is_root() || s.owner.uid == peer.uid)
                 .map(|(id, _)| *id)
                 .collect(),
@@ -900,6 +949,7 @@ impl Runtime {
         name: String,
         path: Option<PathBuf>,
         idempotence: Option<PathBuf>,
+        device_index: Option<usize>,
     ) -> Handled {
         // A name that is a path (`models load /some/dir/vgg`) loads that
         // model under its directory's name, the name every other command
@@ -987,18 +1037,24 @@ impl Runtime {
             standalone_us: model.measured_latency_ns().map(|n| n as f64 / 1e3),
             idempotence: idem.as_ref().and(idem_path),
             owner_uid: conn.peer.uid,
+            device: None,
         };
+        let mut info = info;
         let standalone_ns = model.measured_latency_ns();
         let mut st = self.lock();
         if let Some(m) = st.models.get(&key) {
             return Handled::Reply(Reply::ModelLoaded(m.info.clone()));
         }
-        if let Err(e) = st.engine.add_model(EngineModel {
-            name: key.clone(),
-            model: Arc::new(model),
-            idempotence: idem,
-        }) {
-            return Handled::Error(engine_failure(e));
+        match st.engine.add_model_on(
+            EngineModel {
+                name: key.clone(),
+                model: Arc::new(model),
+                idempotence: idem,
+            },
+            device_index,
+        ) {
+            Ok(d) => info.device = d,
+            Err(e) => return Handled::Error(engine_failure(e)),
         }
         tracing::info!(model = %key, uid = conn.peer.uid, kernels = info.kernels, "model loaded");
         st.models.insert(
@@ -1024,6 +1080,8 @@ impl Runtime {
             streams: st.streams.len(),
             tasks_in_flight: st.tasks.len(),
             connections: st.connections,
+            measuring: st.engine.fikit().map_or_else(Vec::new, |f| f.measuring),
+            devices: st.engine.devices(),
         }
     }
 
@@ -1052,6 +1110,8 @@ impl Runtime {
             control_path: m.control_path.summary(),
             padded_launches: padding.map_or(0, |p| p.padded_launches),
             be_blocks_padded: padding.map_or(0, |p| p.be_blocks_padded),
+            fikit: st.engine.fikit(),
+            placement: st.engine.placement(),
         }
     }
 
@@ -1083,12 +1143,16 @@ impl Runtime {
             .engine
             .padding()
             .map(|p| (p.padded_launches, p.be_blocks_padded));
-        metrics::render(
+        let mut text = metrics::render(
             &st.metrics,
             self.epoch.elapsed().as_secs_f64(),
             &queues,
             padding,
-        )
+        );
+        if let Some(p) = st.engine.placement() {
+            text.push_str(&metrics::render_node(&st.engine.devices(), &p));
+        }
+        text
     }
 
     /// Refuses new work from now on (shutdown has begun).

@@ -124,6 +124,19 @@ pub struct Config {
     pub dq_capacity: usize,
     pub device: DeviceCaps,
     pub rt_order: RtOrder,
+    /// Priority level of each client (0 highest .. 9 lowest, FIKIT §3.2
+    /// "Executing kernels by task-level priorities", Fig. 7), indexed by
+    /// `ClientId`. A client without an entry takes its class's alias:
+    /// real-time 0, best-effort 9 ([`Class::default_priority`]). REEF's
+    /// policies go by class (0 is real-time, the rest best-effort); FIKIT
+    /// uses all ten levels.
+    pub priorities: Vec<u8>,
+    /// Host-paced clients (a framework that launches kernel by kernel from
+    /// the CPU): a request arrives with none of its kernels issued and the
+    /// caller reports [`Event::KernelsIssued`] as the framework issues them;
+    /// a kernel is transmitted only once issued. `false` (the default): every
+    /// kernel is issued when the request arrives (back-to-back launches).
+    pub host_paced: bool,
 }
 
 impl Default for Config {
@@ -132,6 +145,8 @@ impl Default for Config {
             dq_capacity: 4,
             device: DeviceCaps::default(),
             rt_order: RtOrder::Fifo,
+            priorities: Vec::new(),
+            host_paced: false,
         }
     }
 }
@@ -255,6 +270,9 @@ struct Active {
     last_started: Option<u32>,
     /// Kernels `0..completed_upto` have completed (streams run in order).
     completed_upto: u32,
+    /// Kernels `0..issued` were issued by the client's host (all of them
+    /// unless [`Config::host_paced`]).
+    issued: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -267,6 +285,10 @@ struct StreamState {
     pause: Pause,
     /// Held by an operator's preempt command until the matching resume.
     by_command: bool,
+    /// Launches the policy still allows on the stream (`None`: no limit).
+    /// FIKIT withholds a lower-priority task's next launch (gate 0) and
+    /// grants one launch per gap-filling kernel.
+    gate: Option<u32>,
     /// Held by the policy (it preempted the stream, or named it in a
     /// preemption while the stream was idle or already held) until the
     /// policy resumes it. A stream runs again only when neither holds it:
@@ -293,6 +315,8 @@ pub struct Core {
     preemptions: Vec<PreemptionRecord>,
     preemptions_base: usize,
     counters: Counters,
+    /// Kernels issued so far by host-paced requests not finished yet.
+    issued: std::collections::HashMap<RequestId, u32>,
 }
 
 /// Why a core could not be built.
@@ -369,6 +393,7 @@ impl Core {
                     pause: Pause::Running,
                     by_command: false,
                     by_policy: false,
+                    gate: None,
                 }
             })
             .collect();
@@ -386,6 +411,7 @@ impl Core {
             preemptions: Vec::new(),
             preemptions_base: 0,
             counters: Counters::default(),
+            issued: std::collections::HashMap::new(),
         })
     }
 
@@ -399,6 +425,76 @@ impl Core {
     }
     pub fn clients(&self) -> &[ClientSpec] {
         &self.clients
+    }
+    /// The registered models, indexed by `ModelId`.
+    pub fn models(&self) -> &[ModelInfo] {
+        &self.models
+    }
+    /// The client's priority level, 0 (highest) to 9 ([`Config::priorities`]).
+    pub fn priority(&self, client: ClientId) -> u8 {
+        let c = client.0 as usize;
+        self.cfg
+            .priorities
+            .get(c)
+            .copied()
+            .unwrap_or_else(|| self.clients[c].class.default_priority())
+            .min(PRIORITY_LEVELS - 1)
+    }
+    /// Sets a client's priority level ([`crate::Scheduler::set_priority`]).
+    pub(crate) fn set_priority(&mut self, client: ClientId, level: u8) {
+        let c = client.0 as usize;
+        if c >= self.clients.len() {
+            return;
+        }
+        if self.cfg.priorities.len() <= c {
+            let defaults: Vec<u8> = (self.cfg.priorities.len()..=c)
+                .map(|i| self.clients[i].class.default_priority())
+                .collect();
+            self.cfg.priorities.extend(defaults);
+        }
+        self.cfg.priorities[c] = level.min(PRIORITY_LEVELS - 1);
+    }
+    /// The request bound to the stream and its client, if any.
+    pub fn active_request(&self, s: StreamId) -> Option<(RequestId, ClientId)> {
+        self.streams[s.0 as usize]
+            .active
+            .as_ref()
+            .map(|a| (a.req, a.client))
+    }
+    /// The next kernel of the stream's request that may be transmitted now:
+    /// issued by its host and not launched yet (`None` when there is none).
+    pub fn next_unlaunched(&self, s: StreamId) -> Option<u32> {
+        let a = self.streams[s.0 as usize].active.as_ref()?;
+        (a.next_launch < a.issued.min(a.kernels)).then_some(a.next_launch)
+    }
+    /// Kernels of the stream's request issued by its host so far.
+    pub fn issued(&self, s: StreamId) -> Option<u32> {
+        let a = self.streams[s.0 as usize].active.as_ref()?;
+        Some(a.issued.min(a.kernels))
+    }
+    /// True when the stream's device queue has a free slot.
+    pub fn has_room(&self, s: StreamId) -> bool {
+        let st = &self.streams[s.0 as usize];
+        (st.outstanding as usize) < st.cap.unwrap_or(usize::MAX)
+    }
+    /// Launches the policy still allows on the stream (`None`: no limit).
+    pub fn gate(&self, s: StreamId) -> Option<u32> {
+        self.streams[s.0 as usize].gate
+    }
+    /// Limits the stream to `gate` more launches (`None`: no limit) and
+    /// transmits what that allows. Launches already made are not undone:
+    /// a gate withholds the next launch, it never evicts.
+    pub fn set_gate(&mut self, s: StreamId, gate: Option<u32>) {
+        self.streams[s.0 as usize].gate = gate;
+        self.pump(s);
+    }
+    /// Allows `n` more launches on a gated stream and transmits them if
+    /// issued (no effect on an ungated stream).
+    pub fn grant(&mut self, s: StreamId, n: u32) {
+        if let Some(g) = &mut self.streams[s.0 as usize].gate {
+            *g += n;
+        }
+        self.pump(s);
     }
     pub fn stream_of(&self, client: ClientId) -> StreamId {
         self.client_stream[client.0 as usize]
@@ -528,6 +624,11 @@ impl Core {
             next_launch: 0,
             last_started: None,
             completed_upto: 0,
+            issued: if self.cfg.host_paced {
+                self.issued.get(&p.req).copied().unwrap_or(0)
+            } else {
+                kernels
+            },
         });
     }
 
@@ -750,6 +851,27 @@ impl Core {
         true
     }
 
+    /// The host of request `req` has issued its kernels `0..issued`
+    /// ([`Event::KernelsIssued`]); ignored unless [`Config::host_paced`].
+    pub(crate) fn on_issued(&mut self, req: RequestId, issued: u32) {
+        if !self.cfg.host_paced {
+            return;
+        }
+        let e = self.issued.entry(req).or_insert(0);
+        *e = (*e).max(issued);
+        let n = *e;
+        let s = self
+            .streams
+            .iter()
+            .position(|st| st.active.as_ref().is_some_and(|a| a.req == req));
+        if let Some(si) = s {
+            if let Some(a) = &mut self.streams[si].active {
+                a.issued = a.issued.max(n);
+            }
+            self.pump(StreamId(si as u32));
+        }
+    }
+
     pub(crate) fn reject_unknown(&mut self, req: RequestId, client: ClientId) {
         self.counters.rejected += 1;
         self.out.push_back(Action::RequestRejected { req, client });
@@ -790,6 +912,7 @@ impl Core {
         }
         if let Some((req, client)) = done {
             self.streams[s.0 as usize].active = None;
+            self.issued.remove(&req);
             self.counters.requests_done += 1;
             self.out.push_back(Action::RequestDone { req, client });
         }
@@ -904,7 +1027,13 @@ impl Core {
         }
         let cap = st.cap.unwrap_or(usize::MAX);
         let Some(a) = &mut st.active else { return };
-        while a.next_launch < a.kernels && (st.outstanding as usize) < cap {
+        while a.next_launch < a.issued.min(a.kernels)
+            && (st.outstanding as usize) < cap
+            && st.gate != Some(0)
+        {
+            if let Some(g) = &mut st.gate {
+                *g -= 1;
+            }
             let tag = KernelTag {
                 req: a.req,
                 kernel: a.next_launch,

@@ -17,10 +17,13 @@
 //! assert!(actions.iter().any(|a| matches!(a, Action::Launch { .. })));
 //! ```
 
+pub mod aker;
 mod core;
 pub mod dkp;
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod fikit;
+pub mod place;
 mod policy;
 mod types;
 
@@ -29,7 +32,8 @@ pub use crate::core::{
     PreemptionRecord, RtOrder,
 };
 pub use crate::policy::{
-    policy_by_name, Mode, Policy, Preemptive, RtOnly, Seq, Streams, UnknownPolicy, POLICY_NAMES,
+    fikit_named, policy_by_name, Mode, Policy, Preemptive, RtOnly, Seq, Streams, UnknownPolicy,
+    FIKIT_ABLATIONS, POLICY_NAMES,
 };
 pub use crate::types::*;
 
@@ -64,6 +68,7 @@ impl Scheduler {
     /// available from [`Self::poll_action`].
     pub fn handle(&mut self, now: Time, ev: Event) {
         self.core.set_now(now);
+        let ev_copy = ev.clone();
         match ev {
             Event::RequestArrived {
                 req,
@@ -83,10 +88,12 @@ impl Scheduler {
             Event::KernelCompleted { stream, tag } => self.core.on_finished(stream, tag, 0),
             Event::KernelEvicted { stream, tag } => self.core.on_finished(stream, tag, 1),
             Event::KernelKilled { stream, tag } => self.core.on_finished(stream, tag, 2),
+            Event::KernelsIssued { req, issued } => self.core.on_issued(req, issued),
             Event::Timer => {}
             Event::PreemptCommand { stream } => self.core.command_preempt(stream),
             Event::ResumeCommand { stream } => self.core.command_resume(stream),
         }
+        self.policy.observe(&self.core, &ev_copy);
         self.policy.schedule(&mut self.core);
     }
 
@@ -108,6 +115,19 @@ impl Scheduler {
     /// Appends all pending actions to `v`.
     pub fn drain_actions(&mut self, v: &mut Vec<Action>) {
         self.core.drain_actions_into(v);
+    }
+
+    /// Sets a client's priority level (0..=9, higher numbers count as 9),
+    /// e.g. when a daemon binds a client to a stream of another level.
+    /// FIKIT's holders and fills follow it from the next event on.
+    pub fn set_priority(&mut self, client: ClientId, level: u8) {
+        self.core.set_priority(client, level);
+    }
+
+    /// The policy, for reading its own state (e.g.
+    /// [`crate::fikit::Fikit::stats`] through [`Policy::as_any`]).
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.as_ref()
     }
 
     pub fn policy_name(&self) -> &'static str {

@@ -33,6 +33,16 @@ pub trait Policy: Send {
     }
     /// Called after every event: start, preempt or resume work.
     fn schedule(&mut self, core: &mut Core);
+    /// Sees each event after the core has applied it and before
+    /// [`Self::schedule`] (FIKIT measures kernel and gap times and opens
+    /// or ends gaps from them). Nothing by default.
+    fn observe(&mut self, core: &Core, ev: &Event) {
+        let _ = (core, ev);
+    }
+    /// The policy as `Any`, for callers that read a policy's own figures.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// Names accepted by [`policy_by_name`], in the order reports list them.
@@ -44,11 +54,16 @@ pub const POLICY_NAMES: &[&str] = &[
     "reef-nodkp",
     "reef",
     "reef-dkp-mv",
+    "fikit",
 ];
+
+/// FIKIT's ablations, also accepted by [`policy_by_name`] (not in the
+/// default policy lists): without gap filling, and without early stop.
+pub const FIKIT_ABLATIONS: &[&str] = &["fikit-nofill", "fikit-noearly"];
 
 /// An unknown policy name.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown policy {name:?}: choose from {}", POLICY_NAMES.join(", "))]
+#[error("unknown policy {name:?}: choose from {}, {}", POLICY_NAMES.join(", "), FIKIT_ABLATIONS.join(", "))]
 pub struct UnknownPolicy {
     pub name: String,
 }
@@ -66,12 +81,48 @@ pub fn policy_by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
         // kernels' offline profiles); by name alone they preempt only.
         "reef-nodkp" => Box::new(Preemptive::reef_named("reef-nodkp")),
         "reef-dkp-mv" => Box::new(Preemptive::reef_named("reef-dkp-mv")),
+        // FIKIT without model knowledge: anonymous per-position kernel IDs
+        // and no profiles, so every task measures first. reef-exec builds
+        // it with the models' kernel IDs and measured profiles.
+        "fikit" | "fikit-nofill" | "fikit-noearly" => Box::new(fikit_named(
+            name,
+            crate::fikit::FikitConfig::default(),
+            Vec::new(),
+            Vec::new(),
+        )?),
         _ => {
             return Err(UnknownPolicy {
                 name: name.to_string(),
             })
         }
     })
+}
+
+/// FIKIT or one of its ablations by name, with `base` as its parameters
+/// (the ablation switches `fill` or `early_stop` off).
+pub fn fikit_named(
+    name: &str,
+    mut base: crate::fikit::FikitConfig,
+    kernel_ids: Vec<Vec<crate::fikit::profile::KernelId>>,
+    profiles: Vec<crate::fikit::profile::Profile>,
+) -> Result<crate::fikit::Fikit, UnknownPolicy> {
+    let name: &'static str = match name {
+        "fikit" => "fikit",
+        "fikit-nofill" => {
+            base.fill = false;
+            "fikit-nofill"
+        }
+        "fikit-noearly" => {
+            base.early_stop = false;
+            "fikit-noearly"
+        }
+        _ => {
+            return Err(UnknownPolicy {
+                name: name.to_string(),
+            })
+        }
+    };
+    Ok(crate::fikit::Fikit::new(base, kernel_ids, profiles).named(name))
 }
 
 /// Serves real-time requests one at a time on the shared real-time stream.

@@ -60,6 +60,29 @@ pub enum Class {
     BestEffort,
 }
 
+impl Class {
+    /// The priority level the class stands for when a client has none of
+    /// its own: real-time 0, best-effort 9 (`reefctl --priority rt|be`).
+    pub fn default_priority(self) -> u8 {
+        match self {
+            Class::RealTime => 0,
+            Class::BestEffort => PRIORITY_LEVELS - 1,
+        }
+    }
+    /// The class REEF's policies serve a priority level in: 0 is
+    /// real-time, every other level best-effort.
+    pub fn of_priority(p: u8) -> Self {
+        if p == 0 {
+            Class::RealTime
+        } else {
+            Class::BestEffort
+        }
+    }
+}
+
+/// Priority levels, Q0 (highest) to Q9 (FIKIT §3.2, Fig. 7).
+pub const PRIORITY_LEVELS: u8 = 10;
+
 /// Hardware priority of a stream, for devices that honour it (GPU streams
 /// with priorities, the Triton-like `streams` policy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,6 +154,13 @@ pub enum Event {
     /// The kernel's running blocks were killed (§4.3); its outputs may be
     /// partially written.
     KernelKilled { stream: StreamId, tag: KernelTag },
+    /// The client's host (the launching framework) has issued kernels
+    /// `0..issued` of request `req` (host-paced clients,
+    /// [`crate::Config::host_paced`]): the gaps a framework leaves between
+    /// kernels that FIKIT fills (FIKIT §1, Fig. 1). Also FIKIT's early-stop
+    /// signal (§3.2 "Real time feedback"): the high-priority task's next
+    /// launch request has arrived.
+    KernelsIssued { req: RequestId, issued: u32 },
     /// A timer the caller was asked to set has fired (reserved for policies
     /// that need one; none of the built-in policies does).
     Timer,

@@ -25,7 +25,12 @@
 //! runs exactly once and is accounted on its own CU. A block's duration is
 //! fixed when it is placed, from the kernel's curve at the CU's co-residency
 //! then: `k = ceil(resident waves on the CU / waves per block)`, so blocks of
-//! different kernels contend in the same way as blocks of one kernel.
+//! different kernels contend in the same way as blocks of one kernel, unless
+//! their declared pipe demands differ: then the resource mix (Aker §3,
+//! [`crate::mix`]) counts a neighbour only by the load it puts on the
+//! block's own pipes, and `k` may be fractional (the curve interpolated).
+//! A launch may be capped to persistent blocks per CU (Aker §5.3,
+//! [`KernelLaunch::persistent`]).
 //! Across CUs, launches contend for what the whole device shares (L2,
 //! memory; REEF §6.5 Fig. 27): a block placed while blocks of other launches
 //! are resident runs longer in proportion to both kernels' contention
@@ -76,6 +81,12 @@ pub struct KernelLaunch {
     pub blocks: Option<Range<u32>>,
     /// Run only on these compute units (default: all).
     pub cus: Option<CuSet>,
+    /// Persistent thread blocks (Aker §5.3): at most this many of the
+    /// launch's blocks resident on one CU at a time, each freed slot taking
+    /// the next block, as `a` persistent blocks per CU looping over the
+    /// kernel's blocks would. Every block still runs exactly once. `None`:
+    /// as many as fit.
+    pub persistent: Option<u32>,
 }
 
 impl KernelLaunch {
@@ -87,6 +98,7 @@ impl KernelLaunch {
             writes: Vec::new(),
             blocks: None,
             cus: None,
+            persistent: None,
         }
     }
 
@@ -98,6 +110,13 @@ impl KernelLaunch {
 
     pub fn with_blocks(mut self, blocks: Range<u32>) -> Self {
         self.blocks = Some(blocks);
+        self
+    }
+
+    /// At most `per_cu` blocks of this launch resident per CU (persistent
+    /// thread blocks, Aker §5.3); see [`KernelLaunch::persistent`].
+    pub fn with_persistent(mut self, per_cu: u32) -> Self {
+        self.persistent = Some(per_cu);
         self
     }
 
@@ -129,6 +148,8 @@ pub enum SimError {
     ZeroCapacity,
     #[error("a padded launch needs at least one part")]
     EmptyPaddedLaunch,
+    #[error("kernel {0}: persistent blocks per CU must be at least 1")]
+    ZeroPersistent(String),
     #[error("kernel {kernel}: a block does not fit on an empty {device} CU (shape built for another device?)")]
     DoesNotFit { kernel: String, device: String },
     #[error("out of device memory: {requested} B requested, {free} B of {total} B free")]
@@ -299,7 +320,31 @@ struct Stream {
     dq: VecDeque<u32>,
     host_free_at: u64,
     flag: bool,
+    /// The kernel of this stream dispatched and not finished.
+    running: Option<u32>,
+    /// The hardware queue its packets go to.
+    hwq: u32,
+}
+
+/// A hardware queue (docs/simulator.md "Hardware queues"): what the command
+/// processor actually services. Streams of one priority share at most
+/// `spec.hw_queues` of them; the packets of every stream mapped to one are
+/// processed in the order they were written, each dispatched after the
+/// previous one has finished (the in-order barrier the runtime sets on
+/// every kernel packet), so streams sharing a queue serialise.
+#[derive(Debug)]
+struct HwQueue {
+    priority: i32,
+    /// Opened for one stream outside the runtime's pool
+    /// ([`Sim::create_stream_own_queue`]); no other stream joins it.
+    own: bool,
+    /// Streams mapped here, in creation order.
+    members: Vec<u32>,
     cp: Cp,
+    /// The stream whose head packet the command processor is fetching or
+    /// dispatching (meaningful while `cp` is not `Idle`).
+    cur: u32,
+    /// The kernel dispatched from this queue and not finished.
     running: Option<u32>,
 }
 
@@ -348,6 +393,10 @@ struct Launch {
     cap_empty: u32,
     /// Contention pressure of its resident groups (sum of their `pressure`).
     pressure: u128,
+    /// Persistent blocks per CU (0: no limit) and, when set, the launch's
+    /// resident blocks on each CU.
+    ptb: u32,
+    resident: Vec<u32>,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the
@@ -418,6 +467,7 @@ pub struct Sim {
     seq: u64,
     heap: BinaryHeap<Pending>,
     streams: Vec<Stream>,
+    hwqs: Vec<HwQueue>,
     launches: Vec<Launch>,
     free_launches: Vec<u32>,
     groups: Vec<Group>,
@@ -447,7 +497,9 @@ pub struct Sim {
     // scratch
     cand: Vec<(usize, u32, u32)>,
     /// Placement buckets: (blocks per CU, co-residency, CUs).
-    buckets: Vec<(u32, u32, CuSet)>,
+    buckets: Vec<(u32, u64, CuSet)>,
+    /// Per CU: the resource-mix load of its resident waves (`mix.rs`).
+    load: Vec<crate::mix::Load>,
 }
 
 impl Sim {
@@ -472,6 +524,7 @@ impl Sim {
             }),
             cand: Vec::with_capacity(n),
             buckets: Vec::new(),
+            load: vec![[0; crate::mix::PIPES]; n],
             pressure: 0,
             share_ppm: (spec.contention_share * 1e6).round() as u64,
             fresh: Vec::new(),
@@ -482,6 +535,7 @@ impl Sim {
             seq: 0,
             heap: BinaryHeap::new(),
             streams: Vec::new(),
+            hwqs: Vec::new(),
             launches: Vec::new(),
             free_launches: Vec::new(),
             groups: Vec::new(),
@@ -514,24 +568,97 @@ impl Sim {
 
     /// A new stream. Higher `priority` kernels are placed on CUs first.
     /// `device_queue_capacity` bounds its device queue (REEF §4.2 uses 4).
+    /// Its packets go to a hardware queue of the runtime's pool for its
+    /// priority (at most `spec.hw_queues`, shared round robin beyond that;
+    /// docs/simulator.md "Hardware queues").
     pub fn create_stream(
         &mut self,
         priority: i32,
         device_queue_capacity: usize,
     ) -> Result<StreamId, SimError> {
+        self.new_stream(priority, device_queue_capacity, false)
+    }
+
+    /// A new stream with a hardware queue of its own, outside the pool of
+    /// [`Sim::create_stream`]: one device queue per stream, as REEF's
+    /// modified runtime gives every stream (REEF §4.1 Fig. 7, §4.5
+    /// `hip_set_stream_cap` "the DQ used by a GPU stream").
+    pub fn create_stream_own_queue(
+        &mut self,
+        priority: i32,
+        device_queue_capacity: usize,
+    ) -> Result<StreamId, SimError> {
+        self.new_stream(priority, device_queue_capacity, true)
+    }
+
+    fn new_stream(
+        &mut self,
+        priority: i32,
+        device_queue_capacity: usize,
+        own: bool,
+    ) -> Result<StreamId, SimError> {
         if device_queue_capacity == 0 {
             return Err(SimError::ZeroCapacity);
         }
+        let id = self.streams.len() as u32;
+        let hwq = if own {
+            self.push_hw_queue(priority, id, true)
+        } else {
+            self.map_hw_queue(priority, id)
+        };
         self.streams.push(Stream {
             priority,
             capacity: device_queue_capacity,
             dq: VecDeque::with_capacity(device_queue_capacity.min(64)),
             host_free_at: 0,
             flag: false,
+            running: None,
+            hwq,
+        });
+        Ok(StreamId(id))
+    }
+
+    /// The hardware queue a new stream of `priority` goes to: a new one
+    /// while its priority has fewer than `spec.hw_queues`, else the one of
+    /// that priority with the fewest streams (the lowest index on a tie),
+    /// as ROCclr's queue pool per priority does (`GPU_MAX_HW_QUEUES`);
+    /// streams created in turn therefore go round robin.
+    fn map_hw_queue(&mut self, priority: i32, stream: u32) -> u32 {
+        let mut same = 0u32;
+        let mut best: Option<(usize, u32)> = None;
+        for (i, q) in self.hwqs.iter().enumerate() {
+            if q.priority != priority || q.own {
+                continue;
+            }
+            same += 1;
+            if best.is_none_or(|(n, _)| q.members.len() < n) {
+                best = Some((q.members.len(), i as u32));
+            }
+        }
+        if same < self.spec.hw_queues {
+            return self.push_hw_queue(priority, stream, false);
+        }
+        let (_, q) = best.expect("a full pool has a queue");
+        self.hwqs[q as usize].members.push(stream);
+        q
+    }
+
+    fn push_hw_queue(&mut self, priority: i32, stream: u32, own: bool) -> u32 {
+        self.hwqs.push(HwQueue {
+            priority,
+            own,
+            members: vec![stream],
             cp: Cp::Idle,
+            cur: stream,
             running: None,
         });
-        Ok(StreamId(self.streams.len() as u32 - 1))
+        self.hwqs.len() as u32 - 1
+    }
+
+    /// The hardware queue a stream's packets go to (streams sharing one
+    /// serialise; docs/simulator.md "Hardware queues").
+    pub fn hw_queue_of(&self, s: StreamId) -> Option<u32> {
+        self.streams.get(s.0 as usize).map(|st| st.hwq)
     }
 
     fn stream(&self, s: StreamId) -> Result<&Stream, SimError> {
@@ -572,7 +699,8 @@ impl Sim {
         st.host_free_at = visible_at;
         let slot = self.alloc_launch(s, req, start, end, cus, visible_at);
         self.streams[s.0 as usize].dq.push_back(slot);
-        self.schedule(visible_at, Ev::Stream(s.0));
+        let q = self.streams[s.0 as usize].hwq;
+        self.schedule(visible_at, Ev::Stream(q));
         Ok(self.launches[slot as usize].id)
     }
 
@@ -621,7 +749,8 @@ impl Sim {
         l.parts_left = nparts;
         l.followers = slots[1..].to_vec();
         self.streams[s.0 as usize].dq.push_back(leader);
-        self.schedule(visible_at, Ev::Stream(s.0));
+        let q = self.streams[s.0 as usize].hwq;
+        self.schedule(visible_at, Ev::Stream(q));
         Ok(ids)
     }
 
@@ -639,6 +768,9 @@ impl Sim {
                 end,
                 blocks: nb,
             });
+        }
+        if req.persistent == Some(0) {
+            return Err(SimError::ZeroPersistent(req.shape.name.clone()));
         }
         if self.empty_cu_capacity(&req.shape) == 0 {
             return Err(SimError::DoesNotFit {
@@ -695,6 +827,8 @@ impl Sim {
                     unit: 0,
                     cap_empty: 0,
                     pressure: 0,
+                    ptb: 0,
+                    resident: Vec::new(),
                 });
                 self.launches.len() as u32 - 1
             }
@@ -720,7 +854,14 @@ impl Sim {
         l.followers.clear();
         l.scan = CuSet::empty();
         l.unit = unit;
-        l.cap_empty = cap_empty;
+        l.ptb = l.req.persistent.unwrap_or(0);
+        l.resident.clear();
+        if l.ptb > 0 {
+            l.cap_empty = cap_empty.min(l.ptb);
+            l.resident.resize(self.spec.compute_units as usize, 0);
+        } else {
+            l.cap_empty = cap_empty;
+        }
         l.pressure = 0;
         slot
     }
@@ -790,13 +931,19 @@ impl Sim {
     /// [`EventKind::Cleared`]; their ids are returned in queue order.
     pub fn clear_queue(&mut self, s: StreamId) -> Result<Vec<LaunchId>, SimError> {
         self.stream(s)?;
+        let q = &mut self.hwqs[self.streams[s.0 as usize].hwq as usize];
+        // The command processor holds this stream's head packet when it is
+        // fetching or dispatching it from the shared queue.
+        let holds = q.cur == s.0 && q.cp != Cp::Idle;
+        let keep = holds && matches!(q.cp, Cp::Dispatching(_));
+        if holds && !keep {
+            q.cp = Cp::Idle;
+        }
         let st = &mut self.streams[s.0 as usize];
-        let keep = matches!(st.cp, Cp::Dispatching(_));
         let mut removed = Vec::new();
         let drained: Vec<u32> = if keep {
             st.dq.drain(1..).collect()
         } else {
-            st.cp = Cp::Idle;
             st.dq.drain(..).collect()
         };
         for leader in drained {
@@ -805,6 +952,11 @@ impl Sim {
                 self.emit(slot, EventKind::Cleared);
                 self.release_launch(slot);
             }
+        }
+        if holds && !keep {
+            // Another stream sharing the queue may have a packet waiting.
+            let q = self.streams[s.0 as usize].hwq;
+            self.hwq_step(q);
         }
         Ok(removed)
     }
@@ -1034,7 +1186,9 @@ impl Sim {
                 self.release_launch(slot);
             }
             self.streams[s as usize].running = None;
-            self.stream_step(s);
+            let q = self.streams[s as usize].hwq;
+            self.hwqs[q as usize].running = None;
+            self.hwq_step(q);
         }
     }
 
@@ -1048,7 +1202,7 @@ impl Sim {
 
     fn handle(&mut self, ev: Ev) {
         match ev {
-            Ev::Stream(s) => self.stream_step(s),
+            Ev::Stream(q) => self.hwq_step(q),
             Ev::Group(g, gen) => self.group_done(g, gen),
             Ev::EvictDone(slot, gen) => {
                 let l = &self.launches[slot as usize];
@@ -1059,41 +1213,61 @@ impl Sim {
                         self.release_launch(part);
                     }
                     self.streams[s as usize].running = None;
-                    self.stream_step(s);
+                    let q = self.streams[s as usize].hwq;
+                    self.hwqs[q as usize].running = None;
+                    self.hwq_step(q);
                 }
             }
             Ev::Kill(target) => self.kill_effect(target),
         }
     }
 
-    fn stream_step(&mut self, s: u32) {
+    /// Advances a hardware queue's command processor: fetch the packet
+    /// written first among its streams' heads (`cp_fetch_ns`, overlapping
+    /// the running kernel), dispatch it once the queue's previous kernel has
+    /// finished (`cp_dispatch_ns`), then make it runnable (or, if its
+    /// stream's preempt flag is set, let it exit after `flag_check_ns`).
+    fn hwq_step(&mut self, q: u32) {
         let now = self.now;
         loop {
-            let st = &mut self.streams[s as usize];
-            match st.cp {
+            let hq = &self.hwqs[q as usize];
+            match hq.cp {
                 Cp::Idle => {
-                    let Some(&head) = st.dq.front() else { break };
-                    let vis = self.launches[head as usize].visible_at;
+                    // The head written first (ring order); a single member
+                    // is the common case.
+                    let mut pick: Option<(u64, u64, u32)> = None;
+                    for &m in &hq.members {
+                        if let Some(&head) = self.streams[m as usize].dq.front() {
+                            let l = &self.launches[head as usize];
+                            let key = (l.visible_at, l.id.0, m);
+                            if pick.is_none_or(|p| key < p) {
+                                pick = Some(key);
+                            }
+                        }
+                    }
+                    let Some((vis, _, m)) = pick else { break };
                     if vis <= now {
                         let until = now + self.spec.cp_fetch_ns;
-                        st.cp = Cp::Fetching(until);
-                        self.schedule(until, Ev::Stream(s));
+                        let hq = &mut self.hwqs[q as usize];
+                        hq.cp = Cp::Fetching(until);
+                        hq.cur = m;
+                        self.schedule(until, Ev::Stream(q));
                     }
                     // else: an Ev::Stream at `vis` was scheduled by launch().
                     break;
                 }
                 Cp::Fetching(until) => {
                     if until <= now {
-                        st.cp = Cp::Fetched;
+                        self.hwqs[q as usize].cp = Cp::Fetched;
                         continue;
                     }
                     break;
                 }
                 Cp::Fetched => {
-                    if st.running.is_none() {
+                    if hq.running.is_none() {
                         let until = now + self.spec.cp_dispatch_ns;
-                        st.cp = Cp::Dispatching(until);
-                        self.schedule(until, Ev::Stream(s));
+                        self.hwqs[q as usize].cp = Cp::Dispatching(until);
+                        self.schedule(until, Ev::Stream(q));
                     }
                     break;
                 }
@@ -1101,11 +1275,15 @@ impl Sim {
                     if until > now {
                         break;
                     }
+                    let s = hq.cur;
+                    let st = &mut self.streams[s as usize];
                     let slot = st.dq.pop_front().expect("dispatching a queued kernel");
-                    st.cp = Cp::Idle;
                     st.running = Some(slot);
                     let flagged = st.flag;
                     let prio = st.priority;
+                    let hq = &mut self.hwqs[q as usize];
+                    hq.cp = Cp::Idle;
+                    hq.running = Some(slot);
                     if flagged {
                         let l = &mut self.launches[slot as usize];
                         l.state = LState::Evicting;
@@ -1262,11 +1440,19 @@ impl Sim {
                     continue;
                 }
                 let charge = a as u128 * unit;
+                let demand = self.launches[slot as usize].req.shape.demand;
+                let ptb = self.launches[slot as usize].ptb;
                 for cu in set.iter() {
+                    if ptb > 0 {
+                        self.launches[slot as usize].resident[cu] += a;
+                    }
                     self.usage[cu] = charge;
+                    self.load[cu] = [0; crate::mix::PIPES];
+                    crate::mix::charge(&mut self.load[cu], &demand, (a * wpb) as u64, true);
                 }
                 self.busy += set.len();
-                self.buckets.push((a, a, set));
+                self.buckets
+                    .push((a, a as u64 * crate::mix::ONE as u64, set));
             }
             self.make_groups(slot);
             return;
@@ -1280,13 +1466,17 @@ impl Sim {
         let mut early = false;
         for cu in scan.iter_from(self.rr) {
             let u = self.usage[cu];
-            let cap = if u == 0 {
+            let mut cap = if u == 0 {
                 cap_empty
             } else if !fits(self.limits - u, unit) {
                 0
             } else {
                 cap_of(&unpack(u))
             };
+            let l = &self.launches[slot as usize];
+            if l.ptb > 0 {
+                cap = cap.min(l.ptb - l.resident[cu]);
+            }
             if cap > 0 {
                 self.cand.push((cu, cap, 0));
                 if self.cand.len() as u32 == remaining {
@@ -1342,6 +1532,7 @@ impl Sim {
             }
         }
         // Bucket CUs by (blocks placed, resulting co-residency).
+        let demand = self.launches[slot as usize].req.shape.demand;
         for &(cu, _, a) in &self.cand {
             if a == 0 {
                 continue;
@@ -1352,11 +1543,16 @@ impl Sim {
             }
             *u += a as u128 * unit;
             let waves = ((*u >> WAVES_SHIFT) & LANE_MASK) as u32;
-            let k = if wpb.is_power_of_two() {
-                (waves + wpb - 1) >> wpb.trailing_zeros()
-            } else {
-                waves.div_ceil(wpb)
-            };
+            // Co-residency seen by the block, in 1/1024 (resource mix,
+            // mix.rs): ceil(waves / wpb) when every resident wave has this
+            // kernel's demand, less when its neighbours use other pipes.
+            let load = &mut self.load[cu];
+            crate::mix::charge(load, &demand, (a * wpb) as u64, true);
+            let l = &mut self.launches[slot as usize];
+            if l.ptb > 0 {
+                l.resident[cu] += a;
+            }
+            let k = crate::mix::Mix::k_fixed(&demand, wpb, waves, load);
             match self.buckets.iter_mut().find(|b| b.0 == a && b.1 == k) {
                 Some(b) => b.2.insert(cu),
                 None => {
@@ -1380,7 +1576,7 @@ impl Sim {
         }
         for &(per_cu, k, set) in &buckets {
             let count = per_cu * set.len() as u32;
-            let mut dur = self.launches[slot as usize].req.shape.exec_ns(k);
+            let mut dur = self.launches[slot as usize].req.shape.exec_ns_fixed(k);
             if self.cfg.jitter > 0.0 {
                 dur = ((dur as f64 * self.next_jitter()) as u64).max(1);
             }
@@ -1426,7 +1622,7 @@ impl Sim {
                 if w == 0 {
                     0
                 } else {
-                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns(k).max(1) as u128
+                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns_fixed(k).max(1) as u128
                 }
             };
             let g = &mut self.groups[gslot as usize];
@@ -1458,7 +1654,16 @@ impl Sim {
         self.pressure -= pressure;
         self.launches[slot as usize].pressure -= pressure;
         let free = per_cu as u128 * self.launches[slot as usize].unit;
+        let (demand, wpb) = {
+            let sh = &self.launches[slot as usize].req.shape;
+            (sh.demand, sh.waves_per_block)
+        };
         for cu in cus.iter() {
+            crate::mix::charge(&mut self.load[cu], &demand, (per_cu * wpb) as u64, false);
+            let l = &mut self.launches[slot as usize];
+            if l.ptb > 0 {
+                l.resident[cu] -= per_cu;
+            }
             let u = &mut self.usage[cu];
             *u -= free;
             if *u == 0 {

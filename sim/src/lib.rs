@@ -16,6 +16,10 @@
 //!   it reads and writes, an optional block range and an optional [`CuSet`].
 //!   [`Sim::launch_padded`] enqueues several such parts as one padded
 //!   launch (REEF §5.1 Fig. 12: dispatched together, one queue slot).
+//! - Resource mix inside a CU (Aker §3, [`mix`]): a shape's pipe demand
+//!   ([`KernelShape::with_demand`], [`Demand`]); MI50 model kernels get
+//!   theirs from [`resources`]. [`KernelLaunch::with_persistent`] caps a
+//!   launch's blocks per CU (persistent thread blocks, Aker §5.3).
 //! - Time: [`Sim::next_event_time`], [`Sim::advance_to`] / [`Sim::step`]
 //!   return [`DeviceEvent`]s (Started, Completed, Evicted, Cleared, Killed)
 //!   with the time, stream, launch id and tags. Act between calls at
@@ -47,9 +51,13 @@
 //! ```
 
 pub mod clock;
+pub mod costmodel;
 pub mod cuset;
 pub mod engine;
 pub mod host;
+pub mod mix;
+pub mod node;
+pub mod resources;
 pub mod shape;
 pub mod spec;
 pub mod values;
@@ -61,6 +69,8 @@ pub use engine::{
     SimConfig, SimError, StreamId, Tags,
 };
 pub use host::HostQueues;
+pub use mix::{Demand, PipeRates};
+pub use node::{parse_device_list, Node, NodeError, OwnerId};
 pub use shape::{KernelShape, ShapeError};
 pub use spec::{DeviceSpec, PreemptLevel, SpecError, PRESETS};
 pub use values::{BufferId, Mismatch, ValueTracker};

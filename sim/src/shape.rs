@@ -19,12 +19,17 @@
 //! its block time grows with co-resident blocks); the engine uses it for
 //! device-level contention between launches (REEF §6.5, Fig. 27).
 //!
+//! Compiled kernels (reef-compile: recorded work and ptxas resources, no
+//! measured curve) take their occupancy and block time from
+//! [`crate::costmodel`] on every preset.
+//!
 //! Occupancy: threads, waves, blocks, LDS and registers per CU. The REEF
 //! schedule format does not record registers; when a measured curve exists,
 //! its length is the highest co-residency the profiler could reach, so the
 //! block's register footprint is taken as `registers_per_cu / len` (the
 //! register file is what limits occupancy in the absence of other limits).
 
+use crate::mix::Demand;
 use crate::spec::DeviceSpec;
 use reef_model::{Kernel, Model};
 use std::sync::Arc;
@@ -60,6 +65,9 @@ pub struct KernelShape {
     /// suffers from and how much it causes device-level contention
     /// (docs/simulator.md "Contention between launches").
     pub contention_weight: u32,
+    /// Per-wave pipe demand inside a CU (resource mix, `mix.rs`);
+    /// [`Demand::UNKNOWN`] unless declared with [`KernelShape::with_demand`].
+    pub demand: Demand,
 }
 
 /// The unit of [`KernelShape::contention_weight`]: 1024 = fully bound.
@@ -178,6 +186,7 @@ impl KernelShape {
             exec_ns,
             slope_ns,
             contention_weight,
+            demand: Demand::UNKNOWN,
         })
     }
 
@@ -188,6 +197,19 @@ impl KernelShape {
             kernel: format!("#{index}"),
             problem: format!("{} has {} kernels", model.name, model.kernels.len()),
         })?;
+        let identity = {
+            let mut id = model.name.as_bytes().to_vec();
+            id.extend_from_slice(k.name.as_bytes());
+            id.extend_from_slice(&(index as u64).to_le_bytes());
+            fnv1a(&id, 0x5eef)
+        };
+        if k.profile.is_none() && k.work.is_some() {
+            // A compiled kernel (reef-compile): occupancy from its ptxas
+            // resources, block time from the roofline (crate::costmodel).
+            let mut s = crate::costmodel::compiled_shape(model, index, spec)?;
+            s.identity = identity;
+            return Ok(s);
+        }
         let name = format!("{}[{}] {}", model.name, index, k.name);
         let blocks = u32::try_from(k.num_blocks()).map_err(|_| ShapeError {
             kernel: name.clone(),
@@ -244,11 +266,10 @@ impl KernelShape {
             }
         };
         let mut s = Self::synthetic(&name, blocks, threads, k.shared_mem_bytes, regs, exec, spec)?;
-        let mut id = model.name.as_bytes().to_vec();
-        id.extend_from_slice(k.name.as_bytes());
-        id.extend_from_slice(&(index as u64).to_le_bytes());
-        s.identity = fnv1a(&id, 0x5eef);
-        Ok(s)
+        s.identity = identity;
+        // Resource mix: the model records no work data, so the demand comes
+        // from the operator in the kernel's name (resources.rs).
+        Ok(s.with_demand(crate::resources::demand_of_name(&k.name).1))
     }
 
     /// Shapes of every kernel of a model, in launch order.
@@ -272,6 +293,31 @@ impl KernelShape {
                 last.saturating_add(extra).min(MAX_BLOCK_NS)
             }
         }
+    }
+
+    /// One block's execution time at co-residency `kf` / 1024 (≥ 1), the
+    /// curve linearly interpolated between integer points (resource mix,
+    /// `mix.rs`). Integer `kf / 1024` gives exactly [`KernelShape::exec_ns`].
+    pub fn exec_ns_fixed(&self, kf: u64) -> u64 {
+        let one = crate::mix::ONE as u64;
+        let kf = kf.max(one);
+        let lo = (kf / one).min(u32::MAX as u64) as u32;
+        let frac = kf % one;
+        let a = self.exec_ns(lo);
+        if frac == 0 {
+            return a;
+        }
+        let b = self.exec_ns(lo.saturating_add(1));
+        let v = a as u128 * (one - frac) as u128 + b as u128 * frac as u128;
+        (v / one as u128) as u64
+    }
+
+    /// Declares the kernel's per-wave pipe demand (resource mix, `mix.rs`).
+    /// The device-level contention weight is left as the curve gives it
+    /// (docs/simulator.md "Resource mix": how the two relate).
+    pub fn with_demand(mut self, d: Demand) -> Self {
+        self.demand = d;
+        self
     }
 
     /// Length of the block execution curve.

@@ -51,12 +51,20 @@ pub struct DeviceSpec {
     pub memory_bytes: u64,
     pub memory_bandwidth_bytes_per_s: u64,
     pub fp32_flops: u64,
+    /// Peak matrix-unit (tensor-core) operations per second; 0 when the
+    /// device has none. Used by the resource mix (`mix.rs`).
+    #[serde(default)]
+    pub matrix_flops: u64,
     /// Host-side cost of one launch call.
     pub host_launch_ns: u64,
     /// Command-processor fetch of one kernel packet from a device queue.
     pub cp_fetch_ns: u64,
     /// Command-processor dispatch once the stream's previous kernel is done.
     pub cp_dispatch_ns: u64,
+    /// Hardware queues per stream priority (docs/simulator.md "Hardware
+    /// queues"): streams of one priority beyond this many share queues
+    /// round robin, and streams sharing a queue serialise.
+    pub hw_queues: u32,
     /// Entry check and exit of a kernel fetched while its stream's preempt
     /// flag is set.
     pub flag_check_ns: u64,
@@ -170,6 +178,12 @@ impl DeviceSpec {
             if v > max {
                 return bad(f, &format!("must be at most {max} (a per-CU limit)"));
             }
+        }
+        if self.hw_queues == 0 {
+            return bad(
+                "hw_queues",
+                "must be at least 1 (hardware queues per stream priority)",
+            );
         }
         if self.memory_bandwidth_bytes_per_s == 0 {
             return bad("memory_bandwidth_bytes_per_s", "must be positive");

@@ -537,6 +537,8 @@ fn run_one(
         corrupted_outputs: corrupted,
         device_max_level: PreemptLevel::highest(ctx.status.preemption_levels.iter().copied()),
         padding: None,
+        fikit: None,
+        fikit_profiles: Vec::new(),
     };
     let mut r = metrics::summarize(
         &w.name,

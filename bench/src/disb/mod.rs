@@ -62,8 +62,10 @@ pub struct DisbArgs {
     /// Do not write the plot.
     #[arg(long)]
     pub no_plot: bool,
-    /// Measured models directory (default: <shared>/models/mi50).
-    #[arg(long)]
+    /// Models directory (default: <shared>/models/mi50): measured models or
+    /// models compiled by reef-compile (docs/compile.md); a workload's
+    /// `model_name` is a DISB name or a directory name in it.
+    #[arg(long, visible_alias = "models-dir")]
     pub models: Option<PathBuf>,
     /// Worker threads (default: available cores).
     #[arg(long)]
@@ -76,6 +78,17 @@ pub struct DisbArgs {
     /// its client API instead of in virtual time (see `disb::live`).
     #[arg(long)]
     pub live: bool,
+    /// Host time per kernel launch of the clients' framework, us (default:
+    /// back to back). FIKIT fills the gaps this leaves (`reef-bench fikit`
+    /// sweeps it).
+    #[arg(long)]
+    pub host_gap_us: Option<f64>,
+    /// FIKIT's ε, us (fikit.txt §3.2: 0.1 ms).
+    #[arg(long, default_value_t = 100.0)]
+    pub fikit_epsilon_us: f64,
+    /// FIKIT's profiled runs T before sharing (§3.2: T ∈ [10, 1000]).
+    #[arg(long, default_value_t = 10)]
+    pub fikit_runs: u32,
     /// reefd's socket for --live (default: $REEF_SOCKET, else
     /// /run/reef/reefd.sock).
     #[arg(long, requires = "live")]
@@ -101,6 +114,8 @@ pub fn parse_policies(s: &str) -> Result<Vec<String>> {
 pub struct ModelSet {
     pub models: Vec<PreparedModel>,
     pub standalone_ns: Vec<f64>,
+    /// FIKIT profiles measured before the runs (policies `fikit*`).
+    pub fikit_profiles: Vec<reef_sched::fikit::profile::Profile>,
 }
 
 impl ModelSet {
@@ -134,6 +149,7 @@ pub fn standalone_ns(spec: &DeviceSpec, m: &PreparedModel, runs: u32, seed: u64)
             seed,
             dq_capacity: 4,
             track_values: false,
+            ..RunOptions::default()
         },
     )?;
     let lat = &out.clients[0].latencies;
@@ -169,6 +185,7 @@ pub fn load_models(
     Ok(ModelSet {
         models,
         standalone_ns: standalone,
+        fikit_profiles: Vec::new(),
     })
 }
 
@@ -196,6 +213,10 @@ pub fn run_one(
             seed: args.seed,
             dq_capacity: args.dq_capacity,
             track_values: args.check_values,
+            host_gap_ns: host_gap_ns(args)?,
+            fikit: fikit_config(args)?,
+            fikit_profiles: set.fikit_profiles.clone(),
+            ..RunOptions::default()
         },
     )
     .with_context(|| format!("workload {} policy {policy}", w.name))?;
@@ -218,6 +239,31 @@ pub fn run_one(
         &out,
         started.elapsed().as_secs_f64() * 1e3,
     ))
+}
+
+/// `--host-gap-us` in ns, checked.
+pub fn host_gap_ns(args: &DisbArgs) -> Result<Option<reef_sched::Time>> {
+    match args.host_gap_us {
+        None => Ok(None),
+        Some(v) if v.is_finite() && v >= 0.0 => Ok(Some((v * 1e3).round() as u64)),
+        Some(v) => bail!("--host-gap-us must be a non-negative number of us, got {v}"),
+    }
+}
+
+/// FIKIT's parameters from the arguments, checked.
+pub fn fikit_config(args: &DisbArgs) -> Result<reef_sched::fikit::FikitConfig> {
+    let e = args.fikit_epsilon_us;
+    if !(e.is_finite() && e >= 0.0) {
+        bail!("--fikit-epsilon-us must be a non-negative number of us, got {e}");
+    }
+    if args.fikit_runs == 0 {
+        bail!("--fikit-runs must be at least 1");
+    }
+    Ok(reef_sched::fikit::FikitConfig {
+        epsilon_ns: (e * 1e3).round() as u64,
+        runs: args.fikit_runs,
+        ..Default::default()
+    })
 }
 
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
@@ -282,7 +328,41 @@ pub fn main(args: DisbArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(reef_model::default_models_dir);
     let t0 = Instant::now();
-    let set = load_models(&spec, &dir, &workloads, args.seed)?;
+    let mut set = load_models(&spec, &dir, &workloads, args.seed)?;
+    let gap = host_gap_ns(&args)?;
+    let fcfg = fikit_config(&args)?;
+    if let Some(g) = gap {
+        // Normalise by the stand-alone latency under the same host model.
+        for (i, m) in set.models.iter().enumerate() {
+            let out = runner::simulate(
+                &spec,
+                std::slice::from_ref(m),
+                vec![ClientPlan {
+                    name: m.name.clone(),
+                    model: 0,
+                    class: Class::RealTime,
+                    gen: Gen::Count { remaining: 11 },
+                }],
+                u64::MAX / 4,
+                &RunOptions {
+                    policy: "rt-only".into(),
+                    seed: args.seed,
+                    host_gap_ns: Some(g),
+                    ..RunOptions::default()
+                },
+            )?;
+            let lat = &out.clients[0].latencies;
+            set.standalone_ns[i] = lat[1..].iter().sum::<u64>() as f64 / (lat.len() - 1) as f64;
+        }
+    }
+    if policies.iter().any(|p| p.starts_with("fikit")) {
+        // FIKIT's measuring stage before the run, so that the workload runs
+        // in sharing mode (fikit.txt Fig. 3: tasks with profiles loaded).
+        for i in 0..set.models.len() {
+            let (p, _) = runner::measure_profile(&spec, &set.models, i, gap, &fcfg, args.seed)?;
+            set.fikit_profiles.push(p);
+        }
+    }
     if !args.json {
         eprintln!(
             "stand-alone latency on {} ({:.0} ms): {}",

@@ -90,6 +90,7 @@ fn synthetic(spec: &DeviceSpec, n: usize, dur_ns: u64) -> Result<PreparedModel> 
             buffers: Vec::new(),
             inputs: Vec::new(),
             profile: None,
+            compiled: None,
         },
         shapes,
     })
@@ -97,7 +98,7 @@ fn synthetic(spec: &DeviceSpec, n: usize, dur_ns: u64) -> Result<PreparedModel> 
 
 /// A one-kernel real-time model (its own latency does not enter the
 /// preemption latency).
-fn rt_model(spec: &DeviceSpec) -> Result<PreparedModel> {
+pub fn rt_model(spec: &DeviceSpec) -> Result<PreparedModel> {
     synthetic(spec, 1, 50_000).map(|mut m| {
         m.name = "rt-probe".into();
         m
@@ -155,6 +156,7 @@ pub fn measure(
             seed,
             dq_capacity: 4,
             track_values: false,
+            ..RunOptions::default()
         },
     )?;
     let mut lat: Vec<f64> = out

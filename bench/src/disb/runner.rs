@@ -14,16 +14,30 @@
 //! order and performs the scheduler's actions at the instant of the event
 //! that caused them. Host-queue reclamation is asynchronous (REEF §4.2) and
 //! therefore costs nothing on the simulated critical path.
+//!
+//! The client's host (the launching framework) is modelled by
+//! [`RunOptions::host_gap_ns`]: `None` launches every kernel of a request at
+//! once (back to back, as reef's clients do); `Some(g)` models an eager-mode
+//! framework whose CPU spends g per operator: kernel 0 is issued g after the
+//! request, and kernel i+1 g after kernel i was transmitted to the device.
+//! A launch call returns only once the scheduler lets the kernel through
+//! (FIKIT's hook client blocks it while the task is withheld, §3.2) and the
+//! device queue has room (a full CUDA/HIP launch queue blocks the caller),
+//! so a withheld task's host does not run ahead. The gaps this leaves
+//! between kernels are what FIKIT fills (fikit.txt §1, Fig. 1).
 
 use super::workload::{Load, Workload};
 use reef_exec::{PadExec, PadStats, RunSched};
 use reef_sched::dkp::DkpAction;
+use reef_sched::fikit::profile::{KernelId, Profile};
+use reef_sched::fikit::{Fikit, FikitConfig, FikitStats};
 use reef_sched::{
     Action, Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, PreemptLevel, PreemptionRecord,
     RequestId, StreamPriority, Time,
 };
 use reef_sim::{BufferId, DeviceEvent, DeviceSpec, KernelLaunch, Sim, SimConfig, Tags};
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 const SEC: f64 = 1e9;
 
@@ -104,6 +118,28 @@ pub struct RunOutcome {
     pub device_max_level: PreemptLevel,
     /// Dynamic kernel padding figures (policies `reef`, `reef-dkp-mv`).
     pub padding: Option<PadStats>,
+    /// FIKIT's figures (policies `fikit*`).
+    pub fikit: Option<FikitStats>,
+    /// Every profile FIKIT knew at the end (loaded and measured).
+    pub fikit_profiles: Vec<Profile>,
+}
+
+/// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
+/// operator micro-benchmark for an eager op on CUDA tensors
+/// (`split_M8_N8_parts2_cuda`, "Forward Execution Time (us) : 3.333",
+/// pytorch/pytorch PR #32194). It is the framework's dispatch alone; the
+/// runtime's launch call is the device's `host_launch_ns`, which the
+/// simulator already charges. Real models' operators cost more (Python
+/// module calls, shape logic), hence the sweep in `reef-bench fikit`.
+pub const EAGER_OP_NS: Time = 3_333;
+/// Whether a policy runs on REEF's modified runtime, which gives every
+/// stream its own device queue (REEF §4.1 Fig. 7; §4.5 `hip_set_stream_cap`
+/// caps "the DQ used by a GPU stream"), so its streams get hardware queues
+/// of their own. The others (`streams`, `seq`, `rt-only` and later
+/// baselines) use the vendor runtime, whose streams share the device's
+/// pool of hardware queues (docs/simulator.md "Hardware queues").
+pub fn own_device_queues(policy: &str) -> bool {
+    matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
 }
 
 /// Knobs of one run.
@@ -115,6 +151,29 @@ pub struct RunOptions {
     /// Track buffer versions and check every finished request's outputs
     /// against an unpreempted run.
     pub track_values: bool,
+    /// Host time per kernel launch of the clients' framework (`None`: back
+    /// to back). See the module doc.
+    pub host_gap_ns: Option<Time>,
+    /// Priority level per client (empty: RT 0, BE 9).
+    pub priorities: Vec<u8>,
+    /// FIKIT's parameters and the profiles it starts with.
+    pub fikit: FikitConfig,
+    pub fikit_profiles: Vec<Profile>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            policy: "reef".into(),
+            seed: 1,
+            dq_capacity: 4,
+            track_values: false,
+            host_gap_ns: None,
+            priorities: Vec::new(),
+            fikit: FikitConfig::default(),
+            fikit_profiles: Vec::new(),
+        }
+    }
 }
 
 fn xorshift(s: &mut u64) -> f64 {
@@ -304,6 +363,8 @@ struct Run<'a> {
     reference: Vec<reef_sim::ValueTracker>,
     corrupted: u64,
     device_events: u64,
+    /// Host issue events: (time, request, kernels issued).
+    host: BinaryHeap<Reverse<(Time, u64, u32)>>,
 }
 
 impl Run<'_> {
@@ -329,7 +390,11 @@ impl Run<'_> {
                         StreamPriority::Normal => 0,
                     };
                     let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
-                    let s = self.sim.create_stream(prio, cap)?;
+                    let s = if own_device_queues(&self.opts.policy) {
+                        self.sim.create_stream_own_queue(prio, cap)?
+                    } else {
+                        self.sim.create_stream(prio, cap)?
+                    };
                     debug_assert_eq!(stream.0 as usize, self.streams.len());
                     self.streams.push(s);
                     if self.rev.len() <= s.0 as usize {
@@ -338,6 +403,7 @@ impl Run<'_> {
                     self.rev[s.0 as usize] = stream.0;
                 }
                 Action::Launch { stream, tag } => {
+                    self.host_launched(now, tag);
                     let ci = req_client(tag.req);
                     let m = &self.models[self.clients[ci].model];
                     let k = tag.kernel as usize;
@@ -387,6 +453,21 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The host's launch call for `tag` returned at `now`: the framework
+    /// issues the next kernel one host gap later.
+    fn host_launched(&mut self, now: Time, tag: reef_sched::KernelTag) {
+        let Some(g) = self.opts.host_gap_ns.filter(|&g| g > 0) else {
+            return;
+        };
+        let n = self.models[self.clients[req_client(tag.req)].model]
+            .shapes
+            .len() as u32;
+        if tag.kernel + 1 < n {
+            self.host
+                .push(Reverse((now + g, tag.req.0, tag.kernel + 2)));
+        }
     }
 
     fn request_done(&mut self, ci: usize, now: Time) {
@@ -441,6 +522,11 @@ impl Run<'_> {
         self.stats[ci].issued += 1;
         self.state[ci] = CState::InFlight { issued: t };
         let deadline = self.clients[ci].gen.period().map(|p| t + p);
+        if let Some(g) = self.opts.host_gap_ns {
+            let n = self.models[self.clients[ci].model].shapes.len() as u32;
+            let first = if g == 0 { n } else { 1 };
+            self.host.push(Reverse((t + g, req.0, first)));
+        }
         self.sched.handle(
             t,
             Event::RequestArrived {
@@ -474,6 +560,14 @@ impl Run<'_> {
         };
         match a {
             DkpAction::Padded(p) => {
+                if let Some(g) = self.opts.host_gap_ns.filter(|&g| g > 0) {
+                    let n = models[clients[req_client(p.tag.req)].model].shapes.len() as u32;
+                    if p.tag.kernel + 1 < n {
+                        let now = self.sim.now();
+                        self.host
+                            .push(Reverse((now + g, p.tag.req.0, p.tag.kernel + 2)));
+                    }
+                }
                 let ci = req_client(p.tag.req);
                 let m = &models[clients[ci].model];
                 let rt_bufs = bufs(ci, p.tag.kernel as usize);
@@ -546,10 +640,9 @@ impl Run<'_> {
                     _ => None,
                 })
                 .min();
-            let t = match (t_dev, t_cli) {
-                (None, None) => break,
-                (Some(a), None) | (None, Some(a)) => a,
-                (Some(a), Some(b)) => a.min(b),
+            let t_host = self.host.peek().map(|Reverse((t, _, _))| *t);
+            let Some(t) = [t_dev, t_cli, t_host].into_iter().flatten().min() else {
+                break;
             };
             if t > self.duration {
                 break;
@@ -559,6 +652,20 @@ impl Run<'_> {
             for ev in evbuf.drain(..) {
                 self.on_device_event(&ev);
                 // Each event's actions happen before the next is handled.
+                self.apply_actions()?;
+            }
+            while let Some(&Reverse((th, req, n))) = self.host.peek() {
+                if th > t {
+                    break;
+                }
+                self.host.pop();
+                self.sched.handle(
+                    t,
+                    Event::KernelsIssued {
+                        req: RequestId(req),
+                        issued: n,
+                    },
+                );
                 self.apply_actions()?;
             }
             if t_dev != Some(t) || t_cli == Some(t) {
@@ -584,7 +691,9 @@ pub fn simulate(
     duration: Time,
     opts: &RunOptions,
 ) -> anyhow::Result<RunOutcome> {
-    let cfg = reef_exec::sched_config(spec, opts.dq_capacity);
+    let mut cfg = reef_exec::sched_config(spec, opts.dq_capacity);
+    cfg.host_paced = opts.host_gap_ns.is_some();
+    cfg.priorities = opts.priorities.clone();
     let max_level = cfg.device.max_level;
     let infos: Vec<ModelInfo> = models
         .iter()
@@ -602,15 +711,30 @@ pub fn simulate(
             class: c.class,
         })
         .collect();
-    let (sched, pad) = RunSched::new(
-        &opts.policy,
-        spec,
-        models,
-        cfg,
-        infos,
-        specs,
-        opts.dq_capacity,
-    )?;
+    let (sched, pad) = if opts.policy.starts_with("fikit") {
+        let ids = models
+            .iter()
+            .map(|m| KernelId::of_model(&m.model))
+            .collect();
+        let pol = reef_sched::fikit_named(
+            &opts.policy,
+            opts.fikit.clone(),
+            ids,
+            opts.fikit_profiles.clone(),
+        )?;
+        let s = reef_sched::Scheduler::new(Box::new(pol), cfg, infos, specs)?;
+        (RunSched::Plain(Box::new(s)), None)
+    } else {
+        RunSched::new(
+            &opts.policy,
+            spec,
+            models,
+            cfg,
+            infos,
+            specs,
+            opts.dq_capacity,
+        )?
+    };
     let sim = Sim::new(
         spec.clone(),
         SimConfig {
@@ -664,10 +788,19 @@ pub fn simulate(
         reference,
         corrupted: 0,
         device_events: 0,
+        host: BinaryHeap::new(),
     };
     run.run()?;
     let c = run.sched.counters();
+    let fikit = run
+        .sched
+        .scheduler()
+        .policy()
+        .as_any()
+        .and_then(|a| a.downcast_ref::<Fikit>());
     Ok(RunOutcome {
+        fikit: fikit.map(Fikit::stats),
+        fikit_profiles: fikit.map_or_else(Vec::new, |f| f.profiles().cloned().collect()),
         clients: run.stats,
         preemptions: run.sched.preemptions().to_vec(),
         duration,
@@ -679,6 +812,48 @@ pub fn simulate(
         device_max_level: max_level,
         padding: run.pad.as_ref().map(|p| run.sched.pad_stats(p)),
     })
+}
+
+/// FIKIT's measuring stage for model `model` alone (fikit.txt §3.2, Fig. 6):
+/// `cfg.runs` closed-loop requests under `fikit` without a profile, with
+/// the given host model. Returns the profile built and the JCTs of the
+/// measured runs.
+pub fn measure_profile(
+    spec: &DeviceSpec,
+    models: &[PreparedModel],
+    model: usize,
+    host_gap_ns: Option<Time>,
+    cfg: &FikitConfig,
+    seed: u64,
+) -> anyhow::Result<(Profile, Vec<Time>)> {
+    let plan = vec![ClientPlan {
+        name: models[model].name.clone(),
+        model,
+        class: Class::RealTime,
+        gen: Gen::Count {
+            remaining: cfg.runs.max(1),
+        },
+    }];
+    let out = simulate(
+        spec,
+        models,
+        plan,
+        Time::MAX / 4,
+        &RunOptions {
+            policy: "fikit".into(),
+            seed,
+            host_gap_ns,
+            fikit: cfg.clone(),
+            ..RunOptions::default()
+        },
+    )?;
+    let name = &models[model].name;
+    let p = out
+        .fikit_profiles
+        .into_iter()
+        .find(|p| &p.task_key == name)
+        .ok_or_else(|| anyhow::anyhow!("measuring {name}: no profile after {} runs", cfg.runs))?;
+    Ok((p, out.clients[0].latencies.clone()))
 }
 
 #[cfg(test)]
@@ -710,6 +885,7 @@ mod tests {
             seed: 7,
             dq_capacity: 4,
             track_values: track,
+            ..RunOptions::default()
         }
     }
 
@@ -812,6 +988,72 @@ mod tests {
         // One dependent request per camera result.
         assert_eq!(out.clients[1].issued, out.clients[0].completed);
         assert!(out.clients[2].completed > 0);
+    }
+
+    /// A high-priority resnet152 client every 80 ms over a continuous
+    /// low-priority vgg client, both eager with `gap` per launch.
+    fn fikit_pair(gap: Option<Time>, policy: &str) -> RunOutcome {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let dir = reef_model::default_models_dir();
+        let models: Vec<PreparedModel> = ["resnet152", "vgg"]
+            .iter()
+            .map(|n| PreparedModel::new(reef_model::load_named(&dir, n).unwrap(), &spec).unwrap())
+            .collect();
+        let cfg = FikitConfig {
+            runs: 2,
+            ..FikitConfig::default()
+        };
+        let profiles: Vec<Profile> = (0..2)
+            .map(|m| measure_profile(&spec, &models, m, gap, &cfg, 7).unwrap().0)
+            .collect();
+        let plans = vec![
+            ClientPlan {
+                name: "hi".into(),
+                model: 0,
+                class: Class::RealTime,
+                gen: Gen::Periodic {
+                    next: 1_000_000,
+                    interval: 80_000_000,
+                },
+            },
+            ClientPlan {
+                name: "lo".into(),
+                model: 1,
+                class: Class::BestEffort,
+                gen: Gen::Continuous,
+            },
+        ];
+        let o = RunOptions {
+            policy: policy.into(),
+            seed: 7,
+            track_values: true,
+            host_gap_ns: gap,
+            priorities: vec![0, 5],
+            fikit: cfg,
+            fikit_profiles: profiles,
+            ..RunOptions::default()
+        };
+        simulate(&spec, &models, plans, 400_000_000, &o).unwrap()
+    }
+
+    #[test]
+    fn fikit_fills_host_gaps_without_corrupting_outputs_and_finds_none_back_to_back() {
+        let eager = fikit_pair(Some(300_000), "fikit");
+        let st = eager.fikit.unwrap();
+        assert!(st.gaps_filled > 0 && st.fill_kernels > 0, "{st:?}");
+        assert_eq!(eager.corrupted_outputs, 0);
+        assert!(eager.clients[0].completed >= 3, "{:?}", eager.clients[0]);
+        assert!(eager.clients[1].completed > 0, "{:?}", eager.clients[1]);
+        // Nothing was killed or evicted: FIKIT is level 1.
+        assert!(eager.preemptions.is_empty());
+        let nofill = fikit_pair(Some(300_000), "fikit-nofill").fikit.unwrap();
+        assert_eq!(nofill.fill_kernels, 0);
+        // Back to back: the only gaps are the dispatch, far below ε.
+        let b2b = fikit_pair(None, "fikit");
+        let st = b2b.fikit.unwrap();
+        assert_eq!(st.fill_kernels, 0, "{st:?}");
+        assert_eq!(st.gaps_seen, st.gaps_below_epsilon);
+        assert_eq!(b2b.corrupted_outputs, 0);
     }
 
     #[test]

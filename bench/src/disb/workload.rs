@@ -306,19 +306,32 @@ fn parse_task(path: &Path, i: usize, t: &Value) -> Result<Task, WorkloadError> {
         .and_then(Value::as_str)
         .ok_or_else(|| invalid(path, &item, "client has no string \"model_name\""))?
         .to_string();
-    let model_dir = reef_model::disb_to_dir(&model_name)
-        .ok_or_else(|| {
+    // A DISB model name maps to its measured schedule's directory; any other
+    // name is a model directory of the models directory the run uses (e.g.
+    // one written by reef-compile, docs/compile.md), checked when the models
+    // are loaded.
+    let model_dir = match reef_model::disb_to_dir(&model_name) {
+        Some(d) => d.to_string(),
+        None if !model_name.is_empty()
+            && model_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            && !model_name.starts_with('.') =>
+        {
+            model_name.clone()
+        }
+        None => {
             let known: Vec<&str> = reef_model::DISB_MODELS.iter().map(|(d, _)| *d).collect();
-            invalid(
+            return Err(invalid(
                 path,
                 &item,
                 format!(
-                    "model {model_name:?} has no measured kernel schedule (measured models: {}; see shared/models/README.md)",
+                    "model {model_name:?} is neither a DISB model ({}) nor a model directory name",
                     known.join(", ")
                 ),
-            )
-        })?
-        .to_string();
+            ));
+        }
+    };
     if let Some(b) = client.get("batch_size").and_then(Value::as_i64) {
         if b != 1 {
             return Err(invalid(
@@ -441,11 +454,15 @@ mod tests {
             e.contains("/x/w.json") && e.contains("\"bursty\"") && e.contains("poisson"),
             "{e}"
         );
-        let e = parse(&task(r#"{"type": "continuous"}"#, "yolov3"))
+        // Not a DISB name: a model directory of the run's models directory
+        // (a compiled model, docs/compile.md), checked when models load.
+        let w = parse(&task(r#"{"type": "continuous"}"#, "yolov3")).unwrap();
+        assert_eq!(w.tasks[0].model_dir, "yolov3");
+        let e = parse(&task(r#"{"type": "continuous"}"#, "../yolov3"))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("\"yolov3\"") && e.contains("vgg19-imagenet"),
+            e.contains("\"../yolov3\"") && e.contains("vgg19-imagenet"),
             "{e}"
         );
         let e = parse(&task(r#"{"type": "periodic"}"#, "vgg"))

@@ -36,6 +36,7 @@ enum Cmd {
         model: String,
         #[arg(long, default_value_t = 1)]
         count: u32,
+        /// Priority level 0 (highest) .. 9; `rt` = 0, `be` = 9.
         #[arg(long, default_value = "rt")]
         priority: Priority,
     },
@@ -88,6 +89,10 @@ enum ModelsCmd {
         /// `load PATH --name MODEL`).
         #[arg(long, conflicts_with = "name")]
         path: Option<PathBuf>,
+        /// On a node of several devices (`--device sim:mi50x4`): load on
+        /// this device (0-based) instead of where placement puts it.
+        #[arg(long)]
+        device_index: Option<usize>,
     },
     List,
     Unload {
@@ -157,11 +162,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "  {} models, {} streams, {} tasks in flight, {} connections",
                 s.models, s.streams, s.tasks_in_flight, s.connections
             );
+            for m in &s.measuring {
+                println!(
+                    "  measuring   {} ({}/{} runs, FIKIT)",
+                    m.task, m.runs_done, m.runs
+                );
+            }
+            const GIB: f64 = (1u64 << 30) as f64;
+            for d in &s.devices {
+                println!(
+                    "  device {} ({}): memory {:.2} GiB used, {:.2} GiB free of {:.2} GiB; policy {}; {} RT + {} BE streams, {} tasks in flight, {} declared tasks; models: {}",
+                    d.index,
+                    d.preset,
+                    d.memory_used as f64 / GIB,
+                    d.memory_total.saturating_sub(d.memory_used) as f64 / GIB,
+                    d.memory_total as f64 / GIB,
+                    d.policy,
+                    d.rt_streams,
+                    d.be_streams,
+                    d.tasks,
+                    d.declared_tasks,
+                    if d.models.is_empty() { "-".to_string() } else { d.models.join(", ") }
+                );
+            }
         }
         Cmd::Models { cmd } => match cmd {
-            ModelsCmd::Load { model, name, path } => {
+            ModelsCmd::Load {
+                model,
+                name,
+                path,
+                device_index,
+            } => {
                 let (name, path) = load_target(model, name, path);
-                let m = c.load_model(&name, path.as_deref())?;
+                let m = c.load_model_on(&name, path.as_deref(), device_index)?;
+                if let (Some(d), false) = (m.device, cli.json) {
+                    println!("placed {} on device {d}", m.name);
+                }
                 if cli.json {
                     return print_json(&m);
                 }
@@ -373,6 +409,12 @@ fn print_stats(s: &reefd::protocol::Stats) {
         "padded launches {}, best-effort blocks padded {}",
         s.padded_launches, s.be_blocks_padded
     );
+    if let Some(p) = &s.placement {
+        println!(
+            "placement (MGB Alg.3): models placed {} refused {}, streams bound {}, tasks placed {} waited {} refused {}",
+            p.models_placed, p.models_refused, p.streams_bound, p.tasks_placed, p.tasks_waited, p.tasks_refused
+        );
+    }
     println!(
         "preemptions: {}",
         if pre.is_empty() {
@@ -393,6 +435,19 @@ fn print_stats(s: &reefd::protocol::Stats) {
     }
     if let Some(n) = s.rt_normalized_mean {
         println!("RT normalized latency (mean): {n:.3}");
+    }
+    if let Some(f) = &s.fikit {
+        println!(
+            "FIKIT: gaps {} (<= epsilon {}), filled {}, fill kernels {}, early stops {}, overruns {} ({:.1} us)",
+            f.gaps_seen, f.gaps_below_epsilon, f.gaps_filled, f.fill_kernels, f.early_stops, f.overruns, f.overrun_us
+        );
+        println!(
+            "FIKIT measuring stage: {} runs measured, {} profiles built, {} missing or stale",
+            f.measured_runs, f.profiles_built, f.profiles_missing_or_stale
+        );
+        for m in &f.measuring {
+            println!("  measuring {}: {}/{} runs", m.task, m.runs_done, m.runs);
+        }
     }
 }
 

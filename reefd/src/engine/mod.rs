@@ -12,6 +12,8 @@
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
 pub mod cuda;
+pub mod fikit_store;
+pub mod node;
 pub mod sched;
 
 use crate::protocol::{Priority, TaskState};
@@ -162,4 +164,51 @@ pub trait Engine: Send {
     fn padding(&self) -> Option<PaddingCounters> {
         None
     }
+    /// FIKIT's figures, under a `fikit*` policy.
+    fn fikit(&self) -> Option<crate::protocol::FikitStats> {
+        None
+    }
+    /// Loads a model on device `pin` (a node's device index) or where the
+    /// engine places it; answers the device on a node, `None` on one
+    /// device.
+    fn add_model_on(
+        &mut self,
+        model: EngineModel,
+        pin: Option<usize>,
+    ) -> Result<Option<usize>, EngineError> {
+        match pin {
+            Some(p) if p != 0 => Err(EngineError::Invalid(format!(
+                "device index {p} does not exist: this daemon manages one device (index 0)"
+            ))),
+            _ => self.add_model(model).map(|_| None),
+        }
+    }
+    /// A node's devices (empty on one device).
+    fn devices(&self) -> Vec<crate::protocol::DeviceStatus> {
+        Vec::new()
+    }
+    /// A node's placement counters.
+    fn placement(&self) -> Option<crate::protocol::PlacementStats> {
+        None
+    }
+    /// CASE/MGB `task_begin` for `job`'s `task` (ids unique in the daemon).
+    fn task_begin(
+        &mut self,
+        _job: u64,
+        _task: u64,
+        _needs: reef_sched::place::TaskNeeds,
+    ) -> Result<Option<usize>, EngineError> {
+        Err(EngineError::Unsupported(
+            "task_begin places tasks across the devices of a node: start reefd with a node such as --device sim:mi50x4".into(),
+        ))
+    }
+    /// Where a waiting task went, once placed.
+    fn task_device(&self, _task: u64) -> Option<usize> {
+        None
+    }
+    fn task_end(&mut self, task: u64) -> Result<(), EngineError> {
+        Err(EngineError::NotFound(format!("task {task} is not known")))
+    }
+    /// A client's connection closed: release every task of `job`.
+    fn job_end(&mut self, _job: u64) {}
 }

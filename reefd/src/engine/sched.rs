@@ -15,6 +15,14 @@
 //! padded work, and the rest of a partly padded kernel (`DkpAction::Rest`)
 //! is launched on the task's own stream.
 //!
+//! Under `fikit*` (FIKIT, fikit.txt §3.2) the scheduler is reef-sched's
+//! FIKIT policy with the models' kernel IDs and the profiles kept so far
+//! (`fikit_store`: `<model>.fikit.json`, written when a model's measuring
+//! stage ends); a BE scheduler client takes the priority level of the
+//! daemon stream bound to it. With `host_gap_us` the clients' framework is
+//! host-paced as in reef-bench's runner (kernel i+1 one host gap after
+//! kernel i was transmitted), which leaves the gaps FIKIT fills.
+//!
 //! Mapping daemon clients onto the scheduler. The core is built for a fixed
 //! set of clients, each bound to one model and one class (REEF §3.1: one
 //! real-time task queue, one best-effort queue per BE client). The engine
@@ -75,6 +83,15 @@ pub struct SchedSettings {
     pub be_streams_per_model: usize,
     /// Seed of the simulator.
     pub seed: u64,
+    /// FIKIT's parameters (policy `fikit*`).
+    pub fikit: reef_sched::fikit::FikitConfig,
+    /// Where FIKIT profiles are kept (default: beside each model).
+    pub fikit_profile_dir: Option<std::path::PathBuf>,
+    /// Host time per kernel launch of the clients' framework, ns (`None`:
+    /// back to back). Kernel 0 of a request is issued one gap after it
+    /// enters the scheduler, kernel i+1 one gap after kernel i was
+    /// transmitted (the same model as reef-bench's runner).
+    pub host_gap_ns: Option<u64>,
 }
 
 struct Prepared {
@@ -141,6 +158,8 @@ struct Build {
     /// Index into `slots` of each model's RT client.
     rt_slot: Vec<usize>,
     preemptions_seen: usize,
+    /// Host issue events (simulator time, task, kernels issued).
+    host: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64, u32)>>,
 }
 
 struct DStream {
@@ -186,6 +205,11 @@ pub struct SchedEngine {
     /// end of the catch-up (which, with a pacer that catches up every tick,
     /// would delay it by up to a tick of virtual time).
     freed: bool,
+    /// FIKIT profiles known (loaded or measured), by task key: they
+    /// survive rebuilds even where they cannot be written.
+    fikit_profiles: HashMap<String, reef_sched::fikit::profile::Profile>,
+    /// Profiles the current build had built when last saved.
+    fikit_saved: u64,
 }
 
 /// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
@@ -225,7 +249,7 @@ impl SchedEngine {
                     .into(),
             ));
         }
-        let build = Self::make_build(&settings, &spec, &[], 0)?;
+        let build = Self::make_build(&settings, &spec, &[], 0, &HashMap::new())?;
         Ok(SchedEngine {
             settings,
             spec,
@@ -239,6 +263,8 @@ impl SchedEngine {
             free_ns: Vec::new(),
             next_ns: 0,
             freed: false,
+            fikit_profiles: HashMap::new(),
+            fikit_saved: 0,
         })
     }
 
@@ -247,8 +273,10 @@ impl SchedEngine {
         spec: &DeviceSpec,
         models: &[Prepared],
         base: Nanos,
+        known: &HashMap<String, reef_sched::fikit::profile::Profile>,
     ) -> Result<Build, EngineError> {
-        let cfg = reef_exec::sched_config(spec, settings.dq_capacity);
+        let mut cfg = reef_exec::sched_config(spec, settings.dq_capacity);
+        cfg.host_paced = settings.host_gap_ns.is_some();
         let infos: Vec<ModelInfo> = models
             .iter()
             .map(|m| ModelInfo {
@@ -287,16 +315,43 @@ impl SchedEngine {
                 });
             }
         }
-        let (sched, pad) = RunSched::new(
-            &settings.policy,
-            spec,
-            models,
-            cfg,
-            infos,
-            specs,
-            settings.dq_capacity,
-        )
-        .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
+        let (sched, pad) = if settings.policy.starts_with("fikit") {
+            // FIKIT knows each model's kernel IDs and starts from the
+            // profiles kept so far (in memory, else on disk).
+            let ids = models
+                .iter()
+                .map(|m| reef_sched::fikit::profile::KernelId::of_model(&m.model))
+                .collect();
+            let profiles = models
+                .iter()
+                .filter_map(|m| {
+                    known.get(&m.name).cloned().or_else(|| {
+                        super::fikit_store::load(&super::fikit_store::path(
+                            settings.fikit_profile_dir.as_deref(),
+                            &m.name,
+                            &m.model.path,
+                        ))
+                    })
+                })
+                .collect();
+            let pol =
+                reef_sched::fikit_named(&settings.policy, settings.fikit.clone(), ids, profiles)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+            let s = reef_sched::Scheduler::new(Box::new(pol), cfg, infos, specs)
+                .map_err(|e| EngineError::Invalid(format!("scheduler: {e}")))?;
+            (RunSched::Plain(Box::new(s)), None)
+        } else {
+            RunSched::new(
+                &settings.policy,
+                spec,
+                models,
+                cfg,
+                infos,
+                specs,
+                settings.dq_capacity,
+            )
+            .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?
+        };
         let sim = Sim::new(
             spec.clone(),
             SimConfig {
@@ -316,6 +371,7 @@ impl SchedEngine {
             slots,
             rt_slot,
             preemptions_seen: 0,
+            host: std::collections::BinaryHeap::new(),
         };
         // The core's first actions create the streams.
         let big_queue = models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1;
@@ -355,8 +411,16 @@ impl SchedEngine {
         if !self.rebuild_pending || !self.idle() {
             return;
         }
-        match Self::make_build(&self.settings, &self.spec, &self.models, now) {
+        self.save_fikit_profiles();
+        match Self::make_build(
+            &self.settings,
+            &self.spec,
+            &self.models,
+            now,
+            &self.fikit_profiles,
+        ) {
             Ok(b) => {
+                self.fikit_saved = 0;
                 self.padding_before = self.padding_now();
                 self.build = b;
                 for d in self.dstreams.values_mut() {
@@ -370,6 +434,52 @@ impl SchedEngine {
             Err(e) => {
                 tracing::error!(error = %e, "scheduler rebuild failed; keeping the previous one")
             }
+        }
+    }
+
+    fn fikit_policy(&self) -> Option<&reef_sched::fikit::Fikit> {
+        self.build
+            .sched
+            .scheduler()
+            .policy()
+            .as_any()
+            .and_then(|a| a.downcast_ref::<reef_sched::fikit::Fikit>())
+    }
+
+    /// Keeps and writes the profiles FIKIT has built since the last save
+    /// (fikit.txt Fig. 3: measured once). A file that cannot be written is
+    /// logged; the profile still serves until the daemon exits.
+    fn save_fikit_profiles(&mut self) {
+        let Some(f) = self.fikit_policy() else {
+            return;
+        };
+        let built = f.stats().profiles_built;
+        if built <= self.fikit_saved {
+            return;
+        }
+        let measured: Vec<reef_sched::fikit::profile::Profile> = f
+            .profiles()
+            .filter(|p| self.fikit_profiles.get(&p.task_key) != Some(*p))
+            .cloned()
+            .collect();
+        self.fikit_saved = built;
+        for p in measured {
+            if let Some(m) = self.models.iter().find(|m| m.name == p.task_key) {
+                let path = super::fikit_store::path(
+                    self.settings.fikit_profile_dir.as_deref(),
+                    &m.name,
+                    &m.model.path,
+                );
+                match super::fikit_store::save(&path, &p) {
+                    Ok(()) => {
+                        tracing::info!(task = %p.task_key, path = %path.display(), runs = p.runs, "FIKIT profile written")
+                    }
+                    Err(e) => {
+                        tracing::warn!(task = %p.task_key, path = %path.display(), error = %e, "FIKIT profile not written")
+                    }
+                }
+            }
+            self.fikit_profiles.insert(p.task_key.clone(), p);
         }
     }
 
@@ -405,9 +515,10 @@ impl SchedEngine {
                 });
                 continue;
             };
-            let slot = match d.priority {
-                Priority::Rt => self.build.rt_slot[mi],
-                Priority::Be => match d.be_slots.get(&model) {
+            let level = d.priority.get();
+            let slot = match d.priority.is_rt() {
+                true => self.build.rt_slot[mi],
+                false => match d.be_slots.get(&model) {
                     Some(&s) => s,
                     None => {
                         let free = self.build.slots.iter().position(|s| {
@@ -421,6 +532,11 @@ impl SchedEngine {
                             continue;
                         };
                         self.build.slots[s].owner = Some(id);
+                        // The client takes its stream's level (FIKIT's
+                        // queues Q1..Q9; REEF's policies go by class).
+                        if let RunSched::Plain(sc) = &mut self.build.sched {
+                            sc.set_priority(ClientId(s as u32), level);
+                        }
                         self.dstreams
                             .get_mut(&id)
                             .expect("stream")
@@ -455,6 +571,14 @@ impl SchedEngine {
                 },
             );
             let t = self.build.sim.now();
+            if let Some(g) = self.settings.host_gap_ns {
+                // Kernel 0 one host gap after the request; each next one a
+                // gap after the previous one was transmitted (`host_launched`).
+                let first = if g == 0 { kernels as u32 } else { 1 };
+                self.build
+                    .host
+                    .push(std::cmp::Reverse((t + g, task, first)));
+            }
             self.build.sched.handle(
                 t,
                 Event::RequestArrived {
@@ -499,6 +623,13 @@ impl SchedEngine {
                         tracing::error!(task, "launch for an unknown task");
                         continue;
                     };
+                    if let Some(g) = self.settings.host_gap_ns.filter(|&g| g > 0) {
+                        if k + 1 < rec.kernels {
+                            let now = b.sim.now();
+                            b.host
+                                .push(std::cmp::Reverse((now + g, task, k as u32 + 2)));
+                        }
+                    }
                     let slot = rec.slot;
                     let ns = rec.ns;
                     let m = &self.models[b.slots[slot].model];
@@ -659,6 +790,16 @@ impl SchedEngine {
                     tracing::error!(task, "padded launch for an unknown task");
                     return;
                 };
+                if let Some(g) = self.settings.host_gap_ns.filter(|&g| g > 0) {
+                    if k + 1 < rec.kernels {
+                        self.build
+                            .host
+                            .push(std::cmp::Reverse((now + g, task, k as u32 + 2)));
+                    }
+                }
+                let Some(rec) = self.tasks.get(&task) else {
+                    return;
+                };
                 let rt_base = self.models[self.build.slots[rec.slot].model].shapes[k].clone();
                 // On the RT control path: the parts' buffers are built as the
                 // executor asks for them, nothing is copied beforehand.
@@ -785,7 +926,12 @@ impl SchedEngine {
     fn run_device_only(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         let t_now = self.sim_now(now);
         loop {
-            match self.build.sim.next_event_time() {
+            let t_host = self.build.host.peek().map(|r| r.0 .0);
+            let next = match (self.build.sim.next_event_time(), t_host) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match next {
                 Some(t) if t <= t_now => {
                     let mut buf = std::mem::take(&mut self.evbuf);
                     self.build.sim.advance_into(t, &mut buf);
@@ -793,6 +939,22 @@ impl SchedEngine {
                         self.device_event(&ev, out);
                     }
                     self.evbuf = buf;
+                    // The host issues kernels at t (after the device's
+                    // events of that instant, as in reef-bench's runner).
+                    while let Some(&std::cmp::Reverse((th, task, n))) = self.build.host.peek() {
+                        if th > t {
+                            break;
+                        }
+                        self.build.host.pop();
+                        self.build.sched.handle(
+                            t,
+                            Event::KernelsIssued {
+                                req: RequestId(task),
+                                issued: n,
+                            },
+                        );
+                        self.apply_actions(out);
+                    }
                     if std::mem::take(&mut self.freed) {
                         self.forward(out);
                     }
@@ -1004,6 +1166,7 @@ impl Engine for SchedEngine {
 
     fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         self.run_device(now, out);
+        self.save_fikit_profiles();
     }
 
     fn warm(&mut self) {
@@ -1013,10 +1176,12 @@ impl Engine for SchedEngine {
     }
 
     fn next_event_time(&self) -> Option<Nanos> {
-        self.build
-            .sim
-            .next_event_time()
-            .map(|t| t + self.build.base)
+        let t_host = self.build.host.peek().map(|r| r.0 .0);
+        match (self.build.sim.next_event_time(), t_host) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|t| t + self.build.base)
     }
 
     fn queue_depths(&self, stream: u64) -> (usize, usize) {
@@ -1038,6 +1203,32 @@ impl Engine for SchedEngine {
             host += rec.kernels.saturating_sub(rec.next_kernel);
         }
         (host, device)
+    }
+
+    fn fikit(&self) -> Option<crate::protocol::FikitStats> {
+        let f = self.fikit_policy()?;
+        let s = f.stats();
+        Some(crate::protocol::FikitStats {
+            gaps_seen: s.gaps_seen,
+            gaps_below_epsilon: s.gaps_below_epsilon,
+            gaps_filled: s.gaps_filled,
+            fill_kernels: s.fill_kernels,
+            early_stops: s.early_stops,
+            overruns: s.overruns,
+            overrun_us: s.overrun_ns as f64 / 1e3,
+            measured_runs: s.measured_runs,
+            profiles_built: s.profiles_built,
+            profiles_missing_or_stale: s.profiles_missing_or_stale,
+            measuring: f
+                .measuring()
+                .into_iter()
+                .map(|m| crate::protocol::MeasuringTask {
+                    task: m.task_key,
+                    runs_done: m.runs_done,
+                    runs: m.runs,
+                })
+                .collect(),
+        })
     }
 
     fn padding(&self) -> Option<PaddingCounters> {
@@ -1094,6 +1285,9 @@ mod tests {
             dq_capacity: 4,
             be_streams_per_model: be_streams,
             seed: 0,
+            fikit: reef_sched::fikit::FikitConfig::default(),
+            fikit_profile_dir: None,
+            host_gap_ns: None,
         })
         .unwrap();
         for name in models {
@@ -1125,6 +1319,106 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    fn fikit_engine(dir: &std::path::Path) -> SchedEngine {
+        let mut e = SchedEngine::new(SchedSettings {
+            preset: "mi50".into(),
+            policy: "fikit".into(),
+            dq_capacity: 4,
+            be_streams_per_model: 2,
+            seed: 0,
+            fikit: reef_sched::fikit::FikitConfig {
+                runs: 2,
+                ..Default::default()
+            },
+            fikit_profile_dir: Some(dir.to_path_buf()),
+            host_gap_ns: Some(300_000),
+        })
+        .unwrap();
+        for name in ["vgg", "resnet152"] {
+            let m = reef_model::load_named(&reef_model::default_models_dir(), name).unwrap();
+            e.add_model(EngineModel {
+                name: name.to_string(),
+                model: Arc::new(m),
+                idempotence: None,
+            })
+            .unwrap();
+        }
+        e
+    }
+
+    #[test]
+    fn fikit_measures_then_fills_host_gaps_and_keeps_its_profiles_on_disk() {
+        let dir = std::env::temp_dir().join(format!("reef-fikit-engine-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut e = fikit_engine(&dir);
+        let f = e.fikit().unwrap();
+        assert_eq!(f.measuring.len(), 2, "no profiles yet: {f:?}");
+        assert_eq!(f.profiles_missing_or_stale, 2);
+        let mut out = Vec::new();
+        // Two clients at priorities 0 and 5.
+        e.open_stream(1, Priority::level(5).unwrap()).unwrap();
+        e.open_stream(3, Priority::Rt).unwrap();
+        for i in 0..4 {
+            e.submit(0, 100 + i, 1, "resnet152", &mut out).unwrap();
+        }
+        for i in 0..8u64 {
+            let t = 1_000_000 + i * 40_000_000;
+            e.advance(t, &mut out);
+            e.submit(t, 300 + i, 3, "vgg", &mut out).unwrap();
+        }
+        run(&mut e, &mut out);
+        let d = done(&out);
+        assert_eq!(d.len(), 12, "{d:?}");
+        let slot = e
+            .build
+            .slots
+            .iter()
+            .position(|s| s.owner == Some(1))
+            .unwrap();
+        let core = e.build.sched.scheduler().core();
+        assert_eq!(core.priority(ClientId(slot as u32)), 5);
+        assert_eq!(core.priority(ClientId(e.build.rt_slot[0] as u32)), 0);
+        assert!(d.iter().all(|(_, v)| *v == Some(true)), "{d:?}");
+        let f = e.fikit().unwrap();
+        assert!(f.measuring.is_empty(), "{f:?}");
+        assert_eq!((f.profiles_built, f.measured_runs), (2, 4));
+        // The RT task's 300 us host gaps held BE kernels.
+        if std::env::var("FIKIT_DEBUG").is_ok() {
+            for n in ["vgg", "resnet152"] {
+                eprintln!(
+                    "{}",
+                    std::fs::read_to_string(dir.join(format!("{n}.fikit.json")))
+                        .unwrap()
+                        .chars()
+                        .take(1500)
+                        .collect::<String>()
+                );
+            }
+        }
+        assert!(f.gaps_filled > 0 && f.fill_kernels > 0, "{f:?}");
+        for n in ["vgg", "resnet152"] {
+            assert!(dir.join(format!("{n}.fikit.json")).exists());
+        }
+        // A restarted daemon finds the profiles: nothing to measure.
+        let e2 = fikit_engine(&dir);
+        let f2 = e2.fikit().unwrap();
+        assert!(f2.measuring.is_empty(), "{f2:?}");
+        assert_eq!(f2.profiles_missing_or_stale, 0);
+        // A profile of another kernel sequence (the model changed) is stale:
+        // that task measures again; a file that is not a profile counts as
+        // missing. Neither is an error.
+        let p = dir.join("vgg.fikit.json");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["fingerprint"] = "0000000000000001".into();
+        std::fs::write(&p, v.to_string()).unwrap();
+        std::fs::write(dir.join("resnet152.fikit.json"), "not json").unwrap();
+        let e3 = fikit_engine(&dir);
+        let f3 = e3.fikit().unwrap();
+        assert_eq!(f3.measuring.len(), 2, "{f3:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

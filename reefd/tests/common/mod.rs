@@ -30,6 +30,11 @@ impl Daemon {
     }
 
     pub fn start_with(daemon_extra: &str, other_sections: &str) -> Daemon {
+        Self::start_on("sim:mi50", daemon_extra, other_sections)
+    }
+
+    /// Starts reefd on `device` (e.g. `sim:mi50x4`).
+    pub fn start_on(device: &str, daemon_extra: &str, other_sections: &str) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         // Let other users traverse to the socket (the uid-drop test).
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -44,7 +49,7 @@ impl Daemon {
         std::fs::write(
             &cfg,
             format!(
-                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = \"sim:mi50\"\n{metrics}{other_sections}\n",
+                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = {device:?}\n{metrics}{other_sections}\n",
                 socket, pid_file
             ),
         )

@@ -1,0 +1,472 @@
+"""ONNX → TVM Relax → scheduled TIR → CUDA C, and what the schedule needs.
+
+Follows TVM 0.27's own CUDA pipeline (tvm/relax/backend/cuda/pipeline.py):
+library dispatch, legalization and fusion, dlight default schedules
+(Matmul, GEMV, Reduction, GeneralReduction, Fallback), dataflow lowering and
+static memory planning. The planned Relax `main` gives the launch order, the
+storages and which storage every kernel argument lives in; the lowered TIR
+gives each device kernel's thread extents (grid and block), its parameters
+and the buffers it stores to (written) and loads from (read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+
+from .ir import kind, walk
+from .onnx_input import CompileError
+
+
+@dataclass
+class Storage:
+    name: str  # "null" for intermediates (REEF format), else the tensor name
+    nbytes: int
+    dtype: str
+    role: str  # input | param | intermediate | workspace | output
+    data: np.ndarray | None = None  # params and constants
+    shape: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Launch:
+    name: str  # PTX entry
+    prim_func: str
+    grid: list[int]
+    block: list[int]
+    dyn_shared: int
+    args: list[int]  # storage indices, in the kernel's parameter order
+    reads: list[int]
+    writes: list[int]
+    flops: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+
+@dataclass
+class Lowered:
+    storages: list[Storage]
+    launches: list[Launch]
+    inputs: list[int]
+    outputs: list[int]
+    params: list[int]
+    cuda_source: str
+
+
+def _target(arch: str) -> tvm.target.Target:
+    return tvm.target.Target({"kind": "cuda", "arch": arch})
+
+
+def import_onnx(model: onnx.ModelProto):
+    """Relax module with the initializers bound as constants.
+
+    Parameters are not kept as function inputs: the onnx package's light
+    models build their weights with ConstantOfShape from shape initializers,
+    which only lower when those shapes are constants. Constant folding then
+    leaves each weight as one constant, which becomes a `param` storage
+    (named p0, p1, ... in order of first use, as in the REEF schedules).
+    """
+    import tvm.relax.frontend.onnx as fo  # noqa: F401  (must be imported explicitly)
+
+    mod = fo.from_onnx(model)
+    mod, params = relax.frontend.detach_params(mod)
+    return mod, [p.numpy() for p in params.get("main", [])]
+
+
+def _dtype_size(dtype: str) -> int:
+    return np.dtype("bool" if dtype == "bool" else dtype).itemsize
+
+
+def _shape_of(ty) -> list[int]:
+    return [int(v) for v in ty.shape.values]
+
+
+def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
+    from tvm.relax.backend.cuda import pipeline as cuda
+    from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.tirx.build import codegen_build, split_host_device_mods
+
+    target = _target(arch)
+    with target:
+        seq = tvm.transform.Sequential(
+            cuda.library_dispatch_passes(target)
+            + cuda.legalize_passes(target)
+            + cuda.dataflow_lower_passes(target)
+        )
+        scheduled = seq(mod)
+        planned = relax.transform.StaticPlanBlockMemory()(scheduled)
+        final = tvm.transform.Sequential(cuda.finalize_passes(target)[1:])(planned)
+
+    prims = {
+        gv.name_hint: f
+        for gv, f in planned.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    }
+    flops = {
+        n: float(estimate_tir_flops(tvm.IRModule({"main": f}))) for n, f in prims.items()
+    }
+
+    # TIR: the same pipeline tvm.tirx.build runs, stopped before code
+    # generation so the device kernels can be read.
+    # Only the kernels main launches (legalization leaves unused ones behind,
+    # e.g. reshapes that became views).
+    called: set[str] = set()
+
+    def find_calls(n):
+        if kind(n) == "ir.Call" and kind(n.op) == "ir.GlobalVar":
+            called.add(n.op.name_hint)
+
+    walk(planned["main"].body, find_calls)
+    tir_mod = tvm.IRModule(
+        {
+            gv: f
+            for gv, f in final.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint in called
+        },
+        attrs=final.attrs,
+    )
+    tir_mod = tvm.tirx.transform.BindTarget(target.with_host(tvm.target.Target("llvm")))(tir_mod)
+    pipe, _fin_host, fin_dev = tvm.tirx.get_default_tir_pipeline(target)
+    tir_mod = pipe(tir_mod)
+    host_mod, dev_mods = split_host_device_mods(tir_mod)
+    if len(dev_mods) != 1:
+        raise CompileError(f"expected one CUDA device module, TVM produced {len(dev_mods)}")
+    (dev_target, dev_mod), = dev_mods.items()
+    kernels = _device_kernels(dev_mod)
+    host_launches = _host_launches(host_mod, set(kernels))
+    rt = codegen_build(fin_dev()(dev_mod), dev_target)
+    source = rt.inspect_source()
+
+    storages, launches, inputs, outputs, params = _walk_main(
+        planned, prims, kernels, host_launches, param_values, flops
+    )
+    return Lowered(storages, launches, inputs, outputs, params, source)
+
+
+@dataclass
+class _Kernel:
+    name: str
+    params: list[str]  # buffer names of the device parameters (`<buffer>_ptr`)
+    extents: dict[str, int]
+    stored: set[str]  # buffers stored to
+    loaded: set[str]  # buffers loaded from
+    dyn_shared: bool
+    decls: dict[str, tuple[int, str]]  # buffer name -> (bytes, dtype) declared in the kernel
+
+
+def _device_kernels(dev_mod) -> dict[str, _Kernel]:
+    out = {}
+    for gv, f in dev_mod.functions.items():
+        extents: dict[str, int] = {}
+        stored: set[str] = set()
+        loaded: set[str] = set()
+        decls: dict[str, tuple[int, str]] = {}
+
+        def visit(n, extents=extents, stored=stored, loaded=loaded, decls=decls):
+            if kind(n) == "tirx.DeclBuffer":
+                b = n.buffer
+                try:
+                    elems = 1
+                    for d in b.shape:
+                        elems *= int(d)
+                    decls[b.name] = (elems * _dtype_size(str(b.dtype)), str(b.dtype))
+                except (TypeError, ValueError):
+                    pass
+            if kind(n) == "tirx.AttrStmt" and n.attr_key == "thread_extent":
+                tag = n.node.thread_tag
+                if not kind(n.value) == "ir.IntImm":
+                    raise CompileError(
+                        f"kernel {gv.name_hint}: {tag} extent {n.value} is not a constant"
+                    )
+                v = int(n.value)
+                if extents.get(tag, v) != v:
+                    raise CompileError(f"kernel {gv.name_hint}: two extents for {tag}")
+                extents[tag] = v
+            elif kind(n) == "tirx.BufferStore":
+                stored.add(n.buffer.name)
+            elif kind(n) in ("tirx.BufferLoad", "ir.TensorLoad"):
+                loaded.add(_loaded_buffer(n))
+            elif kind(n) in ("tirx.Call", "ir.Call") and getattr(n.op, "name", "") in (
+                "tirx.address_of",
+                "tirx.tvm_access_ptr",
+                "tirx.ptx_cp_async",
+            ):
+                # Pointers taken for asynchronous copies or intrinsics: count
+                # the buffer as both read and written (conservative).
+                def inner(m):
+                    if kind(m) in ("tirx.BufferLoad", "ir.TensorLoad"):
+                        stored.add(_loaded_buffer(m))
+                        loaded.add(_loaded_buffer(m))
+
+                for a in n.args:
+                    walk(a, inner)
+
+        walk(f.body, visit)
+        tags = [str(t) for t in f.attrs.get("tirx.kernel_launch_params", [])]
+        out[gv.name_hint] = _Kernel(
+            name=gv.name_hint,
+            params=[p.name[: -len("_ptr")] if p.name.endswith("_ptr") else p.name for p in f.params],
+            extents=extents,
+            stored=stored,
+            loaded=loaded,
+            dyn_shared="tirx.use_dyn_shared_memory" in tags,
+            decls=decls,
+        )
+        for p in f.params:
+            if not str(p.ty).startswith("T.handle"):
+                raise CompileError(
+                    f"kernel {gv.name_hint}: scalar parameter {p.name} ({p.ty}); "
+                    "only static-shape models are supported"
+                )
+    return out
+
+
+def _loaded_buffer(n) -> str:
+    """The buffer a load reads (TVM 0.27 prints it as `ir.TensorLoad` whose
+    `source` is the buffer)."""
+    b = getattr(n, "buffer", None) or getattr(n, "source", None)
+    return str(getattr(b, "name", b))
+
+
+def _host_launches(host_mod, kernel_names: set[str]) -> dict[str, list[tuple[str, int]]]:
+    """Per host PrimFunc: (kernel, dynamic shared bytes) in launch order."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for gv, f in host_mod.functions.items():
+        seq: list[tuple[str, int]] = []
+
+        def visit(n, seq=seq):
+            if kind(n) in ("tirx.Call", "ir.Call") and n.args and kind(n.args[0]) == "ir.StringImm":
+                k = n.args[0].value
+                if k in kernel_names:
+                    seq.append((k, n.args))
+                    return True
+            return None
+
+        walk(f.body, visit)
+        out[gv.name_hint] = seq
+    return out
+
+
+def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
+    main = planned["main"]
+    num_input = int(main.attrs.get("num_input", len(main.params)))
+    storages: list[Storage] = []
+    where: dict = {}  # relax Var -> storage index
+    inputs, params = [], []
+    if len(main.params) - num_input != len(param_values):
+        raise CompileError(
+            f"TVM kept {len(main.params) - num_input} parameters but returned "
+            f"{len(param_values)} values"
+        )
+    for i, p in enumerate(main.params):
+        shape = _shape_of(p.ty)
+        dtype = str(p.ty.dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * _dtype_size(dtype)
+        is_input = i < num_input
+        storages.append(
+            Storage(
+                name=p.name,
+                nbytes=nbytes,
+                dtype=dtype,
+                role="input" if is_input else "param",
+                data=None if is_input else param_values[i - num_input],
+                shape=shape,
+            )
+        )
+        where[p] = len(storages) - 1
+        (inputs if is_input else params).append(len(storages) - 1)
+
+    def storage_of(e, what: str) -> int:
+        k = kind(e)
+        if k == "ir.Var":
+            if e in where:
+                return where[e]
+            raise CompileError(f"{what}: {e.name} is not backed by a planned storage")
+        if k.endswith("Constant") or (k == "ir.GenericConst" and hasattr(e.value, "numpy")):
+            arr = (e.data if hasattr(e, "data") else e.value).numpy()
+            storages.append(
+                Storage(
+                    name=f"p{sum(s.role == 'param' for s in storages)}",
+                    nbytes=arr.nbytes,
+                    dtype=str(arr.dtype),
+                    role="param",
+                    data=arr,
+                    shape=list(arr.shape),
+                )
+            )
+            where[e] = len(storages) - 1
+            params.append(len(storages) - 1)
+            return len(storages) - 1
+        raise CompileError(f"{what}: unsupported argument {k}")
+
+    def op_name(c) -> str:
+        return str(getattr(c.op, "name", "")) if kind(c.op) == "ir.Op" else ""
+
+    launches: list[Launch] = []
+    tuples: dict = {}  # relax Var bound to a tuple -> its storages
+    body = main.body
+    for block in body.blocks:
+        for b in block.bindings:
+            v, e = b.var, b.value
+            ke = kind(e)
+            op = op_name(e) if ke == "ir.Call" else ""
+            if ke == "ir.Var" and e in tuples:
+                tuples[v] = tuples[e]
+            elif ke == "ir.Var":
+                where[v] = storage_of(e, v.name)
+            elif ke.endswith("Tuple"):
+                tuples[v] = [storage_of(f, v.name) for f in e.fields]
+            elif ke.endswith("TupleGetItem"):
+                tup = getattr(e, "tuple_value", None)
+                if tup is None or tup not in tuples:
+                    raise CompileError(f"{v.name}: element of an unknown tuple")
+                where[v] = tuples[tup][int(e.index)]
+            elif op == "relax.memory.alloc_storage":
+                size = int(e.args[0].values[0])
+                dtype = str(e.args[3].value)
+                storages.append(Storage("null", size, dtype, "intermediate"))
+                where[v] = len(storages) - 1
+            elif op == "relax.memory.alloc_tensor":
+                off = int(e.args[1].value)
+                if off != 0:
+                    raise CompileError(f"{v.name}: tensor at offset {off} in its storage")
+                where[v] = storage_of(e.args[0], v.name)
+                storages[where[v]].shape = _shape_of(v.ty)
+            elif op == "relax.builtin.alloc_tensor":
+                shape = _shape_of(v.ty)
+                dtype = str(v.ty.dtype)
+                nbytes = int(np.prod(shape, dtype=np.int64)) * _dtype_size(dtype)
+                storages.append(Storage(v.name, nbytes, dtype, "intermediate", shape=shape))
+                where[v] = len(storages) - 1
+            elif op in ("relax.reshape", "relax.memory.view", "relax.memory.ensure_zero_offset"):
+                # Views: no kernel, same bytes.
+                where[v] = storage_of(e.args[0], v.name)
+            elif ke == "ir.Call" and kind(e.op) == "ir.GlobalVar":
+                fname = e.op.name_hint
+                if fname not in prims:
+                    raise CompileError(f"call to {fname}, which is not a TIR kernel")
+                launches += _launches_of(
+                    fname,
+                    prims[fname],
+                    [storage_of(a, fname) for a in e.args],
+                    kernels,
+                    host_launches.get(fname, []),
+                    storages,
+                    flops.get(fname, 0.0),
+                )
+            else:
+                what = op or ke
+                raise CompileError(
+                    f"{v.name}: TVM lowered the graph to {what}, which reef-compile "
+                    "cannot express as a kernel launch"
+                )
+    ret = body.body
+    if kind(ret).endswith("Tuple"):
+        out_idx = [storage_of(r, "output") for r in ret.fields]
+    elif ret in tuples:
+        out_idx = list(tuples[ret])
+    else:
+        out_idx = [storage_of(ret, "output")]
+    outputs = []
+    for si in out_idx:
+        storages[si].role = "output"
+        outputs.append(si)
+    return storages, launches, inputs, outputs, params
+
+
+def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
+    # Device kernel parameter `X_ptr` is the data of the PrimFunc's buffer X.
+    data_to_arg: dict[str, int] = {}
+    for i, p in enumerate(prim.params):
+        # TVM 0.27 (tirx): a PrimFunc parameter is the buffer itself.
+        bmap = getattr(prim, "buffer_map", None)
+        bname = bmap[p].name if bmap is not None and p in bmap else p.name
+        if bname in data_to_arg:
+            raise CompileError(f"{fname}: two parameters use the buffer name {bname}")
+        data_to_arg[bname] = i
+    if len(arg_storages) != len(prim.params):
+        raise CompileError(f"{fname}: called with {len(arg_storages)} args, has {len(prim.params)}")
+    if not host_seq:
+        raise CompileError(f"{fname}: lowered to no GPU kernel (host-only code)")
+    out = []
+    # Global-memory buffers the PrimFunc allocates itself (TVM's workspace,
+    # e.g. a split reduction's partial results) become storages of their own,
+    # shared by the kernels of this call.
+    workspace: dict[str, int] = {}
+    total_threads = 0
+    for kname, _ in host_seq:
+        k = kernels[kname]
+        total_threads += _prod(_grid(k)) * _prod(_block(k))
+    for kname, call_args in host_seq:
+        k = kernels[kname]
+        args, reads, writes = [], [], []
+        for pname in k.params:
+            if pname in data_to_arg:
+                s = arg_storages[data_to_arg[pname]]
+            elif pname in workspace:
+                s = workspace[pname]
+            elif pname in k.decls:
+                nbytes, dtype = k.decls[pname]
+                storages.append(Storage("null", nbytes, dtype, "workspace"))
+                s = workspace[pname] = len(storages) - 1
+            else:
+                raise CompileError(f"{kname}: parameter {pname} matches no argument of {fname}")
+            args.append(s)
+            if pname in k.stored and s not in writes:
+                writes.append(s)
+            if pname in k.loaded and s not in reads:
+                reads.append(s)
+        if not writes:
+            raise CompileError(f"{kname}: writes none of its parameters")
+        dyn = 0
+        if k.dyn_shared:
+            last = call_args[-1]
+            if not kind(last) == "ir.IntImm":
+                raise CompileError(f"{kname}: dynamic shared memory size is not constant")
+            dyn = int(last)
+        grid, block = _grid(k), _block(k)
+        share = _prod(grid) * _prod(block) / total_threads if total_threads else 1.0
+        out.append(
+            Launch(
+                name=kname,
+                prim_func=fname,
+                grid=grid,
+                block=block,
+                dyn_shared=dyn,
+                args=args,
+                reads=reads,
+                writes=writes,
+                flops=flops * share,
+                bytes_read=sum(storages[s].nbytes for s in reads),
+                bytes_written=sum(storages[s].nbytes for s in writes),
+            )
+        )
+    # A workspace only one kernel uses holds nothing before that kernel runs:
+    # whatever it loads from it, it stored there itself (a correct kernel
+    # never reads uninitialised memory), so it is not an input of the kernel
+    # and re-executing the kernel is unaffected by it.
+    for ws in workspace.values():
+        users = [ln for ln in out if ws in ln.args]
+        if len(users) == 1 and ws in users[0].reads:
+            users[0].reads.remove(ws)
+            users[0].bytes_read -= storages[ws].nbytes
+    return out
+
+
+def _grid(k: _Kernel) -> list[int]:
+    return [k.extents.get(f"blockIdx.{a}", 1) for a in "xyz"]
+
+
+def _block(k: _Kernel) -> list[int]:
+    return [k.extents.get(f"threadIdx.{a}", 1) for a in "xyz"]
+
+
+def _prod(v) -> int:
+    p = 1
+    for x in v:
+        p *= x
+    return p

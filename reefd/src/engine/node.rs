@@ -1,0 +1,630 @@
+//! An engine over a node of several simulated devices (issue 16 items 4
+//! and 5; CASE/MGB, ../shared/papers/case-mgb-compiler-guided-sharing.txt,
+//! §III-C Algorithm 3 and §IV; DESIGN.md layer 3, "place first, then
+//! schedule inside the device").
+//!
+//! One [`SchedEngine`] per device runs REEF's policies inside that device
+//! exactly as on a single GPU (REEF §3.1, Fig. 5); this engine only decides
+//! where things go:
+//! - **models** are placed at load time by `reef_sched::place::Placer` under
+//!   Algorithm 3 (memory-safe, most available warps; the prose rule, see
+//!   docs/scheduler.md "Placement across devices"), each model declaring
+//!   the footprint of a neural-network job of §V-E: its buffers (weights
+//!   and activations) + a 256 MiB convolution workspace + a 300 MiB
+//!   framework context (both assumed, the same figures as
+//!   `reef-bench multigpu`'s `jobs::nn_job`, docs/results-multigpu.md) and
+//!   its widest kernel's launch shape. A model that fits no device's free
+//!   memory is refused with the figures; [`NodeEngine::add_model_on`] pins
+//!   a model to one device.
+//! - **streams** are bound to a device at their first inference, among the
+//!   devices holding the model: a real-time stream to the one with the
+//!   fewest real-time streams (REEF serves one real-time queue per device
+//!   and preempts best-effort work for it, so a real-time client alone
+//!   among real-time clients waits only behind its own requests: the rule
+//!   of `place_inference_clients`), a best-effort stream to the one with
+//!   the fewest streams (ties: lowest index). Since a model is loaded on one
+//!   device, that device is its holder; a stream that later asks for a
+//!   model held elsewhere is opened on that device too (one client, one
+//!   stream per device it uses; REEF's queues stay per device).
+//! - **tasks** declared through `task_begin`/`task_end` (§III-A, §IV) are
+//!   placed by the same placer, so their memory and the models' memory are
+//!   accounted together and never oversubscribe a device.
+
+use super::sched::{SchedEngine, SchedSettings};
+use super::{
+    Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
+};
+use crate::protocol::{DeviceStatus, PlacementStats, Priority};
+use reef_sched::place::{
+    Begin, DeviceIdx, DeviceLimits, JobId, PlacePolicy, Placer, TaskId, TaskNeeds,
+};
+use reef_sim::DeviceSpec;
+use std::collections::HashMap;
+
+const MIB: u64 = 1 << 20;
+/// Framework context of a neural-network process, assumed 300 MiB (the
+/// paper gives only each network's total, 0.5–1.5 GB, §V-E); the same
+/// figure as `reef-bench multigpu`.
+pub const NN_CONTEXT: u64 = 300 * MIB;
+/// Convolution workspace, assumed 256 MiB (no figure in the paper); the
+/// same figure as `reef-bench multigpu`.
+pub const NN_WORKSPACE: u64 = 256 * MIB;
+
+/// Placer job that owns the models' reservations.
+const MODELS_JOB: JobId = JobId(0);
+/// Placer task ids of models start here; task_begin ids are below it.
+const MODEL_TASK_BASE: u64 = 1 << 62;
+
+/// Placement's view of a simulated device.
+pub fn limits(s: &DeviceSpec) -> DeviceLimits {
+    DeviceLimits {
+        sms: s.compute_units,
+        warp_size: s.wave_size,
+        max_warps_per_sm: s.max_waves_per_cu,
+        max_blocks_per_sm: s.max_blocks_per_cu,
+        max_threads_per_sm: s.max_threads_per_cu,
+        memory: s.memory_bytes,
+    }
+}
+
+/// What a loaded model declares: buffers + workspace + context, widest
+/// kernel.
+pub fn model_needs(m: &reef_model::Model) -> TaskNeeds {
+    let buffers: u64 = m.buffers.iter().map(|b| b.bytes).sum();
+    let widest = m
+        .kernels
+        .iter()
+        .max_by_key(|k| k.num_blocks() * k.threads_per_block() as u64);
+    TaskNeeds {
+        memory: buffers + NN_WORKSPACE + NN_CONTEXT,
+        threads_per_block: widest.map_or(1, |k| k.threads_per_block().max(1)),
+        blocks: widest.map_or(1, |k| k.num_blocks().max(1)),
+    }
+}
+
+struct StreamRec {
+    priority: Priority,
+    /// Devices the stream is open on, in the order it first used them.
+    devs: Vec<DeviceIdx>,
+}
+
+/// A node of several devices, REEF inside each.
+pub struct NodeEngine {
+    presets: Vec<String>,
+    devs: Vec<SchedEngine>,
+    placer: Placer,
+    /// model name -> (device, placer task).
+    models: HashMap<String, (DeviceIdx, TaskId)>,
+    next_model_task: u64,
+    streams: HashMap<u64, StreamRec>,
+    tasks: HashMap<u64, DeviceIdx>,
+    counters: PlacementStats,
+}
+
+impl NodeEngine {
+    /// One engine per device of `presets` (device `i` seeded `seed + i`).
+    pub fn new(presets: &[String], settings: SchedSettings) -> Result<Self, EngineError> {
+        if presets.is_empty() {
+            return Err(EngineError::Invalid(
+                "a node needs at least one device".into(),
+            ));
+        }
+        let mut devs = Vec::new();
+        let mut lims = Vec::new();
+        for (i, p) in presets.iter().enumerate() {
+            let spec = DeviceSpec::preset(p)
+                .map_err(|e| EngineError::Invalid(format!("device sim:{p}: {e}")))?;
+            lims.push(limits(&spec));
+            devs.push(SchedEngine::new(SchedSettings {
+                preset: p.clone(),
+                seed: settings.seed.wrapping_add(i as u64),
+                ..settings.clone()
+            })?);
+        }
+        let placer = Placer::new(PlacePolicy::Alg3, lims)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        Ok(Self {
+            presets: presets.to_vec(),
+            devs,
+            placer,
+            models: HashMap::new(),
+            next_model_task: MODEL_TASK_BASE,
+            streams: HashMap::new(),
+            tasks: HashMap::new(),
+            counters: PlacementStats::default(),
+        })
+    }
+
+    pub fn devices(&self) -> usize {
+        self.devs.len()
+    }
+
+    /// The device holding `model`.
+    pub fn model_device(&self, model: &str) -> Option<DeviceIdx> {
+        self.models.get(model).map(|m| m.0)
+    }
+
+    /// The device a stream is bound to (after its first inference).
+    pub fn stream_device(&self, stream: u64) -> Option<DeviceIdx> {
+        self.streams
+            .get(&stream)
+            .and_then(|s| s.devs.first().copied())
+    }
+
+    /// Per-device state.
+    fn status(&self) -> Vec<DeviceStatus> {
+        (0..self.devs.len())
+            .map(|d| {
+                let v = self.placer.device(d).expect("device index in range");
+                let mut models: Vec<String> = self
+                    .models
+                    .iter()
+                    .filter(|(_, m)| m.0 == d)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                models.sort();
+                let on = |p: Priority| {
+                    self.streams
+                        .values()
+                        .filter(|s| s.devs.contains(&d) && s.priority == p)
+                        .count() as u32
+                };
+                DeviceStatus {
+                    index: d,
+                    preset: self.presets[d].clone(),
+                    memory_total: v.memory_total,
+                    memory_used: v.memory_used,
+                    declared_tasks: v.tasks - models.len() as u32,
+                    models,
+                    rt_streams: on(Priority::Rt),
+                    be_streams: on(Priority::Be),
+                    tasks: self.tasks.values().filter(|&&t| t == d).count() as u32,
+                    policy: self.devs[d].info().policy,
+                }
+            })
+            .collect()
+    }
+
+    fn free(&self) -> Vec<u64> {
+        (0..self.devs.len())
+            .map(|d| {
+                let v = self.placer.device(d).expect("device index in range");
+                v.memory_total.saturating_sub(v.memory_used)
+            })
+            .collect()
+    }
+
+    fn refusal(&self, what: &str, memory: u64, pinned: Option<DeviceIdx>) -> EngineError {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let free: Vec<String> = self
+            .free()
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| pinned.is_none_or(|p| p == *d))
+            .map(|(d, &f)| format!("device {d}: {:.2} GiB free", gib(f)))
+            .collect();
+        EngineError::Busy(format!(
+            "{what} needs {:.2} GiB of device memory ({} B: buffers + {} MiB workspace + {} MiB context), more than {} ({}); unload a model or use a device with more memory",
+            gib(memory),
+            memory,
+            NN_WORKSPACE / MIB,
+            NN_CONTEXT / MIB,
+            if pinned.is_some() { "the pinned device has" } else { "any device has" },
+            free.join(", ")
+        ))
+    }
+
+    /// Loads a model, on `pin` if given, else where Algorithm 3 places it.
+    pub fn add_model_on(
+        &mut self,
+        model: EngineModel,
+        pin: Option<DeviceIdx>,
+    ) -> Result<DeviceIdx, EngineError> {
+        if self.models.contains_key(&model.name) {
+            return Err(EngineError::Invalid(format!(
+                "model {} is already loaded",
+                model.name
+            )));
+        }
+        let needs = model_needs(&model.model);
+        let what = format!("model {}", model.name);
+        let d = match pin {
+            Some(p) if p >= self.devs.len() => {
+                return Err(EngineError::Invalid(format!(
+                    "device index {p} does not exist: this node has devices 0..{}",
+                    self.devs.len() - 1
+                )))
+            }
+            Some(p) => {
+                if self.free()[p] < needs.memory {
+                    self.counters.models_refused += 1;
+                    return Err(self.refusal(&what, needs.memory, Some(p)));
+                }
+                p
+            }
+            None => {
+                // Ask the placer on a copy: a model never waits for memory.
+                let mut probe = self.placer.clone();
+                match probe.task_begin(MODELS_JOB, TaskId(self.next_model_task), needs) {
+                    Ok(Begin::Placed(d)) => d,
+                    _ => {
+                        self.counters.models_refused += 1;
+                        return Err(self.refusal(&what, needs.memory, None));
+                    }
+                }
+            }
+        };
+        let task = TaskId(self.next_model_task);
+        self.next_model_task += 1;
+        self.reserve_on(task, needs, d)?;
+        if let Err(e) = self.devs[d].add_model(model.clone()) {
+            let _ = self.placer.task_end(task);
+            return Err(e);
+        }
+        self.models.insert(model.name, (d, task));
+        self.counters.models_placed += 1;
+        Ok(d)
+    }
+
+    /// Reserves `needs` for `task` on device `d` in the placer.
+    fn reserve_on(
+        &mut self,
+        task: TaskId,
+        needs: TaskNeeds,
+        d: DeviceIdx,
+    ) -> Result<(), EngineError> {
+        match self.placer.task_begin_on(MODELS_JOB, task, needs, d) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.refusal(&format!("task {task:?}"), needs.memory, Some(d))),
+            Err(e) => Err(EngineError::Invalid(e.to_string())),
+        }
+    }
+
+    fn stream_devices(&self, stream: u64) -> Result<Vec<DeviceIdx>, EngineError> {
+        self.streams
+            .get(&stream)
+            .map(|s| s.devs.clone())
+            .ok_or_else(|| EngineError::NotFound(format!("stream {stream} is not open")))
+    }
+
+    fn bind_stream(&mut self, stream: u64, model: &str) -> Result<DeviceIdx, EngineError> {
+        let rec = self
+            .streams
+            .get(&stream)
+            .ok_or_else(|| EngineError::NotFound(format!("stream {stream} is not open")))?;
+        let holder = self.models.get(model).map(|m| m.0).ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "model {model} is not loaded on any device (reefctl models load {model})"
+            ))
+        })?;
+        if rec.devs.contains(&holder) {
+            return Ok(holder);
+        }
+        let priority = rec.priority;
+        self.devs[holder].open_stream(stream, priority)?;
+        self.streams
+            .get_mut(&stream)
+            .expect("checked")
+            .devs
+            .push(holder);
+        self.counters.streams_bound += 1;
+        Ok(holder)
+    }
+}
+
+impl Engine for NodeEngine {
+    fn info(&self) -> EngineInfo {
+        let first = self.devs[0].info();
+        EngineInfo {
+            name: format!(
+                "reef-sched on a node of {} reef-sim devices ({}), placement MGB Alg.3 (wall clock)",
+                self.devs.len(),
+                self.presets.join(",")
+            ),
+            policy: first.policy,
+            preemption_levels: first.preemption_levels,
+        }
+    }
+
+    fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
+        for d in &mut self.devs {
+            d.set_policy(now, policy)?;
+        }
+        Ok(())
+    }
+
+    fn add_model(&mut self, model: EngineModel) -> Result<(), EngineError> {
+        self.add_model_on(model, None).map(|_| ())
+    }
+
+    fn remove_model(&mut self, name: &str) {
+        if let Some((d, t)) = self.models.remove(name) {
+            self.devs[d].remove_model(name);
+            let _ = self.placer.task_end(t);
+            self.drain_placed();
+        }
+    }
+
+    fn open_stream(&mut self, stream: u64, priority: Priority) -> Result<(), EngineError> {
+        if self.streams.contains_key(&stream) {
+            return Err(EngineError::Invalid(format!(
+                "stream {stream} is already open"
+            )));
+        }
+        self.streams.insert(
+            stream,
+            StreamRec {
+                priority,
+                devs: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn close_stream(&mut self, now: Nanos, stream: u64, out: &mut Vec<EngineEvent>) -> Vec<u64> {
+        let Some(rec) = self.streams.remove(&stream) else {
+            return Vec::new();
+        };
+        let mut dropped = Vec::new();
+        for d in rec.devs {
+            dropped.extend(self.devs[d].close_stream(now, stream, out));
+        }
+        for t in &dropped {
+            self.tasks.remove(t);
+        }
+        dropped
+    }
+
+    fn submit(
+        &mut self,
+        now: Nanos,
+        task: u64,
+        stream: u64,
+        model: &str,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError> {
+        let d = self.bind_stream(stream, model)?;
+        self.devs[d].submit(now, task, stream, model, out)?;
+        self.tasks.insert(task, d);
+        self.forget_done(out);
+        Ok(())
+    }
+
+    fn preempt(
+        &mut self,
+        now: Nanos,
+        stream: u64,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<u64, EngineError> {
+        let devs = self.stream_devices(stream)?;
+        let mut n = 0;
+        for d in devs {
+            n += self.devs[d].preempt(now, stream, out)?;
+        }
+        self.forget_done(out);
+        Ok(n)
+    }
+
+    fn resume(
+        &mut self,
+        now: Nanos,
+        stream: u64,
+        out: &mut Vec<EngineEvent>,
+    ) -> Result<(), EngineError> {
+        for d in self.stream_devices(stream)? {
+            self.devs[d].resume(now, stream, out)?;
+        }
+        self.forget_done(out);
+        Ok(())
+    }
+
+    fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+        for d in &mut self.devs {
+            d.advance(now, out);
+        }
+        self.forget_done(out);
+    }
+
+    fn next_event_time(&self) -> Option<Nanos> {
+        self.devs.iter().filter_map(|d| d.next_event_time()).min()
+    }
+
+    fn queue_depths(&self, stream: u64) -> (usize, usize) {
+        self.streams.get(&stream).map_or((0, 0), |s| {
+            s.devs.iter().fold((0, 0), |(h, q), &d| {
+                let (a, b) = self.devs[d].queue_depths(stream);
+                (h + a, q + b)
+            })
+        })
+    }
+
+    fn task_progress(&self, task: u64) -> Option<TaskProgress> {
+        self.tasks
+            .get(&task)
+            .and_then(|&d| self.devs[d].task_progress(task))
+    }
+
+    fn warm(&mut self) {
+        for d in &mut self.devs {
+            d.warm();
+        }
+    }
+
+    fn padding(&self) -> Option<PaddingCounters> {
+        let mut sum = PaddingCounters::default();
+        let mut any = false;
+        for p in self.devs.iter().filter_map(|d| d.padding()) {
+            any = true;
+            sum.rt_launches += p.rt_launches;
+            sum.padded_launches += p.padded_launches;
+            sum.be_blocks_padded += p.be_blocks_padded;
+            sum.be_kernels_completed += p.be_kernels_completed;
+        }
+        any.then_some(sum)
+    }
+
+    fn add_model_on(
+        &mut self,
+        model: EngineModel,
+        pin: Option<usize>,
+    ) -> Result<Option<usize>, EngineError> {
+        NodeEngine::add_model_on(self, model, pin).map(Some)
+    }
+
+    fn devices(&self) -> Vec<DeviceStatus> {
+        self.status()
+    }
+
+    fn placement(&self) -> Option<PlacementStats> {
+        Some(self.counters)
+    }
+
+    /// `task_begin` (CASE/MGB §III-A, §IV): places a declared task; answers
+    /// with its device, or `None` while it waits for memory.
+    fn task_begin(
+        &mut self,
+        job: u64,
+        task: u64,
+        needs: TaskNeeds,
+    ) -> Result<Option<usize>, EngineError> {
+        if task >= MODEL_TASK_BASE || job == MODELS_JOB.0 {
+            return Err(EngineError::Invalid(format!(
+                "task {task} of job {job}: ids are reserved; use a task id below 2^62 and a job id other than 0"
+            )));
+        }
+        match self.placer.task_begin(JobId(job), TaskId(task), needs) {
+            Ok(Begin::Placed(d)) => {
+                self.counters.tasks_placed += 1;
+                Ok(Some(d))
+            }
+            Ok(Begin::Waiting) => {
+                self.counters.tasks_waited += 1;
+                Ok(None)
+            }
+            Err(e) => {
+                self.counters.tasks_refused += 1;
+                Err(EngineError::Invalid(e.to_string()))
+            }
+        }
+    }
+
+    fn task_device(&self, task: u64) -> Option<usize> {
+        self.placer.device_of(TaskId(task))
+    }
+
+    /// `task_end`: releases exactly what `task_begin` reserved.
+    fn task_end(&mut self, task: u64) -> Result<(), EngineError> {
+        if task >= MODEL_TASK_BASE {
+            return Err(EngineError::NotFound(format!("task {task} is not known")));
+        }
+        self.placer
+            .task_end(TaskId(task))
+            .map_err(|e| EngineError::NotFound(e.to_string()))?;
+        self.drain_placed();
+        Ok(())
+    }
+
+    fn job_end(&mut self, job: u64) {
+        if job != MODELS_JOB.0 {
+            self.placer.job_end(JobId(job));
+            self.drain_placed();
+        }
+    }
+}
+
+impl NodeEngine {
+    /// Tasks placed after waiting are found by `task_device`; the placer's
+    /// queue of them is drained here so it does not grow.
+    fn drain_placed(&mut self) {
+        while self.placer.poll_placed().is_some() {
+            self.counters.tasks_placed += 1;
+        }
+    }
+
+    fn forget_done(&mut self, out: &[EngineEvent]) {
+        for e in out {
+            if let EngineEvent::TaskDone { task, .. } | EngineEvent::TaskRejected { task, .. } = e {
+                self.tasks.remove(task);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn node() -> NodeEngine {
+        NodeEngine::new(
+            &["mi50".to_string(), "mi50".to_string()],
+            SchedSettings {
+                preset: "mi50".into(),
+                policy: "reef".into(),
+                dq_capacity: 4,
+                be_streams_per_model: 1,
+                seed: 0,
+                fikit: Default::default(),
+                fikit_profile_dir: None,
+                host_gap_ns: None,
+            },
+        )
+        .unwrap()
+    }
+
+    fn model(name: &str) -> EngineModel {
+        let m = reef_model::load_named(&reef_model::default_models_dir(), "vgg").unwrap();
+        EngineModel {
+            name: name.into(),
+            model: Arc::new(m),
+            idempotence: None,
+        }
+    }
+
+    #[test]
+    fn a_model_that_fits_nowhere_is_refused_with_the_figures() {
+        let mut n = node();
+        let need = model_needs(&model("a").model).memory;
+        let total = n.placer.device(0).unwrap().memory_total;
+        // Leave each device less free memory than the model needs.
+        for d in 0..2 {
+            let filler = TaskNeeds {
+                memory: total - need + 1,
+                threads_per_block: 64,
+                blocks: 1,
+            };
+            assert!(n
+                .placer
+                .task_begin_on(JobId(9), TaskId(d as u64 + 1), filler, d)
+                .unwrap());
+        }
+        let e = n.add_model_on(model("a"), None).unwrap_err().to_string();
+        assert!(e.contains("more than any device has"), "{e}");
+        assert!(e.contains(&format!("({need} B")), "{e}");
+        assert!(e.contains("device 1:"), "{e}");
+        let e = n.add_model_on(model("a"), Some(1)).unwrap_err().to_string();
+        assert!(e.contains("the pinned device"), "{e}");
+        assert_eq!(n.counters.models_refused, 2);
+        assert!(n.model_device("a").is_none());
+        // Memory freed on device 1: the model goes there, and only there.
+        n.placer.task_end(TaskId(2)).unwrap();
+        assert_eq!(n.add_model_on(model("a"), None).unwrap(), 1);
+        assert_eq!(n.placer.device(1).unwrap().memory_used, need);
+        // Unloading releases exactly what loading reserved.
+        n.remove_model("a");
+        assert_eq!(n.placer.device(1).unwrap().memory_used, 0);
+    }
+
+    #[test]
+    fn models_spread_by_load_and_pins_are_honoured() {
+        let mut n = node();
+        assert_eq!(n.add_model_on(model("a"), None).unwrap(), 0);
+        // Device 0 now carries a's warps: Alg. 3 picks the idle device.
+        assert_eq!(n.add_model_on(model("b"), None).unwrap(), 1);
+        assert_eq!(n.add_model_on(model("c"), Some(0)).unwrap(), 0);
+        let st = n.status();
+        assert_eq!(st[0].models, vec!["a".to_string(), "c".to_string()]);
+        assert_eq!(st[1].models, vec!["b".to_string()]);
+        assert!(n.add_model_on(model("c"), None).is_err());
+    }
+}

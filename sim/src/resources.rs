@@ -1,0 +1,191 @@
+//! Per-kernel resource table for models without work data (the MI50 REEF
+//! models): the kernel's class and pipe demand from the operator in its
+//! name (Aker §3.1 Fig. 3 for the class prototypes, §5.1 for the classes;
+//! docs/aker.md "The MI50 resource table").
+//!
+//! Why a table and not a measurement: the MI50 profiles record neither
+//! operations nor memory traffic, and buffer sizes are no substitute (bytes
+//! over stand-alone time exceed the MI50's peak bandwidth up to 10x for
+//! bert, because storage is reused; issue 19). So each kernel is assigned a
+//! class from the TVM operator names in its kernel name, and the class's
+//! demand is the mean utilisation Aker §3.1 measured for that class:
+//!
+//! | class          | operators in the name                         | vector | memory |
+//! |----------------|-----------------------------------------------|--------|--------|
+//! | compute-prefer | conv2d, dense, matmul, batch_matmul, winograd | 80.5 % | 3.15 % |
+//! | memory-prefer  | elementwise, reductions, layout (see [`MEMORY_OPS`]) | 26.1 % | 85.6 % |
+//! | unknown        | anything else                                 | (legacy) |      |
+//!
+//! Assumptions (stated, not measured): (1) a GEMM-like kernel's epilogue
+//! (add, relu fused behind a conv) does not change its class; (2) TVM's
+//! conv/dense schedules stage tiles in LDS so that their DRAM traffic per
+//! operation is that of Parboil's compute-prefer kernels (sgemm, cutcp) in
+//! Aker Fig. 3; (3) elementwise, reduction and layout kernels do a few
+//! operations per element moved, like Parboil's memory-prefer kernels
+//! (stencil, lbm). Neither utilisation has been measured on an MI50.
+
+use crate::mix::Demand;
+
+/// Aker §5.1 kernel classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// Uses the matrix (tensor-core) pipe: a TC kernel.
+    Tensor,
+    /// CUDA-core, compute utilisation > 50 % and memory < 50 %.
+    ComputePrefer,
+    /// CUDA-core, memory bandwidth utilisation > 50 %.
+    MemoryPrefer,
+    /// CUDA-core, both below 50 %.
+    Neutral,
+    /// Not declared (resource mix: [`Demand::UNKNOWN`]).
+    Unknown,
+}
+
+/// Operators that make a kernel GEMM-like (compute-prefer).
+pub const COMPUTE_OPS: &[&str] = &["conv2d", "dense", "matmul", "winograd"];
+
+/// Operators of elementwise, reduction and layout kernels (memory-prefer).
+pub const MEMORY_OPS: &[&str] = &[
+    "add",
+    "relu",
+    "reshape",
+    "transpose",
+    "copy",
+    "concatenate",
+    "pool",
+    "mean",
+    "variance",
+    "softmax",
+    "subtract",
+    "sqrt",
+    "divide",
+    "multiply",
+    "erf",
+    "cast",
+    "flatten",
+    "where",
+    "tanh",
+    "take",
+    "slice",
+    "split",
+    "pad",
+    "sum",
+    "max",
+    "exp",
+    "power",
+    "broadcast",
+    "squeeze",
+    "expand_dims",
+    "clip",
+    "sigmoid",
+    "layout_transform",
+    "one_hot",
+    "less",
+];
+
+/// Aker §3.1: compute-prefer kernels average 80.5 % compute and 3.15 %
+/// memory bandwidth utilisation.
+pub const COMPUTE_PREFER_UTIL: [f64; 3] = [0.0, 0.805, 0.0315];
+/// Aker §3.1: memory-prefer kernels average 85.6 % memory bandwidth and
+/// 26.1 % compute utilisation.
+pub const MEMORY_PREFER_UTIL: [f64; 3] = [0.0, 0.261, 0.856];
+
+/// Aker §5.1: the class of a kernel from its utilisation of each pipe at
+/// full occupancy (`[matrix, vector, memory]`, fractions of peak): a kernel
+/// that uses the matrix pipe is a TC kernel; a CUDA-core kernel above 50 %
+/// memory bandwidth is memory-prefer, above 50 % compute (and below 50 %
+/// memory) compute-prefer, else neutral.
+pub fn classify(util: [f64; 3]) -> Class {
+    let [matrix, vector, memory] = util;
+    if matrix > 0.0 {
+        Class::Tensor
+    } else if memory > 0.5 {
+        Class::MemoryPrefer
+    } else if vector > 0.5 {
+        Class::ComputePrefer
+    } else {
+        Class::Neutral
+    }
+}
+
+/// The class of a kernel from the operators in its (TVM) name.
+pub fn class_of_name(name: &str) -> Class {
+    let n = name.to_ascii_lowercase();
+    if COMPUTE_OPS.iter().any(|op| n.contains(op)) {
+        Class::ComputePrefer
+    } else if MEMORY_OPS.iter().any(|op| n.contains(op)) {
+        Class::MemoryPrefer
+    } else {
+        Class::Unknown
+    }
+}
+
+/// The demand table entry for a kernel name: the class prototype's demand
+/// (see the module doc), [`Demand::UNKNOWN`] for an unknown class.
+pub fn demand_of_name(name: &str) -> (Class, Demand) {
+    let c = class_of_name(name);
+    let d = match c {
+        Class::ComputePrefer => Demand::from_times(COMPUTE_PREFER_UTIL),
+        Class::MemoryPrefer => Demand::from_times(MEMORY_PREFER_UTIL),
+        _ => None,
+    };
+    (c, d.unwrap_or(Demand::UNKNOWN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_classify_by_operator() {
+        for (n, c) in [
+            (
+                "fused_nn_conv2d_add_nn_relu_3_kernel0",
+                Class::ComputePrefer,
+            ),
+            ("fused_nn_batch_matmul_3_kernel0", Class::ComputePrefer),
+            (
+                "fused_nn_contrib_conv2d_winograd_without_weight_transform_kernel0",
+                Class::ComputePrefer,
+            ),
+            ("fused_nn_dense_add_kernel0", Class::ComputePrefer),
+            ("fused_add_nn_relu_1_kernel0", Class::MemoryPrefer),
+            ("fused_nn_softmax_1_kernel0", Class::MemoryPrefer),
+            ("fused_mean_1_kernel0", Class::MemoryPrefer),
+            (
+                "fused_nn_max_pool2d_add_nn_relu_kernel0",
+                Class::MemoryPrefer,
+            ),
+            ("mystery_kernel", Class::Unknown),
+        ] {
+            assert_eq!(class_of_name(n), c, "{n}");
+        }
+    }
+
+    #[test]
+    fn classes_by_the_paper_criteria() {
+        // Hand-built kernels: utilisations at full occupancy.
+        assert_eq!(classify([0.7, 0.2, 0.1]), Class::Tensor);
+        assert_eq!(classify([0.0, 0.805, 0.0315]), Class::ComputePrefer);
+        assert_eq!(classify([0.0, 0.261, 0.856]), Class::MemoryPrefer);
+        // Memory above 50 % wins even with high compute (§5.1).
+        assert_eq!(classify([0.0, 0.9, 0.6]), Class::MemoryPrefer);
+        assert_eq!(classify([0.0, 0.4, 0.3]), Class::Neutral);
+        // Boundaries: "exceeding 50 %" is strict.
+        assert_eq!(classify([0.0, 0.5, 0.5]), Class::Neutral);
+        assert_eq!(classify([0.0, 0.51, 0.5]), Class::ComputePrefer);
+        // The table's prototypes classify as their classes.
+        assert_eq!(classify(COMPUTE_PREFER_UTIL), Class::ComputePrefer);
+        assert_eq!(classify(MEMORY_PREFER_UTIL), Class::MemoryPrefer);
+    }
+
+    #[test]
+    fn prototypes_follow_the_paper() {
+        let (_, c) = demand_of_name("conv2d");
+        let (_, m) = demand_of_name("relu");
+        // 3.15 / 80.5 = 0.039 -> 40/1024; 26.1 / 85.6 = 0.305 -> 312/1024.
+        assert_eq!(c.u, [0, 1024, 40]);
+        assert_eq!(m.u, [0, 312, 1024]);
+        assert_eq!(demand_of_name("zzz").1, Demand::UNKNOWN);
+    }
+}
