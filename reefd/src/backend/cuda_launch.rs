@@ -442,6 +442,9 @@ struct Request {
     task: u64,
     model: String,
     input: Vec<u8>,
+    /// Its first kernel has been handed to CUDA (reported once through
+    /// [`CudaDevice::take_started`]).
+    first_sent: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -483,6 +486,13 @@ pub struct Preemption {
     /// Kernels in the device queue that had passed the flag check (their
     /// index was at most the global execution index) and ran to the end.
     pub ran: u64,
+    /// Requests queued or running on the preempted streams when they were
+    /// stopped (0: the preemption stopped no work).
+    pub stopped: u64,
+    /// Requests that had kernels taken back (host queue or evicted): they
+    /// resume from their first evicted kernel when their stream is
+    /// restored (REEF §4.4).
+    pub tasks: Vec<u64>,
 }
 
 /// An open `cuda:N` device with its two contexts.
@@ -497,6 +507,11 @@ pub struct CudaDevice {
     free_events: Vec<(usize, CUevent)>,
     next_task: u64,
     parked: Vec<Completion>,
+    /// Kernels handed to CUDA (`cuLaunchKernel` accepted) since open.
+    launches: u64,
+    /// Requests whose first kernel was handed to CUDA, with the instant the
+    /// launch returned, for [`CudaDevice::take_started`].
+    started: Vec<(u64, std::time::Instant)>,
 }
 
 // The raw handles are the driver's, usable from any thread once the owning
@@ -553,6 +568,8 @@ impl CudaDevice {
                 free_events: Vec::new(),
                 next_task: 1,
                 parked: Vec::new(),
+                launches: 0,
+                started: Vec::new(),
             };
             d.levels = d.probe_levels();
             Ok(d)
@@ -842,6 +859,7 @@ impl CudaDevice {
             task,
             model: model.to_string(),
             input,
+            first_sent: false,
         });
         Ok(task)
     }
@@ -1078,9 +1096,15 @@ impl CudaDevice {
                 .inspect_err(|_| self.free_events.push((c, ev)))?;
                 check("cuEventRecord", sys::cuEventRecord(ev, cu))?;
             }
+            self.launches += 1;
             let s = self.streams.get_mut(&id).unwrap();
             s.host.pop_front();
             s.inflight.push_back((l, ev));
+            let r = &mut s.requests[0];
+            if !r.first_sent {
+                r.first_sent = true;
+                self.started.push((r.task, std::time::Instant::now()));
+            }
         }
     }
 
@@ -1096,13 +1120,37 @@ impl CudaDevice {
         Ok(ev)
     }
 
-    /// REEF Fig. 8 `preempt()` on every BE stream: stop transmitting (level
-    /// 1), set each BE instance's flag (level 2, line 13), wait until the
-    /// device queues drain, read each stream's execution index (line 15),
-    /// clear the flags (line 16), and put the evicted kernels back at the
-    /// head of their host queues. BE streams stay paused until
-    /// [`CudaDevice::restore_be`].
+    /// REEF Fig. 8 `preempt()` on every BE stream: see [`Self::preempt`].
+    /// BE streams stay paused until [`CudaDevice::restore_be`].
     pub fn preempt_be(&mut self) -> Result<Preemption, CudaError> {
+        let be: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.class == StreamClass::BestEffort)
+            .map(|(&id, _)| id)
+            .collect();
+        self.preempt(&be)
+    }
+
+    /// REEF Fig. 8 `preempt()` on the BE streams `ids` not already paused:
+    /// stop transmitting (level 1), set each instance's flag (level 2,
+    /// line 13), wait until the device queues drain, read each stream's
+    /// execution index (line 15), clear the flags (line 16), and put the
+    /// evicted kernels back at the head of their host queues. The streams
+    /// stay paused until [`CudaDevice::restore`]. A real-time stream or an
+    /// unknown id is refused before anything is done.
+    pub fn preempt(&mut self, ids: &[u64]) -> Result<Preemption, CudaError> {
+        for id in ids {
+            match self.streams.get(id) {
+                None => return Err(CudaError::Invalid(format!("no stream {id}"))),
+                Some(s) if s.class == StreamClass::RealTime => {
+                    return Err(CudaError::Invalid(format!(
+                        "stream {id} is real-time; only best-effort streams are preempted"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
         let level2 = self.levels.highest() >= PreemptLevel::LazyEviction;
         let mut p = Preemption {
             level: if level2 {
@@ -1113,18 +1161,20 @@ impl CudaDevice {
             host_queue: 0,
             evicted: 0,
             ran: 0,
+            stopped: 0,
+            tasks: Vec::new(),
         };
         let mut done = Vec::new();
         self.current(1)?;
-        let be: Vec<u64> = self
-            .streams
+        let be: Vec<u64> = ids
             .iter()
-            .filter(|(_, s)| s.class == StreamClass::BestEffort)
-            .map(|(&id, _)| id)
+            .copied()
+            .filter(|id| !self.streams[id].paused)
             .collect();
         for &id in &be {
             let s = self.streams.get_mut(&id).unwrap();
             s.paused = true;
+            p.stopped += s.requests.len() as u64;
             p.host_queue += s.host.len() as u64;
             if level2 {
                 for inst in s.instances.values() {
@@ -1171,8 +1221,47 @@ impl CudaDevice {
                 s.host.push_front(l);
             }
         }
+        // Requests still active with kernels taken back (a request whose
+        // last kernel ran has completed above and is parked).
+        for &id in &be {
+            let s = &self.streams[&id];
+            if let (Some(t), false) = (s.active, s.host.is_empty()) {
+                p.tasks.push(t);
+            }
+        }
         self.parked.extend(done);
         Ok(p)
+    }
+
+    /// Lets the paused streams `ids` transmit again (unknown ids are
+    /// ignored), from their first evicted kernel: see [`Self::restore_be`].
+    pub fn restore(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(s) = self.streams.get_mut(id) {
+                s.paused = false;
+            }
+        }
+    }
+
+    /// Whether stream `id` is open.
+    pub fn has_stream(&self, id: u64) -> bool {
+        self.streams.contains_key(&id)
+    }
+
+    /// Whether stream `id` is paused by a preemption.
+    pub fn paused(&self, id: u64) -> bool {
+        self.streams.get(&id).is_some_and(|s| s.paused)
+    }
+
+    /// Kernels handed to CUDA since the device was opened.
+    pub fn launches(&self) -> u64 {
+        self.launches
+    }
+
+    /// Requests whose first kernel was handed to CUDA since the last call,
+    /// with the instant `cuLaunchKernel` returned.
+    pub fn take_started(&mut self) -> Vec<(u64, std::time::Instant)> {
+        std::mem::take(&mut self.started)
     }
 
     /// Lets BE streams transmit again, from the first evicted kernel

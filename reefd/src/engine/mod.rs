@@ -72,6 +72,11 @@ pub enum EngineEvent {
     },
     /// The engine refused the task (e.g. BE work under an RT-only policy).
     TaskRejected { task: u64, reason: String },
+    /// The device refused or failed an action of the scheduler (a
+    /// preempt-flag write, a kill, a queue clear, a launch, a completion
+    /// query): counted in the metrics (`device_errors`) and logged by the
+    /// runtime with the action, never dropped (issue 18 item 6).
+    DeviceError { action: String, error: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +117,11 @@ pub struct PaddingCounters {
 /// runtime's calls. Every call may append events to `out`.
 pub trait Engine: Send {
     fn info(&self) -> EngineInfo;
+    /// Why preemption levels are missing, as the device backend probed
+    /// them (shown by `reefctl status`); empty by default.
+    fn preemption_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Switches the scheduling policy.
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError>;
     fn add_model(&mut self, model: EngineModel) -> Result<(), EngineError>;
