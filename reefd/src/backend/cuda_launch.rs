@@ -53,6 +53,15 @@ use serde::Deserialize;
 
 use super::Levels;
 
+/// The environment variable naming the CUDA driver library reefd loads
+/// (after the configuration key `device.cuda_library`).
+pub const LIBRARY_ENV: &str = "REEF_CUDA_LIBRARY";
+
+/// What a test device's `cuDeviceGetName` contains (reef-libcuda-sim says
+/// "reef-sim gv100 (simulated GPU, test device)"); NVIDIA's driver names
+/// real GPUs. reefd lets a non-root user serve on a test device only.
+pub const TEST_DEVICE_MARK: &str = "test device";
+
 /// Why level 3 is not offered on this path.
 pub const NO_KILL: &str = "no kill (level 3): killing running blocks goes through the RM debugger \
      object attached to libcuda's BE context (docs/hardware.md), which needs root, /dev/nvidiactl, \
@@ -191,7 +200,7 @@ pub fn load_library(library: Option<&Path>) -> Result<(), CudaError> {
                 unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
             };
             return Err(CudaError::NoLibrary(format!(
-                "REEF_CUDA_LIBRARY={}: {why}",
+                "cannot load {}: {why}",
                 path.display()
             )));
         }
@@ -200,8 +209,8 @@ pub fn load_library(library: Option<&Path>) -> Result<(), CudaError> {
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError::NoLibrary(
             "libcuda.so is not on the library search path (install the NVIDIA driver on a GPU \
-             host, or set REEF_CUDA_LIBRARY to a driver library such as the simulated \
-             target/release/libreef_libcuda_sim.so)"
+             host, or point device.cuda_library or REEF_CUDA_LIBRARY at a driver library such \
+             as the simulated test device target/release/libreef_libcuda_sim.so)"
                 .into(),
         ));
     }

@@ -35,6 +35,17 @@ impl Daemon {
 
     /// Starts reefd on `device` (e.g. `sim:mi50x4`).
     pub fn start_on(device: &str, daemon_extra: &str, other_sections: &str) -> Daemon {
+        Self::start_full(device, daemon_extra, "", other_sections)
+    }
+
+    /// Starts reefd on `device` with `device_extra` TOML in its [device]
+    /// section (e.g. `cuda_library = "..."`).
+    pub fn start_full(
+        device: &str,
+        daemon_extra: &str,
+        device_extra: &str,
+        other_sections: &str,
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         // Let other users traverse to the socket (the uid-drop test).
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -49,7 +60,7 @@ impl Daemon {
         std::fs::write(
             &cfg,
             format!(
-                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = {device:?}\n{metrics}{other_sections}\n",
+                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = {device:?}\n{device_extra}\n{metrics}{other_sections}\n",
                 socket, pid_file
             ),
         )
@@ -129,6 +140,25 @@ impl Drop for Daemon {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+}
+
+/// A test that cannot run here logs why (stderr, and a line in the file
+/// `REEF_SKIP_LOG` names, as `reef_ioctl::fake::skip` does) and returns.
+/// Unlike that function it never panics under `REEF_REQUIRE_HW_FAKES=1`:
+/// what is missing here is a GPU, not a FUSE fake.
+pub fn log_skip(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("{test}: {why}");
+    eprintln!("{line}");
+    if let Some(log) = std::env::var_os("REEF_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{line}");
         }
     }
 }
