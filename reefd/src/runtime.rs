@@ -499,6 +499,19 @@ impl Runtime {
                         ));
                     }
                 }
+                EngineEvent::TaskFailed { task, reason } => {
+                    if let Some(t) = st.tasks.remove(&task) {
+                        st.metrics.tasks_failed += 1;
+                        if let Some(s) = st.streams.get_mut(&t.stream) {
+                            s.tasks.remove(&task);
+                        }
+                        st.deliveries.push((
+                            task,
+                            t.waiter,
+                            Err(Failure::new(ErrorCode::Internal, reason)),
+                        ));
+                    }
+                }
             }
         }
     }

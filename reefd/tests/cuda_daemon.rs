@@ -27,10 +27,7 @@ fn sim_library() -> PathBuf {
 }
 
 fn model_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../libcuda-sim/models/two-kernel")
-        .canonicalize()
-        .unwrap()
+    common::two_kernel_dir()
 }
 
 const MODEL: &str = "two-kernel";
@@ -332,5 +329,56 @@ fn the_simulated_device_serves_without_root() {
         up,
         "reefd as uid 65534 did not serve cuda:0: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A driver error is counted in stats and Prometheus, logged with its
+/// action, and fails only its request (issue 18 item 6).
+#[test]
+fn driver_errors_are_counted_logged_and_answered() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = Daemon::start_full(
+        "cuda:0",
+        "",
+        &format!("cuda_library = {:?}", sim_library()),
+        &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{port}\"\n"),
+    );
+    let t = common::refused_model("wide");
+    let mut c = d.client();
+    c.load_model(t.path().join("wide").to_str().unwrap(), None)
+        .unwrap();
+    c.load_model(model_dir().to_str().unwrap(), None).unwrap();
+    let s = c.register(Priority::Rt, None).unwrap();
+    let e = c.infer(s.stream, "wide").unwrap_err();
+    assert_eq!(e.code(), Some(reefd::protocol::ErrorCode::Internal), "{e}");
+    assert!(
+        e.to_string()
+            .contains("cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"),
+        "{e}"
+    );
+    // The stream and the device go on.
+    let r = c.infer(s.stream, MODEL).unwrap();
+    assert_eq!(r.outputs_verified, Some(true));
+    // 8 reference launches of `wide` and the request's.
+    let stats = c.stats().unwrap();
+    assert_eq!(stats.device_errors, 9);
+    assert_eq!(stats.tasks_failed, 1);
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(tcp, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).unwrap();
+    assert!(text.contains("reef_device_errors_total 9"), "{text}");
+    let log = d.log();
+    assert!(
+        log.lines().any(|l| l.contains("ERROR")
+            && l.contains("device error")
+            && l.contains("cuda:0: task")
+            && l.contains("(wide on stream")),
+        "{log}"
     );
 }

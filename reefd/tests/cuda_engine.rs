@@ -3,8 +3,10 @@
 //! libcuda (reef-libcuda-sim, built as a dev-dependency) or, with
 //! `REEF_TEST_CUDA=system`, on the system's libcuda.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +37,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn model_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../libcuda-sim/models/two-kernel")
+    common::two_kernel_dir()
 }
 
 fn engine_model(name: &str) -> EngineModel {
@@ -326,4 +328,67 @@ fn a_commanded_preemption_holds_one_stream_until_resumed() {
     let mut dropped = d.e.close_stream(now, 3, &mut d.events);
     dropped.sort_unstable();
     assert!(!dropped.is_empty() && dropped.iter().all(|t| (10..13).contains(t)));
+}
+
+#[test]
+fn driver_errors_are_reported_and_fail_only_their_task() {
+    let _s = serial();
+    let mut d = Driver::open();
+    d.e.add_model(engine_model("two-kernel")).unwrap();
+    let t = common::refused_model("wide");
+    d.e.add_model(EngineModel {
+        name: "wide".into(),
+        model: Arc::new(reef_model::Model::load(&t.path().join("wide")).unwrap()),
+        idempotence: None,
+    })
+    .unwrap();
+    d.e.open_stream(1, Priority::Be).unwrap();
+    d.until(|d| d.e.references_done());
+    // Every reference launch of `wide` was refused by the driver: reported.
+    let errors = |d: &Driver| -> Vec<(String, String)> {
+        d.events
+            .iter()
+            .filter_map(|e| match e {
+                EngineEvent::DeviceError { action, error } => Some((action.clone(), error.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let refs = errors(&d);
+    assert_eq!(refs.len(), 8, "{refs:?}");
+    for (action, error) in &refs {
+        assert!(
+            action.starts_with("cuda:0: reference output of wide"),
+            "{action}"
+        );
+        assert!(
+            error.starts_with("cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"),
+            "{error}"
+        );
+    }
+    // A request of `wide` fails with the driver's message; one of
+    // `two-kernel` queued behind it on the same stream still completes.
+    let now = d.now();
+    d.e.submit(now, 1, 1, "wide", &mut d.events).unwrap();
+    d.e.submit(now, 2, 1, "two-kernel", &mut d.events).unwrap();
+    d.until(|d| d.done().contains_key(&2));
+    assert_eq!(d.done()[&2], Some(true));
+    let failed: Vec<&String> = d
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::TaskFailed { task: 1, reason } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0].contains("CUDA_ERROR_INVALID_VALUE"),
+        "{}",
+        failed[0]
+    );
+    assert!(failed[0].contains("model.toml"), "{}", failed[0]);
+    let all = errors(&d);
+    assert_eq!(all.len(), 9);
+    assert_eq!(all[8].0, "cuda:0: task 1 (wide on stream 1)");
 }

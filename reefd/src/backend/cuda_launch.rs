@@ -485,6 +485,15 @@ pub struct Completion {
     pub output: Vec<u8>,
 }
 
+/// A request the driver failed (see [`CudaDevice::poll`]).
+#[derive(Debug)]
+pub struct Failure {
+    pub stream: u64,
+    pub task: u64,
+    pub model: String,
+    pub error: CudaError,
+}
+
 /// What one preemption did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preemption {
@@ -518,6 +527,8 @@ pub struct CudaDevice {
     parked: Vec<Completion>,
     /// Kernels handed to CUDA (`cuLaunchKernel` accepted) since open.
     launches: u64,
+    /// Requests failed by the driver, for [`CudaDevice::take_failed`].
+    failed: Vec<Failure>,
     /// Requests whose first kernel was handed to CUDA, with the instant the
     /// launch returned, for [`CudaDevice::take_started`].
     started: Vec<(u64, std::time::Instant)>,
@@ -578,6 +589,7 @@ impl CudaDevice {
                 next_task: 1,
                 parked: Vec::new(),
                 launches: 0,
+                failed: Vec::new(),
                 started: Vec::new(),
             };
             d.levels = d.probe_levels();
@@ -962,19 +974,63 @@ impl CudaDevice {
 
     /// Observes completions and hands queued kernels to CUDA: at most
     /// `queue_cap` in flight per stream (REEF §4.2), none on a paused
-    /// stream. Returns the requests that finished.
-    pub fn poll(&mut self) -> Result<Vec<Completion>, CudaError> {
+    /// stream. Returns the requests that finished. A driver call that fails
+    /// for a stream (a refused launch, a failed copy or event query) fails
+    /// that stream's front request: it is taken off the stream with the
+    /// driver's error, for [`Self::take_failed`], and the other requests
+    /// and streams go on.
+    pub fn poll(&mut self) -> Vec<Completion> {
         let mut done = Vec::new();
         let ids: Vec<u64> = self.streams.keys().copied().collect();
         for id in ids {
-            self.reap(id, &mut done)?;
-            self.start_next(id)?;
-            self.transmit(id)?;
-            // A request may have finished and the next started.
-            self.reap(id, &mut done)?;
-            self.start_next(id)?;
+            if let Err(e) = self.step(id, &mut done) {
+                self.fail_front(id, e);
+            }
         }
-        Ok(done)
+        done
+    }
+
+    fn step(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {
+        self.reap(id, done)?;
+        self.start_next(id)?;
+        self.transmit(id)?;
+        // A request may have finished and the next started.
+        self.reap(id, done)?;
+        self.start_next(id)
+    }
+
+    /// Takes the stream's front request off with `error`, after waiting for
+    /// its kernels already on the device (they use the stream's buffers,
+    /// which the next request overwrites).
+    fn fail_front(&mut self, id: u64, error: CudaError) {
+        let c = class_ctx(self.streams[&id].class);
+        let s = self.streams.get_mut(&id).unwrap();
+        if s.requests.is_empty() {
+            return;
+        }
+        // SAFETY: our context and stream; a failure leaves nothing to undo.
+        unsafe {
+            if sys::cuCtxSetCurrent(self.ctx[c]) == CUresult::CUDA_SUCCESS {
+                let _ = sys::cuStreamSynchronize(s.cu);
+            }
+        }
+        for (_, ev) in s.inflight.drain(..) {
+            self.free_events.push((c, ev));
+        }
+        s.host.clear();
+        s.active = None;
+        let r = s.requests.pop_front().unwrap();
+        self.failed.push(Failure {
+            stream: id,
+            task: r.task,
+            model: r.model,
+            error,
+        });
+    }
+
+    /// Requests failed by the driver since the last call.
+    pub fn take_failed(&mut self) -> Vec<Failure> {
+        std::mem::take(&mut self.failed)
     }
 
     fn reap(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {

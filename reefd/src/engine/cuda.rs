@@ -304,19 +304,35 @@ impl CudaEngine {
         Ok(())
     }
 
+    /// Reports a driver error (the runtime counts and logs it).
     fn device_error(&self, action: &str, e: &CudaError, out: &mut Vec<EngineEvent>) {
-        tracing::error!(action, device = self.dev.device(), "{e}");
         out.push(EngineEvent::DeviceError {
-            action: action.to_string(),
+            action: format!("{}: {action}", self.dev.device()),
             error: e.to_string(),
         });
     }
 
     fn poll_device(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         let mut done = self.dev.take_parked();
-        match self.dev.poll() {
-            Ok(d) => done.extend(d),
-            Err(e) => self.device_error("poll (launch, event query, copy)", &e, out),
+        done.extend(self.dev.poll());
+        for f in self.dev.take_failed() {
+            if let Some((model, seed)) = self.references.remove(&f.task) {
+                // Requests of this seed are answered unverified.
+                let action = format!("reference output of {model} (input seed {seed})");
+                self.device_error(&action, &f.error, out);
+                continue;
+            }
+            let Some(p) = self.tasks.remove(&f.task) else {
+                continue;
+            };
+            self.by_runtime.remove(&p.task);
+            self.preempted_tasks.remove(&p.task);
+            let action = format!("task {} ({} on stream {})", p.task, p.model, p.stream);
+            self.device_error(&action, &f.error, out);
+            out.push(EngineEvent::TaskFailed {
+                task: p.task,
+                reason: format!("{}: {}", self.dev.device(), f.error),
+            });
         }
         for (t, issued) in self.dev.take_started() {
             if let Some(p) = self.tasks.get_mut(&t) {

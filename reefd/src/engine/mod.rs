@@ -77,6 +77,9 @@ pub enum EngineEvent {
     /// query): counted in the metrics (`device_errors`) and logged by the
     /// runtime with the action, never dropped (issue 18 item 6).
     DeviceError { action: String, error: String },
+    /// The device failed the task (e.g. the driver refused one of its
+    /// launches); the client gets `reason` with code `internal`.
+    TaskFailed { task: u64, reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

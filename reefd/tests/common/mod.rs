@@ -174,3 +174,34 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// The CUDA test model of the simulated libcuda (`model.toml`, its PTX
+/// and weights, and the REEF schedule `two-kernel.json`).
+pub fn two_kernel_dir() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../libcuda-sim/models/two-kernel")
+        .canonicalize()
+        .unwrap()
+}
+
+/// A copy of the two-kernel model named `name` whose first kernel's block
+/// (2048 threads) the driver refuses at launch (CUDA_ERROR_INVALID_VALUE:
+/// at most 1024 threads per block).
+pub fn refused_model(name: &str) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join(name);
+    std::fs::create_dir(&dir).unwrap();
+    for f in ["kernels.ptx", "weights.bin"] {
+        std::fs::copy(two_kernel_dir().join(f), dir.join(f)).unwrap();
+    }
+    std::fs::copy(
+        two_kernel_dir().join("two-kernel.json"),
+        dir.join(format!("{name}.json")),
+    )
+    .unwrap();
+    let toml = std::fs::read_to_string(two_kernel_dir().join("model.toml")).unwrap();
+    let wide = toml.replacen("block = [256, 1, 1]", "block = [2048, 1, 1]", 1);
+    assert_ne!(wide, toml);
+    std::fs::write(dir.join("model.toml"), wide).unwrap();
+    t
+}
