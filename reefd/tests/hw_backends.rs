@@ -369,9 +369,11 @@ fn fuse_nvidiactl_backend_preempt_traps_and_restore_resumes() {
         k => panic!("not a device: {k:?}"),
     }
 
-    b.attach_be_context(ctx, true).expect("attach");
+    b.attach_be_context(app.try_clone().unwrap(), ctx, true)
+        .expect("attach");
     assert_eq!(b.levels().numbers(), vec![1, 2, 3]);
-    let (mask, suspended) = debugger_state(&m, b.client());
+    // The debugger lives in libcuda's client, made through libcuda's file.
+    let (mask, suspended) = debugger_state(&m, ctx.app_client);
     assert_eq!(
         (mask, suspended),
         (
@@ -389,20 +391,70 @@ fn fuse_nvidiactl_backend_preempt_traps_and_restore_resumes() {
         r.steps
     );
     assert_eq!(tsg_preempts(&m, ctx.app_client), 1);
-    assert!(debugger_state(&m, b.client()).1, "context suspended");
+    assert!(debugger_state(&m, ctx.app_client).1, "context suspended");
     let e = b.preempt_be().unwrap_err();
     assert!(matches!(e, BackendError::InvalidState { .. }), "{e}");
     assert_eq!(tsg_preempts(&m, ctx.app_client), 1);
 
     assert_eq!(b.restore_be().unwrap(), vec!["debugger_resume_context"]);
-    assert!(!debugger_state(&m, b.client()).1);
+    assert!(!debugger_state(&m, ctx.app_client).1);
     assert!(b.restore_be().unwrap().is_empty());
     b.preempt_be().expect("second preempt");
     assert_eq!(tsg_preempts(&m, ctx.app_client), 2);
     let client = b.client();
     drop(b);
-    // Dropping resumed the context and freed reefd's client.
-    assert!(!m.device().state().objects.contains_key(&(client, client)));
+    // Dropping resumed the context, freed the debugger from libcuda's
+    // client (which lives on) and freed reefd's client.
+    let st = m.device().state();
+    assert!(!st.objects.contains_key(&(client, client)));
+    assert!(!st
+        .objects
+        .contains_key(&(ctx.app_client, reefd::backend::cuda::DEBUGGER_HANDLE)));
+    assert!(st.objects.contains_key(&(ctx.app_client, BE_TSG)));
+}
+
+/// RM validates a client against the open file it was created through
+/// (NV_ERR_INVALID_CLIENT otherwise; docs/hardware.md "RM client
+/// ownership"). The backend's choice, controls on libcuda's own file, works;
+/// the alternative of issuing them on a descriptor of its own, as the
+/// backend did before, is refused by the fake as by RM.
+#[test]
+fn fuse_nvidiactl_backend_acts_on_libcudas_objects_through_libcudas_file() {
+    if !fuse_ok("fuse_nvidiactl_backend_acts_on_libcudas_objects_through_libcudas_file") {
+        return;
+    }
+    let m = mount_nv();
+    let app = NvRm::open(m.path()).unwrap();
+    let ctx = be_context(&app);
+    let mut b = CudaBackend::open(&cuda_opts(m.path(), 0)).unwrap();
+    // A descriptor of another open file (reefd's own, or a second open of
+    // the device): attaching is refused, with the reason.
+    let wrong = NvRm::open(m.path()).unwrap();
+    let e = b.attach_be_context(wrong, ctx, true).unwrap_err();
+    assert!(e.to_string().contains("NV_ERR_INVALID_CLIENT"), "{e}");
+    assert!(e.to_string().contains("libcuda's descriptor"), "{e}");
+    assert_eq!(b.levels().numbers(), vec![1, 2]);
+    // The channel-group preemption the backend used to issue through its
+    // own descriptor is refused there.
+    let own = NvRm::open(m.path()).unwrap();
+    let e = own
+        .tsg_preempt(
+            ctx.app_client,
+            BE_TSG,
+            true,
+            Some(std::time::Duration::from_millis(10)),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.rm_status(),
+        Some(reef_ioctl::nv::abi::status::NV_ERR_INVALID_CLIENT)
+    );
+    // Through a dup of libcuda's descriptor: attach, preempt, kill, restore.
+    b.attach_be_context(app.try_clone().unwrap(), ctx, true)
+        .unwrap();
+    assert_eq!(b.preempt_be().unwrap().level, PreemptLevel::Kill);
+    assert_eq!(tsg_preempts(&m, ctx.app_client), 1);
+    assert_eq!(b.restore_be().unwrap(), vec!["debugger_resume_context"]);
 }
 
 #[test]
@@ -414,14 +466,15 @@ fn fuse_nvidiactl_backend_without_patched_trap_handler_is_level_2() {
     let app = NvRm::open(m.path()).unwrap();
     let ctx = be_context(&app);
     let mut b = CudaBackend::open(&cuda_opts(m.path(), 0)).unwrap();
-    b.attach_be_context(ctx, false).unwrap();
+    b.attach_be_context(app.try_clone().unwrap(), ctx, false)
+        .unwrap();
     assert_eq!(b.levels().numbers(), vec![1, 2]);
     assert!(b.levels().notes[0].contains("reef-trap nvidia"));
     let r = b.preempt_be().unwrap();
     assert_eq!(r.level, PreemptLevel::LazyEviction);
     assert_eq!(r.steps, vec![format!("tsg_preempt 0x{BE_TSG:x}")]);
     assert_eq!(tsg_preempts(&m, ctx.app_client), 1);
-    assert!(!debugger_state(&m, b.client()).1, "no trap raised");
+    assert!(!debugger_state(&m, ctx.app_client).1, "no trap raised");
     assert!(b.restore_be().unwrap().is_empty());
 }
 
@@ -441,7 +494,9 @@ fn fuse_nvidiactl_backend_errors_are_clear() {
     let mut ctx = be_context(&app);
     ctx.compute_object = 0xdead_0001;
     let mut b = CudaBackend::open(&cuda_opts(m.path(), 0)).unwrap();
-    let e = b.attach_be_context(ctx, true).unwrap_err();
+    let e = b
+        .attach_be_context(app.try_clone().unwrap(), ctx, true)
+        .unwrap_err();
     assert!(e.to_string().contains("may have been destroyed"), "{e}");
     assert_eq!(b.levels().numbers(), vec![1, 2]);
     // Launching explains what is missing (no libcuda on this machine).
