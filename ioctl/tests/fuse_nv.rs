@@ -235,3 +235,51 @@ fn fuse_nvidiactl_missing_permission_is_explained() {
     assert_eq!(err.errno(), Some(Errno::EACCES));
     assert!(err.to_string().contains("NVreg_DeviceFile"), "{err}");
 }
+
+#[test]
+fn fuse_nvidiactl_clients_belong_to_their_open_file() {
+    let Some(m) = mount() else { return };
+    // "libcuda" creates its context through its own descriptor.
+    let app_file = NvRm::open(m.path()).unwrap();
+    let app = app_context(&app_file);
+    // Another open file of the same device (a second process, or a daemon
+    // with a descriptor of its own) cannot act on that client.
+    let other = NvRm::open(m.path()).unwrap();
+    let e = other
+        .tsg_preempt(app, TSG, true, Some(Duration::from_millis(10)))
+        .unwrap_err();
+    assert_eq!(e.rm_status(), Some(NV_ERR_INVALID_CLIENT), "{e}");
+    assert!(e.to_string().contains("libcuda's descriptor"), "{e}");
+    let e = other
+        .alloc_debugger(app, DEBUGGER, app, COMPUTE)
+        .unwrap_err();
+    assert_eq!(e.rm_status(), Some(NV_ERR_INVALID_CLIENT), "{e}");
+    let e = other.free(app, TSG, COMPUTE).unwrap_err();
+    assert_eq!(e.rm_status(), Some(NV_ERR_INVALID_CLIENT), "{e}");
+    // Its own client may still attach a debugger to libcuda's context
+    // (not an access to libcuda's client; RM's access-rights check on the
+    // target is not modelled).
+    let own = other.alloc_client().unwrap();
+    other.alloc_debugger(own, DEBUGGER, app, COMPUTE).unwrap();
+    // A duplicate of libcuda's descriptor is the same open file: allowed.
+    let dup = app_file.try_clone().unwrap();
+    dup.tsg_preempt(app, TSG, true, Some(Duration::from_millis(10)))
+        .unwrap();
+    dup.alloc_debugger(app, DEBUGGER, app, COMPUTE).unwrap();
+    match &m.device().state().objects[&(app, TSG)].kind {
+        NvObjectKind::Tsg { preempts, .. } => assert_eq!(*preempts, 1),
+        k => panic!("not a TSG: {k:?}"),
+    }
+    // Closing the other file frees only its own client (FUSE delivers the
+    // release after close returns).
+    drop(other);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.device().state().objects.contains_key(&(own, own)) {
+        assert!(
+            Instant::now() < deadline,
+            "the closed file's client is still there"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(m.device().state().objects.contains_key(&(app, app)));
+}

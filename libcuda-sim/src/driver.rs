@@ -102,6 +102,9 @@ struct Stream {
     sim: reef_sim::StreamId,
     blocking: bool,
     last: Option<LaunchId>,
+    /// Modules whose functions were launched on this stream: the flags its
+    /// kernels read at entry (see [`Driver::flag_changed`]).
+    modules: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -468,30 +471,45 @@ impl Driver {
         Ok(())
     }
 
-    /// REEF Fig. 8 lines 1-2: kernels of a context whose module flag is set
-    /// exit at their entry check. reef-sim models the check per stream, so
-    /// the flag of the context (set when any of its modules' flags is) is
-    /// mirrored onto each of its streams.
+    /// REEF Fig. 8 lines 1-2: a kernel whose module's flag is set exits at
+    /// its entry check. reef-sim models the check per stream, so each
+    /// stream carries the flag of the modules whose functions it has
+    /// launched (their OR). This is exact when a stream runs the functions
+    /// of one module, as reefd's streams do (one module instance per stream
+    /// and model, backend/cuda_launch.rs); a stream that mixes modules
+    /// would see a kernel evicted while another module's flag is set, which
+    /// a GPU would not do. The flag of one module never reaches a stream
+    /// that has not launched it (a preemption of one stream leaves the
+    /// others of its context running).
     fn flag_changed(&mut self, module: u64) {
         let Some(ctx) = self.modules.get(&module).map(|m| m.ctx) else {
             return;
         };
-        let on = self.ctx_flag(ctx);
-        let streams: Vec<_> = self.contexts[&ctx]
+        let streams: Vec<u64> = self.contexts[&ctx]
             .streams
             .iter()
-            .filter_map(|s| self.streams.get(s).map(|s| s.sim))
+            .copied()
+            .filter(|s| {
+                self.streams
+                    .get(s)
+                    .is_some_and(|s| s.modules.contains(&module))
+            })
             .collect();
         for s in streams {
-            // gv100/h100/mi50 presets all have level 2.
-            let _ = self.sim.set_preempt_flag(s, on);
+            self.mirror_flag(s);
         }
     }
 
-    fn ctx_flag(&self, ctx: u64) -> bool {
-        self.contexts[&ctx].modules.iter().any(|m| {
-            self.modules[m]
-                .globals
+    fn mirror_flag(&mut self, stream: u64) {
+        let s = &self.streams[&stream];
+        let (sim, on) = (s.sim, s.modules.iter().any(|&m| self.module_flag(m)));
+        // gv100/h100/mi50 presets all have level 2.
+        let _ = self.sim.set_preempt_flag(sim, on);
+    }
+
+    fn module_flag(&self, m: u64) -> bool {
+        self.modules.get(&m).is_some_and(|m| {
+            m.globals
                 .get(FLAG_SYMBOL)
                 .and_then(|&(addr, _)| self.allocs.get(&addr))
                 .is_some_and(|a| a.data.iter().any(|&b| b != 0))
@@ -542,6 +560,20 @@ impl Driver {
         }
         if let Some(c) = self.contexts.get_mut(&m.ctx) {
             c.modules.retain(|&x| x != id);
+        }
+        let streams: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.modules.contains(&id))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in streams {
+            self.streams
+                .get_mut(&k)
+                .unwrap()
+                .modules
+                .retain(|&x| x != id);
+            self.mirror_flag(k);
         }
     }
 
@@ -601,9 +633,6 @@ impl Driver {
             .sim
             .create_stream(0, STREAM_QUEUE_DEPTH)
             .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
-        if self.ctx_flag(ctx) {
-            let _ = self.sim.set_preempt_flag(s, true);
-        }
         let id = self.fresh();
         self.streams.insert(
             id,
@@ -612,6 +641,7 @@ impl Driver {
                 sim: s,
                 blocking: flags & 1 == 0,
                 last: None,
+                modules: Vec::new(),
             },
         );
         self.contexts.get_mut(&ctx).unwrap().streams.push(id);
@@ -785,6 +815,12 @@ impl Driver {
             &self.spec,
         )
         .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
+        let sid = id_of(Kind::Stream, stream).unwrap();
+        if !self.streams[&sid].modules.contains(&m) {
+            // The kernel reads its own module's flag at entry.
+            self.streams.get_mut(&sid).unwrap().modules.push(m);
+            self.mirror_flag(sid);
+        }
         let l = self
             .sim
             .launch(s_sim, KernelLaunch::new(Arc::new(shape), Tags::default()))

@@ -181,6 +181,58 @@ fn a_set_preempt_flag_evicts_kernels_at_entry() {
 }
 
 #[test]
+fn a_flag_evicts_only_the_kernels_of_its_own_module() {
+    // Two instances of the model in one context (reefd loads one per
+    // stream), each on its own stream: setting the first's flag evicts its
+    // kernel and not the second's, as a GPU (each kernel reads its own
+    // module's global) would.
+    let t = setup();
+    let mut m2 = null_mut();
+    let image = injected();
+    assert_eq!(
+        cuModuleLoadData(&mut m2, image.as_ptr() as *const c_void),
+        OK
+    );
+    let mut scale2 = null_mut();
+    assert_eq!(cuModuleGetFunction(&mut scale2, m2, c"scale".as_ptr()), OK);
+    let mut s2 = null_mut();
+    assert_eq!(cuStreamCreate(&mut s2, 1), OK);
+    let (x, w) = (alloc(8192), alloc(8192));
+    let (h1, h2) = (alloc(8192), alloc(8192));
+    assert_eq!(htod(x, &[5u8; 8192]), OK);
+    let flag1 = global(t.module, c"reef_preempt_flag");
+    // Both streams have run their module once, flags clear.
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h1], 1), OK);
+    assert_eq!(launch(scale2, s2, G, B, [x, w, h2], 1), OK);
+    assert_eq!(sync(t.stream), OK);
+    assert_eq!(sync(s2), OK);
+    let zero = vec![0u8; 8192];
+    let h = alloc(8192);
+    let h_other = alloc(8192);
+    assert_eq!(htod(flag1, &1u32.to_le_bytes()), OK);
+    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 2), OK);
+    assert_eq!(launch(scale2, s2, G, B, [x, w, h_other], 2), OK);
+    assert_eq!(sync(t.stream), OK);
+    assert_eq!(sync(s2), OK);
+    assert_eq!(dtoh(h, 8192).1, zero, "module 1's kernel evicted");
+    assert_ne!(dtoh(h_other, 8192).1, zero, "module 2's kernel ran");
+    assert_eq!(
+        dtoh(global(m2, c"reef_exec_index"), 4).1,
+        2u32.to_le_bytes()
+    );
+    // A new stream of the context is not preempted by module 1's flag
+    // until it launches one of module 1's kernels.
+    let mut s3 = null_mut();
+    assert_eq!(cuStreamCreate(&mut s3, 1), OK);
+    let h3 = alloc(8192);
+    assert_eq!(launch(scale2, s3, G, B, [x, w, h3], 3), OK);
+    assert_eq!(sync(s3), OK);
+    assert_ne!(dtoh(h3, 8192).1, zero);
+    assert_eq!(cuModuleUnload(t.module), OK);
+    assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+}
+
+#[test]
 fn out_of_range_launches_are_refused() {
     let t = setup();
     let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));

@@ -283,7 +283,7 @@ impl Client {
 
     pub fn status(&mut self) -> Result<StatusInfo> {
         match self.call(RequestBody::Status)? {
-            Reply::Status(s) => Ok(s),
+            Reply::Status(s) => Ok(*s),
             r => Err(unexpected(r)),
         }
     }

@@ -115,6 +115,10 @@ pub struct DeviceConfig {
     pub kfd_topology: PathBuf,
     /// The NVIDIA RM control device the `cuda` backend opens (REEF §4.6).
     pub nvidiactl_path: PathBuf,
+    /// The CUDA driver library `cuda:N` loads (e.g. the simulated
+    /// `libreef_libcuda_sim.so`); empty: `$REEF_CUDA_LIBRARY`, else
+    /// `libcuda.so` from the dynamic loader's search path.
+    pub cuda_library: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -182,6 +186,7 @@ impl Default for DeviceConfig {
             kfd_path: "/dev/kfd".into(),
             kfd_topology: crate::backend::kfd::DEFAULT_TOPOLOGY_DIR.into(),
             nvidiactl_path: "/dev/nvidiactl".into(),
+            cuda_library: String::new(),
         }
     }
 }
@@ -370,6 +375,21 @@ impl Config {
             return PathBuf::from(&self.device.models_dir);
         }
         self.shared_dir().join("models").join("mi50")
+    }
+
+    /// The CUDA driver library `cuda:N` loads, and where that choice came
+    /// from: `device.cuda_library`, else `$REEF_CUDA_LIBRARY`, else `None`
+    /// (`libcuda.so` from the dynamic loader's search path).
+    pub fn cuda_library(&self) -> Option<(PathBuf, &'static str)> {
+        if !self.device.cuda_library.is_empty() {
+            return Some((
+                PathBuf::from(&self.device.cuda_library),
+                "device.cuda_library",
+            ));
+        }
+        std::env::var_os(crate::backend::cuda_launch::LIBRARY_ENV)
+            .filter(|v| !v.is_empty())
+            .map(|v| (PathBuf::from(v), "REEF_CUDA_LIBRARY"))
     }
 }
 

@@ -52,6 +52,39 @@ pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>
     Ok(Box::new(e))
 }
 
+/// Builds the engine that serves `cuda:index` through the CUDA launch path
+/// (backend/cuda_launch.rs, REEF §4.3 Fig. 8, levels 1-2) with REEF's
+/// reset-based preemption (engine/cuda.rs), on the driver library of
+/// [`Config::cuda_library`]. NVIDIA hardware needs root, as the other
+/// hardware devices; the simulated test device (reef-libcuda-sim, whose
+/// `cuDeviceGetName` says "test device") does not.
+pub fn make_cuda_engine(
+    index: u32,
+    cfg: &Config,
+    is_root: bool,
+) -> anyhow::Result<Box<dyn Engine>> {
+    use crate::backend::cuda_launch::TEST_DEVICE_MARK;
+    let library = cfg.cuda_library().map(|(p, _)| p);
+    let e = crate::engine::cuda::CudaEngine::open(
+        index,
+        library,
+        cfg.scheduler.device_queue_capacity,
+        &cfg.scheduler.policy,
+    )
+    .map_err(|e| anyhow::anyhow!("device cuda:{index}: {e}"))?;
+    let gpu = e.device().gpu_name().to_string();
+    if !is_root && !gpu.contains(TEST_DEVICE_MARK) {
+        bail!(device::DeviceError::NeedsRoot(DeviceSpec::Cuda(index)));
+    }
+    if cfg.scheduler.policy == "reef" {
+        tracing::warn!(
+            "cuda:{index}: dynamic kernel padding (REEF §5) is not available on the CUDA launch path; serving reef-nodkp (reset-based preemption)"
+        );
+    }
+    tracing::info!(device = %format!("cuda:{index}"), gpu = %gpu, "{}", e.device().levels());
+    Ok(Box::new(e))
+}
+
 /// Reads the PID in a PID file, if the file exists and names a live reefd.
 pub fn running_pid(pid_file: &Path) -> Option<i32> {
     let text = std::fs::read_to_string(pid_file).ok()?;
@@ -107,6 +140,17 @@ pub fn start(opts: StartOptions) -> anyhow::Result<()> {
     // kfd:N and cuda:N: open the configured device through its backend,
     // then refuse (no kernel launch path in this build); see backend/mod.rs.
     crate::backend::check_hardware(&spec, cfg, device::is_root())?;
+    if let DeviceSpec::Cuda(_) = spec {
+        // Before detaching, so a missing library is reported on the
+        // terminal; the driver itself is initialised in the daemon.
+        let lib = cfg.cuda_library();
+        crate::backend::cuda_launch::load_library(lib.as_ref().map(|(p, _)| p.as_path())).map_err(
+            |e| match &lib {
+                Some((_, from)) => anyhow::anyhow!("device {spec}: {e} (set by {from})"),
+                None => anyhow::anyhow!("device {spec}: {e}"),
+            },
+        )?;
+    }
     let selected = device::select(&spec, &device::probe(), device::is_root())?;
     let mode = cfg.socket_mode()?;
     let group = if cfg.daemon.socket_group.is_empty() {
@@ -170,7 +214,10 @@ fn run(
         report(&mut ready, &format!("{e:#}"));
         return Err(e);
     }
-    let device_name = format!("sim:{}", selected.preset);
+    let device_name = match selected.cuda {
+        Some(i) => format!("cuda:{i}"),
+        None => format!("sim:{}", selected.preset),
+    };
     if let Some(n) = &selected.notice {
         tracing::warn!("{n}");
     }
@@ -182,7 +229,11 @@ fn run(
         report(&mut ready, &format!("{e:#}"));
         return Err(e);
     }
-    let engine = match make_engine(&selected.preset, cfg) {
+    let engine = match selected.cuda {
+        Some(i) => make_cuda_engine(i, cfg, device::is_root()),
+        None => make_engine(&selected.preset, cfg),
+    };
+    let engine = match engine {
         Ok(e) => e,
         Err(e) => {
             report(&mut ready, &format!("{e:#}"));

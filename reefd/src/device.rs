@@ -113,22 +113,41 @@ pub enum DeviceError {
 /// The device the daemon will serve on, and the notice to log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selected {
-    /// The simulator preset: the only backend that executes kernels here.
+    /// The simulator preset (empty for `cuda:N`).
     pub preset: String,
     pub notice: Option<String>,
+    /// `cuda:N`: served through the CUDA launch path (engine/cuda.rs).
+    pub cuda: Option<u32>,
 }
 
-/// Resolves a device spec against a probe. Hardware devices need root and
-/// a present device; even then this build cannot execute kernels on them
-/// (the KFD and NVIDIA RM paths of reef-ioctl cover the preemption ioctls,
-/// not a kernel-launching runtime), which is said plainly rather than
-/// pretended.
+/// Resolves a device spec against a probe. `cuda:N` needs the CUDA driver
+/// library (the launch path, backend/cuda_launch.rs, executes kernels
+/// through it). `kfd:N` needs root and /dev/kfd, and even then this build
+/// cannot execute kernels on it (reef-ioctl's KFD path covers the
+/// preemption ioctls, not a kernel-launching runtime), which is said
+/// plainly rather than pretended.
 pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selected, DeviceError> {
     match spec {
         DeviceSpec::Sim(p) => Ok(Selected {
             preset: p.clone(),
             notice: None,
+            cuda: None,
         }),
+        // The launch path needs the driver library only; whether root is
+        // needed is decided once the driver names its GPU (daemon.rs).
+        DeviceSpec::Cuda(n) => {
+            if !probe.cuda {
+                return Err(DeviceError::Absent {
+                    spec: spec.clone(),
+                    what: "the NVIDIA driver library libcuda.so cannot be loaded: install the NVIDIA driver, point device.cuda_library or REEF_CUDA_LIBRARY at a driver library, or use --device sim:gv100".into(),
+                });
+            }
+            Ok(Selected {
+                preset: String::new(),
+                notice: None,
+                cuda: Some(*n),
+            })
+        }
         DeviceSpec::Auto => {
             let found: Vec<&str> = [
                 (probe.kfd, "an AMD GPU (/dev/kfd)"),
@@ -143,29 +162,24 @@ pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selecte
                     .to_string()
             } else {
                 format!(
-                    "found {} but this build has no hardware backend that executes kernels: serving on the simulated GPU sim:mi50",
+                    "found {}: auto serves on the simulated GPU sim:mi50 (the AMD backend cannot execute kernels in this build; NVIDIA GPUs are served with --device cuda:N)",
                     found.join(" and ")
                 )
             };
             Ok(Selected {
                 preset: "mi50".into(),
                 notice: Some(notice),
+                cuda: None,
             })
         }
-        DeviceSpec::Cuda(_) | DeviceSpec::Kfd(_) => {
+        DeviceSpec::Kfd(_) => {
             if !is_root {
                 return Err(DeviceError::NeedsRoot(spec.clone()));
             }
-            let (present, what) = match spec {
-                DeviceSpec::Cuda(_) => (
-                    probe.cuda,
-                    "the NVIDIA driver library libcuda.so cannot be loaded: install the NVIDIA driver, or use --device sim:gv100",
-                ),
-                _ => (
-                    probe.kfd,
-                    "/dev/kfd does not exist: load the amdgpu driver, or use --device sim:mi50",
-                ),
-            };
+            let (present, what) = (
+                probe.kfd,
+                "/dev/kfd does not exist: load the amdgpu driver, or use --device sim:mi50",
+            );
             if !present {
                 return Err(DeviceError::Absent {
                     spec: spec.clone(),
@@ -224,9 +238,23 @@ mod tests {
     fn hardware_needs_root_and_presence() {
         let p = Probe::default();
         assert_eq!(
-            select(&DeviceSpec::Cuda(0), &p, false),
-            Err(DeviceError::NeedsRoot(DeviceSpec::Cuda(0)))
+            select(&DeviceSpec::Kfd(0), &p, false),
+            Err(DeviceError::NeedsRoot(DeviceSpec::Kfd(0)))
         );
+        // cuda:N: the driver library decides (root is checked once the
+        // driver names its GPU).
+        let e = select(&DeviceSpec::Cuda(0), &p, false).unwrap_err();
+        assert!(e.to_string().contains("REEF_CUDA_LIBRARY"), "{e}");
+        let s = select(
+            &DeviceSpec::Cuda(1),
+            &Probe {
+                kfd: false,
+                cuda: true,
+            },
+            false,
+        )
+        .unwrap();
+        assert_eq!(s.cuda, Some(1));
         let e = select(&DeviceSpec::Kfd(0), &p, true).unwrap_err();
         assert!(e.to_string().contains("/dev/kfd does not exist"));
         let e = select(

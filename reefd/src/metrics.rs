@@ -107,6 +107,8 @@ pub struct Metrics {
     pub preempted_kernels: u64,
     pub restores: u64,
     pub corrupted_outputs: u64,
+    /// Device actions refused or failed (`EngineEvent::DeviceError`).
+    pub device_errors: u64,
     pub rt_latency: Histogram,
     pub be_latency: Histogram,
     pub control_path: Histogram,
@@ -284,6 +286,12 @@ pub fn render(
         "reef_corrupted_outputs_total",
         "Finished tasks whose outputs differ from an unpreempted run (value tracking); should stay 0.",
         m.corrupted_outputs,
+    );
+    counter(
+        &mut o,
+        "reef_device_errors_total",
+        "Scheduler actions the device refused or failed (preempt flag, kill, queue clear, launch, completion query); each is logged with the action.",
+        m.device_errors,
     );
     let _ = writeln!(
         o,

@@ -266,7 +266,7 @@ impl std::fmt::Display for ErrorCode {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reply {
     Hello(HelloInfo),
-    Status(StatusInfo),
+    Status(Box<StatusInfo>),
     ModelLoaded(ModelInfo),
     ModelUnloaded {
         name: String,
@@ -365,6 +365,10 @@ pub struct StatusInfo {
     /// Preemption levels the device backend offers (DESIGN.md: 1 evict
     /// queued, 2 lazy eviction via preempt flag, 3 kill running blocks).
     pub preemption_levels: Vec<u8>,
+    /// Why a level is missing, as the backend probed it (e.g. the CUDA
+    /// launch path's "no kill (level 3): ..."); empty when none is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemption_notes: Vec<String>,
     pub uptime_s: f64,
     pub models: usize,
     pub streams: usize,
@@ -534,6 +538,11 @@ pub struct Stats {
     pub restores: u64,
     /// Outputs that differed from an unpreempted run (value tracking).
     pub corrupted_outputs: u64,
+    /// Scheduler actions the device refused or failed (preempt-flag
+    /// writes, kills, queue clears, launches, completion queries); each is
+    /// also logged at `error` with the action.
+    #[serde(default)]
+    pub device_errors: u64,
     /// Preemptions by level ("1", "2", "3").
     pub preemptions: std::collections::BTreeMap<String, u64>,
     pub rt_latency: LatencySummary,

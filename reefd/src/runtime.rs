@@ -482,6 +482,10 @@ impl Runtime {
                     };
                     st.deliveries.push((task, t.waiter, Ok(result)));
                 }
+                EngineEvent::DeviceError { action, error } => {
+                    st.metrics.device_errors += 1;
+                    tracing::error!(action = %action, "device error: {error}");
+                }
                 EngineEvent::TaskRejected { task, reason } => {
                     if let Some(t) = st.tasks.remove(&task) {
                         st.metrics.tasks_failed += 1;
@@ -492,6 +496,19 @@ impl Runtime {
                             task,
                             t.waiter,
                             Err(Failure::new(ErrorCode::Unsupported, reason)),
+                        ));
+                    }
+                }
+                EngineEvent::TaskFailed { task, reason } => {
+                    if let Some(t) = st.tasks.remove(&task) {
+                        st.metrics.tasks_failed += 1;
+                        if let Some(s) = st.streams.get_mut(&t.stream) {
+                            s.tasks.remove(&task);
+                        }
+                        st.deliveries.push((
+                            task,
+                            t.waiter,
+                            Err(Failure::new(ErrorCode::Internal, reason)),
                         ));
                     }
                 }
@@ -613,7 +630,7 @@ impl Runtime {
                 peer_pid: peer.pid,
                 max_frame_bytes: self.settings.max_frame_bytes,
             })),
-            RequestBody::Status => Ok_(Reply::Status(self.status_locked(st))),
+            RequestBody::Status => Ok_(Reply::Status(Box::new(self.status_locked(st)))),
             RequestBody::LoadModel { .. } => Err_(Failure::new(
                 ErrorCode::Internal,
                 "load_model is handled outside the lock",
@@ -1075,6 +1092,7 @@ impl Runtime {
             engine: st.info.name.clone(),
             policy: st.info.policy.clone(),
             preemption_levels: st.info.preemption_levels.clone(),
+            preemption_notes: st.engine.preemption_notes(),
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             models: st.models.len(),
             streams: st.streams.len(),
@@ -1099,6 +1117,7 @@ impl Runtime {
             kernels_launched: m.kernels_launched,
             restores: m.restores,
             corrupted_outputs: m.corrupted_outputs,
+            device_errors: m.device_errors,
             preemptions: m
                 .preemptions
                 .iter()

@@ -9,6 +9,20 @@
 //! on the items: a compute object may be allocated directly under a TSG (in
 //! RM it sits under a GPFIFO channel of the TSG), and allocation parameters of
 //! TSGs and compute objects are not interpreted.
+//!
+//! Per-file client ownership, as RM enforces it by default: a client belongs
+//! to the open file it was allocated through, and an alloc, control or free
+//! naming it through another open file is refused with NV_ERR_INVALID_CLIENT
+//! (open-gpu-kernel-modules: `arch/nvalloc/unix/src/escape.c` `RmIoctl` sets
+//! `secInfo.clientOSInfo = nvfp->ctl_nvfp` (else `nvfp`);
+//! `src/kernel/rmapi/client.c` `rmclientValidate_IMPL` returns
+//! NV_ERR_INVALID_CLIENT when `pClient->pOSInfo != pSecInfo->clientOSInfo`
+//! under `PDB_PROP_SYS_VALIDATE_CLIENT_HANDLE_STRICT`, which
+//! `generated/g_system_nvoc.c` enables by default). A `dup(2)` of the
+//! descriptor is the same open file (one FUSE file handle) and passes. Not
+//! modelled: the access-rights check a debugger allocation makes on the
+//! target object when `hAppClient` is another client
+//! (`ksmdbgssnConstruct_IMPL`, RS_ACCESS_DEBUG), and NV_ESC_RM_DUP_OBJECT.
 
 use std::collections::BTreeMap;
 use std::mem::size_of;
@@ -149,7 +163,7 @@ impl NvState {
             return NV_OK;
         }
         let client = a.h_root;
-        if !self.objects.contains_key(&(client, client)) {
+        if !self.owns(fh, client) {
             return NV_ERR_INVALID_CLIENT;
         }
         let Some(parent) = self.objects.get(&(client, a.h_object_parent)) else {
@@ -238,9 +252,15 @@ impl NvState {
         NV_OK
     }
 
-    fn free(&mut self, a: &Nvos00Parameters) -> u32 {
+    /// Whether `client` exists and was allocated through open file `fh`
+    /// (RM's strict client validation; see the module documentation).
+    fn owns(&self, fh: u64, client: NvHandle) -> bool {
+        self.objects.contains_key(&(client, client)) && self.client_files.get(&client) == Some(&fh)
+    }
+
+    fn free(&mut self, fh: u64, a: &Nvos00Parameters) -> u32 {
         let client = a.h_root;
-        if !self.objects.contains_key(&(client, client)) {
+        if !self.owns(fh, client) {
             return NV_ERR_INVALID_CLIENT;
         }
         if a.h_object_old == client {
@@ -272,9 +292,9 @@ impl NvState {
         NV_OK
     }
 
-    fn control(&mut self, caller: &Caller, a: &Nvos54Parameters) -> u32 {
+    fn control(&mut self, caller: &Caller, fh: u64, a: &Nvos54Parameters) -> u32 {
         let client = a.h_client;
-        if !self.objects.contains_key(&(client, client)) {
+        if !self.owns(fh, client) {
             return NV_ERR_INVALID_CLIENT;
         }
         let privileged = self.privileged_uid == Some(caller.uid);
@@ -500,7 +520,7 @@ impl FakeDevice for FakeNvidiaCtl {
             }
             NV_IOCTL_RM_FREE => {
                 let mut a: Nvos00Parameters = from_bytes(input).ok_or(Errno::EINVAL)?;
-                a.status = st.free(&a);
+                a.status = st.free(fh, &a);
                 Ok(IoctlReply {
                     result: 0,
                     data: bytes_of(&a).to_vec(),
@@ -508,7 +528,7 @@ impl FakeDevice for FakeNvidiaCtl {
             }
             NV_IOCTL_RM_CONTROL => {
                 let mut a: Nvos54Parameters = from_bytes(input).ok_or(Errno::EINVAL)?;
-                a.status = st.control(caller, &a);
+                a.status = st.control(caller, fh, &a);
                 Ok(IoctlReply {
                     result: 0,
                     data: bytes_of(&a).to_vec(),

@@ -81,6 +81,27 @@ impl NvRm {
         &self.path
     }
 
+    /// Another descriptor of the same open file (`dup(2)`). RM checks a
+    /// call's client against the open file it was created through
+    /// (open-gpu-kernel-modules: `escape.c` `RmIoctl` passes the file as
+    /// `secInfo.clientOSInfo`, `rmapi/client.c` `rmclientValidate_IMPL`
+    /// answers NV_ERR_INVALID_CLIENT when it differs), and a duplicate is
+    /// the same open file: calls through it act on the clients created
+    /// through this one, which a second `open` of the device cannot.
+    pub fn try_clone(&self) -> Result<NvRm> {
+        let file = self.file.try_clone().map_err(|e| Error::Ioctl {
+            device: Device::NvidiaCtl,
+            path: self.path.clone(),
+            request: "dup",
+            errno: Errno::from_raw(e.raw_os_error().unwrap_or(Errno::EIO as i32)),
+            hint: "cannot duplicate the descriptor (out of file descriptors?)".into(),
+        })?;
+        Ok(NvRm {
+            file,
+            path: self.path.clone(),
+        })
+    }
+
     fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
@@ -118,9 +139,15 @@ impl NvRm {
                 "this call needs a privileged RM client (SET_INTERLEAVE_LEVEL does): run \
                  reefd as root"
             }
-            NV_ERR_INVALID_OBJECT_HANDLE | NV_ERR_OBJECT_NOT_FOUND | NV_ERR_INVALID_CLIENT => {
+            NV_ERR_INVALID_OBJECT_HANDLE | NV_ERR_OBJECT_NOT_FOUND => {
                 "the handle does not name a live object of this client: the CUDA context or \
                  channel group may have been destroyed"
+            }
+            NV_ERR_INVALID_CLIENT => {
+                "RM knows no such client on this open file: a client is usable only through \
+                 the file it was created on (or a dup of that descriptor), so a call on \
+                 libcuda's client must go through libcuda's descriptor; or the CUDA context \
+                 may have been destroyed"
             }
             NV_ERR_INVALID_OBJECT_PARENT => "the parent handle does not name a live object",
             NV_ERR_INVALID_CLASS => "this driver or GPU does not offer that object class",

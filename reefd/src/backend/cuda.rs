@@ -34,7 +34,14 @@
 //!
 //! The RM handles of the BE context (its client, channel group and compute
 //! object) are libcuda's; learning them needs libcuda on a GPU host, so
-//! they are passed in by the caller ([`CudaContextHandles`]).
+//! they are passed in by the caller ([`CudaContextHandles`]), with
+//! libcuda's own RM descriptor (a `dup` of it). RM validates every call's
+//! client against the open file the client was created through
+//! (NV_ERR_INVALID_CLIENT otherwise; docs/hardware.md "RM client ownership"),
+//! so the backend issues every control on libcuda's objects through that
+//! descriptor, and allocates its debugger object in libcuda's client; its
+//! own client (on its own descriptor) holds only the device object it
+//! opens to check the GPU.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,7 +55,10 @@ use super::{BackendError, HardwareBackend, Levels, PreemptReport};
 
 /// Handle of the device object in the backend's own RM client.
 pub const DEVICE_HANDLE: NvHandle = 0x5eef_0080;
-/// Handle of the debugger object in the backend's own RM client.
+/// Handle of the debugger object, allocated in libcuda's RM client (a
+/// handle libcuda does not use is assumed: libcuda's handle choice is not
+/// documented; a collision is refused by RM with
+/// NV_ERR_INSERT_DUPLICATE_NAME, reported at attach).
 pub const DEBUGGER_HANDLE: NvHandle = 0x5eef_83de;
 /// How long a channel-group preemption may take before RM gives up (the
 /// driver's maximum is 1 s).
@@ -77,6 +87,8 @@ pub struct CudaContextHandles {
 
 #[derive(Debug)]
 struct Attached {
+    /// libcuda's descriptor (a dup): the open file its client belongs to.
+    file: NvRm,
     handles: CudaContextHandles,
     trap_handler_patched: bool,
 }
@@ -154,12 +166,17 @@ impl CudaBackend {
     }
 
     /// Attaches a debugger object to the BE context `h` and takes its
-    /// channel group as the one to preempt. `trap_handler_patched` says
-    /// whether the context's trap handler carries REEF's flag check
-    /// (`reef-trap nvidia`, installed as docs/hardware.md Part 2 describes);
-    /// only then does the trap kill, and the backend report level 3.
+    /// channel group as the one to preempt. `app_file` is libcuda's RM
+    /// descriptor (a dup of the one `h.app_client` was created through):
+    /// the debugger is allocated in libcuda's client and every control goes
+    /// through that file, as RM's client validation requires.
+    /// `trap_handler_patched` says whether the context's trap handler
+    /// carries REEF's flag check (`reef-trap nvidia`, installed as
+    /// docs/hardware.md Part 2 describes); only then does the trap kill, and
+    /// the backend report level 3.
     pub fn attach_be_context(
         &mut self,
+        app_file: NvRm,
         h: CudaContextHandles,
         trap_handler_patched: bool,
     ) -> Result<(), BackendError> {
@@ -169,18 +186,26 @@ impl CudaBackend {
                 detail: "the attached context is suspended: restore_be first".into(),
             });
         }
-        if self.attached.take().is_some() {
-            self.rm
-                .free(self.client, self.client, DEBUGGER_HANDLE)
+        if let Some(a) = self.attached.take() {
+            let c = a.handles.app_client;
+            a.file
+                .free(c, c, DEBUGGER_HANDLE)
                 .map_err(BackendError::from)?;
         }
-        self.rm
-            .alloc_debugger(self.client, DEBUGGER_HANDLE, h.app_client, h.compute_object)?;
-        self.rm.debugger_set_exception_mask(
-            self.client,
+        app_file.alloc_debugger(
+            h.app_client,
+            DEBUGGER_HANDLE,
+            h.app_client,
+            h.compute_object,
+        )?;
+        if let Err(e) = app_file.debugger_set_exception_mask(
+            h.app_client,
             DEBUGGER_HANDLE,
             NV83DE_CTRL_DEBUG_SET_EXCEPTION_MASK_TRAP,
-        )?;
+        ) {
+            let _ = app_file.free(h.app_client, h.app_client, DEBUGGER_HANDLE);
+            return Err(e.into());
+        }
         self.levels = if trap_handler_patched {
             Levels::up_to(PreemptLevel::Kill, Vec::new())
         } else {
@@ -194,6 +219,7 @@ impl CudaBackend {
             )
         };
         self.attached = Some(Attached {
+            file: app_file,
             handles: h,
             trap_handler_patched,
         });
@@ -246,7 +272,7 @@ impl HardwareBackend for CudaBackend {
         let h = a.handles;
         let kill = a.trap_handler_patched;
         let mut steps = Vec::new();
-        self.rm
+        a.file
             .tsg_preempt(h.app_client, h.be_tsg, true, Some(PREEMPT_TIMEOUT))?;
         steps.push(format!("tsg_preempt 0x{:x}", h.be_tsg));
         if !kill {
@@ -256,9 +282,9 @@ impl HardwareBackend for CudaBackend {
                 refused: Vec::new(),
             });
         }
-        let s = self
-            .rm
-            .debugger_suspend_context(self.client, DEBUGGER_HANDLE)?;
+        let s = a
+            .file
+            .debugger_suspend_context(h.app_client, DEBUGGER_HANDLE)?;
         self.suspended = true;
         steps.push(format!(
             "debugger_suspend_context (resident channel 0x{:x}{})",
@@ -277,11 +303,11 @@ impl HardwareBackend for CudaBackend {
     }
 
     fn restore_be(&mut self) -> Result<Vec<String>, BackendError> {
-        if !self.suspended {
+        let Some(a) = self.attached.as_ref().filter(|_| self.suspended) else {
             return Ok(Vec::new());
-        }
-        self.rm
-            .debugger_resume_context(self.client, DEBUGGER_HANDLE)?;
+        };
+        a.file
+            .debugger_resume_context(a.handles.app_client, DEBUGGER_HANDLE)?;
         self.suspended = false;
         Ok(vec!["debugger_resume_context".into()])
     }
@@ -296,12 +322,15 @@ impl HardwareBackend for CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
-        if self.suspended {
-            let _ = self
-                .rm
-                .debugger_resume_context(self.client, DEBUGGER_HANDLE);
+        if let Some(a) = &self.attached {
+            let c = a.handles.app_client;
+            if self.suspended {
+                let _ = a.file.debugger_resume_context(c, DEBUGGER_HANDLE);
+            }
+            // The debugger lives in libcuda's client: free it, not the client.
+            let _ = a.file.free(c, c, DEBUGGER_HANDLE);
         }
-        // Freeing the client frees the device and debugger objects under it.
+        // Freeing the client frees the device object under it.
         let _ = self.rm.free(self.client, self.client, self.client);
     }
 }

@@ -53,6 +53,15 @@ use serde::Deserialize;
 
 use super::Levels;
 
+/// The environment variable naming the CUDA driver library reefd loads
+/// (after the configuration key `device.cuda_library`).
+pub const LIBRARY_ENV: &str = "REEF_CUDA_LIBRARY";
+
+/// What a test device's `cuDeviceGetName` contains (reef-libcuda-sim says
+/// "reef-sim gv100 (simulated GPU, test device)"); NVIDIA's driver names
+/// real GPUs. reefd lets a non-root user serve on a test device only.
+pub const TEST_DEVICE_MARK: &str = "test device";
+
 /// Why level 3 is not offered on this path.
 pub const NO_KILL: &str = "no kill (level 3): killing running blocks goes through the RM debugger \
      object attached to libcuda's BE context (docs/hardware.md), which needs root, /dev/nvidiactl, \
@@ -191,7 +200,7 @@ pub fn load_library(library: Option<&Path>) -> Result<(), CudaError> {
                 unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
             };
             return Err(CudaError::NoLibrary(format!(
-                "REEF_CUDA_LIBRARY={}: {why}",
+                "cannot load {}: {why}",
                 path.display()
             )));
         }
@@ -200,8 +209,8 @@ pub fn load_library(library: Option<&Path>) -> Result<(), CudaError> {
     if !unsafe { sys::is_culib_present() } {
         return Err(CudaError::NoLibrary(
             "libcuda.so is not on the library search path (install the NVIDIA driver on a GPU \
-             host, or set REEF_CUDA_LIBRARY to a driver library such as the simulated \
-             target/release/libreef_libcuda_sim.so)"
+             host, or point device.cuda_library or REEF_CUDA_LIBRARY at a driver library such \
+             as the simulated test device target/release/libreef_libcuda_sim.so)"
                 .into(),
         ));
     }
@@ -378,6 +387,11 @@ impl ModelFiles {
         })
     }
 
+    /// The kernels in execution order.
+    pub fn kernel_names(&self) -> Vec<&str> {
+        self.kernels.iter().map(|(k, _)| k.name.as_str()).collect()
+    }
+
     /// Bytes of one request's input.
     pub fn input_bytes(&self) -> usize {
         self.storages[self.input].bytes as usize
@@ -437,6 +451,9 @@ struct Request {
     task: u64,
     model: String,
     input: Vec<u8>,
+    /// Its first kernel has been handed to CUDA (reported once through
+    /// [`CudaDevice::take_started`]).
+    first_sent: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -468,6 +485,15 @@ pub struct Completion {
     pub output: Vec<u8>,
 }
 
+/// A request the driver failed (see [`CudaDevice::poll`]).
+#[derive(Debug)]
+pub struct Failure {
+    pub stream: u64,
+    pub task: u64,
+    pub model: String,
+    pub error: CudaError,
+}
+
 /// What one preemption did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preemption {
@@ -478,6 +504,13 @@ pub struct Preemption {
     /// Kernels in the device queue that had passed the flag check (their
     /// index was at most the global execution index) and ran to the end.
     pub ran: u64,
+    /// Requests queued or running on the preempted streams when they were
+    /// stopped (0: the preemption stopped no work).
+    pub stopped: u64,
+    /// Requests that had kernels taken back (host queue or evicted): they
+    /// resume from their first evicted kernel when their stream is
+    /// restored (REEF §4.4).
+    pub tasks: Vec<u64>,
 }
 
 /// An open `cuda:N` device with its two contexts.
@@ -492,6 +525,13 @@ pub struct CudaDevice {
     free_events: Vec<(usize, CUevent)>,
     next_task: u64,
     parked: Vec<Completion>,
+    /// Kernels handed to CUDA (`cuLaunchKernel` accepted) since open.
+    launches: u64,
+    /// Requests failed by the driver, for [`CudaDevice::take_failed`].
+    failed: Vec<Failure>,
+    /// Requests whose first kernel was handed to CUDA, with the instant the
+    /// launch returned, for [`CudaDevice::take_started`].
+    started: Vec<(u64, std::time::Instant)>,
 }
 
 // The raw handles are the driver's, usable from any thread once the owning
@@ -548,6 +588,9 @@ impl CudaDevice {
                 free_events: Vec::new(),
                 next_task: 1,
                 parked: Vec::new(),
+                launches: 0,
+                failed: Vec::new(),
+                started: Vec::new(),
             };
             d.levels = d.probe_levels();
             Ok(d)
@@ -837,6 +880,7 @@ impl CudaDevice {
             task,
             model: model.to_string(),
             input,
+            first_sent: false,
         });
         Ok(task)
     }
@@ -844,6 +888,35 @@ impl CudaDevice {
     /// Whether any request is queued or running.
     pub fn busy(&self) -> bool {
         self.streams.values().any(|s| !s.requests.is_empty())
+    }
+
+    /// Whether the BE streams are paused by a preemption.
+    pub fn be_paused(&self) -> bool {
+        self.streams
+            .values()
+            .any(|s| s.class == StreamClass::BestEffort && s.paused)
+    }
+
+    /// Kernels of the stream in its host queue and handed to CUDA.
+    pub fn queue_depths(&self, stream: u64) -> (usize, usize) {
+        self.streams
+            .get(&stream)
+            .map_or((0, 0), |s| (s.host.len(), s.inflight.len()))
+    }
+
+    /// (next kernel to hand to CUDA, kernels, running) of a request.
+    pub fn task_progress(&self, task: u64) -> Option<(usize, usize, bool)> {
+        let s = self
+            .streams
+            .values()
+            .find(|s| s.requests.iter().any(|r| r.task == task))?;
+        let r = s.requests.iter().find(|r| r.task == task)?;
+        let kernels = self.models.get(&r.model)?.files.kernels.len();
+        if s.active != Some(task) {
+            return Some((0, kernels, false));
+        }
+        let next = s.host.front().map_or(kernels, |l| l.kernel);
+        Some((next, kernels, true))
     }
 
     /// Whether a real-time request is queued or running.
@@ -901,19 +974,63 @@ impl CudaDevice {
 
     /// Observes completions and hands queued kernels to CUDA: at most
     /// `queue_cap` in flight per stream (REEF §4.2), none on a paused
-    /// stream. Returns the requests that finished.
-    pub fn poll(&mut self) -> Result<Vec<Completion>, CudaError> {
+    /// stream. Returns the requests that finished. A driver call that fails
+    /// for a stream (a refused launch, a failed copy or event query) fails
+    /// that stream's front request: it is taken off the stream with the
+    /// driver's error, for [`Self::take_failed`], and the other requests
+    /// and streams go on.
+    pub fn poll(&mut self) -> Vec<Completion> {
         let mut done = Vec::new();
         let ids: Vec<u64> = self.streams.keys().copied().collect();
         for id in ids {
-            self.reap(id, &mut done)?;
-            self.start_next(id)?;
-            self.transmit(id)?;
-            // A request may have finished and the next started.
-            self.reap(id, &mut done)?;
-            self.start_next(id)?;
+            if let Err(e) = self.step(id, &mut done) {
+                self.fail_front(id, e);
+            }
         }
-        Ok(done)
+        done
+    }
+
+    fn step(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {
+        self.reap(id, done)?;
+        self.start_next(id)?;
+        self.transmit(id)?;
+        // A request may have finished and the next started.
+        self.reap(id, done)?;
+        self.start_next(id)
+    }
+
+    /// Takes the stream's front request off with `error`, after waiting for
+    /// its kernels already on the device (they use the stream's buffers,
+    /// which the next request overwrites).
+    fn fail_front(&mut self, id: u64, error: CudaError) {
+        let c = class_ctx(self.streams[&id].class);
+        let s = self.streams.get_mut(&id).unwrap();
+        if s.requests.is_empty() {
+            return;
+        }
+        // SAFETY: our context and stream; a failure leaves nothing to undo.
+        unsafe {
+            if sys::cuCtxSetCurrent(self.ctx[c]) == CUresult::CUDA_SUCCESS {
+                let _ = sys::cuStreamSynchronize(s.cu);
+            }
+        }
+        for (_, ev) in s.inflight.drain(..) {
+            self.free_events.push((c, ev));
+        }
+        s.host.clear();
+        s.active = None;
+        let r = s.requests.pop_front().unwrap();
+        self.failed.push(Failure {
+            stream: id,
+            task: r.task,
+            model: r.model,
+            error,
+        });
+    }
+
+    /// Requests failed by the driver since the last call.
+    pub fn take_failed(&mut self) -> Vec<Failure> {
+        std::mem::take(&mut self.failed)
     }
 
     fn reap(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {
@@ -1044,9 +1161,15 @@ impl CudaDevice {
                 .inspect_err(|_| self.free_events.push((c, ev)))?;
                 check("cuEventRecord", sys::cuEventRecord(ev, cu))?;
             }
+            self.launches += 1;
             let s = self.streams.get_mut(&id).unwrap();
             s.host.pop_front();
             s.inflight.push_back((l, ev));
+            let r = &mut s.requests[0];
+            if !r.first_sent {
+                r.first_sent = true;
+                self.started.push((r.task, std::time::Instant::now()));
+            }
         }
     }
 
@@ -1062,13 +1185,37 @@ impl CudaDevice {
         Ok(ev)
     }
 
-    /// REEF Fig. 8 `preempt()` on every BE stream: stop transmitting (level
-    /// 1), set each BE instance's flag (level 2, line 13), wait until the
-    /// device queues drain, read each stream's execution index (line 15),
-    /// clear the flags (line 16), and put the evicted kernels back at the
-    /// head of their host queues. BE streams stay paused until
-    /// [`CudaDevice::restore_be`].
+    /// REEF Fig. 8 `preempt()` on every BE stream: see [`Self::preempt`].
+    /// BE streams stay paused until [`CudaDevice::restore_be`].
     pub fn preempt_be(&mut self) -> Result<Preemption, CudaError> {
+        let be: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.class == StreamClass::BestEffort)
+            .map(|(&id, _)| id)
+            .collect();
+        self.preempt(&be)
+    }
+
+    /// REEF Fig. 8 `preempt()` on the BE streams `ids` not already paused:
+    /// stop transmitting (level 1), set each instance's flag (level 2,
+    /// line 13), wait until the device queues drain, read each stream's
+    /// execution index (line 15), clear the flags (line 16), and put the
+    /// evicted kernels back at the head of their host queues. The streams
+    /// stay paused until [`CudaDevice::restore`]. A real-time stream or an
+    /// unknown id is refused before anything is done.
+    pub fn preempt(&mut self, ids: &[u64]) -> Result<Preemption, CudaError> {
+        for id in ids {
+            match self.streams.get(id) {
+                None => return Err(CudaError::Invalid(format!("no stream {id}"))),
+                Some(s) if s.class == StreamClass::RealTime => {
+                    return Err(CudaError::Invalid(format!(
+                        "stream {id} is real-time; only best-effort streams are preempted"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
         let level2 = self.levels.highest() >= PreemptLevel::LazyEviction;
         let mut p = Preemption {
             level: if level2 {
@@ -1079,18 +1226,20 @@ impl CudaDevice {
             host_queue: 0,
             evicted: 0,
             ran: 0,
+            stopped: 0,
+            tasks: Vec::new(),
         };
         let mut done = Vec::new();
         self.current(1)?;
-        let be: Vec<u64> = self
-            .streams
+        let be: Vec<u64> = ids
             .iter()
-            .filter(|(_, s)| s.class == StreamClass::BestEffort)
-            .map(|(&id, _)| id)
+            .copied()
+            .filter(|id| !self.streams[id].paused)
             .collect();
         for &id in &be {
             let s = self.streams.get_mut(&id).unwrap();
             s.paused = true;
+            p.stopped += s.requests.len() as u64;
             p.host_queue += s.host.len() as u64;
             if level2 {
                 for inst in s.instances.values() {
@@ -1137,8 +1286,47 @@ impl CudaDevice {
                 s.host.push_front(l);
             }
         }
+        // Requests still active with kernels taken back (a request whose
+        // last kernel ran has completed above and is parked).
+        for &id in &be {
+            let s = &self.streams[&id];
+            if let (Some(t), false) = (s.active, s.host.is_empty()) {
+                p.tasks.push(t);
+            }
+        }
         self.parked.extend(done);
         Ok(p)
+    }
+
+    /// Lets the paused streams `ids` transmit again (unknown ids are
+    /// ignored), from their first evicted kernel: see [`Self::restore_be`].
+    pub fn restore(&mut self, ids: &[u64]) {
+        for id in ids {
+            if let Some(s) = self.streams.get_mut(id) {
+                s.paused = false;
+            }
+        }
+    }
+
+    /// Whether stream `id` is open.
+    pub fn has_stream(&self, id: u64) -> bool {
+        self.streams.contains_key(&id)
+    }
+
+    /// Whether stream `id` is paused by a preemption.
+    pub fn paused(&self, id: u64) -> bool {
+        self.streams.get(&id).is_some_and(|s| s.paused)
+    }
+
+    /// Kernels handed to CUDA since the device was opened.
+    pub fn launches(&self) -> u64 {
+        self.launches
+    }
+
+    /// Requests whose first kernel was handed to CUDA since the last call,
+    /// with the instant `cuLaunchKernel` returned.
+    pub fn take_started(&mut self) -> Vec<(u64, std::time::Instant)> {
+        std::mem::take(&mut self.started)
     }
 
     /// Lets BE streams transmit again, from the first evicted kernel

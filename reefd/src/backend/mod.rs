@@ -12,14 +12,16 @@
 //! the preempt flag checked at kernel entry, 3 = kill running blocks) and
 //! degrades to a lower one, saying why, when a piece is missing.
 //!
-//! What these backends cannot do here: execute kernels. Launching needs the
-//! vendor runtime (HIP on AMD, the CUDA driver on NVIDIA) on a host with the
-//! GPU; every launch returns [`BackendError::CannotExecute`] naming what is
-//! missing, never a panic. `reefd start --device kfd:N|cuda:N` therefore
-//! opens the configured device through the backend (so a wrong path, a
-//! non-device file or a missing privilege is reported exactly) and then
-//! stops with that error ([`check_hardware`]). docs/hardware.md says what
-//! each path needs on a GPU host.
+//! What the ioctl backends ([`kfd`], [`cuda`]) cannot do: execute kernels;
+//! every launch returns [`BackendError::CannotExecute`] naming what is
+//! missing, never a panic. `reefd start --device kfd:N` therefore opens the
+//! configured device through the backend (so a wrong path, a non-device
+//! file or a missing privilege is reported exactly) and then stops with
+//! that error ([`check_hardware`]). NVIDIA kernels are executed by
+//! [`cuda_launch`] (the CUDA driver API through cudarc, levels 1 and 2),
+//! which `reefd start --device cuda:N` serves on through engine/cuda.rs;
+//! the RM path of [`cuda`] (level 3) is not wired to it. docs/hardware.md
+//! says what each path needs on a GPU host.
 
 pub mod cuda;
 pub mod cuda_launch;
@@ -143,41 +145,32 @@ pub trait HardwareBackend {
     fn launch(&mut self, name: &str, exec_index: u32) -> Result<(), BackendError>;
 }
 
-/// The hook `reefd start` calls before serving. Simulated devices (and
-/// `auto`, which falls back to the simulator) pass. A hardware device needs
-/// root; as root it is opened through its backend at the paths in the
-/// configuration (`device.kfd_path`, `device.kfd_topology`,
-/// `device.nvidiactl_path`) and then refused with
-/// [`BackendError::CannotExecute`], because nothing in this build can
-/// execute inference kernels on it.
+/// The hook `reefd start` calls before serving. Simulated devices, `auto`
+/// (which falls back to the simulator) and `cuda:N` (the launch path) pass.
+/// `kfd:N` needs root; as root it is opened through its backend at the
+/// paths in the configuration (`device.kfd_path`, `device.kfd_topology`)
+/// and then refused with [`BackendError::CannotExecute`], because nothing
+/// in this build can execute inference kernels on it.
 pub fn check_hardware(spec: &DeviceSpec, cfg: &Config, is_root: bool) -> Result<(), BackendError> {
-    let (DeviceSpec::Kfd(index) | DeviceSpec::Cuda(index)) = *spec else {
+    // cuda:N serves through the CUDA launch path (cuda_launch.rs, driven by
+    // engine/cuda.rs), which needs no RM handle of its own: daemon.rs
+    // checks the driver library and, once it names its GPU, root.
+    let DeviceSpec::Kfd(index) = *spec else {
         return Ok(());
     };
     if !is_root {
         return Err(BackendError::NeedsRoot(spec.to_string()));
     }
-    let (device, opened, missing) = match spec {
-        DeviceSpec::Kfd(_) => {
-            let b = KfdBackend::open(&KfdOptions {
-                path: cfg.device.kfd_path.clone(),
-                topology_dir: cfg.device.kfd_topology.clone(),
-                index,
-                // No HIP runtime lives in this build's process, so reefd is
-                // the process's only KFD user and enables the runtime itself.
-                enable_runtime: true,
-                grace_period_us: kfd::DEFAULT_GRACE_PERIOD_US,
-            })?;
-            (b.device(), b.summary(), kfd::HIP_MISSING.to_string())
-        }
-        _ => {
-            let b = CudaBackend::open(&CudaOptions {
-                nvidiactl_path: cfg.device.nvidiactl_path.clone(),
-                index,
-            })?;
-            (b.device(), b.summary(), b.launch_unavailable_reason())
-        }
-    };
+    let b = KfdBackend::open(&KfdOptions {
+        path: cfg.device.kfd_path.clone(),
+        topology_dir: cfg.device.kfd_topology.clone(),
+        index,
+        // No HIP runtime lives in this build's process, so reefd is
+        // the process's only KFD user and enables the runtime itself.
+        enable_runtime: true,
+        grace_period_us: kfd::DEFAULT_GRACE_PERIOD_US,
+    })?;
+    let (device, opened, missing) = (b.device(), b.summary(), kfd::HIP_MISSING.to_string());
     Err(BackendError::CannotExecute {
         device,
         reason: format!(
@@ -209,10 +202,9 @@ mod tests {
         for spec in [DeviceSpec::Auto, DeviceSpec::Sim("mi50".into())] {
             assert!(check_hardware(&spec, &cfg, false).is_ok());
         }
-        for spec in [DeviceSpec::Kfd(0), DeviceSpec::Cuda(1)] {
-            let e = check_hardware(&spec, &cfg, false).unwrap_err();
-            assert!(matches!(e, BackendError::NeedsRoot(_)), "{e}");
-            assert!(e.to_string().contains("needs root"), "{e}");
-        }
+        assert!(check_hardware(&DeviceSpec::Cuda(1), &cfg, false).is_ok());
+        let e = check_hardware(&DeviceSpec::Kfd(0), &cfg, false).unwrap_err();
+        assert!(matches!(e, BackendError::NeedsRoot(_)), "{e}");
+        assert!(e.to_string().contains("needs root"), "{e}");
     }
 }

@@ -157,6 +157,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("  engine      {}", s.engine);
             println!("  policy      {}", s.policy);
             println!("  preemption  levels {:?}", s.preemption_levels);
+            for n in &s.preemption_notes {
+                println!("              {n}");
+            }
             println!("  uptime      {:.1} s", s.uptime_s);
             println!(
                 "  {} models, {} streams, {} tasks in flight, {} connections",
@@ -402,8 +405,8 @@ fn print_stats(s: &reefd::protocol::Stats) {
         .map(|(l, n)| format!("level {l}: {n}"))
         .collect();
     println!(
-        "restores {}, outputs differing from an unpreempted run {}",
-        s.restores, s.corrupted_outputs
+        "restores {}, outputs differing from an unpreempted run {}, device errors {}",
+        s.restores, s.corrupted_outputs, s.device_errors
     );
     println!(
         "padded launches {}, best-effort blocks padded {}",

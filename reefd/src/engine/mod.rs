@@ -11,6 +11,7 @@
 //! and can be driven in virtual time by tests. The one wall-clock reading is
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
+pub mod cuda;
 pub mod fikit_store;
 pub mod node;
 pub mod sched;
@@ -71,6 +72,14 @@ pub enum EngineEvent {
     },
     /// The engine refused the task (e.g. BE work under an RT-only policy).
     TaskRejected { task: u64, reason: String },
+    /// The device refused or failed an action of the scheduler (a
+    /// preempt-flag write, a kill, a queue clear, a launch, a completion
+    /// query): counted in the metrics (`device_errors`) and logged by the
+    /// runtime with the action, never dropped (issue 18 item 6).
+    DeviceError { action: String, error: String },
+    /// The device failed the task (e.g. the driver refused one of its
+    /// launches); the client gets `reason` with code `internal`.
+    TaskFailed { task: u64, reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,6 +120,11 @@ pub struct PaddingCounters {
 /// runtime's calls. Every call may append events to `out`.
 pub trait Engine: Send {
     fn info(&self) -> EngineInfo;
+    /// Why preemption levels are missing, as the device backend probed
+    /// them (shown by `reefctl status`); empty by default.
+    fn preemption_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Switches the scheduling policy.
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError>;
     fn add_model(&mut self, model: EngineModel) -> Result<(), EngineError>;

@@ -212,6 +212,22 @@ pub struct SchedEngine {
     fikit_saved: u64,
 }
 
+/// The error policy for a device action (issue 18 item 6): a refusal is
+/// reported as [`EngineEvent::DeviceError`] with the action, which the
+/// runtime counts (`device_errors`) and logs; nothing is dropped.
+fn device_result(
+    out: &mut Vec<EngineEvent>,
+    action: impl FnOnce() -> String,
+    r: Result<(), reef_sim::SimError>,
+) {
+    if let Err(e) = r {
+        out.push(EngineEvent::DeviceError {
+            action: action(),
+            error: e.to_string(),
+        });
+    }
+}
+
 /// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
 /// after the stream and its last request are gone).
 /// The reads and writes of kernel `k` of task `task`, in its stream's
@@ -652,7 +668,14 @@ impl SchedEngine {
                     // only: no decision depends on it.)
                     let issued = std::time::Instant::now();
                     if let Err(e) = b.sim.launch(b.streams[stream.0 as usize], l) {
-                        tracing::error!(error = %e, "launch refused by the device");
+                        // Counted and logged; the scheduler core still
+                        // counts the kernel as launched (it cannot be told
+                        // otherwise), so the task waits until its stream is
+                        // closed.
+                        out.push(EngineEvent::DeviceError {
+                            action: format!("launch task {task} kernel {k} on stream {}", stream.0),
+                            error: e.to_string(),
+                        });
                         continue;
                     }
                     rec.next_kernel = k + 1;
@@ -666,14 +689,27 @@ impl SchedEngine {
                     }
                     out.push(EngineEvent::KernelsLaunched { count: 1 });
                 }
+                // A refusal is counted and logged (`device_errors`, issue 18
+                // item 6), never dropped.
                 Action::SetPreemptFlag { stream, value } => {
-                    let _ = b.sim.set_preempt_flag(b.streams[stream.0 as usize], value);
+                    let r = b.sim.set_preempt_flag(b.streams[stream.0 as usize], value);
+                    device_result(
+                        out,
+                        || format!("set preempt flag {value} on stream {}", stream.0),
+                        r,
+                    );
                 }
                 Action::KillStream { stream } => {
-                    let _ = b.sim.kill_stream(b.streams[stream.0 as usize]);
+                    let r = b.sim.kill_stream(b.streams[stream.0 as usize]);
+                    device_result(out, || format!("kill stream {}", stream.0), r);
                 }
                 Action::ClearDeviceQueue { stream } => {
-                    let _ = b.sim.clear_queue(b.streams[stream.0 as usize]);
+                    let r = b.sim.clear_queue(b.streams[stream.0 as usize]).map(|_| ());
+                    device_result(
+                        out,
+                        || format!("clear the device queue of stream {}", stream.0),
+                        r,
+                    );
                 }
                 // Asynchronous reclamation (§4.2): the dropped launches are
                 // plain data already released by the core.
@@ -1506,6 +1542,54 @@ mod tests {
         e.submit(50_000_000, 4, 2, "vgg", &mut out).unwrap();
         run(&mut e, &mut out);
         assert_eq!(done(&out), vec![(4, Some(true))]);
+    }
+
+    #[test]
+    fn a_refused_preemption_action_is_reported_not_dropped() {
+        let mut e = engine(1);
+        let mut out = Vec::new();
+        e.open_stream(1, Priority::Be).unwrap();
+        e.open_stream(2, Priority::Rt).unwrap();
+        e.submit(0, 1, 1, "vgg", &mut out).unwrap();
+        e.advance(2_000_000, &mut out);
+        // Fault injection: the BE client's device stream is gone (the
+        // simulator answers with its own error, as a driver whose queue
+        // was destroyed would).
+        for s in e.sched_streams_of(1) {
+            e.build.streams[s as usize] = reef_sim::StreamId(u32::MAX);
+        }
+        e.submit(2_000_000, 2, 2, "vgg", &mut out).unwrap();
+        run(&mut e, &mut out);
+        let errors: Vec<(&str, &str)> = out
+            .iter()
+            .filter_map(|x| match x {
+                EngineEvent::DeviceError { action, error } => {
+                    Some((action.as_str(), error.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(!errors.is_empty(), "{out:?}");
+        for (action, error) in &errors {
+            assert!(
+                [
+                    "set preempt flag",
+                    "kill stream",
+                    "clear the device queue",
+                    "launch"
+                ]
+                .iter()
+                .any(|a| action.starts_with(a)),
+                "{action}"
+            );
+            assert!(!error.is_empty());
+        }
+        assert!(
+            errors.iter().any(|(a, _)| a.starts_with("kill stream")),
+            "the RT arrival's kill was refused and reported: {errors:?}"
+        );
+        // The RT request still completes, correctly.
+        assert!(done(&out).contains(&(2, Some(true))), "{out:?}");
     }
 
     #[test]

@@ -35,6 +35,17 @@ impl Daemon {
 
     /// Starts reefd on `device` (e.g. `sim:mi50x4`).
     pub fn start_on(device: &str, daemon_extra: &str, other_sections: &str) -> Daemon {
+        Self::start_full(device, daemon_extra, "", other_sections)
+    }
+
+    /// Starts reefd on `device` with `device_extra` TOML in its [device]
+    /// section (e.g. `cuda_library = "..."`).
+    pub fn start_full(
+        device: &str,
+        daemon_extra: &str,
+        device_extra: &str,
+        other_sections: &str,
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         // Let other users traverse to the socket (the uid-drop test).
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -49,7 +60,7 @@ impl Daemon {
         std::fs::write(
             &cfg,
             format!(
-                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = {device:?}\n{metrics}{other_sections}\n",
+                "[daemon]\nsocket = {:?}\npid_file = {:?}\nlog_level = \"debug\"\n{daemon_extra}\n[device]\ndevice = {device:?}\n{device_extra}\n{metrics}{other_sections}\n",
                 socket, pid_file
             ),
         )
@@ -133,6 +144,25 @@ impl Drop for Daemon {
     }
 }
 
+/// A test that cannot run here logs why (stderr, and a line in the file
+/// `REEF_SKIP_LOG` names, as `reef_ioctl::fake::skip` does) and returns.
+/// Unlike that function it never panics under `REEF_REQUIRE_HW_FAKES=1`:
+/// what is missing here is a GPU, not a FUSE fake.
+pub fn log_skip(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("{test}: {why}");
+    eprintln!("{line}");
+    if let Some(log) = std::env::var_os("REEF_SKIP_LOG") {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 /// Polls `f` until it returns true or the timeout passes.
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -143,4 +173,35 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     f()
+}
+
+/// The CUDA test model of the simulated libcuda (`model.toml`, its PTX
+/// and weights, and the REEF schedule `two-kernel.json`).
+pub fn two_kernel_dir() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../libcuda-sim/models/two-kernel")
+        .canonicalize()
+        .unwrap()
+}
+
+/// A copy of the two-kernel model named `name` whose first kernel's block
+/// (2048 threads) the driver refuses at launch (CUDA_ERROR_INVALID_VALUE:
+/// at most 1024 threads per block).
+pub fn refused_model(name: &str) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join(name);
+    std::fs::create_dir(&dir).unwrap();
+    for f in ["kernels.ptx", "weights.bin"] {
+        std::fs::copy(two_kernel_dir().join(f), dir.join(f)).unwrap();
+    }
+    std::fs::copy(
+        two_kernel_dir().join("two-kernel.json"),
+        dir.join(format!("{name}.json")),
+    )
+    .unwrap();
+    let toml = std::fs::read_to_string(two_kernel_dir().join("model.toml")).unwrap();
+    let wide = toml.replacen("block = [256, 1, 1]", "block = [2048, 1, 1]", 1);
+    assert_ne!(wide, toml);
+    std::fs::write(dir.join("model.toml"), wide).unwrap();
+    t
 }
