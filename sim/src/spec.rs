@@ -79,11 +79,6 @@ pub struct DeviceSpec {
     pub min_block_ns: u64,
     /// Preemption levels supported (1, 2, 3).
     pub preempt_levels: Vec<u8>,
-    /// Device-level contention between launches (docs/simulator.md
-    /// "Contention between launches"): the share of a kernel's measured
-    /// co-residency slowdown that comes from resources the whole device
-    /// shares (L2, memory). 0 turns the mechanism off.
-    pub contention_share: f64,
 }
 
 /// Why a device spec could not be used. The underlying error is part of
@@ -204,12 +199,6 @@ impl DeviceSpec {
         }
         if !(self.profile_scale.is_finite() && self.profile_scale > 0.0) {
             return bad("profile_scale", "must be a positive number");
-        }
-        if !(self.contention_share.is_finite() && (0.0..=1.0).contains(&self.contention_share)) {
-            return bad(
-                "contention_share",
-                "must be a number in [0, 1] (a share of the measured co-residency slowdown)",
-            );
         }
         if self.min_block_ns == 0 {
             return bad("min_block_ns", "must be positive (a block takes time)");

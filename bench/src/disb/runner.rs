@@ -122,6 +122,10 @@ pub struct RunOutcome {
     pub fikit: Option<FikitStats>,
     /// Every profile FIKIT knew at the end (loaded and measured).
     pub fikit_profiles: Vec<Profile>,
+    /// The largest DRAM draw of the resident blocks, as a fraction of the
+    /// device's memory bandwidth (`Sim::dram_load_peak`); `None` when not
+    /// simulated here (a live daemon run).
+    pub dram_load_peak: Option<f64>,
 }
 
 /// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
@@ -811,6 +815,7 @@ pub fn simulate(
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
         padding: run.pad.as_ref().map(|p| run.sched.pad_stats(p)),
+        dram_load_peak: Some(run.sim.dram_load_peak()),
     })
 }
 
