@@ -146,6 +146,23 @@ pub fn own_device_queues(policy: &str) -> bool {
     matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
 }
 
+/// Whether REEF's runtime on this device is REEFnv (REEF §4.6: the NVIDIA
+/// port, evaluated on the GV100), whose device queues are simulated: every
+/// stream's kernels wait in a virtual host queue whose background thread
+/// "transmits a fixed number of kernels to the CUDA runtime in a closed
+/// loop" (§4.6, "Queue eviction"). So on REEFnv a policy that runs on
+/// REEF's runtime ([`own_device_queues`]) has at most `dq_capacity` kernels
+/// outstanding per stream even when it asks for no cap
+/// (`reef_sched::Config::runtime_caps_every_stream`): the `wait` baseline of
+/// Fig. 17(b)/18 too, whose queued kernels then sit in the
+/// virtual host queue (evicted by a reset, without a fetch) rather than
+/// in the device queue. The MI50 (HIP, ROCm) runs REEF's modified runtime
+/// with real device queues, which `wait` leaves uncapped (§6.4). The
+/// NVIDIA presets are `gv100` and `h100` (sim/devices).
+pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
+    matches!(spec.name.as_str(), "gv100" | "h100")
+}
+
 /// Knobs of one run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -696,6 +713,7 @@ pub fn simulate(
     opts: &RunOptions,
 ) -> anyhow::Result<RunOutcome> {
     let mut cfg = reef_exec::sched_config(spec, opts.dq_capacity);
+    cfg.runtime_caps_every_stream = reefnv_runtime(spec);
     cfg.host_paced = opts.host_gap_ns.is_some();
     cfg.priorities = opts.priorities.clone();
     let max_level = cfg.device.max_level;
