@@ -134,9 +134,23 @@ impl DeviceSpec {
 
     /// Parses and validates spec text (`path` is for messages).
     pub fn parse(path: &Path, text: &str) -> Result<Self, SpecError> {
-        let spec: DeviceSpec = toml::from_str(text).map_err(|e| SpecError::Parse {
-            path: path.into(),
-            message: e.to_string(),
+        let spec: DeviceSpec = toml::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            if message.contains("unknown field `contention_share`") {
+                // Removed in issue 15: say so rather than list the fields.
+                return SpecError::Invalid {
+                    path: path.into(),
+                    field: "contention_share",
+                    problem: "no longer a device parameter: contention between launches is \
+                              now the shared memory bandwidth (memory_bandwidth_bytes_per_s, \
+                              docs/simulator.md); delete the line"
+                        .into(),
+                };
+            }
+            SpecError::Parse {
+                path: path.into(),
+                message,
+            }
         })?;
         spec.validate(path)?;
         Ok(spec)

@@ -353,4 +353,6 @@ fn old_contention_share_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("contention_share"), "{e}");
+    assert!(e.contains("delete the line"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
