@@ -34,8 +34,9 @@
 //! Across CUs, launches share the device's memory bandwidth (REEF §6.5
 //! Fig. 27, "contention on GPU memory"): every resident block group draws
 //! its kernel's DRAM bytes per block over its duration; when the groups
-//! together ask more than `memory_bandwidth_bytes_per_s` and more than the
-//! load a block's own curve was measured under, a block placed then has
+//! together ask more than `memory_bandwidth_bytes_per_s`, more than the
+//! load a block's own curve was measured under and more than its own
+//! launch draws, a block placed then has
 //! the memory-bound part of its time stretched by the excess
 //! ([`Sim::time_fresh_groups`]); fixed at placement too, and nil below
 //! saturation. A kill
