@@ -682,16 +682,13 @@ mod tests {
             mean(&mv),
             mean(&base)
         );
-        // Rule 1: without device-level contention no padded launch
-        // outlasts its RT kernel; with it (the preset) some do, by the
-        // memory/L2 contention of Fig. 27.
-        assert!(p.overhead_ns.iter().any(|&o| o > 0));
-        let mut quiet = DeviceSpec::preset("mi50").unwrap();
-        quiet.contention_share = 0.0;
-        let q = pair_on(quiet, "reef-dkp-mv", 0.5);
-        let qp = q.padding.as_ref().unwrap();
-        assert!(qp.padded_launches > 0);
-        assert!(qp.overhead_ns.iter().all(|&o| o <= 0));
+        // Rule 1: a padded launch outlasts its RT kernel only through what
+        // the whole device shares, its memory bandwidth (docs/simulator.md
+        // "Shared memory bandwidth"); this pair never oversubscribes the
+        // MI50's (peak draw below 1), so none does.
+        let peak = mv.dram_load_peak.unwrap();
+        assert!(peak > 0.0 && peak < 1.0, "{peak}");
+        assert!(p.overhead_ns.iter().all(|&o| o <= 0));
         assert!(base.padding.is_none());
     }
 

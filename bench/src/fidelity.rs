@@ -438,13 +438,16 @@ fn quotes() -> Vec<Quote> {
             Is(882.0),
             PreemptModel("wait", "resnet152"),
         ),
-        q(
-            "gv100",
-            "18",
-            "wait-based preemption RNET (us)",
-            Is(233.0),
-            PreemptModel("wait", "resnet152"),
-        ),
+        Quote {
+            note: "wait on REEFnv's closed-loop cap, assumed REEF's default 4 (runner::reefnv_runtime)",
+            ..q(
+                "gv100",
+                "18",
+                "wait-based preemption RNET (us)",
+                Is(233.0),
+                PreemptModel("wait", "resnet152"),
+            )
+        },
     ];
     for dev in ["mi50", "gv100"] {
         for m in ["vgg", "resnet152", "densenet", "inception", "bert"] {
@@ -492,7 +495,7 @@ fn quotes() -> Vec<Quote> {
         )
     });
     v.push(Quote {
-        note: "contention_share was once fitted to this figure (docs/simulator.md)",
+        note: "padded RT kernels slow only when the shared memory bandwidth is oversubscribed (docs/simulator.md)",
         ..q(
             "mi50",
             "27",

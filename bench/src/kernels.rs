@@ -5,9 +5,9 @@
 //! device, paying the whole launch path), the simulated and measured
 //! back-to-back model latency, the median per-kernel error, and the busy-CU
 //! range over one back-to-back inference (REEF §2.1 Fig. 3(b) reports 6.7%
-//! to 86.7% of 60 CUs for VGG on the MI50), and the kernels' contention
-//! weights (docs/simulator.md "Contention between launches"; REEF §6.5,
-//! Fig. 27): the share with weight 0 and the median.
+//! to 86.7% of 60 CUs for VGG on the MI50), and the kernels' DRAM draw
+//! (docs/simulator.md "Shared memory bandwidth"; REEF §6.5, Fig. 27): the
+//! share that declares no DRAM bytes and the median draw at full occupancy.
 
 use crate::run::{kernel_launch, DeviceModels, REEF_DQ_CAPACITY};
 use anyhow::Result;
@@ -38,8 +38,10 @@ pub struct KernelRow {
     pub blocks: u64,
     pub measured_us: Option<f64>,
     pub simulated_us: f64,
-    /// Contention weight (0..1) derived from the block curve.
-    pub contention_weight: f64,
+    /// DRAM draw of the kernel filling every CU at its curve's top, as a
+    /// fraction of the device's bandwidth (shared memory bandwidth,
+    /// docs/simulator.md); 0 when it declares no DRAM bytes.
+    pub dram_util: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -54,9 +56,10 @@ pub struct KernelsRow {
     pub busy_cus_min: usize,
     pub busy_cus_max: usize,
     pub busy_cus_mean: f64,
-    /// Kernel launches whose contention weight is 0 (%).
-    pub weight_zero_pct: f64,
-    pub weight_median: f64,
+    /// Kernel launches that declare no DRAM bytes (%).
+    pub dram_zero_pct: f64,
+    /// Median `dram_util` over the kernel launches.
+    pub dram_util_median: f64,
     #[serde(skip)]
     pub per_kernel: Vec<KernelRow>,
 }
@@ -97,7 +100,7 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
                 .as_ref()
                 .map(|p| p.total_latency_ns as f64 / 1000.0),
             simulated_us: t as f64 / 1000.0,
-            contention_weight: weight(&shapes[i]),
+            dram_util: dram_util(spec, &shapes[i]),
         });
         if let Some(p) = &k.profile {
             let m = p.total_latency_ns as f64;
@@ -134,7 +137,7 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
         host.pump(&mut sim)?;
     }
     let span = last - first.unwrap_or(0);
-    let mut ws: Vec<f64> = shapes.iter().map(|s| weight(s)).collect();
+    let mut ws: Vec<f64> = shapes.iter().map(|s| dram_util(spec, s)).collect();
     ws.sort_by(|a, b| a.total_cmp(b));
     let zero = ws.iter().filter(|&&w| w == 0.0).count();
     Ok(KernelsRow {
@@ -157,14 +160,17 @@ pub fn row(spec: &DeviceSpec, model: &Model) -> Result<KernelsRow> {
         } else {
             0.0
         },
-        weight_zero_pct: 100.0 * zero as f64 / ws.len().max(1) as f64,
-        weight_median: ws.get(ws.len() / 2).copied().unwrap_or(0.0),
+        dram_zero_pct: 100.0 * zero as f64 / ws.len().max(1) as f64,
+        dram_util_median: ws.get(ws.len() / 2).copied().unwrap_or(0.0),
         per_kernel,
     })
 }
 
-fn weight(s: &KernelShape) -> f64 {
-    s.contention_weight as f64 / reef_sim::shape::WEIGHT_ONE as f64
+fn dram_util(spec: &DeviceSpec, s: &KernelShape) -> f64 {
+    let k = s.curve_len() as f64;
+    let top = s.exec_ns(s.curve_len() as u32).max(1) as f64 * 1e-9;
+    k * s.dram_bytes_per_block as f64 * spec.compute_units as f64
+        / (top * spec.memory_bandwidth_bytes_per_s as f64)
 }
 
 pub fn main(args: KernelsArgs) -> Result<()> {
@@ -180,8 +186,8 @@ pub fn main(args: KernelsArgs) -> Result<()> {
             "sim_us",
             "med_err%",
             "busy_cus",
-            "w0_%",
-            "w_med"
+            "b0_%",
+            "dram"
         );
     }
     for n in &names {
@@ -193,13 +199,13 @@ pub fn main(args: KernelsArgs) -> Result<()> {
                     println!("{}", serde_json::to_string(k)?);
                 } else {
                     println!(
-                        "  {:<10} {:>4} {:>6} blocks {:>8} us measured {:>8.1} us simulated  w {:.2}  {}",
+                        "  {:<10} {:>4} {:>6} blocks {:>8} us measured {:>8.1} us simulated  dram {:.3}  {}",
                         k.model,
                         k.index,
                         k.blocks,
                         k.measured_us.map_or("-".into(), |m| format!("{m:.1}")),
                         k.simulated_us,
-                        k.contention_weight,
+                        k.dram_util,
                         k.kernel
                     );
                 }
@@ -220,8 +226,8 @@ pub fn main(args: KernelsArgs) -> Result<()> {
                 r.busy_cus_min,
                 r.busy_cus_max,
                 r.busy_cus_mean,
-                r.weight_zero_pct,
-                r.weight_median
+                r.dram_zero_pct,
+                r.dram_util_median
             );
         }
     }

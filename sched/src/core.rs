@@ -137,6 +137,13 @@ pub struct Config {
     /// a kernel is transmitted only once issued. `false` (the default): every
     /// kernel is issued when the request arrives (back-to-back launches).
     pub host_paced: bool,
+    /// The runtime bounds every stream's outstanding kernels at
+    /// `dq_capacity`, whatever the policy asks: REEFnv (REEF §4.6) keeps
+    /// kernels in a virtual host queue whose background thread "transmits
+    /// a fixed number of kernels to the CUDA runtime in a closed loop", so
+    /// a policy without a device-queue cap of its own (`wait`) is capped
+    /// there too. `false` (the default): only policies that cap (`reef`).
+    pub runtime_caps_every_stream: bool,
 }
 
 impl Default for Config {
@@ -147,6 +154,7 @@ impl Default for Config {
             rt_order: RtOrder::Fifo,
             priorities: Vec::new(),
             host_paced: false,
+            runtime_caps_every_stream: false,
         }
     }
 }

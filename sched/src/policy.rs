@@ -301,7 +301,8 @@ impl Policy for Preemptive {
         self.name
     }
     fn layout(&self, clients: &[ClientSpec], cfg: &Config) -> Layout {
-        Layout::shared_rt(clients, self.capped.then_some(cfg.dq_capacity))
+        let capped = self.capped || cfg.runtime_caps_every_stream;
+        Layout::shared_rt(clients, capped.then_some(cfg.dq_capacity))
     }
     fn schedule(&mut self, core: &mut Core) {
         let rt = StreamId(0);
@@ -323,5 +324,39 @@ impl Policy for Preemptive {
         if self.mode == Mode::Normal {
             start_idle_be(core);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Class, ModelId};
+
+    /// `wait` leaves its best-effort device queues uncapped (§6.4) unless
+    /// the runtime caps every stream (REEFnv, §4.6); `reef` caps either way.
+    #[test]
+    fn wait_is_capped_only_where_the_runtime_caps_every_stream() {
+        let clients = [
+            ClientSpec {
+                name: "rt".into(),
+                model: ModelId(0),
+                class: Class::RealTime,
+            },
+            ClientSpec {
+                name: "be".into(),
+                model: ModelId(1),
+                class: Class::BestEffort,
+            },
+        ];
+        let mut cfg = Config {
+            dq_capacity: 3,
+            ..Config::default()
+        };
+        let be_cap = |p: &Preemptive, cfg: &Config| p.layout(&clients, cfg).streams[1].1;
+        assert_eq!(be_cap(&Preemptive::wait(), &cfg), None);
+        assert_eq!(be_cap(&Preemptive::reef(), &cfg), Some(3));
+        cfg.runtime_caps_every_stream = true;
+        assert_eq!(be_cap(&Preemptive::wait(), &cfg), Some(3));
+        assert_eq!(be_cap(&Preemptive::reef(), &cfg), Some(3));
     }
 }

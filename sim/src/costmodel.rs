@@ -206,7 +206,13 @@ pub fn compiled_shape(
         max_k,
         spec,
     );
-    KernelShape::synthetic(&name, blocks, threads, lds, regs, curve, spec)
+    // DRAM traffic per block: the compiler's bytes read and written, spread
+    // evenly over the blocks (shared memory bandwidth, docs/simulator.md).
+    let bytes = work.bytes_read.saturating_add(work.bytes_written) / blocks.max(1) as u64;
+    Ok(
+        KernelShape::synthetic(&name, blocks, threads, lds, regs, curve, spec)?
+            .with_dram_bytes(bytes),
+    )
 }
 
 #[cfg(test)]

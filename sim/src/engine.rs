@@ -31,12 +31,15 @@
 //! block's own pipes, and `k` may be fractional (the curve interpolated).
 //! A launch may be capped to persistent blocks per CU (Aker §5.3,
 //! [`KernelLaunch::persistent`]).
-//! Across CUs, launches contend for what the whole device shares (L2,
-//! memory; REEF §6.5 Fig. 27): a block placed while blocks of other launches
-//! are resident runs longer in proportion to both kernels' contention
-//! weights (from their measured curves) and the device's
-//! `contention_share` ([`Sim::time_fresh_groups`]); fixed at placement too,
-//! and nil when no other launch is resident. A kill
+//! Across CUs, launches share the device's memory bandwidth (REEF §6.5
+//! Fig. 27, "contention on GPU memory"): every resident block group draws
+//! its kernel's DRAM bytes per block over its duration; when the groups
+//! together ask more than `memory_bandwidth_bytes_per_s`, more than the
+//! load a block's own curve was measured under and more than its own
+//! launch draws, a block placed then has
+//! the memory-bound part of its time stretched by the excess
+//! ([`Sim::time_fresh_groups`]); fixed at placement too, and nil below
+//! saturation. A kill
 //! removes the running groups of the targeted kernels after `kill_latency_ns`
 //! and discards their unplaced blocks.
 
@@ -391,8 +394,8 @@ struct Launch {
     unit: Packed,
     /// Blocks that fit on an empty CU.
     cap_empty: u32,
-    /// Contention pressure of its resident groups (sum of their `pressure`).
-    pressure: u128,
+    /// DRAM bandwidth its resident groups draw (sum of their `rate`).
+    rate: u128,
     /// Persistent blocks per CU (0: no limit) and, when set, the launch's
     /// resident blocks on each CU.
     ptb: u32,
@@ -442,9 +445,9 @@ struct Group {
     cus: CuSet,
     per_cu: u32,
     record: usize,
-    /// Contention pressure: weight x blocks x exec(1) / exec(k). u128:
-    /// exact for any spec the validation accepts (< 2^84 per group).
-    pressure: u128,
+    /// DRAM bandwidth the group draws, bytes/s: its blocks x the kernel's
+    /// DRAM bytes per block / its duration (shared memory bandwidth).
+    rate: u128,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -487,13 +490,14 @@ pub struct Sim {
     records: Vec<BlockRecord>,
     completed: u64,
     memory_used: u64,
-    /// Contention pressure of every resident group.
-    pressure: u128,
-    /// `contention_share` in millionths.
-    share_ppm: u64,
+    /// DRAM bandwidth drawn by every resident group (sum of their `rate`).
+    dram_rate: u128,
+    /// The largest `dram_rate` any placement pass saw.
+    dram_peak: u128,
     /// Groups placed in the current placement pass, not yet timed: (group
-    /// slot, generation, duration before contention).
-    fresh: Vec<(u32, u32, u64)>,
+    /// slot, generation, duration before bandwidth sharing, co-residency
+    /// in 1/1024).
+    fresh: Vec<(u32, u32, u64, u64)>,
     // scratch
     cand: Vec<(usize, u32, u32)>,
     /// Placement buckets: (blocks per CU, co-residency, CUs).
@@ -525,8 +529,8 @@ impl Sim {
             cand: Vec::with_capacity(n),
             buckets: Vec::new(),
             load: vec![[0; crate::mix::PIPES]; n],
-            pressure: 0,
-            share_ppm: (spec.contention_share * 1e6).round() as u64,
+            dram_rate: 0,
+            dram_peak: 0,
             fresh: Vec::new(),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
@@ -826,7 +830,7 @@ impl Sim {
                     scan: CuSet::empty(),
                     unit: 0,
                     cap_empty: 0,
-                    pressure: 0,
+                    rate: 0,
                     ptb: 0,
                     resident: Vec::new(),
                 });
@@ -862,7 +866,7 @@ impl Sim {
         } else {
             l.cap_empty = cap_empty;
         }
-        l.pressure = 0;
+        l.rate = 0;
         slot
     }
 
@@ -1052,6 +1056,18 @@ impl Sim {
         self.usage.iter().map(|&u| blocks_of(u) as u64).sum()
     }
 
+    /// DRAM bandwidth the resident blocks draw now, as a fraction of the
+    /// device's `memory_bandwidth_bytes_per_s` (docs/simulator.md "Shared
+    /// memory bandwidth"). Above 1 the bandwidth is oversubscribed.
+    pub fn dram_load(&self) -> f64 {
+        self.dram_rate as f64 / self.spec.memory_bandwidth_bytes_per_s as f64
+    }
+
+    /// The largest [`Sim::dram_load`] any placement saw so far.
+    pub fn dram_load_peak(&self) -> f64 {
+        self.dram_peak as f64 / self.spec.memory_bandwidth_bytes_per_s as f64
+    }
+
     /// Reserves device memory (model weights, activations); fails when the
     /// device's `memory_bytes` would be exceeded.
     pub fn alloc(&mut self, bytes: u64) -> Result<(), SimError> {
@@ -1117,6 +1133,13 @@ impl Sim {
             {
                 return Err(format!("CU {cu} over its limits: {u:?}"));
             }
+        }
+        let rate: u128 = self.groups.iter().filter(|g| g.live).map(|g| g.rate).sum();
+        if rate != self.dram_rate {
+            return Err(format!(
+                "DRAM draw {} B/s != resident groups' {rate} B/s",
+                self.dram_rate
+            ));
         }
         let busy = self.usage.iter().filter(|&&u| blocks_of(u) > 0).count();
         if busy != self.busy {
@@ -1347,40 +1370,73 @@ impl Sim {
     }
 
     /// Schedules the completion of the groups placed in this pass, each
-    /// stretched by device-level contention (docs/simulator.md "Contention
-    /// between launches"; REEF §6.5, Fig. 27). A group's pressure is
-    /// `w x blocks x exec(1) / exec(k)` (its kernel's contention weight `w`
-    /// in 1/1024, times its blocks, each counted at the rate it issues work
-    /// at its co-residency `k`); `P` is the pressure of every resident group
-    /// of *other* launches (this pass's included, so the parts of a padded
-    /// launch see each other). A block of duration `d` runs
-    /// `d x (1 + share x (w/1024) x (P/1024) / compute_units)`, rounded
-    /// down. Alone on the device (`P` = 0) nothing changes. The groups are
-    /// scheduled in placement order, as they were placed.
+    /// stretched when the device's memory bandwidth is oversubscribed
+    /// (docs/simulator.md "Shared memory bandwidth"; REEF §6.5, Fig. 27).
+    ///
+    /// Every resident group draws `blocks x b / d` bytes/s (`b` its
+    /// kernel's DRAM bytes per block, `d` its duration); `R` is the sum over
+    /// all resident groups, this pass's included at their unstretched
+    /// durations (so the parts of a padded launch see each other). A block
+    /// of a group at co-residency `k` was measured (its curve) with `k`
+    /// blocks of its kernel on every CU, i.e. under a device load `R_ref =
+    /// k x b x CUs / d`; below `max(W, R_ref)` (`W` the preset's memory
+    /// bandwidth) nothing changes, since the curve already holds that
+    /// much sharing; nor below `R_own`, what the block's own launch draws
+    /// (a kernel alone was measured alone, at whatever load it makes
+    /// itself). With `c = max(W, R_ref, R_own)`, above it the bandwidth is
+    /// processor-shared: every stream of requests gets `c / R` of what it
+    /// asks, so the memory-bound part of the block, `min(d, t_mem)` with
+    /// `t_mem = k x b x CUs / W` (its bytes at its share of the
+    /// bandwidth), lasts `R / c` times longer:
+    /// `d' = d + min(d, t_mem) x (R - c) / c`, rounded down. The groups are scheduled in placement order, as they
+    /// were placed; then their draw is taken at their stretched durations.
     fn time_fresh_groups(&mut self) {
         let fresh = std::mem::take(&mut self.fresh);
         let now = self.now;
-        let denom = 1_000_000u128
-            * crate::shape::WEIGHT_ONE as u128
-            * crate::shape::WEIGHT_ONE as u128
-            * self.spec.compute_units as u128;
-        for &(gslot, gen, base) in &fresh {
+        let r = self.dram_rate;
+        self.dram_peak = self.dram_peak.max(r);
+        let w = self.spec.memory_bandwidth_bytes_per_s as u128;
+        let cus = self.spec.compute_units as u128;
+        let one = crate::mix::ONE as u128;
+        for &(gslot, gen, base, k) in &fresh {
             let g = &self.groups[gslot as usize];
-            let l = &self.launches[g.launch as usize];
-            let others = self.pressure - l.pressure;
-            let w = l.req.shape.contention_weight as u128;
+            let b = self.launches[g.launch as usize]
+                .req
+                .shape
+                .dram_bytes_per_block as u128;
             let mut dur = base;
-            if others > 0 && w > 0 && self.share_ppm > 0 {
-                // Saturating: an absurd product only means "as long as a
-                // block may be" (MAX_BLOCK_NS).
-                let extra = (base as u128)
-                    .saturating_mul(self.share_ppm as u128 * w)
-                    .saturating_mul(others)
-                    / denom;
-                let max = (crate::shape::MAX_BLOCK_NS as u128).max(base as u128);
-                dur = (base as u128).saturating_add(extra).min(max) as u64;
-                if g.record != usize::MAX {
-                    self.records[g.record].end = now + dur;
+            if b > 0 && r > w {
+                // Bytes per second the curve's own load drew: k blocks of
+                // this kernel on every CU, each moving b over `base`.
+                let r_ref = (k as u128)
+                    .saturating_mul(b)
+                    .saturating_mul(cus)
+                    .saturating_mul(1_000_000_000)
+                    / (one * base.max(1) as u128);
+                let own = self.launches[g.launch as usize].rate;
+                let cap = w.max(r_ref).max(own);
+                if r > cap {
+                    // Memory-bound time: the block's bytes at its share of
+                    // W with k blocks per CU, ns.
+                    let t_mem = (k as u128)
+                        .saturating_mul(b)
+                        .saturating_mul(cus)
+                        .saturating_mul(1_000_000_000)
+                        / (one * w);
+                    let extra = t_mem.min(base as u128).saturating_mul(r - cap) / cap;
+                    let max = (crate::shape::MAX_BLOCK_NS as u128).max(base as u128);
+                    dur = (base as u128).saturating_add(extra).min(max) as u64;
+                    if g.record != usize::MAX {
+                        self.records[g.record].end = now + dur;
+                    }
+                    // The group now draws its bytes over the longer time.
+                    let blocks = g.per_cu as u128 * g.cus.len() as u128;
+                    let rate = blocks.saturating_mul(b).saturating_mul(1_000_000_000) / dur as u128;
+                    let g = &mut self.groups[gslot as usize];
+                    self.dram_rate = self.dram_rate - g.rate + rate;
+                    let l = &mut self.launches[g.launch as usize];
+                    l.rate = l.rate - g.rate + rate;
+                    g.rate = rate;
                 }
             }
             self.schedule(now + dur, Ev::Group(gslot, gen));
@@ -1594,7 +1650,7 @@ impl Sim {
                         cus: CuSet::empty(),
                         per_cu: 0,
                         record: usize::MAX,
-                        pressure: 0,
+                        rate: 0,
                     });
                     self.groups.len() as u32 - 1
                 }
@@ -1613,18 +1669,11 @@ impl Sim {
             } else {
                 usize::MAX
             };
-            // Each block presses in proportion to the rate it issues work:
-            // its weight x exec(1) / exec(k), so blocks slowed by their own
-            // CU's co-residency press less (docs/simulator.md).
-            let pressure = {
-                let sh = &self.launches[slot as usize].req.shape;
-                let w = sh.contention_weight as u128;
-                if w == 0 {
-                    0
-                } else {
-                    w * count as u128 * sh.exec_ns(1) as u128 / sh.exec_ns_fixed(k).max(1) as u128
-                }
-            };
+            // DRAM draw of the group: its blocks' bytes over its duration.
+            let rate = (count as u128)
+                .saturating_mul(self.launches[slot as usize].req.shape.dram_bytes_per_block as u128)
+                .saturating_mul(1_000_000_000)
+                / dur.max(1) as u128;
             let g = &mut self.groups[gslot as usize];
             g.launch = slot;
             g.gen = g.gen.wrapping_add(1);
@@ -1632,14 +1681,14 @@ impl Sim {
             g.cus = set;
             g.per_cu = per_cu;
             g.record = record;
-            g.pressure = pressure;
+            g.rate = rate;
             let gen = g.gen;
             let l = &mut self.launches[slot as usize];
             l.groups.push(gslot);
-            l.pressure += pressure;
-            self.pressure += pressure;
+            l.rate += rate;
+            self.dram_rate += rate;
             // Timed once the whole pass is placed (`time_fresh_groups`).
-            self.fresh.push((gslot, gen, dur));
+            self.fresh.push((gslot, gen, dur, k));
         }
         self.buckets = buckets;
     }
@@ -1648,11 +1697,10 @@ impl Sim {
     fn retire_group(&mut self, gslot: u32, outcome: BlockOutcome) -> (u32, u32) {
         let g = &mut self.groups[gslot as usize];
         g.live = false;
-        let (slot, per_cu, cus, record, pressure) =
-            (g.launch, g.per_cu, g.cus, g.record, g.pressure);
+        let (slot, per_cu, cus, record, rate) = (g.launch, g.per_cu, g.cus, g.record, g.rate);
         self.free_groups.push(gslot);
-        self.pressure -= pressure;
-        self.launches[slot as usize].pressure -= pressure;
+        self.dram_rate -= rate;
+        self.launches[slot as usize].rate -= rate;
         let free = per_cu as u128 * self.launches[slot as usize].unit;
         let (demand, wpb) = {
             let sh = &self.launches[slot as usize].req.shape;

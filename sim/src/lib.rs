@@ -20,6 +20,12 @@
 //!   ([`KernelShape::with_demand`], [`Demand`]); MI50 model kernels get
 //!   theirs from [`resources`]. [`KernelLaunch::with_persistent`] caps a
 //!   launch's blocks per CU (persistent thread blocks, Aker §5.3).
+//! - Shared memory bandwidth across CUs (REEF §6.5 Fig. 27, engine
+//!   `time_fresh_groups`): a shape's DRAM bytes per block
+//!   ([`KernelShape::with_dram_bytes`]; MI50 model kernels from their
+//!   class, compiled kernels from their work); blocks stretch only when
+//!   the resident launches oversubscribe the preset's bandwidth
+//!   ([`Sim::dram_load`], [`Sim::dram_load_peak`]).
 //! - Time: [`Sim::next_event_time`], [`Sim::advance_to`] / [`Sim::step`]
 //!   return [`DeviceEvent`]s (Started, Completed, Evicted, Cleared, Killed)
 //!   with the time, stream, launch id and tags. Act between calls at

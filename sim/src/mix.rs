@@ -33,15 +33,17 @@
 //! runs as if alone (Table 1 Bench-D), two kernels of one kind as one
 //! kernel at the summed co-residency (Bench-B/C/E).
 //!
-//! Relation to the device-level contention (engine `time_fresh_groups`,
-//! owned by the simulator-fidelity work): this module only decides how many
-//! same-kernel-equivalent blocks a block shares its CU with; the
-//! device-level term still stretches blocks co-running with other launches
-//! anywhere on the device by `contention_share` of their curves' growth, as
-//! before. The mix never raises a block's co-residency above the wave count
-//! the engine used before it, so nothing the engine counted once is now
-//! counted twice; what the two terms leave open is that a curve's growth is
-//! not split between CU pipes and device-wide memory (docs/simulator.md
+//! Relation to the shared memory bandwidth (engine `time_fresh_groups`,
+//! docs/simulator.md "Shared memory bandwidth"): this module only decides
+//! how many same-kernel-equivalent blocks a block shares its CU with, i.e.
+//! which point of its measured curve it runs at; that curve was measured
+//! with the same co-residency on every CU, so it already holds the DRAM
+//! sharing of that load. The device term adds only what exceeds both the
+//! device's bandwidth and the load the block's curve point was measured
+//! under, and every group's draw is taken at the duration the mix gave
+//! it (a block slowed by its CU draws less), so no slowdown is charged by
+//! both. The `MEMORY` pipe here is the CU's path to memory at its share of
+//! the bandwidth, not the device-wide limit (docs/simulator.md
 //! "Resource mix"). A kernel without a declared demand gets
 //! [`Demand::UNKNOWN`] and the engine behaves exactly as before this module.
 

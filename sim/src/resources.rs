@@ -120,6 +120,18 @@ pub fn class_of_name(name: &str) -> Class {
     }
 }
 
+/// A class's mean DRAM bandwidth utilisation at full occupancy, a
+/// fraction of the device's peak (Aker §3.1: compute-prefer 3.15 %,
+/// memory-prefer 85.6 %); `None` for classes the paper gives no figure
+/// for here (unknown, neutral, tensor).
+pub fn memory_utilisation(c: Class) -> Option<f64> {
+    match c {
+        Class::ComputePrefer => Some(COMPUTE_PREFER_UTIL[2]),
+        Class::MemoryPrefer => Some(MEMORY_PREFER_UTIL[2]),
+        _ => None,
+    }
+}
+
 /// The demand table entry for a kernel name: the class prototype's demand
 /// (see the module doc), [`Demand::UNKNOWN`] for an unknown class.
 pub fn demand_of_name(name: &str) -> (Class, Demand) {

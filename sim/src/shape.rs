@@ -14,10 +14,13 @@
 //!   blocks per CU, k x min(blocks, CUs) blocks share the device's memory
 //!   bandwidth; kernels without a profile use the roofline alone.
 //!
-//! Contention weight ([`contention_weight`]): how bound a kernel is by
-//! resources the whole device shares, derived from the same curve (how much
-//! its block time grows with co-resident blocks); the engine uses it for
-//! device-level contention between launches (REEF §6.5, Fig. 27).
+//! DRAM traffic ([`KernelShape::dram_bytes_per_block`]): the bytes one
+//! block moves to or from device memory, which the engine charges against
+//! the device's memory bandwidth shared by every resident launch (REEF
+//! §6.5, Fig. 27; docs/simulator.md "Shared memory bandwidth"). Compiled
+//! kernels carry their bytes ([`crate::costmodel`]); the measured MI50
+//! models get them from their class's memory utilisation (Aker §3.1,
+//! [`crate::resources`]) at full occupancy ([`dram_bytes_from_utilisation`]).
 //!
 //! Compiled kernels (reef-compile: recorded work and ptxas resources, no
 //! measured curve) take their occupancy and block time from
@@ -59,49 +62,38 @@ pub struct KernelShape {
     exec_ns: Vec<u64>,
     /// Extension slope past the curve (ns per extra co-resident block).
     slope_ns: u64,
-    /// How bound the kernel is by shared resources, in 1/1024 (0..=1024):
-    /// `sqrt(g)` where `g` is the relative growth of its block time per
-    /// extra co-resident block ([`contention_weight`]). Both how much it
-    /// suffers from and how much it causes device-level contention
-    /// (docs/simulator.md "Contention between launches").
-    pub contention_weight: u32,
+    /// Bytes one block reads from and writes to device memory (DRAM), 0
+    /// when unknown: what the block asks of the bandwidth the whole device
+    /// shares (docs/simulator.md "Shared memory bandwidth"). Set with
+    /// [`KernelShape::with_dram_bytes`]; 0 for [`KernelShape::synthetic`].
+    pub dram_bytes_per_block: u64,
     /// Per-wave pipe demand inside a CU (resource mix, `mix.rs`);
     /// [`Demand::UNKNOWN`] unless declared with [`KernelShape::with_demand`].
     pub demand: Demand,
 }
 
-/// The unit of [`KernelShape::contention_weight`]: 1024 = fully bound.
-pub const WEIGHT_ONE: u32 = 1024;
-
-/// A kernel's contention weight from its block execution curve
-/// (`exec_ns[k-1]` = one block with k co-resident blocks), in 1/1024.
-///
-/// `g` = the least-squares slope of the curve over k = 1..K, divided by the
-/// block time at k = 1, clamped to [0, 1]: the fractional growth of a
-/// block's time per extra co-resident block on every CU. A kernel whose
-/// blocks do not slow down when the device fills up (`g` = 0) is bound by
-/// nothing shared; one whose block time grows in proportion to the blocks
-/// sharing the device (`g` = 1, e.g. a memory-roofline curve) is fully
-/// bound. The weight is `sqrt(g)`, so that the slowdown one kernel causes
-/// another, proportional to the product of their weights, equals `g` for a
-/// kernel and itself (the curve it was measured with). A one-point curve
-/// carries no information: weight 0.
-pub fn contention_weight(exec_ns: &[u64]) -> u32 {
-    let k = exec_ns.len();
-    if k < 2 || exec_ns[0] == 0 {
+/// Bytes one block of a kernel moves to or from DRAM, from the kernel's
+/// memory-bandwidth utilisation `util` (a fraction of the device's peak)
+/// when it fills every CU: at full occupancy `K` = `curve.len()` blocks
+/// are resident on each of the `compute_units` CUs, each lasting
+/// `curve[K-1]` ns, and together they draw `util x bandwidth`, so one
+/// block moves `util x bandwidth x curve[K-1] / (CUs x K)`. Where the
+/// utilisation was measured at full occupancy (Aker §3.1: Nsight's DRAM
+/// throughput of kernels that fill the GPU) this is the traffic that
+/// reproduces it; the same block's traffic is then charged at whatever
+/// co-residency it runs.
+pub fn dram_bytes_from_utilisation(util: f64, curve: &[u64], spec: &DeviceSpec) -> u64 {
+    let Some(&last) = curve.last() else {
+        return 0;
+    };
+    if !(util.is_finite() && util > 0.0) {
         return 0;
     }
-    let n = k as f64;
-    let mean_x = (n + 1.0) / 2.0;
-    let mean_y = exec_ns.iter().map(|&e| e as f64).sum::<f64>() / n;
-    let (mut sxy, mut sxx) = (0.0, 0.0);
-    for (i, &e) in exec_ns.iter().enumerate() {
-        let dx = (i + 1) as f64 - mean_x;
-        sxy += dx * (e as f64 - mean_y);
-        sxx += dx * dx;
-    }
-    let g = (sxy / sxx / exec_ns[0] as f64).clamp(0.0, 1.0);
-    (g.sqrt() * WEIGHT_ONE as f64).round() as u32
+    let k = curve.len() as f64;
+    let b = util * spec.memory_bandwidth_bytes_per_s as f64 * last as f64
+        / 1e9
+        / (spec.compute_units as f64 * k);
+    b.round() as u64
 }
 
 /// FNV-1a, the simulator's stable hash (value tracking, identities).
@@ -174,7 +166,6 @@ impl KernelShape {
         let mut id = name.as_bytes().to_vec();
         id.extend_from_slice(&blocks.to_le_bytes());
         id.extend_from_slice(&threads_per_block.to_le_bytes());
-        let contention_weight = contention_weight(&exec_ns);
         Ok(KernelShape {
             name: name.to_string(),
             identity: fnv1a(&id, 0x5eef),
@@ -185,7 +176,7 @@ impl KernelShape {
             regs_per_block,
             exec_ns,
             slope_ns,
-            contention_weight,
+            dram_bytes_per_block: 0,
             demand: Demand::UNKNOWN,
         })
     }
@@ -268,8 +259,13 @@ impl KernelShape {
         let mut s = Self::synthetic(&name, blocks, threads, k.shared_mem_bytes, regs, exec, spec)?;
         s.identity = identity;
         // Resource mix: the model records no work data, so the demand comes
-        // from the operator in the kernel's name (resources.rs).
-        Ok(s.with_demand(crate::resources::demand_of_name(&k.name).1))
+        // from the operator in the kernel's name (resources.rs), and so
+        // does its DRAM traffic: its class's memory utilisation (Aker §3.1)
+        // at full occupancy on this device. Unknown class: 0 (no source).
+        let (class, demand) = crate::resources::demand_of_name(&k.name);
+        let util = crate::resources::memory_utilisation(class).unwrap_or(0.0);
+        let bytes = dram_bytes_from_utilisation(util, &s.exec_ns, spec);
+        Ok(s.with_demand(demand).with_dram_bytes(bytes))
     }
 
     /// Shapes of every kernel of a model, in launch order.
@@ -313,10 +309,17 @@ impl KernelShape {
     }
 
     /// Declares the kernel's per-wave pipe demand (resource mix, `mix.rs`).
-    /// The device-level contention weight is left as the curve gives it
-    /// (docs/simulator.md "Resource mix": how the two relate).
+    /// Its DRAM traffic is declared apart ([`KernelShape::with_dram_bytes`];
+    /// docs/simulator.md "Shared memory bandwidth": how the two relate).
     pub fn with_demand(mut self, d: Demand) -> Self {
         self.demand = d;
+        self
+    }
+
+    /// Declares the bytes one block moves to or from DRAM (shared memory
+    /// bandwidth, docs/simulator.md).
+    pub fn with_dram_bytes(mut self, bytes_per_block: u64) -> Self {
+        self.dram_bytes_per_block = bytes_per_block;
         self
     }
 

@@ -79,11 +79,6 @@ pub struct DeviceSpec {
     pub min_block_ns: u64,
     /// Preemption levels supported (1, 2, 3).
     pub preempt_levels: Vec<u8>,
-    /// Device-level contention between launches (docs/simulator.md
-    /// "Contention between launches"): the share of a kernel's measured
-    /// co-residency slowdown that comes from resources the whole device
-    /// shares (L2, memory). 0 turns the mechanism off.
-    pub contention_share: f64,
 }
 
 /// Why a device spec could not be used. The underlying error is part of
@@ -139,9 +134,23 @@ impl DeviceSpec {
 
     /// Parses and validates spec text (`path` is for messages).
     pub fn parse(path: &Path, text: &str) -> Result<Self, SpecError> {
-        let spec: DeviceSpec = toml::from_str(text).map_err(|e| SpecError::Parse {
-            path: path.into(),
-            message: e.to_string(),
+        let spec: DeviceSpec = toml::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            if message.contains("unknown field `contention_share`") {
+                // Removed in issue 15: say so rather than list the fields.
+                return SpecError::Invalid {
+                    path: path.into(),
+                    field: "contention_share",
+                    problem: "no longer a device parameter: contention between launches is \
+                              now the shared memory bandwidth (memory_bandwidth_bytes_per_s, \
+                              docs/simulator.md); delete the line"
+                        .into(),
+                };
+            }
+            SpecError::Parse {
+                path: path.into(),
+                message,
+            }
         })?;
         spec.validate(path)?;
         Ok(spec)
@@ -204,12 +213,6 @@ impl DeviceSpec {
         }
         if !(self.profile_scale.is_finite() && self.profile_scale > 0.0) {
             return bad("profile_scale", "must be a positive number");
-        }
-        if !(self.contention_share.is_finite() && (0.0..=1.0).contains(&self.contention_share)) {
-            return bad(
-                "contention_share",
-                "must be a number in [0, 1] (a share of the measured co-residency slowdown)",
-            );
         }
         if self.min_block_ns == 0 {
             return bad("min_block_ns", "must be positive (a block takes time)");

@@ -35,8 +35,7 @@ fn corun(a: &Arc<KernelShape>, b: &Arc<KernelShape>, spec: &DeviceSpec) -> u64 {
 
 #[test]
 fn complementary_kernels_corun_same_kinds_queue() {
-    let mut spec = DeviceSpec::preset("mi50").unwrap();
-    spec.contention_share = 0.0;
+    let spec = DeviceSpec::preset("mi50").unwrap();
     let alu = Demand::from_times([0.0, 1.0, 0.0]).unwrap();
     let mem = Demand::from_times([0.0, 0.0, 1.0]).unwrap();
     let (c1, c2, m) = (

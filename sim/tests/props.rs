@@ -17,6 +17,10 @@ struct KSpec {
     lds: u32,
     regs: u32,
     curve: Vec<u64>,
+    /// DRAM bytes per block (shared memory bandwidth): up to ~6x an MI50
+    /// CU's share of the bandwidth over a 10 us block, so co-running
+    /// launches oversubscribe it.
+    dram: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -49,13 +53,15 @@ fn kspec() -> impl Strategy<Value = KSpec> {
         prop::sample::select(vec![0u32, 1024, 8192, 20_000, 65_536]),
         prop::sample::select(vec![0u32, 4096, 16_384, 65_536]),
         prop::collection::vec(500u64..50_000, 1..8),
+        0u64..1_000_000,
     )
-        .prop_map(|(blocks, threads, lds, regs, curve)| KSpec {
+        .prop_map(|(blocks, threads, lds, regs, curve, dram)| KSpec {
             blocks,
             threads,
             lds,
             regs,
             curve,
+            dram,
         })
 }
 
@@ -102,7 +108,7 @@ proptest! {
             .map(|k| {
                 KernelShape::synthetic("p", k.blocks, k.threads, k.lds, k.regs, k.curve.clone(), &spec)
                     .ok()
-                    .map(Arc::new)
+                    .map(|s| Arc::new(s.with_dram_bytes(k.dram)))
             })
             .collect();
         let cfg = SimConfig { seed: 1, jitter: 0.1, record_blocks: true };

@@ -77,9 +77,8 @@ pub fn main(args: AkerArgs) -> Result<()> {
                 );
             }
             println!(
-                "sim: with the preset's device-level contention (contention_share = {}); \
-                 mix only: contention_share = 0",
-                spec.contention_share
+                "sim: K_m declares its DRAM bytes (shared memory bandwidth as well as \
+                 the mix); mix only: no DRAM bytes declared"
             );
         }
     }

@@ -539,6 +539,8 @@ fn run_one(
         padding: None,
         fikit: None,
         fikit_profiles: Vec::new(),
+        // The daemon does not report its device's DRAM draw.
+        dram_load_peak: None,
     };
     let mut r = metrics::summarize(
         &w.name,

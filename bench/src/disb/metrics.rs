@@ -52,6 +52,10 @@ pub struct PolicyResult {
     pub kernels_launched: u64,
     pub device_events: u64,
     pub clients: Vec<ClientResult>,
+    /// The largest DRAM draw of resident blocks over the run, as a fraction
+    /// of the device's memory bandwidth (docs/simulator.md "Shared memory
+    /// bandwidth"; above 1 it was oversubscribed); null for a live run.
+    pub dram_load_peak: Option<f64>,
     /// Wall-clock time of the simulation, ms.
     pub wall_ms: f64,
 }
@@ -150,6 +154,7 @@ pub fn summarize(
         kernels_launched: out.kernels_launched,
         device_events: out.device_events,
         clients,
+        dram_load_peak: out.dram_load_peak,
         wall_ms,
     }
 }

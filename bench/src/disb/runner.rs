@@ -122,6 +122,10 @@ pub struct RunOutcome {
     pub fikit: Option<FikitStats>,
     /// Every profile FIKIT knew at the end (loaded and measured).
     pub fikit_profiles: Vec<Profile>,
+    /// The largest DRAM draw of the resident blocks, as a fraction of the
+    /// device's memory bandwidth (`Sim::dram_load_peak`); `None` when not
+    /// simulated here (a live daemon run).
+    pub dram_load_peak: Option<f64>,
 }
 
 /// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
@@ -140,6 +144,23 @@ pub const EAGER_OP_NS: Time = 3_333;
 /// pool of hardware queues (docs/simulator.md "Hardware queues").
 pub fn own_device_queues(policy: &str) -> bool {
     matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
+}
+
+/// Whether REEF's runtime on this device is REEFnv (REEF §4.6: the NVIDIA
+/// port, evaluated on the GV100), whose device queues are simulated: every
+/// stream's kernels wait in a virtual host queue whose background thread
+/// "transmits a fixed number of kernels to the CUDA runtime in a closed
+/// loop" (§4.6, "Queue eviction"). So on REEFnv a policy that runs on
+/// REEF's runtime ([`own_device_queues`]) has at most `dq_capacity` kernels
+/// outstanding per stream even when it asks for no cap
+/// (`reef_sched::Config::runtime_caps_every_stream`): the `wait` baseline of
+/// Fig. 17(b)/18 too, whose queued kernels then sit in the
+/// virtual host queue (evicted by a reset, without a fetch) rather than
+/// in the device queue. The MI50 (HIP, ROCm) runs REEF's modified runtime
+/// with real device queues, which `wait` leaves uncapped (§6.4). The
+/// NVIDIA presets are `gv100` and `h100` (sim/devices).
+pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
+    matches!(spec.name.as_str(), "gv100" | "h100")
 }
 
 /// Knobs of one run.
@@ -692,6 +713,7 @@ pub fn simulate(
     opts: &RunOptions,
 ) -> anyhow::Result<RunOutcome> {
     let mut cfg = reef_exec::sched_config(spec, opts.dq_capacity);
+    cfg.runtime_caps_every_stream = reefnv_runtime(spec);
     cfg.host_paced = opts.host_gap_ns.is_some();
     cfg.priorities = opts.priorities.clone();
     let max_level = cfg.device.max_level;
@@ -811,6 +833,7 @@ pub fn simulate(
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
         padding: run.pad.as_ref().map(|p| run.sched.pad_stats(p)),
+        dram_load_peak: Some(run.sim.dram_load_peak()),
     })
 }
 
