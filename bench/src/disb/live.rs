@@ -539,6 +539,7 @@ fn run_one(
         padding: None,
         fikit: None,
         fikit_profiles: Vec::new(),
+        aker: None,
     };
     let mut r = metrics::summarize(
         &w.name,

@@ -882,6 +882,9 @@ impl SchedEngine {
                 self.kernel_queued(task, k, now, issued, out);
                 out.push(EngineEvent::KernelsLaunched { count: 1 });
             }
+            DkpAction::Fused(f) => {
+                tracing::error!(lc = ?f.lc, policy = %self.settings.policy, "fused launch: the daemon does not serve Aker's managers");
+            }
             DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
         }
     }

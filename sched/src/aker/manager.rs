@@ -50,7 +50,9 @@
 use super::{decide, split_blocks, Decision, FuseCandidate, KernelModel, Line, TwoStage};
 use crate::core::{ClientSpec, Config, ConfigError, Core, Layout, ModelInfo};
 use crate::dkp::DkpAction;
+use crate::policy::Policy;
 use crate::types::*;
+use crate::Scheduler;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 
@@ -262,7 +264,9 @@ struct Query {
 pub struct AkerScheduler {
     mgr: Manager,
     cfg: AkerConfig,
-    core: Core,
+    /// The core under [`AkerPolicy`] (requests bound to streams, every
+    /// stream gated: kernels leave the core only when pulled here).
+    sched: Scheduler,
     pred: Box<dyn Predictor>,
     /// Predicted stand-alone latency per model, ns.
     model_ns: Vec<f64>,
@@ -298,22 +302,6 @@ impl AkerScheduler {
         models: Vec<ModelInfo>,
         clients: Vec<ClientSpec>,
     ) -> Result<Self, ConfigError> {
-        // One stream per client for the core's bookkeeping (one request
-        // each at a time); only stream 0 receives launches. Uncapped: the
-        // manager bounds what is on the device (`depth`).
-        let layout = Layout {
-            client_stream: (0..clients.len() as u32).map(StreamId).collect(),
-            streams: clients
-                .iter()
-                .map(|c| {
-                    let p = match c.class {
-                        Class::RealTime => StreamPriority::High,
-                        Class::BestEffort => StreamPriority::Normal,
-                    };
-                    (p, None)
-                })
-                .collect(),
-        };
         let model_ns = models
             .iter()
             .enumerate()
@@ -323,15 +311,12 @@ impl AkerScheduler {
                     .sum()
             })
             .collect();
-        let mut core = Core::new(core_cfg, models, clients, layout)?;
-        for s in 0..core.stream_count() {
-            core.set_gate(StreamId(s as u32), Some(0));
-        }
-        let n = core.stream_count();
+        let sched = Scheduler::new(Box::new(AkerPolicy(mgr)), core_cfg, models, clients)?;
+        let n = sched.core().stream_count();
         let mut me = Self {
             mgr,
             cfg,
-            core,
+            sched,
             pred,
             model_ns,
             heads: vec![None; n],
@@ -356,16 +341,20 @@ impl AkerScheduler {
         self.mgr
     }
     pub fn core(&self) -> &Core {
-        &self.core
+        self.sched.core()
+    }
+    /// The scheduler holding the core (its policy is [`AkerPolicy`]).
+    pub fn inner(&self) -> &Scheduler {
+        &self.sched
     }
     pub fn counters(&self) -> crate::Counters {
-        self.core.counters()
+        self.sched.counters()
     }
     pub fn preemptions(&self) -> &[crate::PreemptionRecord] {
-        self.core.preemptions()
+        self.sched.preemptions()
     }
     pub fn forget_finished_preemptions(&mut self) {
-        self.core.forget_finished_preemptions()
+        self.sched.forget_finished_preemptions()
     }
     pub fn stats(&self) -> AkerStats {
         self.stats
@@ -383,7 +372,7 @@ impl AkerScheduler {
         if let Some(Some(q)) = self.cfg.qos_ns.get(c.0 as usize) {
             return *q as f64;
         }
-        let m = self.core.clients()[c.0 as usize].model;
+        let m = self.core().clients()[c.0 as usize].model;
         self.cfg.qos_x * self.model_ns[m.0 as usize]
     }
     /// Sets (or clears) client `c`'s explicit QoS target from the next
@@ -403,53 +392,55 @@ impl AkerScheduler {
     /// Feeds one event observed at `now` (kernel events carry the device
     /// stream; the manager maps them back to their request's stream).
     pub fn handle(&mut self, now: Time, ev: Event) {
-        self.core.set_now(now);
         match ev {
-            Event::RequestArrived {
-                req,
-                client,
-                deadline,
-            } => {
-                if !self.core.enqueue(req, client, deadline, true) {
-                    self.core.reject_unknown(req, client);
-                } else if self.core.clients()[client.0 as usize].class == Class::RealTime {
+            Event::RequestArrived { req, client, .. } => {
+                let rt = self.core().class_of(client) == Some(Class::RealTime);
+                self.sched.handle(now, ev);
+                if rt {
                     let qos = self.qos_of(client);
-                    self.queries.push(Query {
+                    let c = self.core();
+                    let q = Query {
                         req,
-                        stream: self.core.stream_of(client),
-                        model: self.core.clients()[client.0 as usize].model,
-                        arrival: self.core.now(),
+                        stream: c.stream_of(client),
+                        model: c.clients()[client.0 as usize].model,
+                        arrival: c.now(),
                         qos,
                         launched: 0,
-                    });
+                    };
+                    self.queries.push(q);
                 }
             }
             Event::KernelStarted { tag, .. } => {
-                if let Some(&s) = self.req_stream.get(&tag.req) {
-                    self.core.on_started(s, tag);
+                if let Some(&stream) = self.req_stream.get(&tag.req) {
+                    self.sched.handle(now, Event::KernelStarted { stream, tag });
                 }
             }
-            Event::KernelCompleted { tag, .. } => self.finished(tag, 0),
-            Event::KernelEvicted { tag, .. } => self.finished(tag, 1),
-            Event::KernelKilled { tag, .. } => self.finished(tag, 2),
-            Event::KernelsIssued { req, issued } => self.core.on_issued(req, issued),
+            Event::KernelCompleted { tag, .. } => self.finished(now, tag, 0),
+            Event::KernelEvicted { tag, .. } => self.finished(now, tag, 1),
+            Event::KernelKilled { tag, .. } => self.finished(now, tag, 2),
+            Event::KernelsIssued { .. } | Event::Timer => self.sched.handle(now, ev),
             // Non-preemptive managers: operator preemption is not served.
-            Event::Timer | Event::PreemptCommand { .. } | Event::ResumeCommand { .. } => {}
+            Event::PreemptCommand { .. } | Event::ResumeCommand { .. } => {}
         }
         self.step();
     }
 
     /// A launch whose events carry `tag` left the device (`how`: 0
     /// completed, 1 evicted, 2 killed).
-    fn finished(&mut self, tag: KernelTag, how: u8) {
+    fn finished(&mut self, now: Time, tag: KernelTag, how: u8) {
         let Some(f) = self.flights.remove(&tag) else {
             return;
         };
         if self.flights.is_empty() {
-            self.free_at = self.core.now() as f64;
+            self.free_at = now as f64;
         }
+        let ev = |stream, tag| match how {
+            0 => Event::KernelCompleted { stream, tag },
+            1 => Event::KernelEvicted { stream, tag },
+            _ => Event::KernelKilled { stream, tag },
+        };
         if let Some((s, lc)) = f.lc {
-            self.core.on_finished(s, lc, how);
+            self.sched.handle(now, ev(s, lc));
         }
         if let Some((s, tag, n)) = f.be {
             let Some(e) = self.be_launched.get_mut(&tag) else {
@@ -460,7 +451,7 @@ impl AkerScheduler {
                 // Evicted or killed: not expected (nothing here preempts);
                 // the kernel goes back to the core as it ended.
                 self.be_launched.remove(&tag);
-                self.core.on_finished(s, tag, how);
+                self.sched.handle(now, ev(s, tag));
             }
         }
     }
@@ -479,20 +470,20 @@ impl AkerScheduler {
     }
 
     fn start_requests(&mut self) {
-        let n = self.core.clients().len();
+        let n = self.core().clients().len();
         for c in 0..n {
             let client = ClientId(c as u32);
-            let s = self.core.stream_of(client);
-            if !self.core.is_idle(s) {
+            let s = self.core().stream_of(client);
+            if !self.core().is_idle(s) {
                 continue;
             }
-            let p = match self.core.clients()[c].class {
-                Class::RealTime => self.core.pop_rt_where(|p| p.client == client),
-                Class::BestEffort => self.core.pop_be(client),
+            let p = match self.core().clients()[c].class {
+                Class::RealTime => self.sched.core_mut().pop_rt_where(|p| p.client == client),
+                Class::BestEffort => self.sched.core_mut().pop_be(client),
             };
             if let Some(p) = p {
                 self.req_stream.insert(p.req, s);
-                self.core.start(s, p);
+                self.sched.core_mut().start(s, p);
             }
         }
     }
@@ -501,20 +492,20 @@ impl AkerScheduler {
     fn pull(&mut self) {
         for s in 0..self.heads.len() {
             let sid = StreamId(s as u32);
-            if self.heads[s].is_none() && self.core.next_unlaunched(sid).is_some() {
-                self.core.grant(sid, 1);
+            if self.heads[s].is_none() && self.core().next_unlaunched(sid).is_some() {
+                self.sched.core_mut().grant(sid, 1);
             }
         }
         let mut acts = Vec::new();
-        self.core.drain_actions_into(&mut acts);
+        self.sched.core_mut().drain_actions_into(&mut acts);
         for a in acts {
             match a {
                 Action::Launch { stream, tag } => {
                     let client = self
-                        .core
+                        .core()
                         .active_request(stream)
                         .map_or(ClientId(0), |r| r.1);
-                    let m = self.core.clients()[client.0 as usize].model;
+                    let m = self.core().clients()[client.0 as usize].model;
                     let blocks = self.pred.kernel(m, tag.kernel).blocks.max(1);
                     self.heads[stream.0 as usize] = Some(Head {
                         stream,
@@ -523,7 +514,7 @@ impl AkerScheduler {
                         blocks,
                         next_block: 0,
                     });
-                    if self.core.clients()[client.0 as usize].class == Class::BestEffort {
+                    if self.core().clients()[client.0 as usize].class == Class::BestEffort {
                         self.be_launched.insert(tag, (stream, blocks, 0));
                     }
                 }
@@ -531,7 +522,7 @@ impl AkerScheduler {
                     self.req_stream.remove(&req);
                     if let Some(i) = self.queries.iter().position(|q| q.req == req) {
                         let q = self.queries.remove(i);
-                        let lat = self.core.now().saturating_sub(q.arrival);
+                        let lat = self.core().now().saturating_sub(q.arrival);
                         if lat as f64 <= q.qos {
                             self.stats.qos_met += 1;
                         } else {
@@ -550,7 +541,7 @@ impl AkerScheduler {
     /// Predicted remaining GPU time of a query: its kernels not yet on
     /// the device.
     fn remaining(&self, q: &Query) -> f64 {
-        let n = self.core.models()[q.model.0 as usize].kernels;
+        let n = self.core().models()[q.model.0 as usize].kernels;
         (q.launched..n)
             .map(|k| self.pred.kernel(q.model, k).solo_ns)
             .sum()
@@ -574,14 +565,14 @@ impl AkerScheduler {
             .map(|i| (self.next_be + i) % n)
             .filter(|&s| {
                 self.heads[s].as_ref().is_some_and(|h| {
-                    h.next_block < h.blocks && self.core.clients()[s].class == Class::BestEffort
+                    h.next_block < h.blocks && self.core().clients()[s].class == Class::BestEffort
                 })
             })
             .collect()
     }
 
     fn issue_one(&mut self) -> bool {
-        let now = self.core.now() as f64;
+        let now = self.core().now() as f64;
         let t = self.free_at.max(now);
         let be = self.ready_be();
         let Some(q0) = self.queries.first().cloned() else {
@@ -758,5 +749,41 @@ impl AkerScheduler {
         );
         self.free_at = t + p.of_blocks(n);
         self.next_be = s + 1;
+    }
+}
+
+/// The core-side half of the managers: one stream per client (the core's
+/// bookkeeping binds one request per stream at a time), every stream gated
+/// so that no kernel leaves the core unless [`AkerScheduler`] pulls it,
+/// requests started on idle streams. Launches all go to stream 0 (the
+/// device stream), uncapped: the manager bounds what is on the device.
+struct AkerPolicy(Manager);
+
+impl Policy for AkerPolicy {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn layout(&self, clients: &[ClientSpec], _: &Config) -> Layout {
+        Layout {
+            client_stream: (0..clients.len() as u32).map(StreamId).collect(),
+            streams: clients
+                .iter()
+                .map(|c| {
+                    let p = match c.class {
+                        Class::RealTime => StreamPriority::High,
+                        Class::BestEffort => StreamPriority::Normal,
+                    };
+                    (p, None)
+                })
+                .collect(),
+        }
+    }
+    fn schedule(&mut self, core: &mut Core) {
+        for s in 0..core.stream_count() {
+            let s = StreamId(s as u32);
+            if core.gate(s).is_none() {
+                core.set_gate(s, Some(0));
+            }
+        }
     }
 }
