@@ -310,6 +310,28 @@ impl SimPredictor {
         }
     }
 
+    /// A predictor for the models `idx` of this one, in that order,
+    /// sharing its fusion profiles.
+    pub fn select(&self, idx: &[usize]) -> Self {
+        Self {
+            spec: self.spec.clone(),
+            shapes: idx.iter().map(|&i| self.shapes[i].clone()).collect(),
+            kernels: idx.iter().map(|&i| self.kernels[i].clone()).collect(),
+            cache: self.cache.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Whether it was profiled for exactly these models (names of the
+    /// kernel shapes, in order).
+    pub fn matches<M: crate::ModelShapes>(&self, models: &[M]) -> bool {
+        self.shapes.len() == models.len()
+            && self.shapes.iter().zip(models).all(|(a, m)| {
+                a.len() == m.shapes().len()
+                    && a.iter().zip(m.shapes()).all(|(x, y)| x.name == y.name)
+            })
+    }
+
     pub fn stats(&self) -> PredictorStats {
         *self.stats.lock().expect("stats")
     }

@@ -800,7 +800,8 @@ pub fn simulate(
     let mut fuse = None;
     let (sched, pad) = if reef_sched::aker::Manager::of_name(&opts.policy).is_some() {
         let pred = match &opts.aker_profiles {
-            Some(p) => p.share(),
+            Some(p) if p.matches(models) => p.share(),
+            Some(_) => anyhow::bail!("the Aker profiles given were made for other models"),
             None => reef_exec::aker::SimPredictor::new(spec, models)?,
         };
         let (s, f) = RunSched::new_aker(&opts.policy, pred, opts.aker.clone(), cfg, infos, specs)?;
