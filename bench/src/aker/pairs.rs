@@ -74,7 +74,7 @@ pub fn run_pair(
             class: Class::RealTime,
             gen: Gen::Poisson {
                 next: 0,
-                rate_per_ns: util / lc_ns / LC_CLIENTS as f64 / 1.0,
+                rate_per_ns: util / lc_ns / LC_CLIENTS as f64,
                 rng: seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1)) | 1,
             },
         })
@@ -87,8 +87,10 @@ pub fn run_pair(
     });
     let mut rows = Vec::new();
     for p in POLICIES {
-        let mut aker = reef_sched::aker::AkerConfig::default();
-        aker.qos_ns = vec![Some(qos as u64); LC_CLIENTS];
+        let aker = reef_sched::aker::AkerConfig {
+            qos_ns: vec![Some(qos as u64); LC_CLIENTS],
+            ..Default::default()
+        };
         let out = runner::simulate(
             spec,
             &models,
