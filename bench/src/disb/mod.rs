@@ -34,7 +34,8 @@ pub struct DisbArgs {
     pub workload: String,
     /// Comma-separated policies (rt-only, seq, streams, wait, reef-nodkp:
     /// preemption only, reef: preemption and dynamic kernel padding,
-    /// reef-dkp-mv: padding with multi-version kernels).
+    /// reef-dkp-mv: padding with multi-version kernels; also fikit and the
+    /// Aker managers aker, baymax, tacker: docs/aker.md).
     #[arg(
         long,
         default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv"
