@@ -555,6 +555,7 @@ fn run_disb(spec: &DeviceSpec, args: &FidelityArgs) -> Result<DisbRuns> {
         host_gap_us: None,
         fikit_epsilon_us: 100.0,
         fikit_runs: 10,
+        qos_x: reef_sched::aker::DEFAULT_QOS_X,
         socket: None,
     };
     let policies = ["rt-only", "seq", "streams", "wait", "reef"];

@@ -187,6 +187,7 @@ impl Ctx {
                 priorities: prios,
                 fikit,
                 fikit_profiles: profiles,
+                ..RunOptions::default()
             },
         )
         .with_context(|| format!("policy {policy}, host {}", host.label()))
@@ -598,6 +599,7 @@ fn disb(ctx: &Ctx, args: &FikitArgs, threads: usize) -> Result<()> {
                     priorities: Vec::new(),
                     fikit: fc.clone(),
                     fikit_profiles: profiles.clone(),
+                    ..RunOptions::default()
                 },
             )
             .with_context(|| format!("DISB {} {label} host {}", wl.name, host.label()))?;

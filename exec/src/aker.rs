@@ -21,11 +21,19 @@
 //! iteration) and the fused block's single register/LDS allocation (each
 //! part is placed with its own shape's per-block resources).
 
-use reef_sim::{
-    DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, SimError, StreamId,
+use reef_sched::aker::{
+    split_blocks, FusedLaunch, Fusion, KClass, KernelModel, KernelPred, Predictor, TwoStage,
+    TRAINING_RATIOS,
 };
+use reef_sched::{KernelTag, ModelId};
+use reef_sim::resources::{class_of_name, Class};
+use reef_sim::{
+    DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, SimError,
+    StreamId, Tags,
+};
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One component of a fused launch.
 #[derive(Debug, Clone)]
@@ -148,6 +156,337 @@ pub fn time_fused(
     Ok((ends[0].max(ends[1]), ends))
 }
 
+/// The kernel class the manager sees: the shape's declared matrix demand
+/// makes a TC kernel (Aker §5.1); otherwise the MI50 resource table's
+/// class from the operator in the kernel's name (`reef_sim::resources`).
+pub fn kclass(name: &str, shape: &KernelShape) -> KClass {
+    if shape.demand.u[0] > 0 {
+        return KClass::Tensor;
+    }
+    match class_of_name(name) {
+        Class::Tensor => KClass::Tensor,
+        Class::ComputePrefer => KClass::ComputePrefer,
+        Class::MemoryPrefer => KClass::MemoryPrefer,
+        Class::Neutral => KClass::Neutral,
+        Class::Unknown => KClass::Unknown,
+    }
+}
+
+/// The best fused version of `k1` (LC, predicted `x1` ns) with `k2` (BE,
+/// block model `be`) on `spec` (Aker §6.3, §7): every ratio `a:b` that fits
+/// one CU with `a` at least half of `k1`'s own occupancy (the LC kernel
+/// keeps most of its slots), each profiled at the four training load
+/// ratios on a scratch device, the version with the largest predicted
+/// makespan reduction at its opportune ratio. Returns it with the number
+/// of profiled runs.
+pub fn train_fusion(
+    spec: &DeviceSpec,
+    k1: &Arc<KernelShape>,
+    x1: f64,
+    k2: &Arc<KernelShape>,
+    be: &KernelModel,
+) -> Result<(Option<Fusion>, u64), SimError> {
+    let half = max_per_cu(spec, k1).div_ceil(2);
+    let mut best: Option<Fusion> = None;
+    let mut runs = 0;
+    for (a, b) in ratios(spec, k1, k2) {
+        if a < half {
+            continue;
+        }
+        let mut s = Vec::new();
+        for r in TRAINING_RATIOS {
+            let n = split_blocks(be, k2.blocks, x1, r);
+            let (f, _) = time_fused(spec, (k1, 0..k1.blocks, a), (k2, 0..n, b))?;
+            runs += 1;
+            s.push((be.predict(n) / x1, f as f64 / x1));
+        }
+        if let Some(m) = TwoStage::fit(&s) {
+            if m.reduction() > 0.0
+                && best
+                    .as_ref()
+                    .is_none_or(|f| m.reduction() > f.model.reduction())
+            {
+                best = Some(Fusion {
+                    ratio: (a, b),
+                    model: m,
+                });
+            }
+        }
+    }
+    Ok((best, runs))
+}
+
+type ShapeKey = (String, u32, u32);
+/// Fusion profiles by (LC shape, BE shape).
+type FusionCache = Arc<Mutex<HashMap<(ShapeKey, ShapeKey), Option<Fusion>>>>;
+
+fn key(s: &KernelShape) -> ShapeKey {
+    (s.name.clone(), s.blocks, s.threads_per_block)
+}
+
+/// Figures of a [`SimPredictor`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PredictorStats {
+    /// Kernels profiled alone (§6.3 step 1).
+    pub kernels: u64,
+    /// Kernel pairs whose fused versions were profiled (§6.3, §7).
+    pub pairs: u64,
+    /// Fused runs profiled.
+    pub fused_runs: u64,
+}
+
+/// Aker's offline profiles on the simulated device (§6.3): each kernel run
+/// alone once on a scratch device (its time plus the dispatch, since the
+/// manager issues ahead and the host path overlaps the previous kernel;
+/// the block count is fixed by the model's input, so §6.3's block-count
+/// line goes through that point and the origin), and each (LC kernel, BE
+/// kernel) pair the manager asks about trained on first use
+/// ([`train_fusion`]) and remembered by the two kernels' shapes (name,
+/// grid, block), so repeated layers share one profile. Never the
+/// simulator's formula: every figure is a profiled run.
+pub struct SimPredictor {
+    spec: DeviceSpec,
+    shapes: Vec<Vec<Arc<KernelShape>>>,
+    kernels: Vec<Vec<KernelPred>>,
+    cache: FusionCache,
+    stats: Arc<Mutex<PredictorStats>>,
+}
+
+impl std::fmt::Debug for SimPredictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPredictor")
+            .field("device", &self.spec.name)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl SimPredictor {
+    /// Profiles every kernel of `models` alone on `spec`.
+    pub fn new<M: crate::ModelShapes>(spec: &DeviceSpec, models: &[M]) -> anyhow::Result<Self> {
+        let mut kernels = Vec::new();
+        let mut shapes = Vec::new();
+        let mut n = 0;
+        for m in models {
+            let mut ks = Vec::new();
+            for (k, sh) in m.shapes().iter().enumerate() {
+                let solo = (time_alone(spec, sh, 0..sh.blocks)? + spec.cp_dispatch_ns) as f64;
+                let name = m
+                    .model()
+                    .kernels
+                    .get(k)
+                    .map_or(sh.name.as_str(), |k| &k.name);
+                ks.push(KernelPred {
+                    blocks: sh.blocks,
+                    solo_ns: solo,
+                    class: kclass(name, sh),
+                });
+                n += 1;
+            }
+            kernels.push(ks);
+            shapes.push(m.shapes().to_vec());
+        }
+        Ok(Self {
+            spec: spec.clone(),
+            shapes,
+            kernels,
+            cache: Default::default(),
+            stats: Arc::new(Mutex::new(PredictorStats {
+                kernels: n,
+                ..Default::default()
+            })),
+        })
+    }
+
+    /// A predictor sharing this one's fusion profiles (a later run on the
+    /// same device and models need not profile pairs again).
+    pub fn share(&self) -> Self {
+        Self {
+            spec: self.spec.clone(),
+            shapes: self.shapes.clone(),
+            kernels: self.kernels.clone(),
+            cache: self.cache.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// A predictor for the models `idx` of this one, in that order,
+    /// sharing its fusion profiles.
+    pub fn select(&self, idx: &[usize]) -> Self {
+        Self {
+            spec: self.spec.clone(),
+            shapes: idx.iter().map(|&i| self.shapes[i].clone()).collect(),
+            kernels: idx.iter().map(|&i| self.kernels[i].clone()).collect(),
+            cache: self.cache.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Whether it was profiled for exactly these models (names of the
+    /// kernel shapes, in order).
+    pub fn matches<M: crate::ModelShapes>(&self, models: &[M]) -> bool {
+        self.shapes.len() == models.len()
+            && self.shapes.iter().zip(models).all(|(a, m)| {
+                a.len() == m.shapes().len()
+                    && a.iter().zip(m.shapes()).all(|(x, y)| x.name == y.name)
+            })
+    }
+
+    pub fn stats(&self) -> PredictorStats {
+        *self.stats.lock().expect("stats")
+    }
+}
+
+impl Predictor for SimPredictor {
+    fn kernel(&self, m: ModelId, k: u32) -> KernelPred {
+        self.kernels[m.0 as usize][k as usize]
+    }
+    fn fusion(&mut self, lc: (ModelId, u32), be: (ModelId, u32)) -> Option<Fusion> {
+        let s1 = &self.shapes[lc.0 .0 as usize][lc.1 as usize];
+        let s2 = &self.shapes[be.0 .0 as usize][be.1 as usize];
+        let k = (key(s1), key(s2));
+        if let Some(f) = self.cache.lock().expect("cache").get(&k) {
+            return *f;
+        }
+        let x1 = self.kernel(lc.0, lc.1).solo_ns;
+        let bm = self.kernel(be.0, be.1).model();
+        // A pair that cannot be profiled (a shape the device refuses) is
+        // never fused.
+        let (f, runs) = train_fusion(&self.spec, s1, x1, s2, &bm).unwrap_or((None, 0));
+        {
+            let mut st = self.stats.lock().expect("stats");
+            st.pairs += 1;
+            st.fused_runs += runs;
+        }
+        self.cache.lock().expect("cache").insert(k, f);
+        f
+    }
+}
+
+/// Fused launches in flight.
+struct PendingFused {
+    tag: KernelTag,
+    s0: StreamId,
+    lc: LaunchId,
+    parts_left: usize,
+    killed: bool,
+    evicted: bool,
+}
+
+/// Executes the managers' fused launches ([`FusedLaunch`], `aker`,
+/// `tacker`) on the simulator through [`launch_fused`] and reports each
+/// as its LC kernel: started when the LC part starts, completed (or
+/// evicted, or killed) once both parts have finished.
+#[derive(Default)]
+pub struct FuseExec {
+    pending: HashMap<LaunchId, PendingFused>,
+    part_of: HashMap<LaunchId, LaunchId>,
+    /// Fused launches completed.
+    pub completed: u64,
+}
+
+impl FuseExec {
+    /// Launches `f` on device stream `s0`; `lc` / `be` are the two
+    /// components' shapes and buffers (reads, writes).
+    pub fn launch(
+        &mut self,
+        sim: &mut Sim,
+        s0: StreamId,
+        f: &FusedLaunch,
+        lc: (&Arc<KernelShape>, crate::Buffers),
+        be: (&Arc<KernelShape>, crate::Buffers),
+    ) -> Result<(), SimError> {
+        let c1 = KernelLaunch::new(
+            lc.0.clone(),
+            Tags {
+                task: f.lc.req.0,
+                kernel: f.lc.kernel,
+                user: 0,
+            },
+        )
+        .with_buffers(lc.1 .0, lc.1 .1);
+        let c2 = KernelLaunch::new(
+            be.0.clone(),
+            Tags {
+                task: f.be.req.0,
+                kernel: f.be.kernel,
+                user: 1,
+            },
+        )
+        .with_buffers(be.1 .0, be.1 .1)
+        .with_blocks(f.be_blocks.clone());
+        let ids = launch_fused(
+            sim,
+            s0,
+            Component {
+                launch: c1,
+                per_cu: f.ratio.0,
+            },
+            Component {
+                launch: c2,
+                per_cu: f.ratio.1,
+            },
+        )?;
+        for id in ids {
+            self.part_of.insert(id, ids[0]);
+        }
+        self.pending.insert(
+            ids[0],
+            PendingFused {
+                tag: f.lc,
+                s0,
+                lc: ids[0],
+                parts_left: 2,
+                killed: false,
+                evicted: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Filters a device event: plain launches pass; of a fused launch the
+    /// LC part's start passes and the launch is reported once, as the LC
+    /// kernel, when both parts have finished (killed if one was, else
+    /// evicted if one was, else completed).
+    pub fn filter(&mut self, ev: &DeviceEvent) -> Option<DeviceEvent> {
+        let Some(&lc) = self.part_of.get(&ev.launch) else {
+            return Some(*ev);
+        };
+        let p = self.pending.get_mut(&lc)?;
+        match ev.kind {
+            EventKind::Started => return (ev.launch == lc).then_some(*ev),
+            EventKind::Completed => {}
+            EventKind::Evicted | EventKind::Cleared => p.evicted = true,
+            EventKind::Killed { .. } => p.killed = true,
+        }
+        self.part_of.remove(&ev.launch);
+        p.parts_left -= 1;
+        if p.parts_left > 0 {
+            return None;
+        }
+        let p = self.pending.remove(&lc)?;
+        let kind = if p.killed {
+            EventKind::Killed { blocks_done: 0 }
+        } else if p.evicted {
+            EventKind::Evicted
+        } else {
+            self.completed += 1;
+            EventKind::Completed
+        };
+        Some(DeviceEvent {
+            time: ev.time,
+            stream: p.s0,
+            launch: p.lc,
+            tags: Tags {
+                task: p.tag.req.0,
+                kernel: p.tag.kernel,
+                user: 0,
+            },
+            kind,
+        })
+    }
+}
+
 fn run_out(sim: &mut Sim) -> u64 {
     let mut last = 0;
     while let Some((t, _)) = sim.step() {
@@ -251,5 +590,57 @@ mod tests {
         .unwrap();
         run_out(&mut sim);
         assert!(!sim.values().diff(&a, &[BufferId(4)]).is_empty());
+    }
+
+    #[test]
+    fn fuse_exec_reports_a_fused_launch_once_as_its_lc_kernel() {
+        use reef_sched::{KernelTag, RequestId};
+        let sp = spec();
+        let k1 =
+            Arc::new(KernelShape::synthetic("c", 120, 256, 0, 0, vec![8_000; 4], &sp).unwrap());
+        let k2 =
+            Arc::new(KernelShape::synthetic("m", 300, 256, 0, 0, vec![5_000; 4], &sp).unwrap());
+        let mut sim = Sim::new(sp.clone(), SimConfig::default());
+        let s = sim.create_stream(0, 4).unwrap();
+        let mut fx = FuseExec::default();
+        let f = FusedLaunch {
+            stream: reef_sched::StreamId(0),
+            lc: KernelTag {
+                req: RequestId(1),
+                kernel: 3,
+            },
+            lc_model: reef_sched::ModelId(0),
+            be: KernelTag {
+                req: RequestId(9),
+                kernel: 5,
+            },
+            be_model: reef_sched::ModelId(1),
+            be_blocks: 0..100,
+            ratio: (2, 1),
+            predicted_ns: 0,
+            lc_ns: 0,
+            headroom_ns: 0,
+        };
+        fx.launch(
+            &mut sim,
+            s,
+            &f,
+            (&k1, Default::default()),
+            (&k2, Default::default()),
+        )
+        .unwrap();
+        let mut seen = Vec::new();
+        while let Some((_, evs)) = sim.step() {
+            for e in evs {
+                if let Some(e) = fx.filter(&e) {
+                    seen.push((e.kind, e.tags.task, e.tags.kernel));
+                }
+            }
+        }
+        assert_eq!(
+            seen,
+            vec![(EventKind::Started, 1, 3), (EventKind::Completed, 1, 3)]
+        );
+        assert_eq!(fx.completed, 1);
     }
 }

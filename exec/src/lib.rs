@@ -253,6 +253,9 @@ pub type Buffers = (Vec<BufferId>, Vec<BufferId>);
 pub enum RunSched {
     Plain(Box<Scheduler>),
     Padded(Box<PaddingScheduler>),
+    /// `aker`, `baymax`, `tacker` (Aker §8.3, §9.3): their launches go to
+    /// the first stream; fused ones are executed by [`aker::FuseExec`].
+    Aker(Box<reef_sched::aker::AkerScheduler>),
 }
 
 impl RunSched {
@@ -289,11 +292,42 @@ impl RunSched {
         })
     }
 
+    /// The scheduler for `aker`, `baymax` or `tacker`
+    /// ([`reef_sched::aker::AKER_POLICIES`]) with the predictor `pred`
+    /// (profiles on `spec`, [`aker::SimPredictor`]) and QoS settings
+    /// `acfg`, and the executor of its fused launches.
+    pub fn new_aker(
+        policy: &str,
+        pred: aker::SimPredictor,
+        acfg: reef_sched::aker::AkerConfig,
+        cfg: Config,
+        infos: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+    ) -> anyhow::Result<(RunSched, aker::FuseExec)> {
+        let Some(m) = reef_sched::aker::Manager::of_name(policy) else {
+            anyhow::bail!(
+                "{policy} is not one of {}",
+                reef_sched::aker::AKER_POLICIES.join(", ")
+            );
+        };
+        let s = reef_sched::aker::AkerScheduler::new(m, acfg, Box::new(pred), cfg, infos, clients)?;
+        Ok((RunSched::Aker(Box::new(s)), aker::FuseExec::default()))
+    }
+
     /// The preemption core's scheduler (inside the padding one, if any).
     pub fn scheduler(&self) -> &Scheduler {
         match self {
             RunSched::Plain(s) => s,
             RunSched::Padded(s) => s.inner(),
+            RunSched::Aker(s) => s.inner(),
+        }
+    }
+
+    /// The Aker manager's figures (`aker`, `baymax`, `tacker`).
+    pub fn aker_stats(&self) -> Option<reef_sched::aker::AkerStats> {
+        match self {
+            RunSched::Aker(s) => Some(s.stats()),
+            _ => None,
         }
     }
 
@@ -325,24 +359,28 @@ impl RunSched {
         match self {
             RunSched::Plain(s) => s.handle(now, ev),
             RunSched::Padded(s) => s.handle(now, ev),
+            RunSched::Aker(s) => s.handle(now, ev),
         }
     }
     pub fn poll(&mut self) -> Option<DkpAction> {
         match self {
             RunSched::Plain(s) => s.poll_action().map(DkpAction::Core),
             RunSched::Padded(s) => s.poll_action(),
+            RunSched::Aker(s) => s.poll_action(),
         }
     }
     pub fn counters(&self) -> Counters {
         match self {
             RunSched::Plain(s) => s.counters(),
             RunSched::Padded(s) => s.counters(),
+            RunSched::Aker(s) => s.counters(),
         }
     }
     pub fn preemptions(&self) -> &[PreemptionRecord] {
         match self {
             RunSched::Plain(s) => s.preemptions(),
             RunSched::Padded(s) => s.preemptions(),
+            RunSched::Aker(s) => s.preemptions(),
         }
     }
     /// The number of the first record [`RunSched::preemptions`] returns.
@@ -350,6 +388,7 @@ impl RunSched {
         match self {
             RunSched::Plain(s) => s.core().preemptions_base(),
             RunSched::Padded(s) => s.inner().core().preemptions_base(),
+            RunSched::Aker(s) => s.core().preemptions_base(),
         }
     }
     /// See [`reef_sched::Core::forget_finished_preemptions`].
@@ -357,6 +396,7 @@ impl RunSched {
         match self {
             RunSched::Plain(s) => s.forget_finished_preemptions(),
             RunSched::Padded(s) => s.forget_finished_preemptions(),
+            RunSched::Aker(s) => s.forget_finished_preemptions(),
         }
     }
 }

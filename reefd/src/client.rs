@@ -384,10 +384,22 @@ impl Client {
 
     /// Blocking inference.
     pub fn infer(&mut self, stream: u64, model: &str) -> Result<TaskResult> {
+        self.infer_qos(stream, model, None)
+    }
+
+    /// Blocking inference of a latency-critical query with a QoS target,
+    /// ms (policies `aker`, `baymax`, `tacker`).
+    pub fn infer_qos(
+        &mut self,
+        stream: u64,
+        model: &str,
+        qos_ms: Option<f64>,
+    ) -> Result<TaskResult> {
         match self.call(RequestBody::Infer {
             stream,
             model: model.into(),
             wait: true,
+            qos_ms,
         })? {
             Reply::InferDone(t) => Ok(t),
             r => Err(unexpected(r)),
@@ -401,6 +413,7 @@ impl Client {
             stream,
             model: model.into(),
             wait: false,
+            qos_ms: None,
         })? {
             Reply::InferQueued { task } => Ok(task),
             r => Err(unexpected(r)),

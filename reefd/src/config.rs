@@ -30,6 +30,9 @@ pub const POLICIES: &[&str] = &[
     "fikit",
     "fikit-nofill",
     "fikit-noearly",
+    "aker",
+    "baymax",
+    "tacker",
 ];
 
 /// The error text for a policy name the daemon does not run.

@@ -171,6 +171,11 @@ pub enum RequestBody {
         model: String,
         #[serde(default = "default_true")]
         wait: bool,
+        /// QoS target of this latency-critical query, ms (policies `aker`,
+        /// `baymax`, `tacker`; absent: the policy's default, 3 x the
+        /// model's predicted stand-alone latency; ignored by the others).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        qos_ms: Option<f64>,
     },
     ListStreams,
     ListTasks,
@@ -390,6 +395,23 @@ pub struct MeasuringTask {
     pub runs: u32,
 }
 
+/// The Aker managers' figures (policies `aker`, `baymax`, `tacker`; Aker
+/// §8.3): kernels launched alone, fused launches and the BE blocks they
+/// carried, BE launches within an LC query's headroom or while no query
+/// was active, launches of split remainders, and RT queries within /
+/// beyond their QoS target (counted since the daemon started).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct AkerStats {
+    pub lc_launches: u64,
+    pub fused_launches: u64,
+    pub be_blocks_fused: u64,
+    pub be_direct_in_headroom: u64,
+    pub be_launches_idle: u64,
+    pub rest_launches: u64,
+    pub qos_met: u64,
+    pub qos_missed: u64,
+}
+
 /// FIKIT's figures (fikit.txt §3.2): gaps seen and filled, fill kernels,
 /// early stops, fill overruns (a fill still on the device when the
 /// high-priority task launched), the measuring stage.
@@ -560,6 +582,10 @@ pub struct Stats {
     /// FIKIT's figures (policy `fikit*`; absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fikit: Option<FikitStats>,
+    /// The Aker managers' figures (policies `aker`, `baymax`, `tacker`;
+    /// absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aker: Option<AkerStats>,
     /// Placement decisions (node daemons only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementStats>,
@@ -653,6 +679,8 @@ struct FastInfer<'a> {
     model: String,
     #[serde(default = "default_true")]
     wait: bool,
+    #[serde(default)]
+    qos_ms: Option<f64>,
 }
 
 /// A request that could not be parsed: the id when it could be recovered,
@@ -680,6 +708,7 @@ pub fn parse_request(payload: &[u8]) -> Result<Request, BadRequest> {
                     stream: f.stream,
                     model: f.model,
                     wait: f.wait,
+                    qos_ms: f.qos_ms,
                 },
             });
         }
@@ -773,6 +802,7 @@ mod tests {
                 stream: 3,
                 model: "vgg".into(),
                 wait: false,
+                qos_ms: None,
             },
         };
         let frame = encode(&r);

@@ -621,7 +621,17 @@ impl Runtime {
                 stream,
                 model,
                 wait,
-            } => self.infer(st, conn, stream, &model, wait, arrival),
+                qos_ms,
+            } => {
+                if let Some(q) = qos_ms.filter(|q| !(q.is_finite() && *q > 0.0)) {
+                    return Err_(Failure::new(
+                        ErrorCode::BadRequest,
+                        format!("qos_ms must be a positive number of milliseconds, got {q}"),
+                    ));
+                }
+                let qos_ns = qos_ms.map(|q| (q * 1e6).round() as u64);
+                self.infer(st, conn, stream, &model, wait, qos_ns, arrival)
+            }
             RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
                 protocol: crate::protocol::PROTOCOL_VERSION,
@@ -804,6 +814,7 @@ impl Runtime {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn infer(
         &self,
         st: &mut State,
@@ -811,6 +822,7 @@ impl Runtime {
         stream: u64,
         model: &str,
         wait: bool,
+        qos_ns: Option<u64>,
         arrival: Instant,
     ) -> Handled {
         if st.shutting_down {
@@ -840,6 +852,9 @@ impl Runtime {
         st.next_task += 1;
         let now = self.now_ns();
         let mut ev = std::mem::take(&mut st.events);
+        if qos_ns.is_some() {
+            st.engine.set_qos(task, qos_ns);
+        }
         // The submission first: for an RT request it issues the first kernel
         // (the control path ends there); the bookkeeping below is not on it.
         if let Err(e) = st.engine.submit(now, task, stream, &model, &mut ev) {
@@ -1130,6 +1145,7 @@ impl Runtime {
             padded_launches: padding.map_or(0, |p| p.padded_launches),
             be_blocks_padded: padding.map_or(0, |p| p.be_blocks_padded),
             fikit: st.engine.fikit(),
+            aker: st.engine.aker(),
             placement: st.engine.placement(),
         }
     }

@@ -211,6 +211,7 @@ fn serve_end_to_end(lib: Option<&Path>) {
                     stream: s.stream,
                     model: MODEL.into(),
                     wait: false,
+                    qos_ms: None,
                 })
                 .unwrap()
             })

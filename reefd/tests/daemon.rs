@@ -247,6 +247,7 @@ fn sigterm_answers_every_request_removes_the_socket_and_exits_zero() {
             stream: s2.stream,
             model: "resnet152".into(),
             wait: true,
+            qos_ms: None,
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(20));
@@ -313,6 +314,7 @@ fn requests_after_shutdown_begins_are_refused_explicitly() {
             stream: s.stream,
             model: "resnet152".into(),
             wait: false,
+            qos_ms: None,
         })
         .unwrap();
     let mut refused = false;

@@ -63,7 +63,7 @@ pub const FIKIT_ABLATIONS: &[&str] = &["fikit-nofill", "fikit-noearly"];
 
 /// An unknown policy name.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown policy {name:?}: choose from {}, {}", POLICY_NAMES.join(", "), FIKIT_ABLATIONS.join(", "))]
+#[error("unknown policy {name:?}: choose from {}, {}, {}", POLICY_NAMES.join(", "), FIKIT_ABLATIONS.join(", "), crate::aker::AKER_POLICIES.join(", "))]
 pub struct UnknownPolicy {
     pub name: String,
 }

@@ -2,9 +2,13 @@
 //! (../shared/papers/aker-adaptive-kernel-fusion.txt). `--table1`: the §3
 //! Table 1 micro-benchmarks ([`table1`]); `--predictor`: the §6 two-stage
 //! duration predictor trained on profiled fused runs, with its error on
-//! held-out pairs ([`predictor`]). docs/aker.md.
+//! held-out pairs ([`predictor`]); `--open-gap`: REEF §7's open gap,
+//! throughput as a fraction of `streams` at RT latency ≤ 1.02, for `reef`
+//! and the Aker managers on DISB A–E ([`gap`]). docs/aker.md.
 
 pub mod colocate;
+pub mod gap;
+pub mod pairs;
 pub mod predictor;
 pub mod table1;
 
@@ -26,9 +30,15 @@ pub struct AkerArgs {
     #[arg(long)]
     pub predictor: bool,
     /// LC service / BE application co-location (§8.3, §9) under the
-    /// managers aker, baymax and lc-first (docs/aker.md).
+    /// reef-sched policies aker, baymax, tacker, reef and streams, through
+    /// the DISB runner (docs/aker.md).
     #[arg(long)]
     pub colocate: bool,
+    /// The earlier self-contained co-location experiment with its private
+    /// managers aker, baymax, lc-first and streams on one hand-driven
+    /// stream (docs/results-aker.md).
+    #[arg(long)]
+    pub colocate_private: bool,
     /// LC models for --colocate (repeatable).
     #[arg(long = "lc", default_values_t = ["resnet152".to_string(), "vgg".to_string()])]
     pub lc: Vec<String>,
@@ -47,6 +57,24 @@ pub struct AkerArgs {
     /// Device for the predictor experiment (the MI50 models' kernels).
     #[arg(long, default_value = "mi50")]
     pub predictor_device: String,
+    /// REEF §7's open gap: DISB throughput as a fraction of `streams` at
+    /// RT latency <= 1.02 for reef, reef-dkp-mv, baymax and aker (not part
+    /// of the default set: it runs DISB).
+    #[arg(long)]
+    pub open_gap: bool,
+    /// DISB workloads for --open-gap (`A`..`E` or `all`).
+    #[arg(long, default_value = "all")]
+    pub gap_workloads: String,
+    /// Virtual seconds per DISB run for --open-gap.
+    #[arg(long, default_value_t = 10.0)]
+    pub gap_duration: f64,
+    /// Device for --open-gap.
+    #[arg(long, default_value = "mi50")]
+    pub gap_device: String,
+    /// Check every request's outputs against an unpreempted run in
+    /// --open-gap and --colocate (value tracking).
+    #[arg(long)]
+    pub check_values: bool,
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -54,7 +82,11 @@ pub struct AkerArgs {
 
 pub fn main(args: AkerArgs) -> Result<()> {
     let spec = DeviceSpec::by_name_or_path(&args.device)?;
-    let all = !args.table1 && !args.predictor && !args.colocate;
+    let all = !args.table1
+        && !args.predictor
+        && !args.colocate
+        && !args.colocate_private
+        && !args.open_gap;
     if args.table1 || all {
         let rows = table1::run(&spec)?;
         if args.json {
@@ -86,7 +118,50 @@ pub fn main(args: AkerArgs) -> Result<()> {
         predictor::main(&args)?;
     }
     if args.colocate || all {
+        check_colocate(&args)?;
+        let spec = DeviceSpec::by_name_or_path(&args.predictor_device)?;
+        pairs::main(
+            &spec,
+            &args.lc,
+            &args.be,
+            &args.util,
+            args.qos_x,
+            args.queries,
+            args.check_values,
+            args.json,
+        )?;
+    }
+    if args.colocate_private {
         colocate_main(&args)?;
+    }
+    if args.open_gap {
+        let rows = gap::run(
+            &args.gap_device,
+            &args.gap_workloads,
+            1,
+            args.gap_duration,
+            args.check_values,
+        )?;
+        if args.json {
+            for r in &rows {
+                println!("{}", serde_json::to_string(r)?);
+            }
+        } else {
+            gap::print(&rows, &args.gap_device, args.gap_duration, 1);
+        }
+    }
+    Ok(())
+}
+
+fn check_colocate(args: &AkerArgs) -> Result<()> {
+    if !(args.qos_x.is_finite() && args.qos_x >= 1.0) {
+        anyhow::bail!("--qos-x must be a number of at least 1 (a multiple of the LC latency)");
+    }
+    if let Some(u) = args.util.iter().find(|u| !(u.is_finite() && **u > 0.0)) {
+        anyhow::bail!("--util {u}: utilisations must be positive numbers");
+    }
+    if args.queries == 0 {
+        anyhow::bail!("--queries must be at least 1");
     }
     Ok(())
 }

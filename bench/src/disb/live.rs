@@ -541,6 +541,7 @@ fn run_one(
         fikit_profiles: Vec::new(),
         // The daemon does not report its device's DRAM draw.
         dram_load_peak: None,
+        aker: None,
     };
     let mut r = metrics::summarize(
         &w.name,

@@ -58,6 +58,14 @@ pub struct PolicyResult {
     pub dram_load_peak: Option<f64>,
     /// Wall-clock time of the simulation, ms.
     pub wall_ms: f64,
+    /// Aker managers (`aker`, `baymax`, `tacker`): fused launches, and RT
+    /// queries beyond their QoS target out of all finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fused_launches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos_missed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos_queries: Option<u64>,
 }
 
 /// Nearest-rank percentile of a sorted slice.
@@ -156,6 +164,9 @@ pub fn summarize(
         clients,
         dram_load_peak: out.dram_load_peak,
         wall_ms,
+        fused_launches: out.aker.map(|a| a.fused_launches),
+        qos_missed: out.aker.map(|a| a.qos_missed),
+        qos_queries: out.aker.map(|a| a.qos_met + a.qos_missed),
     }
 }
 

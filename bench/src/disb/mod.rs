@@ -32,10 +32,11 @@ pub struct DisbArgs {
     /// preemption only, reef: preemption and dynamic kernel padding,
     /// reef-dkp-mv: padding with multi-version kernels, fikit: FIKIT's
     /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
-    /// are its ablations).
+    /// are its ablations; aker, baymax, tacker: Aker's kernel managers,
+    /// docs/aker.md).
     #[arg(
         long,
-        default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv,fikit"
+        default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv,fikit,aker"
     )]
     pub policy: String,
     /// Simulated device: a preset (mi50, gv100, h100) or a .toml spec path.
@@ -87,6 +88,11 @@ pub struct DisbArgs {
     /// FIKIT's profiled runs T before sharing (§3.2: T ∈ [10, 1000]).
     #[arg(long, default_value_t = 10)]
     pub fikit_runs: u32,
+    /// QoS target of the Aker managers (`aker`, `baymax`, `tacker`) as a
+    /// multiple of each RT model's predicted stand-alone latency
+    /// (docs/aker.md "QoS targets").
+    #[arg(long, default_value_t = reef_sched::aker::DEFAULT_QOS_X)]
+    pub qos_x: f64,
     /// reefd's socket for --live (default: $REEF_SOCKET, else
     /// /run/reef/reefd.sock).
     #[arg(long, requires = "live")]
@@ -97,7 +103,9 @@ pub struct DisbArgs {
 pub fn parse_policies(s: &str) -> Result<Vec<String>> {
     let mut v = Vec::new();
     for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        reef_sched::policy_by_name(p)?;
+        if reef_sched::aker::Manager::of_name(p).is_none() {
+            reef_sched::policy_by_name(p)?;
+        }
         if !v.iter().any(|x| x == p) {
             v.push(p.to_string());
         }
@@ -114,6 +122,9 @@ pub struct ModelSet {
     pub standalone_ns: Vec<f64>,
     /// FIKIT profiles measured before the runs (policies `fikit*`).
     pub fikit_profiles: Vec<reef_sched::fikit::profile::Profile>,
+    /// Aker's profiles (policies `aker`, `baymax`, `tacker`), shared by
+    /// their runs.
+    pub aker_profiles: Option<std::sync::Arc<reef_exec::aker::SimPredictor>>,
 }
 
 impl ModelSet {
@@ -184,6 +195,7 @@ pub fn load_models(
         models,
         standalone_ns: standalone,
         fikit_profiles: Vec::new(),
+        aker_profiles: None,
     })
 }
 
@@ -214,6 +226,8 @@ pub fn run_one(
             host_gap_ns: host_gap_ns(args)?,
             fikit: fikit_config(args)?,
             fikit_profiles: set.fikit_profiles.clone(),
+            aker: aker_config(args)?,
+            aker_profiles: set.aker_profiles.clone(),
             ..RunOptions::default()
         },
     )
@@ -246,6 +260,20 @@ pub fn host_gap_ns(args: &DisbArgs) -> Result<Option<reef_sched::Time>> {
         Some(v) if v.is_finite() && v >= 0.0 => Ok(Some((v * 1e3).round() as u64)),
         Some(v) => bail!("--host-gap-us must be a non-negative number of us, got {v}"),
     }
+}
+
+/// The Aker managers' QoS settings from the arguments, checked.
+pub fn aker_config(args: &DisbArgs) -> Result<reef_sched::aker::AkerConfig> {
+    if !(args.qos_x.is_finite() && args.qos_x >= 1.0) {
+        bail!(
+            "--qos-x must be a number of at least 1 (the QoS target as a multiple of the stand-alone latency), got {}",
+            args.qos_x
+        );
+    }
+    Ok(reef_sched::aker::AkerConfig {
+        qos_x: args.qos_x,
+        ..Default::default()
+    })
 }
 
 /// FIKIT's parameters from the arguments, checked.
@@ -301,6 +329,16 @@ pub fn table(results: &[PolicyResult]) -> String {
             fmt_opt(r.preempt_latency_us_mean, 1),
             fmt_opt(r.preempt_latency_us_p99, 1),
             r.preempt_level.map_or("-".into(), |l| l.to_string()),
+        ));
+    }
+    for r in results.iter().filter(|r| r.qos_queries.is_some()) {
+        s.push_str(&format!(
+            "{:<4} {:<11} fused launches {}, RT queries beyond their QoS target {} of {}\n",
+            r.workload,
+            r.policy,
+            r.fused_launches.unwrap_or(0),
+            r.qos_missed.unwrap_or(0),
+            r.qos_queries.unwrap_or(0),
         ));
     }
     s
@@ -360,6 +398,16 @@ pub fn main(args: DisbArgs) -> Result<()> {
             let (p, _) = runner::measure_profile(&spec, &set.models, i, gap, &fcfg, args.seed)?;
             set.fikit_profiles.push(p);
         }
+    }
+    if policies
+        .iter()
+        .any(|p| reef_sched::aker::Manager::of_name(p).is_some())
+    {
+        aker_config(&args)?;
+        set.aker_profiles = Some(std::sync::Arc::new(reef_exec::aker::SimPredictor::new(
+            &spec,
+            &set.models,
+        )?));
     }
     if !args.json {
         eprintln!(

@@ -126,6 +126,8 @@ pub struct RunOutcome {
     /// device's memory bandwidth (`Sim::dram_load_peak`); `None` when not
     /// simulated here (a live daemon run).
     pub dram_load_peak: Option<f64>,
+    /// The Aker managers' figures (policies `aker`, `baymax`, `tacker`).
+    pub aker: Option<reef_sched::aker::AkerStats>,
 }
 
 /// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
@@ -180,6 +182,11 @@ pub struct RunOptions {
     /// FIKIT's parameters and the profiles it starts with.
     pub fikit: FikitConfig,
     pub fikit_profiles: Vec<Profile>,
+    /// QoS targets of the Aker managers (`aker`, `baymax`, `tacker`).
+    pub aker: reef_sched::aker::AkerConfig,
+    /// Their profiles, shared between runs on one device and model set
+    /// (built on first use when `None`).
+    pub aker_profiles: Option<std::sync::Arc<reef_exec::aker::SimPredictor>>,
 }
 
 impl Default for RunOptions {
@@ -193,6 +200,8 @@ impl Default for RunOptions {
             priorities: Vec::new(),
             fikit: FikitConfig::default(),
             fikit_profiles: Vec::new(),
+            aker: Default::default(),
+            aker_profiles: None,
         }
     }
 }
@@ -372,6 +381,8 @@ struct Run<'a> {
     sched: RunSched,
     /// Executes padded launches (policies with dynamic kernel padding).
     pad: Option<PadExec>,
+    /// Executes fused launches (`aker`, `tacker`).
+    fuse: Option<reef_exec::aker::FuseExec>,
     sim: Sim,
     big_queue: usize,
     streams: Vec<reef_sim::StreamId>,
@@ -560,6 +571,9 @@ impl Run<'_> {
 
     /// Padded launches and the rest of partly padded kernels (REEF §5).
     fn apply_padding(&mut self, a: DkpAction) -> anyhow::Result<()> {
+        if self.fuse.is_some() {
+            return self.apply_fused(a);
+        }
         let Some(pad) = self.pad.as_mut() else {
             anyhow::bail!(
                 "policy {} asked for padding without profiles",
@@ -624,7 +638,68 @@ impl Run<'_> {
                     .with_buffers(r, w);
                 self.sim.launch(self.streams[stream.0 as usize], l)?;
             }
+            DkpAction::Fused(_) => anyhow::bail!("policy {} fused without Aker", self.opts.policy),
             DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
+        }
+        Ok(())
+    }
+
+    /// Aker's fused launches and the rest of split BE kernels (Aker §5.4,
+    /// §8.2), with each component's buffers (value tracking intact).
+    fn apply_fused(&mut self, a: DkpAction) -> anyhow::Result<()> {
+        if let DkpAction::Fused(f) = &a {
+            let now = self.sim.now();
+            self.host_launched(now, f.lc);
+        }
+        let track = self.opts.track_values;
+        let models = self.models;
+        let clients = &self.clients;
+        let bufs = |ci: usize, k: usize| -> (Vec<BufferId>, Vec<BufferId>) {
+            if !track {
+                return (Vec::new(), Vec::new());
+            }
+            let kern = &models[clients[ci].model].model.kernels[k];
+            (
+                kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
+                kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
+            )
+        };
+        let fuse = self.fuse.as_mut().expect("aker executor");
+        match a {
+            DkpAction::Fused(f) => {
+                let (lc, be) = (req_client(f.lc.req), req_client(f.be.req));
+                let ls = &models[clients[lc].model].shapes[f.lc.kernel as usize];
+                let bs = &models[clients[be].model].shapes[f.be.kernel as usize];
+                fuse.launch(
+                    &mut self.sim,
+                    self.streams[f.stream.0 as usize],
+                    &f,
+                    (ls, bufs(lc, f.lc.kernel as usize)),
+                    (bs, bufs(be, f.be.kernel as usize)),
+                )?;
+            }
+            DkpAction::Rest {
+                stream,
+                tag,
+                blocks,
+                ..
+            } => {
+                let ci = req_client(tag.req);
+                let base = &models[clients[ci].model].shapes[tag.kernel as usize];
+                let (r, w) = bufs(ci, tag.kernel as usize);
+                let l = KernelLaunch::new(
+                    base.clone(),
+                    Tags {
+                        task: tag.req.0,
+                        kernel: tag.kernel,
+                        user: 0,
+                    },
+                )
+                .with_buffers(r, w)
+                .with_blocks(blocks);
+                self.sim.launch(self.streams[stream.0 as usize], l)?;
+            }
+            other => anyhow::bail!("policy {} asked for {other:?}", self.opts.policy),
         }
         Ok(())
     }
@@ -632,11 +707,22 @@ impl Run<'_> {
     fn on_device_event(&mut self, ev: &DeviceEvent) {
         self.device_events += 1;
         let filtered;
-        let ev = match self.pad.as_mut() {
-            Some(p) => match p.filter(ev) {
+        let ev = match self.fuse.as_mut() {
+            Some(f) => match f.filter(ev) {
                 Some(e) => {
                     filtered = e;
                     &filtered
+                }
+                None => return,
+            },
+            None => ev,
+        };
+        let filtered2;
+        let ev = match self.pad.as_mut() {
+            Some(p) => match p.filter(ev) {
+                Some(e) => {
+                    filtered2 = e;
+                    &filtered2
                 }
                 None => return,
             },
@@ -733,7 +819,17 @@ pub fn simulate(
             class: c.class,
         })
         .collect();
-    let (sched, pad) = if opts.policy.starts_with("fikit") {
+    let mut fuse = None;
+    let (sched, pad) = if reef_sched::aker::Manager::of_name(&opts.policy).is_some() {
+        let pred = match &opts.aker_profiles {
+            Some(p) if p.matches(models) => p.share(),
+            Some(_) => anyhow::bail!("the Aker profiles given were made for other models"),
+            None => reef_exec::aker::SimPredictor::new(spec, models)?,
+        };
+        let (s, f) = RunSched::new_aker(&opts.policy, pred, opts.aker.clone(), cfg, infos, specs)?;
+        fuse = Some(f);
+        (s, None)
+    } else if opts.policy.starts_with("fikit") {
         let ids = models
             .iter()
             .map(|m| KernelId::of_model(&m.model))
@@ -799,6 +895,7 @@ pub fn simulate(
         duration,
         sched,
         pad,
+        fuse,
         sim,
         streams: Vec::new(),
         rev: Vec::new(),
@@ -834,6 +931,7 @@ pub fn simulate(
         device_max_level: max_level,
         padding: run.pad.as_ref().map(|p| run.sched.pad_stats(p)),
         dram_load_peak: Some(run.sim.dram_load_peak()),
+        aker: run.sched.aker_stats(),
     })
 }
 
@@ -928,6 +1026,36 @@ mod tests {
             .preemptions
             .iter()
             .all(|p| p.level == PreemptLevel::Kill && p.latency().unwrap() < 200_000));
+    }
+
+    /// Aker's fused launches carry BE blocks beside RT kernels (split BE
+    /// kernels finished by later launches), and every request's outputs,
+    /// BE ones included, equal an unpreempted run; baymax never fuses.
+    #[test]
+    fn aker_fused_be_work_keeps_its_values() {
+        let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/C.json")).unwrap();
+        let (spec, models, sa) = setup(&w);
+        let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+        for policy in ["aker", "baymax"] {
+            let plans = plan_clients(&w, &idx, &sa, 7);
+            let out = simulate(&spec, &models, plans, 300_000_000, &opts(policy, true)).unwrap();
+            let a = out.aker.unwrap();
+            assert_eq!(a.fused_launches > 0, policy == "aker", "{policy}: {a:?}");
+            assert_eq!(a.beyond_headroom, 0);
+            assert_eq!(out.corrupted_outputs, 0, "{policy}");
+            assert!(a.qos_met + a.qos_missed >= 10, "{policy}: {a:?}");
+            let be_done: u64 = w
+                .tasks
+                .iter()
+                .zip(&out.clients)
+                .filter(|(t, _)| !t.real_time)
+                .map(|(_, c)| c.completed)
+                .sum();
+            assert!(be_done >= 3, "{policy}: {be_done}");
+            if policy == "aker" {
+                assert!(a.be_blocks_fused > 0 && a.rest_launches > 0, "{a:?}");
+            }
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ fn args(seed: u64, duration: f64) -> DisbArgs {
         host_gap_us: None,
         fikit_epsilon_us: 100.0,
         fikit_runs: 10,
+        qos_x: reef_sched::aker::DEFAULT_QOS_X,
     }
 }
 

@@ -39,6 +39,11 @@ enum Cmd {
         /// Priority level 0 (highest) .. 9; `rt` = 0, `be` = 9.
         #[arg(long, default_value = "rt")]
         priority: Priority,
+        /// QoS target of each query, ms, for a latency-critical service
+        /// under `aker`, `baymax` or `tacker` (default: 3 x the model's
+        /// predicted stand-alone latency).
+        #[arg(long, value_parser = positive_ms)]
+        qos_ms: Option<f64>,
     },
     /// Preempt one stream, or every best-effort stream you may preempt.
     Preempt {
@@ -247,11 +252,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             model,
             count,
             priority,
+            qos_ms,
         } => {
             let s = c.register(priority, Some("reefctl"))?;
             let mut results = Vec::new();
             for _ in 0..count {
-                let r = c.infer(s.stream, &model)?;
+                let r = c.infer_qos(s.stream, &model, qos_ms)?;
                 if !cli.json {
                     println!(
                         "task {:>6}  latency {:>10.1} us  normalized {:>6}  control path {:>8} us  preemptions {}  outputs {}",
@@ -439,6 +445,13 @@ fn print_stats(s: &reefd::protocol::Stats) {
     if let Some(n) = s.rt_normalized_mean {
         println!("RT normalized latency (mean): {n:.3}");
     }
+    if let Some(a) = &s.aker {
+        println!(
+            "Aker manager: LC kernels alone {}, fused launches {} ({} BE blocks), BE launches in headroom {}, while idle {}, split rests {}; QoS met {}, missed {}",
+            a.lc_launches, a.fused_launches, a.be_blocks_fused, a.be_direct_in_headroom,
+            a.be_launches_idle, a.rest_launches, a.qos_met, a.qos_missed
+        );
+    }
     if let Some(f) = &s.fikit {
         println!(
             "FIKIT: gaps {} (<= epsilon {}), filled {}, fill kernels {}, early stops {}, overruns {} ({:.1} us)",
@@ -472,5 +485,15 @@ fn load_target(
             (p.display().to_string(), None)
         }
         (None, None) => (model, None),
+    }
+}
+
+/// `--qos-ms`: a positive number of milliseconds.
+fn positive_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a positive number of milliseconds (e.g. --qos-ms 20)"
+        )),
     }
 }

@@ -177,6 +177,16 @@ pub trait Engine: Send {
     fn padding(&self) -> Option<PaddingCounters> {
         None
     }
+    /// The QoS target (ns) of task `task`, given before its submission
+    /// (`infer --qos-ms`; policies `aker`, `baymax`, `tacker`). Ignored by
+    /// default.
+    fn set_qos(&mut self, task: u64, qos_ns: Option<u64>) {
+        let _ = (task, qos_ns);
+    }
+    /// The Aker managers' figures, under `aker`, `baymax` or `tacker`.
+    fn aker(&self) -> Option<crate::protocol::AkerStats> {
+        None
+    }
     /// FIKIT's figures, under a `fikit*` policy.
     fn fikit(&self) -> Option<crate::protocol::FikitStats> {
         None

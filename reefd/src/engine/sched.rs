@@ -23,6 +23,16 @@
 //! host-paced as in reef-bench's runner (kernel i+1 one host gap after
 //! kernel i was transmitted), which leaves the gaps FIKIT fills.
 //!
+//! Under `aker`, `baymax` and `tacker` (Aker §8.3, §9.3) the scheduler is
+//! reef-sched's `AkerScheduler` with a predictor profiled on a scratch
+//! simulated device at each build (reef-exec's `SimPredictor`); every
+//! launch goes to the first scheduler stream, fused launches (an LC kernel
+//! with a block range of a BE kernel on the same CUs) are executed by
+//! reef-exec's `FuseExec` with both components' buffers, and the rest of a
+//! split BE kernel is launched with its remaining blocks. An RT request's
+//! QoS target comes with it (`infer --qos-ms`), else the manager's default
+//! (3 × the model's predicted stand-alone latency).
+//!
 //! Mapping daemon clients onto the scheduler. The core is built for a fixed
 //! set of clients, each bound to one model and one class (REEF §3.1: one
 //! real-time task queue, one best-effort queue per BE client). The engine
@@ -149,6 +159,8 @@ struct Build {
     sched: RunSched,
     /// Executes padded launches (policies `reef`, `reef-dkp-mv`).
     pad: Option<PadExec>,
+    /// Executes fused launches (policies `aker`, `tacker`).
+    fuse: Option<reef_exec::aker::FuseExec>,
     sim: Sim,
     /// Engine time of simulator time 0.
     base: Nanos,
@@ -210,6 +222,33 @@ pub struct SchedEngine {
     fikit_profiles: HashMap<String, reef_sched::fikit::profile::Profile>,
     /// Profiles the current build had built when last saved.
     fikit_saved: u64,
+    /// QoS targets (ns) of tasks not yet in the scheduler (`--qos-ms`).
+    qos: HashMap<u64, u64>,
+    /// The Aker managers' figures of the builds replaced so far.
+    aker_before: reef_sched::aker::AkerStats,
+}
+
+/// Whether the engine runs `policy` (reef-sched's names and the Aker
+/// managers').
+fn check_policy(policy: &str) -> Result<(), EngineError> {
+    if reef_sched::aker::Manager::of_name(policy).is_some() {
+        return Ok(());
+    }
+    reef_sched::policy_by_name(policy)
+        .map(|_| ())
+        .map_err(|e| EngineError::Invalid(e.to_string()))
+}
+
+fn add_aker(a: &mut reef_sched::aker::AkerStats, b: reef_sched::aker::AkerStats) {
+    a.lc_launches += b.lc_launches;
+    a.fused_launches += b.fused_launches;
+    a.be_blocks_fused += b.be_blocks_fused;
+    a.be_direct_in_headroom += b.be_direct_in_headroom;
+    a.be_launches_idle += b.be_launches_idle;
+    a.rest_launches += b.rest_launches;
+    a.qos_met += b.qos_met;
+    a.qos_missed += b.qos_missed;
+    a.beyond_headroom += b.beyond_headroom;
 }
 
 /// The error policy for a device action (issue 18 item 6): a refusal is
@@ -257,8 +296,7 @@ impl SchedEngine {
     pub fn new(settings: SchedSettings) -> Result<SchedEngine, EngineError> {
         let spec = DeviceSpec::preset(&settings.preset)
             .map_err(|e| EngineError::Invalid(format!("device sim:{}: {e}", settings.preset)))?;
-        reef_sched::policy_by_name(&settings.policy)
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        check_policy(&settings.policy)?;
         if settings.be_streams_per_model == 0 || settings.dq_capacity == 0 {
             return Err(EngineError::Invalid(
                 "scheduler.be_streams_per_model and scheduler.device_queue_capacity must be at least 1"
@@ -281,6 +319,8 @@ impl SchedEngine {
             freed: false,
             fikit_profiles: HashMap::new(),
             fikit_saved: 0,
+            qos: HashMap::new(),
+            aker_before: Default::default(),
         })
     }
 
@@ -331,7 +371,22 @@ impl SchedEngine {
                 });
             }
         }
-        let (sched, pad) = if settings.policy.starts_with("fikit") {
+        let mut fuse = None;
+        let (sched, pad) = if reef_sched::aker::Manager::of_name(&settings.policy).is_some() {
+            let pred = reef_exec::aker::SimPredictor::new(spec, models)
+                .map_err(|e| EngineError::Invalid(format!("aker profiles: {e:#}")))?;
+            let (s, f) = RunSched::new_aker(
+                &settings.policy,
+                pred,
+                reef_sched::aker::AkerConfig::default(),
+                cfg,
+                infos,
+                specs,
+            )
+            .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
+            fuse = Some(f);
+            (s, None)
+        } else if settings.policy.starts_with("fikit") {
             // FIKIT knows each model's kernel IDs and starts from the
             // profiles kept so far (in memory, else on disk).
             let ids = models
@@ -380,6 +435,7 @@ impl SchedEngine {
             // The daemon reports padding counters, not the per-launch
             // overhead samples a benchmark keeps (they would grow for its life).
             pad: pad.map(|p| p.keep_overhead_samples(false)),
+            fuse,
             sim,
             base,
             streams: Vec::new(),
@@ -438,6 +494,9 @@ impl SchedEngine {
             Ok(b) => {
                 self.fikit_saved = 0;
                 self.padding_before = self.padding_now();
+                if let Some(a) = self.build.sched.aker_stats() {
+                    add_aker(&mut self.aker_before, a);
+                }
                 self.build = b;
                 for d in self.dstreams.values_mut() {
                     d.be_slots.clear();
@@ -587,6 +646,13 @@ impl SchedEngine {
                 },
             );
             let t = self.build.sim.now();
+            if let RunSched::Aker(a) = &mut self.build.sched {
+                // The query's QoS target (Aker §8.3), else the default.
+                let q = self.qos.remove(&task);
+                if self.build.slots[slot].class == Class::RealTime {
+                    a.set_qos(ClientId(slot as u32), q);
+                }
+            }
             if let Some(g) = self.settings.host_gap_ns {
                 // Kernel 0 one host gap after the request; each next one a
                 // gap after the previous one was transmitted (`host_launched`).
@@ -898,11 +964,16 @@ impl SchedEngine {
                     kernel: tag.kernel,
                     user: 0,
                 };
-                let Some(pad) = self.build.pad.as_mut() else {
+                let l = if self.build.fuse.is_some() {
+                    // Aker: the blocks a split left, in the kernel's own shape.
+                    Ok(KernelLaunch::new(base, tags).with_blocks(blocks))
+                } else if let Some(pad) = self.build.pad.as_mut() {
+                    pad.rest(&base, mi as u32, version, tags, blocks)
+                } else {
                     tracing::error!(policy = %self.settings.policy, "padding without an executor");
                     return;
                 };
-                let l = match pad.rest(&base, mi as u32, version, tags, blocks) {
+                let l = match l {
                     Ok(l) => l.with_buffers(r, w),
                     Err(e) => {
                         tracing::error!(error = %e, "rest of a padded kernel");
@@ -916,6 +987,42 @@ impl SchedEngine {
                     return;
                 }
                 self.kernel_queued(task, k, now, issued, out);
+                out.push(EngineEvent::KernelsLaunched { count: 1 });
+            }
+            DkpAction::Fused(f) => {
+                let (lt, bt) = (f.lc.req.0, f.be.req.0);
+                let (lk, bk) = (f.lc.kernel as usize, f.be.kernel as usize);
+                let (Some(lr), Some(br)) = (self.tasks.get(&lt), self.tasks.get(&bt)) else {
+                    tracing::error!(lc = lt, be = bt, "fused launch for an unknown task");
+                    return;
+                };
+                if let Some(g) = self.settings.host_gap_ns.filter(|&g| g > 0) {
+                    if lk + 1 < lr.kernels {
+                        self.build
+                            .host
+                            .push(std::cmp::Reverse((now + g, lt, lk as u32 + 2)));
+                    }
+                }
+                let ls = self.models[self.build.slots[lr.slot].model].shapes[lk].clone();
+                let bs = self.models[self.build.slots[br.slot].model].shapes[bk].clone();
+                let lb = self.task_buffers(lt, lk);
+                let bb = self.task_buffers(bt, bk);
+                let Build {
+                    fuse, sim, streams, ..
+                } = &mut self.build;
+                let Some(fuse) = fuse.as_mut() else {
+                    tracing::error!(policy = %self.settings.policy, "fused launch without an executor");
+                    return;
+                };
+                let issued = std::time::Instant::now();
+                if let Err(e) =
+                    fuse.launch(sim, streams[f.stream.0 as usize], &f, (&ls, lb), (&bs, bb))
+                {
+                    tracing::error!(error = %e, "fused launch refused by the device");
+                    return;
+                }
+                self.kernel_queued(lt, lk, now, issued, out);
+                self.kernel_queued(bt, bk, now, issued, out);
                 out.push(EngineEvent::KernelsLaunched { count: 1 });
             }
             DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
@@ -938,12 +1045,19 @@ impl SchedEngine {
     fn device_event(&mut self, ev: &DeviceEvent, out: &mut Vec<EngineEvent>) {
         // The parts of a padded launch reach the scheduler as one event of
         // its real-time kernel (reef-exec's PadExec).
-        let ev = match self.build.pad.as_mut() {
-            Some(p) => match p.filter(ev) {
+        let ev = match self.build.fuse.as_mut() {
+            Some(f) => match f.filter(ev) {
                 Some(e) => e,
                 None => return,
             },
             None => *ev,
+        };
+        let ev = match self.build.pad.as_mut() {
+            Some(p) => match p.filter(&ev) {
+                Some(e) => e,
+                None => return,
+            },
+            None => ev,
         };
         let Some(&stream) = self.build.rev.get(&ev.stream.0) else {
             return;
@@ -1029,7 +1143,7 @@ impl Engine for SchedEngine {
     }
 
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
-        reef_sched::policy_by_name(policy).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        check_policy(policy)?;
         self.settings.policy = policy.to_string();
         self.rebuild_pending = true;
         self.maybe_rebuild(now);
@@ -1247,6 +1361,32 @@ impl Engine for SchedEngine {
             host += rec.kernels.saturating_sub(rec.next_kernel);
         }
         (host, device)
+    }
+
+    fn set_qos(&mut self, task: u64, qos_ns: Option<u64>) {
+        match qos_ns {
+            Some(q) => self.qos.insert(task, q),
+            None => self.qos.remove(&task),
+        };
+    }
+
+    fn aker(&self) -> Option<crate::protocol::AkerStats> {
+        let cur = self.build.sched.aker_stats();
+        if cur.is_none() && self.aker_before == Default::default() {
+            return None;
+        }
+        let mut a = self.aker_before;
+        add_aker(&mut a, cur.unwrap_or_default());
+        Some(crate::protocol::AkerStats {
+            lc_launches: a.lc_launches,
+            fused_launches: a.fused_launches,
+            be_blocks_fused: a.be_blocks_fused,
+            be_direct_in_headroom: a.be_direct_in_headroom,
+            be_launches_idle: a.be_launches_idle,
+            rest_launches: a.rest_launches,
+            qos_met: a.qos_met,
+            qos_missed: a.qos_missed,
+        })
     }
 
     fn fikit(&self) -> Option<crate::protocol::FikitStats> {

@@ -143,6 +143,11 @@ pub enum DkpAction {
         version: u16,
         blocks: Range<u32>,
     },
+    /// An Aker fused kernel (`aker`, `tacker`; [`crate::aker::AkerScheduler`]):
+    /// an LC kernel and a block range of a BE kernel in one launch on the
+    /// same compute units. Report `KernelStarted`/`KernelCompleted` for
+    /// the LC tag as for a launch; completed means both parts completed.
+    Fused(crate::aker::FusedLaunch),
 }
 
 /// Counters of the padding module.

@@ -13,9 +13,15 @@
 //!   between the original kernel, a fused kernel (Eq. 4, largest T_gain) and
 //!   a directly launched BE kernel.
 //!
+//! - [`manager`]: the `aker`, `baymax` and `tacker` schedulers built on
+//!   these rules (§8.3, §9.3).
+//!
 //! Everything here is arithmetic on predicted durations in nanoseconds: the
 //! samples come from whoever profiles (reef-bench `aker` profiles on the
 //! simulated device; the daemon would on a real one).
+
+pub mod manager;
+pub use manager::*;
 
 /// Ordinary least squares `y = a + b x`.
 #[derive(Debug, Clone, Copy, PartialEq)]
