@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::sys::CUresult;
+use reef_sim::costmodel;
 use reef_sim::shape::fnv1a;
 use reef_sim::{DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, SimConfig, Tags};
 
@@ -756,6 +757,8 @@ impl Driver {
         let work = entry.work.clone().unwrap_or(ptx::Work {
             // No recorded work: the simulator's floor per block.
             block_ns: self.spec.min_block_ns,
+            flops: None,
+            bytes: 0,
             regs_per_thread: 0,
             shared_bytes: 0,
             reads: (0..entry.params.len())
@@ -805,13 +808,21 @@ impl Driver {
             writes: work.writes.iter().map(|&i| ptr(i)).collect(),
             scalars,
         };
+        let (regs, curve) = block_curve(
+            &work,
+            blocks as u32,
+            threads as u32,
+            shared_total,
+            &self.spec,
+        )
+        .unwrap_or((regs, vec![work.block_ns]));
         let shape = KernelShape::synthetic(
             &entry.name,
             blocks as u32,
             threads as u32,
             shared_total,
             regs as u32,
-            vec![work.block_ns],
+            curve,
             &self.spec,
         )
         .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
@@ -831,6 +842,27 @@ impl Driver {
         self.streams.get_mut(&id).unwrap().last = Some(l);
         Ok(Ok(l))
     }
+}
+
+/// With recorded work (`flops=` annotation): registers one block holds
+/// and its durations for 1..=K co-resident blocks from reef-sim's cost model
+/// of compiled kernels, exactly as the virtual-time simulator shapes the
+/// same kernel (sim/src/costmodel.rs `compiled_shape`: registers allocated
+/// per warp, occupancy K under the preset's limits, roofline at full
+/// occupancy with the measured co-residency shape below it). `None`: a
+/// stated `block_ns` instead.
+pub fn block_curve(
+    work: &ptx::Work,
+    blocks: u32,
+    threads: u32,
+    shared: u32,
+    spec: &DeviceSpec,
+) -> Option<(u64, Vec<u64>)> {
+    let flops = work.flops?;
+    let per_block = costmodel::regs_per_block(work.regs_per_thread, threads, spec.wave_size);
+    let max_k = costmodel::max_resident(threads, shared, per_block, spec);
+    let curve = costmodel::roofline_curve(flops, work.bytes, blocks, max_k, spec);
+    Some((per_block as u64, curve))
 }
 
 fn splitmix64(s: &mut u64) -> u64 {

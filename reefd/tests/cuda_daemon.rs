@@ -31,16 +31,35 @@ fn model_dir() -> PathBuf {
 }
 
 const MODEL: &str = "two-kernel";
+
+/// What `serve_end_to_end` serves: a model directory (loaded under its
+/// directory's name), the daemon's environment.
+struct Served<'a> {
+    dir: PathBuf,
+    env: &'a [(&'a str, &'a str)],
+}
+
+impl Served<'_> {
+    fn two_kernel() -> Served<'static> {
+        Served {
+            dir: model_dir(),
+            env: &[],
+        }
+    }
+}
 const T: Option<Duration> = Some(Duration::from_secs(20));
 
 /// Serves 100 RT and 100 BE inferences from two clients, preempts a BE
 /// stream by command, and checks status and stats. `lib`: the driver
 /// library (`None`: the system's).
-fn serve_end_to_end(lib: Option<&Path>) {
+fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
     let device_extra = lib
         .map(|p| format!("cuda_library = {p:?}"))
         .unwrap_or_default();
-    let d = Daemon::start_full("cuda:0", "", &device_extra, "");
+    let d = Daemon::start_env("cuda:0", "", &device_extra, "", served.env);
+    let dir = &served.dir;
+    let model = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let model = model.as_str();
 
     // status: the device, the engine naming the GPU, the probed levels.
     let s = d.client().status().unwrap();
@@ -75,7 +94,6 @@ fn serve_end_to_end(lib: Option<&Path>) {
 
     // Load the model by its directory: registered under the directory's
     // name.
-    let dir = model_dir();
     let out = d.reefctl(&["models", "load", dir.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -83,7 +101,7 @@ fn serve_end_to_end(lib: Option<&Path>) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(d.client().models().unwrap()[0].name, MODEL);
+    assert_eq!(d.client().models().unwrap()[0].name, model);
 
     // A BE client with 16 inferences in flight (about 1.6 ms of device
     // work, so a BE client thread the OS does not run for a while still
@@ -94,13 +112,15 @@ fn serve_end_to_end(lib: Option<&Path>) {
     let be = {
         let mut c = d.client();
         let rt_done = rt_done.clone();
+        let model = model.to_string();
         std::thread::spawn(move || {
+            let model = model.as_str();
             let s = c.register(Priority::Be, Some("be")).unwrap();
             let (mut sent, mut results) = (0, Vec::new());
             while results.len() < sent || sent == 0 {
                 let more = sent < 100 || !rt_done.load(Ordering::SeqCst);
                 while more && sent - results.len() < BE_WINDOW {
-                    c.infer_async(s.stream, MODEL).unwrap();
+                    c.infer_async(s.stream, model).unwrap();
                     sent += 1;
                 }
                 match c.next_event(T).unwrap() {
@@ -115,7 +135,7 @@ fn serve_end_to_end(lib: Option<&Path>) {
     let s = rt.register(Priority::Rt, Some("rt")).unwrap();
     let mut rt_results = Vec::new();
     for _ in 0..100 {
-        rt_results.push(rt.infer(s.stream, MODEL).unwrap());
+        rt_results.push(rt.infer(s.stream, model).unwrap());
     }
     rt_done.store(true, Ordering::SeqCst);
     let be_results = be.join().unwrap();
@@ -179,7 +199,7 @@ fn serve_end_to_end(lib: Option<&Path>) {
         String::from_utf8_lossy(&out.stderr)
     );
     for _ in 0..5 {
-        c.infer_async(s.stream, MODEL).unwrap();
+        c.infer_async(s.stream, model).unwrap();
     }
     assert_eq!(drain(&mut c, 300), 0, "the stream ran while preempted");
     let queued = |d: &Daemon| {
@@ -209,7 +229,7 @@ fn serve_end_to_end(lib: Option<&Path>) {
             .map(|_| {
                 c.send(reefd::protocol::RequestBody::Infer {
                     stream: s.stream,
-                    model: MODEL.into(),
+                    model: model.into(),
                     wait: false,
                 })
                 .unwrap()
@@ -263,7 +283,28 @@ fn serve_end_to_end(lib: Option<&Path>) {
 
 #[test]
 fn reefd_serves_cuda0_on_the_simulated_libcuda() {
-    serve_end_to_end(Some(&sim_library()));
+    serve_end_to_end(Some(&sim_library()), &Served::two_kernel());
+}
+
+/// A model compiled by reef-compile, loaded from its output directory as
+/// is (no model.toml): the PTX for the device's compute capability (the
+/// simulated H100 reports 9.0: sm_90), weights at their recorded offsets,
+/// kernel durations from the recorded work and resources. Eight conv + relu
+/// layers (10 kernels): with the 3 kernels of depth 1, each a few
+/// microseconds on the H100's cost model, BE requests rarely had kernels
+/// left to take back when an RT request arrived.
+#[test]
+fn reefd_serves_a_reef_compile_model_on_cuda0() {
+    let t = common::compiled_tiny(8);
+    let dir = t.path().join("models/tiny");
+    assert!(!dir.join("model.toml").exists());
+    serve_end_to_end(
+        Some(&sim_library()),
+        &Served {
+            dir,
+            env: &[("REEF_LIBCUDA_SIM_DEVICE", "h100")],
+        },
+    );
 }
 
 #[test]
@@ -281,7 +322,7 @@ fn reefd_serves_cuda0_on_the_system_libcuda() {
         unsafe { cudarc::driver::sys::is_culib_present() },
         "REEF_TEST_CUDA=system but no libcuda on the library search path"
     );
-    serve_end_to_end(None);
+    serve_end_to_end(None, &Served::two_kernel());
 }
 
 #[test]
