@@ -498,25 +498,15 @@ impl Engine for CudaEngine {
             },
         );
         self.by_runtime.insert(task, t);
-        // REEF §3.1: an RT request switches to real-time mode at once. Its
-        // kernels are handed to CUDA first: the preemption below waits for
-        // the BE device queues to drain (Fig. 8), which the RT kernels need
-        // not wait for (they run beside the draining BE kernels, as the
-        // virtual-time scheduler runs them). What completes during that
-        // wait is stamped after it (`now` plus the time the call took), never
-        // before it happened.
-        let start = now;
-        let t0 = Instant::now();
-        let since = |t0: Instant| start + t0.elapsed().as_nanos() as Nanos;
+        // REEF §3.1: an RT request switches to real-time mode at once.
         if priority.is_rt() {
-            self.advance(start, out);
             self.rt_preempted = true;
             let be = self.be_streams();
-            if let Err(e) = self.preempt_streams(since(t0), &be, out) {
+            if let Err(e) = self.preempt_streams(now, &be, out) {
                 tracing::error!("preempting BE for RT task {task}: {e}");
             }
         }
-        self.advance(since(t0), out);
+        self.advance(now, out);
         Ok(())
     }
 
