@@ -18,7 +18,8 @@
 //!
 //! What it implements, by the versioned names cudarc 0.19 resolves:
 //! `cuInit`, `cuDriverGetVersion`, `cuDeviceGet`, `cuDeviceGetCount`,
-//! `cuDeviceGetName`, `cuDeviceTotalMem_v2`, `cuCtxCreate_v2`,
+//! `cuDeviceGetName`, `cuDeviceGetAttribute` (compute capability only),
+//! `cuDeviceTotalMem_v2`, `cuCtxCreate_v2`,
 //! `cuCtxDestroy_v2`, `cuCtxSetCurrent`, `cuCtxGetCurrent`,
 //! `cuModuleLoadData`, `cuModuleUnload`, `cuModuleGetFunction`,
 //! `cuModuleGetGlobal_v2`, `cuMemAlloc_v2`, `cuMemFree_v2`,
@@ -191,6 +192,41 @@ pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) 
             *name.add(n) = 0;
         }
         Ok(())
+    }))
+}
+
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` / `_MINOR` (cuda.h).
+pub const ATTR_CC_MAJOR: c_int = 75;
+pub const ATTR_CC_MINOR: c_int = 76;
+
+/// The compute capability a preset stands for (CUDA C Programming Guide,
+/// "Compute Capabilities": GV100 is Volta 7.0, H100 Hopper 9.0). Other
+/// presets (the MI50 is not an NVIDIA GPU, spec files name their own
+/// devices) have none.
+pub fn compute_capability(preset: &str) -> Option<(c_int, c_int)> {
+    match preset {
+        "gv100" => Some((7, 0)),
+        "h100" => Some((9, 0)),
+        _ => None,
+    }
+}
+
+/// Only the compute capability is implemented (reefd picks a compiled
+/// model's PTX by it); any other attribute, or a preset without one,
+/// answers CUDA_ERROR_NOT_SUPPORTED.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) -> CUresult {
+    code(with(|d| {
+        if dev != 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
+        }
+        let (major, minor) =
+            compute_capability(&d.spec().name).ok_or(CUresult::CUDA_ERROR_NOT_SUPPORTED)?;
+        match attrib {
+            ATTR_CC_MAJOR => out(pi, major),
+            ATTR_CC_MINOR => out(pi, minor),
+            _ => Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
+        }
     }))
 }
 
@@ -658,7 +694,6 @@ macro_rules! not_supported {
 not_supported!(
     cuDevicePrimaryCtxRetain,
     cuDevicePrimaryCtxRelease_v2,
-    cuDeviceGetAttribute,
     cuCtxPushCurrent_v2,
     cuCtxPopCurrent_v2,
     cuCtxSynchronize,

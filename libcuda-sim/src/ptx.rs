@@ -15,10 +15,16 @@
 //!
 //! ```text
 //! // reef-sim: kernel=NAME block_ns=N [regs=R] [shared=B] [reads=i,j] [writes=k]
+//! // reef-sim: kernel=NAME flops=F bytes=B [regs=R] [shared=B] [reads=i,j] [writes=k]
 //! ```
 //!
-//! `block_ns`: one block's run time alone on an SM (the kernel's work, as
-//! the model compiler records it); `regs`: registers per thread; `shared`:
+//! `block_ns`: one block's run time alone on an SM (a stated duration, as
+//! the hand-written two-kernel model gives); or `flops`/`bytes`: the
+//! kernel's recorded work as reef-compile records it (`flops`, `bytes_read +
+//! bytes_written` of the schedule, docs/compile.md), from which the driver
+//! takes the block durations with reef-sim's cost model of compiled
+//! kernels (sim/src/costmodel.rs) for the launch's grid, block and
+//! resources, as the virtual-time simulator does; `regs`: registers per thread; `shared`:
 //! static shared memory per block in bytes; `reads`/`writes`: indices of
 //! the pointer parameters the kernel reads and writes (its read/write sets).
 
@@ -35,7 +41,12 @@ pub struct Param {
 /// The recorded work of a kernel (its `reef-sim:` annotation).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Work {
+    /// A stated block duration (0 when `flops` is given).
     pub block_ns: u64,
+    /// Recorded work (floating-point operations, bytes read plus written):
+    /// durations from the cost model.
+    pub flops: Option<u64>,
+    pub bytes: u64,
     pub regs_per_thread: u32,
     pub shared_bytes: u32,
     pub reads: Vec<usize>,
@@ -156,6 +167,8 @@ fn parse_annotations(src: &str) -> Result<BTreeMap<String, Work>, String> {
             match k {
                 "kernel" => name = Some(v.to_string()),
                 "block_ns" => w.block_ns = num(v)?,
+                "flops" => w.flops = Some(num(v)?),
+                "bytes" => w.bytes = num(v)?,
                 "regs" => w.regs_per_thread = num(v)? as u32,
                 "shared" => w.shared_bytes = num(v)? as u32,
                 "reads" => w.reads = parse_list(v)?,
@@ -164,9 +177,9 @@ fn parse_annotations(src: &str) -> Result<BTreeMap<String, Work>, String> {
             }
         }
         let name = name.ok_or("reef-sim annotation without kernel=")?;
-        if w.block_ns == 0 {
+        if w.block_ns == 0 && w.flops.is_none() {
             return Err(format!(
-                "reef-sim annotation of {name}: block_ns missing or 0"
+                "reef-sim annotation of {name}: neither block_ns (> 0) nor flops"
             ));
         }
         out.insert(name, w);
@@ -303,6 +316,15 @@ mod tests {
     ret;
 }
 "#;
+
+    #[test]
+    fn recorded_work_instead_of_a_duration() {
+        let src = SRC.replace("block_ns=5000", "flops=1081344 bytes=12160");
+        let w = parse(&src).unwrap().entries[0].work.clone().unwrap();
+        assert_eq!((w.flops, w.bytes, w.block_ns), (Some(1081344), 12160, 0));
+        let none = SRC.replace("block_ns=5000 ", "");
+        assert!(parse(&none).unwrap_err().contains("neither block_ns"));
+    }
 
     #[test]
     fn entries_params_globals_and_work() {

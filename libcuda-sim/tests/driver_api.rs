@@ -432,3 +432,62 @@ fn a_kernel_on_freed_memory_faults_its_context_only() {
     assert_eq!(sync(u.stream), OK);
     assert_eq!(cuCtxDestroy_v2(u.ctx), OK);
 }
+
+/// The compute capability of the preset (reefd picks a compiled model's
+/// PTX by it); any other attribute is refused, never answered with a
+/// made-up value.
+#[test]
+fn compute_capability_is_the_presets() {
+    assert_eq!(cuInit(0), OK);
+    let (mut major, mut minor) = (-1, -1);
+    assert_eq!(cuDeviceGetAttribute(&mut major, ATTR_CC_MAJOR, 0), OK);
+    assert_eq!(cuDeviceGetAttribute(&mut minor, ATTR_CC_MINOR, 0), OK);
+    // The tests run on the default preset, gv100: Volta, 7.0.
+    assert_eq!((major, minor), (7, 0));
+    assert_eq!(compute_capability("h100"), Some((9, 0)));
+    assert_eq!(compute_capability("mi50"), None);
+    let mut v = 0;
+    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT (16): not implemented.
+    assert_eq!(
+        cuDeviceGetAttribute(&mut v, 16, 0),
+        CUresult::CUDA_ERROR_NOT_SUPPORTED
+    );
+    assert_eq!(
+        cuDeviceGetAttribute(&mut v, ATTR_CC_MAJOR, 1),
+        CUresult::CUDA_ERROR_INVALID_DEVICE
+    );
+}
+
+/// Recorded work gives the cost model's block durations: more work, longer
+/// blocks; more registers per thread, fewer co-resident blocks.
+#[test]
+fn recorded_work_gives_the_cost_models_durations() {
+    use reef_libcuda_sim::driver::block_curve;
+    use reef_libcuda_sim::ptx::Work;
+    let spec = reef_sim::DeviceSpec::preset("h100").unwrap();
+    let work = |flops, regs| Work {
+        flops: Some(flops),
+        bytes: 12160,
+        regs_per_thread: regs,
+        ..Default::default()
+    };
+    // The compiled tiny model's convolution: 8 blocks of 128 threads,
+    // 6912 B of static shared memory, 66 registers (sm_90).
+    let (regs, c) = block_curve(&work(1_081_344, 66), 8, 128, 6912, &spec).unwrap();
+    // 66 x 32 = 2112 registers per warp, allocated in units of 256: 2304.
+    assert_eq!(regs, 4 * 2304);
+    let k = reef_sim::costmodel::max_resident(128, 6912, 4 * 2304, &spec);
+    assert_eq!(
+        c,
+        reef_sim::costmodel::roofline_curve(1_081_344, 12160, 8, k, &spec)
+    );
+    let (_, big) = block_curve(&work(1_000 * 1_081_344, 66), 8, 128, 6912, &spec).unwrap();
+    assert!(big[0] > c[0] && big[0] > spec.min_block_ns, "{big:?} {c:?}");
+    let (_, fat) = block_curve(&work(1_081_344, 255), 8, 128, 6912, &spec).unwrap();
+    assert!(fat.len() < c.len(), "{} vs {}", fat.len(), c.len());
+    let stated = Work {
+        block_ns: 5000,
+        ..Default::default()
+    };
+    assert!(block_curve(&stated, 8, 128, 0, &spec).is_none());
+}

@@ -162,7 +162,7 @@ fn references_are_computed_by_polling_and_policies_are_checked() {
     let mut m = engine_model("other");
     Arc::make_mut(&mut m.model).kernels.pop();
     let e = d.e.add_model(m).unwrap_err();
-    assert!(e.to_string().contains("differ from model.toml"), "{e}");
+    assert!(e.to_string().contains("differ from the CUDA model"), "{e}");
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! (docs/hardware.md, "The CUDA launch path", says what each test then
 //! proves).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use cudarc::driver::sys::CUresult;
@@ -355,7 +357,22 @@ fn bad_model_directories_are_explained() {
     let mut d = open();
     let dir = tempfile::tempdir().unwrap();
     let e = d.load_model(dir.path(), None).unwrap_err();
-    assert!(e.to_string().contains("cannot read model.toml"), "{e}");
+    let stem = dir.path().file_name().unwrap().to_str().unwrap();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("neither model.toml nor {stem}.json is there"))
+            && msg.contains("reef-compile"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    // A measured REEF schedule (no PTX) is not a CUDA model.
+    std::fs::copy(
+        model_dir().join("two-kernel.json"),
+        dir.path().join(format!("{stem}.json")),
+    )
+    .unwrap();
+    let e = d.load_model(dir.path(), None).unwrap_err();
+    assert!(e.to_string().contains("a REEF schedule without PTX"), "{e}");
     for f in ["kernels.ptx", "weights.bin", "model.toml"] {
         std::fs::copy(model_dir().join(f), dir.path().join(f)).unwrap();
     }
@@ -366,4 +383,40 @@ fn bad_model_directories_are_explained() {
             .contains("weights.bin has 3 B, the weight storages 16384 B"),
         "{e}"
     );
+}
+
+/// The PTX a compiled model is loaded with: the highest architecture the
+/// GPU's compute capability can run (a driver JIT-compiles PTX only for
+/// the same or a newer architecture).
+#[test]
+fn a_compiled_models_ptx_is_picked_by_compute_capability() {
+    use reefd::backend::cuda_launch::pick_arch;
+    let archs = ["sm_80".to_string(), "sm_90".to_string()];
+    assert_eq!(pick_arch(&archs, Some((9, 0))).unwrap(), "sm_90");
+    assert_eq!(pick_arch(&archs, Some((8, 6))).unwrap(), "sm_80");
+    assert_eq!(pick_arch(&archs, None).unwrap(), "sm_90");
+    let e = pick_arch(&archs, Some((7, 0))).unwrap_err();
+    assert!(e.contains("compute capability 7.0"), "{e}");
+
+    // Through the driver: the simulated GV100 reports 7.0 and refuses a
+    // model compiled for sm_80 and sm_90 only, loading nothing.
+    if library().is_none() {
+        return;
+    }
+    let t = common::compiled_tiny(1);
+    let _serial = serial();
+    let mut d = open();
+    assert_eq!(d.compute_capability(), Some((7, 0)));
+    let free = d.memory().unwrap().0;
+    let e = d
+        .load_model(&t.path().join("models/tiny"), None)
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("compiled for sm_80, sm_90 only") && msg.contains("compute capability 7.0"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    assert!(d.models().is_empty());
+    assert_eq!(d.memory().unwrap().0, free);
 }

@@ -41,7 +41,7 @@
 //! stored) and, with the flag cleared, runs (index stored); 3 never on this
 //! path, for the reason [`NO_KILL`] gives.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
@@ -253,6 +253,10 @@ struct KernelDecl {
     grid: [u32; 3],
     block: [u32; 3],
     args: Vec<String>,
+    /// Dynamic shared memory per block (`sharedMemBytes` of the launch):
+    /// a reef-compile schedule's `dynamic_shared_bytes`; none in model.toml.
+    #[serde(skip)]
+    dynamic_shared: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -261,7 +265,10 @@ enum Arg {
     U32(u32),
 }
 
-/// A model read from its directory (`model.toml`, the PTX, the weights).
+/// A model read from its directory: a reef-compile output (`NAME.json`
+/// with `format: reef-compile/1`, `kernels.ARCH.ptx`, `weights.bin`;
+/// docs/compile.md) or a hand-written `model.toml` with its PTX and weights
+/// (libcuda-sim/models/two-kernel).
 #[derive(Debug, Clone)]
 pub struct ModelFiles {
     pub name: String,
@@ -276,8 +283,259 @@ pub struct ModelFiles {
 }
 
 impl ModelFiles {
-    /// Reads and checks a model directory; the PTX is injected here.
+    /// Reads and checks a model directory for a GPU of unknown compute
+    /// capability (a compiled model's highest architecture is taken); the
+    /// PTX is injected here.
     pub fn read(dir: &Path) -> Result<ModelFiles, CudaError> {
+        Self::read_for(dir, None)
+    }
+
+    /// Reads a model directory for a GPU of compute capability `cc`
+    /// (major, minor): `model.toml` when the directory has one, else the
+    /// reef-compile schedule `NAME.json` (NAME = the directory's name).
+    pub fn read_for(dir: &Path, cc: Option<(i32, i32)>) -> Result<ModelFiles, CudaError> {
+        if dir.join("model.toml").is_file() {
+            return Self::read_toml(dir);
+        }
+        let err = |detail: String| CudaError::Model {
+            path: dir.display().to_string(),
+            detail,
+        };
+        let stem = dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let json = dir.join(format!("{stem}.json"));
+        if !json.is_file() {
+            return Err(err(format!(
+                "neither model.toml nor {stem}.json is there: compile the model with \
+                 `reef-compile MODEL.onnx -o {}` (docs/compile.md)",
+                dir.display()
+            )));
+        }
+        Self::read_compiled(dir, &stem, cc)
+    }
+
+    /// A reef-compile output directory (docs/compile.md "The model
+    /// directory"): storages by role (`param` storages are weights, taken
+    /// from `weights.bin` at their recorded offsets), kernels with their
+    /// launch shapes, arguments and dynamic shared memory, the PTX of the
+    /// architecture `cc` can run (see [`pick_arch`]) injected by
+    /// reef-ptx-inject, and each kernel's recorded work, resources and
+    /// read/write sets written into the module as `// reef-sim:` comments
+    /// (a real driver ignores them; the simulated libcuda takes kernel
+    /// durations from them with reef-sim's cost model, libcuda-sim/src/ptx.rs).
+    fn read_compiled(
+        dir: &Path,
+        stem: &str,
+        cc: Option<(i32, i32)>,
+    ) -> Result<ModelFiles, CudaError> {
+        let err = |detail: String| CudaError::Model {
+            path: dir.display().to_string(),
+            detail,
+        };
+        let m = reef_model::Model::load(dir).map_err(|e| err(e.to_string()))?;
+        let Some(c) = m.compiled.as_ref() else {
+            return Err(err(format!(
+                "{stem}.json is a REEF schedule without PTX (no format reef-compile/1), and there \
+                 is no model.toml: the CUDA device runs models compiled by reef-compile \
+                 (docs/compile.md)"
+            )));
+        };
+        let (input, output) = match (&c.inputs[..], &c.outputs[..]) {
+            ([i], [o]) => (*i, *o),
+            _ => {
+                return Err(err(format!(
+                    "{} inputs and {} outputs: the CUDA device serves models with one input and \
+                     one output",
+                    c.inputs.len(),
+                    c.outputs.len()
+                )))
+            }
+        };
+        let arch = pick_arch(&c.archs, cc).map_err(err)?;
+        let ptx_path = c
+            .ptx
+            .get(&arch)
+            .map(|p| {
+                if p.is_absolute() {
+                    p.clone()
+                } else {
+                    dir.join(p)
+                }
+            })
+            .ok_or_else(|| err(format!("{stem}.json names no PTX file for {arch}")))?;
+        let src = std::fs::read_to_string(&ptx_path)
+            .map_err(|e| err(format!("cannot read {}: {e}", ptx_path.display())))?;
+        let inj =
+            reef_trap::ptx::inject(&src, &ptx_path.display().to_string(), &Default::default())
+                .map_err(|e| err(format!("reef-ptx-inject: {e}")))?;
+        let params: HashSet<usize> = c.params.iter().copied().collect();
+        let storages: Vec<StorageDecl> = m
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| StorageDecl {
+                name: b.name.clone(),
+                bytes: b.bytes,
+                role: if i == input {
+                    Role::Input
+                } else if i == output {
+                    Role::Output
+                } else if params.contains(&i) {
+                    Role::Weight
+                } else {
+                    Role::Activation
+                },
+            })
+            .collect();
+        if let Some(s) = storages.iter().find(|s| s.bytes == 0) {
+            return Err(err(format!("storage {} has 0 bytes", s.name)));
+        }
+        let first_arch = c.archs.first();
+        let mut annotations = String::new();
+        let mut annotated = HashSet::new();
+        let mut kernels = Vec::new();
+        for k in &m.kernels {
+            if !inj.entries.contains(&k.name) {
+                return Err(err(format!(
+                    "kernel {} is not an .entry of {}",
+                    k.name,
+                    ptx_path.display()
+                )));
+            }
+            // shared_mem_bytes = the first architecture's static shared
+            // memory + the dynamic (reef-model); the launch passes the dynamic.
+            let first_static = first_arch
+                .and_then(|a| k.resources.get(a))
+                .map_or(0, |r| r.shared_static);
+            let dynamic_shared = k.shared_mem_bytes.saturating_sub(first_static);
+            if annotated.insert(k.name.clone()) {
+                let Some(w) = k.work else {
+                    return Err(err(format!(
+                        "kernel {} has no recorded work (flops, bytes)",
+                        k.name
+                    )));
+                };
+                let pos = |set: &[usize]| -> String {
+                    let v: Vec<String> = (0..k.args.len())
+                        .filter(|&p| set.contains(&k.args[p]))
+                        .map(|p| p.to_string())
+                        .collect();
+                    v.join(",")
+                };
+                let mut line = format!(
+                    "// reef-sim: kernel={} flops={} bytes={}",
+                    k.name,
+                    w.flops,
+                    w.bytes_read.saturating_add(w.bytes_written)
+                );
+                if let Some(r) = k.resources.get(&arch) {
+                    line += &format!(" regs={} shared={}", r.registers, r.shared_static);
+                }
+                // A storage the kernel both reads and writes is given as
+                // written only: the recorded sets come from TIR's loads and
+                // stores, and TVM's in-place accumulations (max pool,
+                // reductions) initialise their output before reading it
+                // back (kernels.cu), so its previous contents are no input.
+                // Limit: the simulated driver's value model then cannot see
+                // a kernel that truly accumulates into old contents run
+                // twice; level 2 never re-runs a kernel that started.
+                let inputs: Vec<usize> = k
+                    .reads
+                    .iter()
+                    .copied()
+                    .filter(|r| !k.writes.contains(r))
+                    .collect();
+                for (key, set) in [("reads", &inputs), ("writes", &k.writes)] {
+                    let p = pos(set);
+                    if !p.is_empty() {
+                        line += &format!(" {key}={p}");
+                    }
+                }
+                annotations += &line;
+                annotations.push('\n');
+            }
+            let decl = KernelDecl {
+                name: k.name.clone(),
+                grid: k.grid,
+                block: k.block,
+                args: k.args.iter().map(|&i| storages[i].name.clone()).collect(),
+                dynamic_shared,
+            };
+            let args = k.args.iter().map(|&i| Arg::Storage(i)).collect();
+            kernels.push((decl, args));
+        }
+        if kernels.is_empty() {
+            return Err(err(format!("{stem}.json has no kernels")));
+        }
+        let ptx = CString::new(format!(
+            "// reef: {stem} for {arch}, injected by reef-ptx-inject; recorded work below.\n\
+             {annotations}{}",
+            inj.ptx
+        ))
+        .map_err(|_| err("the PTX contains a NUL byte".into()))?;
+        // Weights at their recorded offsets in weights.bin.
+        let raw: RawCompiled = serde_json::from_str(
+            &std::fs::read_to_string(json_path(dir, stem))
+                .map_err(|e| err(format!("cannot read {stem}.json: {e}")))?,
+        )
+        .map_err(|e| err(format!("{stem}.json: {e}")))?;
+        let mut weights = HashMap::new();
+        if !params.is_empty() {
+            let wsec = raw.weights.ok_or_else(|| {
+                err(format!(
+                    "{stem}.json has parameters but no `weights` section"
+                ))
+            })?;
+            let bytes = std::fs::read(dir.join(&wsec.file))
+                .map_err(|e| err(format!("cannot read {}: {e}", wsec.file)))?;
+            for e in &wsec.entries {
+                let end = e
+                    .offset
+                    .checked_add(e.bytes)
+                    .filter(|&x| x <= bytes.len() as u64);
+                let Some(end) = end else {
+                    return Err(err(format!(
+                        "{}: weight {} at {}+{} B lies past its end ({} B)",
+                        wsec.file,
+                        e.name,
+                        e.offset,
+                        e.bytes,
+                        bytes.len()
+                    )));
+                };
+                match storages.get(e.storage) {
+                    Some(s) if s.role == Role::Weight && s.bytes == e.bytes => {}
+                    _ => {
+                        return Err(err(format!(
+                            "weight {} names storage {} which is not a parameter of {} B",
+                            e.name, e.storage, e.bytes
+                        )))
+                    }
+                }
+                weights.insert(e.storage, bytes[e.offset as usize..end as usize].to_vec());
+            }
+            if let Some(&p) = params.iter().find(|p| !weights.contains_key(p)) {
+                return Err(err(format!(
+                    "parameter storage {p} ({}) has no entry in weights.entries",
+                    storages[p].name
+                )));
+            }
+        }
+        Ok(ModelFiles {
+            name: stem.to_string(),
+            ptx,
+            storages,
+            kernels,
+            weights,
+            input,
+            output,
+        })
+    }
+
+    /// A hand-written `model.toml` directory.
+    fn read_toml(dir: &Path) -> Result<ModelFiles, CudaError> {
         let err = |detail: String| CudaError::Model {
             path: dir.display().to_string(),
             detail,
@@ -412,6 +670,74 @@ impl ModelFiles {
     }
 }
 
+fn json_path(dir: &Path, stem: &str) -> PathBuf {
+    dir.join(format!("{stem}.json"))
+}
+
+/// The part of a reef-compile schedule reef-model does not keep.
+#[derive(Deserialize)]
+struct RawCompiled {
+    weights: Option<RawWeights>,
+}
+
+#[derive(Deserialize)]
+struct RawWeights {
+    file: String,
+    entries: Vec<RawWeight>,
+}
+
+#[derive(Deserialize)]
+struct RawWeight {
+    storage: usize,
+    name: String,
+    offset: u64,
+    bytes: u64,
+}
+
+/// `sm_90a` → 90.
+fn arch_number(arch: &str) -> Option<i32> {
+    let digits: String = arch
+        .strip_prefix("sm_")?
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// The architecture whose PTX a GPU of compute capability `cc` loads: the
+/// highest one compiled for that is not newer than the GPU (a driver
+/// JIT-compiles PTX for its own or a later architecture, never an earlier
+/// one: CUDA C Programming Guide, "Binary Compatibility"/"PTX
+/// Compatibility"). Without a compute capability (a driver that does not
+/// report it), the highest architecture compiled for.
+pub fn pick_arch(archs: &[String], cc: Option<(i32, i32)>) -> Result<String, String> {
+    let mut known: Vec<(i32, &String)> = archs
+        .iter()
+        .filter_map(|a| arch_number(a).map(|n| (n, a)))
+        .collect();
+    known.sort();
+    let Some(&(_, highest)) = known.last() else {
+        return Err(format!("no sm_NN architecture among {archs:?}"));
+    };
+    let Some((major, minor)) = cc else {
+        return Ok(highest.clone());
+    };
+    let gpu = major * 10 + minor;
+    known
+        .iter()
+        .rev()
+        .find(|(n, _)| *n <= gpu)
+        .map(|(_, a)| (*a).clone())
+        .ok_or_else(|| {
+            format!(
+                "compiled for {} only, and this GPU is compute capability {major}.{minor} \
+                 (sm_{gpu}), which cannot run PTX for a newer architecture: recompile with \
+                 reef-compile --arch sm_{gpu}",
+                archs.join(", ")
+            )
+        })
+}
+
 // --- the device ---------------------------------------------------------------
 
 /// Real-time or best-effort.
@@ -517,6 +843,9 @@ pub struct Preemption {
 pub struct CudaDevice {
     device: String,
     gpu_name: String,
+    /// Compute capability (major, minor), `None` when the driver does not
+    /// report it.
+    cc: Option<(i32, i32)>,
     ctx: [CUcontext; 2],
     levels: Levels,
     queue_cap: usize,
@@ -573,6 +902,14 @@ impl CudaDevice {
                 sys::cuDeviceGetName(name.as_mut_ptr(), 128, dev),
             )?;
             let gpu_name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            let attr = |a| {
+                let mut v = 0;
+                (sys::cuDeviceGetAttribute(&mut v, a, dev) == CUresult::CUDA_SUCCESS).then_some(v)
+            };
+            let cc = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .zip(attr(
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                ));
             let mut ctx = [std::ptr::null_mut(); 2];
             for c in &mut ctx {
                 check("cuCtxCreate_v2", sys::cuCtxCreate_v2(c, 0, dev))?;
@@ -580,6 +917,7 @@ impl CudaDevice {
             let mut d = CudaDevice {
                 device,
                 gpu_name,
+                cc,
                 ctx,
                 levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
                 queue_cap: opts.queue_cap,
@@ -724,10 +1062,21 @@ impl CudaDevice {
         self.models.get(model).map(|m| m.files.input_bytes())
     }
 
+    /// The GPU's compute capability (major, minor), if the driver reports it.
+    pub fn compute_capability(&self) -> Option<(i32, i32)> {
+        self.cc
+    }
+
+    /// Reads a model directory for this GPU (a compiled model's PTX is
+    /// picked by the compute capability, [`pick_arch`]).
+    pub fn read_model(&self, dir: &Path) -> Result<ModelFiles, CudaError> {
+        ModelFiles::read_for(dir, self.cc)
+    }
+
     /// Loads a model directory under `name` (default: the manifest's name):
     /// weights uploaded once into each context.
     pub fn load_model(&mut self, dir: &Path, name: Option<&str>) -> Result<String, CudaError> {
-        let files = ModelFiles::read(dir)?;
+        let files = self.read_model(dir)?;
         let name = name.unwrap_or(&files.name).to_string();
         if self.models.contains_key(&name) {
             return Err(CudaError::Invalid(format!(
@@ -1138,7 +1487,13 @@ impl CudaDevice {
             // A u32 parameter is read as the first 4 bytes of its u64 slot
             // (little endian, as every CUDA host is).
             ptrs.extend(vals.iter_mut().map(|v| v as *mut u64 as *mut c_void));
-            let (f, cu, grid, block) = (inst.functions[l.kernel], s.cu, k.grid, k.block);
+            let (f, cu, grid, block, shared) = (
+                inst.functions[l.kernel],
+                s.cu,
+                k.grid,
+                k.block,
+                k.dynamic_shared,
+            );
             let ev = self.event(c)?;
             // SAFETY: one pointer per parameter, each to at least its size.
             unsafe {
@@ -1152,7 +1507,7 @@ impl CudaDevice {
                         block[0],
                         block[1],
                         block[2],
-                        0,
+                        shared,
                         cu,
                         ptrs.as_mut_ptr(),
                         std::ptr::null_mut(),

@@ -23,8 +23,9 @@
 //! refactor.
 //!
 //! Models: the runtime loads a model's REEF schedule (`<dir>/<name>.json`),
-//! and this engine loads the same directory's `model.toml` (PTX, weights,
-//! launch shapes); their kernels must agree. The protocol carries no input
+//! and this engine loads the same directory's CUDA model: a reef-compile
+//! output (the same `<name>.json` with its PTX and weights) or a hand-written
+//! `model.toml` (PTX, weights, launch shapes), whose kernels must agree. The protocol carries no input
 //! tensors today, so the input of task `t` is seed `t % INPUT_SEEDS`'s bytes
 //! (a documented deterministic function), and every output is compared with
 //! that seed's output computed unpreempted at load (`verified` in
@@ -45,7 +46,7 @@ use std::time::Instant;
 
 use super::{Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, TaskProgress};
 use crate::backend::cuda_launch::{
-    Completion, CudaDevice, CudaError, CudaLaunchOptions, ModelFiles, StreamClass,
+    Completion, CudaDevice, CudaError, CudaLaunchOptions, StreamClass,
 };
 use crate::protocol::{Priority, TaskState};
 
@@ -384,11 +385,12 @@ impl Engine for CudaEngine {
             .parent()
             .ok_or_else(|| EngineError::Invalid(format!("model {}: no directory", m.name)))?
             .to_path_buf();
-        let files = ModelFiles::read(&dir).map_err(err)?;
+        let files = self.dev.read_model(&dir).map_err(err)?;
         let names: Vec<&str> = m.model.kernels.iter().map(|k| k.name.as_str()).collect();
         if names != files.kernel_names() {
             return Err(EngineError::Invalid(format!(
-                "model {}: the schedule's kernels {names:?} differ from model.toml's {:?}",
+                "model {}: the schedule's kernels {names:?} differ from the CUDA model's {:?} \
+                 (model.toml)",
                 m.name,
                 files.kernel_names()
             )));

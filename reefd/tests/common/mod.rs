@@ -46,6 +46,18 @@ impl Daemon {
         device_extra: &str,
         other_sections: &str,
     ) -> Daemon {
+        Self::start_env(device, daemon_extra, device_extra, other_sections, &[])
+    }
+
+    /// As [`Self::start_full`], with `env` set for the daemon process (e.g.
+    /// the simulated libcuda's device preset).
+    pub fn start_env(
+        device: &str,
+        daemon_extra: &str,
+        device_extra: &str,
+        other_sections: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         // Let other users traverse to the socket (the uid-drop test).
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -69,6 +81,7 @@ impl Daemon {
         let child = Command::new(reefd_bin())
             .args(["start", "--foreground", "--config"])
             .arg(&cfg)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -203,5 +216,37 @@ pub fn refused_model(name: &str) -> tempfile::TempDir {
     let wide = toml.replacen("block = [256, 1, 1]", "block = [2048, 1, 1]", 1);
     assert_ne!(wide, toml);
     std::fs::write(dir.join("model.toml"), wide).unwrap();
+    t
+}
+
+/// The tiny conv + relu (`depth` times) + max pool + gemm network of
+/// compile/tests/make_tiny.py compiled by `.venv/bin/reef-compile` for
+/// sm_80 and sm_90 (as reef-trap's and reef-bench's compiled-model tests
+/// do; about 4 s), in `<tmp>/models/tiny`.
+pub fn compiled_tiny(depth: u32) -> tempfile::TempDir {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let venv = root.join(".venv/bin");
+    assert!(
+        venv.join("reef-compile").is_file(),
+        "run scripts/setup.sh: it installs .venv/bin/reef-compile"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let onnx = t.path().join("tiny.onnx");
+    let run = |c: &mut Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(Command::new(venv.join("python"))
+        .arg(root.join("compile/tests/make_tiny.py"))
+        .arg(&onnx)
+        .args(["--depth", &depth.to_string()]));
+    run(Command::new(venv.join("reef-compile"))
+        .arg(&onnx)
+        .args(["--arch", "sm_80", "--arch", "sm_90", "--no-reference", "-o"])
+        .arg(t.path().join("models/tiny")));
     t
 }
