@@ -12,8 +12,6 @@ use anyhow::{bail, Context, Result};
 use reef_sim::DeviceSpec;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// The bound every figure is judged by: the simulated value may differ from
 /// the paper's by at most this share (docs/fidelity.md; fixed before the
@@ -562,24 +560,15 @@ fn run_disb(spec: &DeviceSpec, args: &FidelityArgs) -> Result<DisbRuns> {
     let jobs: Vec<(usize, &str)> = (0..workloads.len())
         .flat_map(|w| policies.iter().map(move |&p| (w, p)))
         .collect();
-    let threads = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, jobs.len());
-    let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<Result<disb::metrics::PolicyResult>>> = Mutex::new(Vec::new());
-    std::thread::scope(|sc| {
-        for _ in 0..threads {
-            sc.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&(w, p)) = jobs.get(k) else { break };
-                let r = disb::run_one(spec, &set, &workloads[w], p, &dargs);
-                out.lock().expect("no panics hold the lock").push(r);
-            });
-        }
-    });
+    let out = crate::run::par_map(
+        &jobs,
+        crate::run::threads(args.jobs),
+        None,
+        |&(w, p)| format!("{} {} {p}", spec.name, workloads[w].name),
+        |&(w, p)| disb::run_one(spec, &set, &workloads[w], p, &dargs),
+    );
     let mut runs = BTreeMap::new();
-    for r in out.into_inner().expect("threads joined") {
+    for r in out {
         let r = r?;
         runs.insert((r.policy.clone(), r.workload.clone()), r);
     }
