@@ -409,12 +409,33 @@ fn error_strings_and_unsupported_calls() {
 
 #[test]
 fn a_kernel_on_freed_memory_faults_its_context_only() {
-    let t = setup();
-    let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
-    assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 1), OK);
-    // Freed while the kernel is queued: the kernel touches freed memory.
-    assert_eq!(cuMemFree_v2(h), OK);
-    assert_eq!(sync(t.stream), CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    // The simulated GPU is paced by the wall clock: the kernel must still be
+    // queued when its memory is freed. 64 kernels ahead of it on the stream
+    // keep it queued for a while; a test thread descheduled for longer than
+    // that (a loaded machine) sees it finish first, which is correct and
+    // not what is tested: then the round is repeated in a fresh context.
+    let mut faulted = None;
+    for _ in 0..20 {
+        let t = setup();
+        let (x, w, h) = (alloc(8192), alloc(8192), alloc(8192));
+        for i in 0..64 {
+            assert_eq!(launch(t.scale, t.stream, G, B, [x, w, x], 10 + i), OK);
+        }
+        assert_eq!(launch(t.scale, t.stream, G, B, [x, w, h], 1), OK);
+        // Freed while the kernel is queued: the kernel touches freed memory.
+        assert_eq!(cuMemFree_v2(h), OK);
+        match sync(t.stream) {
+            OK => {
+                assert_eq!(cuCtxDestroy_v2(t.ctx), OK);
+            }
+            r => {
+                assert_eq!(r, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                faulted = Some((t, x, w));
+                break;
+            }
+        }
+    }
+    let (t, x, w) = faulted.expect("in 20 rounds the kernel was never still queued at the free");
     // Sticky for the context...
     assert_eq!(
         launch(t.scale, t.stream, G, B, [x, w, x], 2),
