@@ -537,24 +537,10 @@ fn run_disb(spec: &DeviceSpec, args: &FidelityArgs) -> Result<DisbRuns> {
     let dir = reef_model::default_models_dir();
     let set = disb::load_models(spec, &dir, &workloads, args.seed)?;
     let dargs = DisbArgs {
-        workload: "all".into(),
-        policy: String::new(),
         device: spec.name.clone(),
         seed: args.seed,
         duration: args.duration,
-        json: false,
-        dq_capacity: crate::run::REEF_DQ_CAPACITY,
-        plot: Default::default(),
-        no_plot: true,
-        models: None,
-        jobs: None,
-        check_values: false,
-        live: false,
-        host_gap_us: None,
-        fikit_epsilon_us: 100.0,
-        fikit_runs: 10,
-        qos_x: reef_sched::aker::DEFAULT_QOS_X,
-        socket: None,
+        ..DisbArgs::defaults("all")
     };
     let policies = ["rt-only", "seq", "streams", "wait", "reef"];
     let jobs: Vec<(usize, &str)> = (0..workloads.len())

@@ -193,6 +193,38 @@ impl Ctx {
         .with_context(|| format!("policy {policy}, host {}", host.label()))
     }
 
+    /// The same two services under default sharing (`streams`, both
+    /// best-effort) and under FIKIT (high at priority 0, low at 5):
+    /// `plans(high_class, low_class)` builds the clients (§4.5's baseline
+    /// against FIKIT).
+    fn shared_and_fikit(
+        &self,
+        plans: impl Fn(Class, Class) -> Vec<ClientPlan>,
+        duration: Time,
+        host: Host,
+        profiles: &[Profile],
+    ) -> Result<(RunOutcome, RunOutcome)> {
+        let sh = self.run(
+            plans(Class::BestEffort, Class::BestEffort),
+            duration,
+            "streams",
+            host,
+            vec![],
+            self.fikit.clone(),
+            vec![],
+        )?;
+        let fk = self.run(
+            plans(Class::RealTime, Class::BestEffort),
+            duration,
+            "fikit",
+            host,
+            vec![0, 5],
+            self.fikit.clone(),
+            profiles.to_vec(),
+        )?;
+        Ok((sh, fk))
+    }
+
     /// The measuring stage of one model alone: T measured runs. Returns the
     /// profile and the JCTs of the measured runs.
     fn measure(&self, model: usize, host: Host, runs: u32) -> Result<(Profile, Vec<Time>)> {
@@ -312,24 +344,7 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
                     ctx.plan(l, cl, Gen::Continuous),
                 ]
             };
-            let sh = ctx.run(
-                both(Class::BestEffort, Class::BestEffort),
-                dur,
-                "streams",
-                host,
-                vec![],
-                ctx.fikit.clone(),
-                vec![],
-            )?;
-            let fk = ctx.run(
-                both(Class::RealTime, Class::BestEffort),
-                dur,
-                "fikit",
-                host,
-                vec![0, 5],
-                ctx.fikit.clone(),
-                profiles.clone(),
-            )?;
+            let (sh, fk) = ctx.shared_and_fikit(both, dur, host, &profiles)?;
             Ok([
                 mean(&sh.clients[0].latencies),
                 mean(&fk.clients[0].latencies),
@@ -431,24 +446,7 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
                     ctx.plan(l, cl, Gen::Continuous),
                 ]
             };
-            let sh = ctx.run(
-                pre(Class::BestEffort, Class::BestEffort),
-                dur,
-                "streams",
-                host,
-                vec![],
-                ctx.fikit.clone(),
-                vec![],
-            )?;
-            let fk = ctx.run(
-                pre(Class::RealTime, Class::BestEffort),
-                dur,
-                "fikit",
-                host,
-                vec![0, 5],
-                ctx.fikit.clone(),
-                profiles.clone(),
-            )?;
+            let (sh, fk) = ctx.shared_and_fikit(pre, dur, host, &profiles)?;
             // §4.5.4: high continuous, low every period.
             let st = ctx.run(
                 vec![

@@ -39,24 +39,12 @@ pub const RT_TARGET: f64 = 1.02;
 
 fn args(device: &str, seed: u64, duration: f64, qos_x: f64) -> DisbArgs {
     DisbArgs {
-        workload: String::new(),
-        policy: String::new(),
         device: device.into(),
         seed,
         duration: Some(duration),
-        json: false,
-        dq_capacity: 4,
-        plot: "unused.svg".into(),
-        no_plot: true,
-        models: None,
         jobs: Some(1),
-        check_values: false,
-        live: false,
-        socket: None,
-        host_gap_us: None,
-        fikit_epsilon_us: 100.0,
-        fikit_runs: 10,
         qos_x,
+        ..DisbArgs::defaults("")
     }
 }
 

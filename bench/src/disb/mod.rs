@@ -99,6 +99,23 @@ pub struct DisbArgs {
     pub socket: Option<PathBuf>,
 }
 
+impl DisbArgs {
+    /// The command line's defaults for `workload`, without a plot: the one
+    /// definition of every default for the commands that run DISB
+    /// programmatically (fidelity, aker --open-gap, multigpu), which then
+    /// set what they change.
+    pub fn defaults(workload: &str) -> Self {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            disb: DisbArgs,
+        }
+        let mut a = <Cli as clap::Parser>::parse_from(["reef-bench-disb", workload]).disb;
+        a.no_plot = true;
+        a
+    }
+}
+
 /// Parses a comma list of policy names; unknown names are an error.
 pub fn parse_policies(s: &str) -> Result<Vec<String>> {
     let mut v = Vec::new();

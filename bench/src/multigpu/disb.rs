@@ -18,24 +18,12 @@ use reef_sim::DeviceSpec;
 
 fn args(seed: u64, duration: f64) -> DisbArgs {
     DisbArgs {
-        workload: String::new(),
         policy: "reef".into(),
         device: "mi50".into(),
         seed,
         duration: Some(duration),
-        json: false,
-        dq_capacity: 4,
-        plot: "unused.svg".into(),
-        no_plot: true,
-        models: None,
         jobs: Some(1),
-        check_values: false,
-        live: false,
-        socket: None,
-        host_gap_us: None,
-        fikit_epsilon_us: 100.0,
-        fikit_runs: 10,
-        qos_x: reef_sched::aker::DEFAULT_QOS_X,
+        ..DisbArgs::defaults("")
     }
 }
 
