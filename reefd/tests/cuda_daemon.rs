@@ -15,17 +15,6 @@ use std::time::Duration;
 use common::{log_skip, Daemon};
 use reefd::protocol::{Event, Priority};
 
-fn sim_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().join("libreef_libcuda_sim.so");
-    assert!(
-        lib.is_file(),
-        "{} missing: build reef-libcuda-sim",
-        lib.display()
-    );
-    lib
-}
-
 fn model_dir() -> PathBuf {
     common::two_kernel_dir()
 }
@@ -308,7 +297,7 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
 #[test]
 fn reefd_serves_cuda0_on_the_simulated_libcuda() {
     let _one = one_at_a_time();
-    serve_end_to_end(Some(&sim_library()), &Served::two_kernel());
+    serve_end_to_end(Some(&common::sim_library()), &Served::two_kernel());
 }
 
 /// A model compiled by reef-compile, loaded from its output directory as
@@ -325,7 +314,7 @@ fn reefd_serves_a_reef_compile_model_on_cuda0() {
     let dir = t.path().join("models/tiny");
     assert!(!dir.join("model.toml").exists());
     serve_end_to_end(
-        Some(&sim_library()),
+        Some(&common::sim_library()),
         &Served {
             dir,
             env: &[("REEF_LIBCUDA_SIM_DEVICE", "h100")],
@@ -362,7 +351,7 @@ fn a_policy_the_cuda_engine_does_not_run_stops_the_start() {
             "[daemon]\nsocket = {:?}\npid_file = {:?}\n[device]\ndevice = \"cuda:0\"\ncuda_library = {:?}\n[scheduler]\npolicy = \"fikit\"\n[metrics]\nenabled = false\n",
             t.path().join("s.sock"),
             t.path().join("p.pid"),
-            sim_library()
+            common::sim_library()
         ),
     )
     .unwrap();
@@ -401,7 +390,7 @@ fn the_simulated_device_serves_without_root() {
         format!(
             "[daemon]\nsocket = {socket:?}\npid_file = {:?}\n[device]\ndevice = \"cuda:0\"\ncuda_library = {:?}\n[metrics]\nenabled = false\n",
             t.path().join("p.pid"),
-            sim_library()
+            common::sim_library()
         ),
     )
     .unwrap();
@@ -441,7 +430,7 @@ fn driver_errors_are_counted_logged_and_answered() {
     let d = Daemon::start_full(
         "cuda:0",
         "",
-        &format!("cuda_library = {:?}", sim_library()),
+        &format!("cuda_library = {:?}", common::sim_library()),
         &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{port}\"\n"),
     );
     let t = common::refused_model("wide");

@@ -15,27 +15,6 @@ use reefd::engine::cuda::{class, CudaEngine};
 use reefd::engine::{Engine, EngineError, EngineEvent, EngineModel};
 use reefd::protocol::Priority;
 
-fn library() -> Option<PathBuf> {
-    if std::env::var("REEF_TEST_CUDA").as_deref() == Ok("system") {
-        return None;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().join("libreef_libcuda_sim.so");
-    assert!(
-        lib.is_file(),
-        "{} missing: build reef-libcuda-sim",
-        lib.display()
-    );
-    Some(lib)
-}
-
-/// One driver (one simulated GPU) per process: one test at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn model_dir() -> PathBuf {
     common::two_kernel_dir()
 }
@@ -57,7 +36,8 @@ struct Driver {
 
 impl Driver {
     fn open() -> Driver {
-        let e = CudaEngine::open(0, library(), 4, "reef").unwrap_or_else(|e| panic!("{e}"));
+        let e = CudaEngine::open(0, common::cuda_library(), 4, "reef")
+            .unwrap_or_else(|e| panic!("{e}"));
         Driver {
             e,
             epoch: Instant::now(),
@@ -119,7 +99,7 @@ fn priority_levels_map_to_rt_and_be_contexts() {
 
 #[test]
 fn references_are_computed_by_polling_and_policies_are_checked() {
-    let _s = serial();
+    let _s = common::cuda_serial();
     let mut d = Driver::open();
     let info = d.e.info();
     assert_eq!(info.policy, "reef-nodkp", "reef is served without padding");
@@ -134,7 +114,7 @@ fn references_are_computed_by_polling_and_policies_are_checked() {
     let e = d.e.set_policy(0, "fikit").unwrap_err();
     assert!(matches!(e, EngineError::Unsupported(_)), "{e}");
     assert!(e.to_string().contains("--device sim:gv100"), "{e}");
-    assert!(CudaEngine::open(0, library(), 4, "seq").is_err());
+    assert!(CudaEngine::open(0, common::cuda_library(), 4, "seq").is_err());
 
     // add_model returns at once: the references are requests on the device.
     let t0 = Instant::now();
@@ -167,7 +147,7 @@ fn references_are_computed_by_polling_and_policies_are_checked() {
 
 #[test]
 fn rt_arrival_preempts_be_streams_of_every_be_level_and_restores_them() {
-    let _s = serial();
+    let _s = common::cuda_serial();
     let mut d = Driver::open();
     d.e.add_model(engine_model("two-kernel")).unwrap();
     d.e.open_stream(1, Priority::Rt).unwrap();
@@ -221,7 +201,7 @@ fn rt_arrival_preempts_be_streams_of_every_be_level_and_restores_them() {
     );
     // Timing-dependent counts hold for the simulated kernels' 40 and 30 us
     // (kernels.ptx); on a GPU these kernels take microseconds.
-    if library().is_some() {
+    if common::cuda_library().is_some() {
         assert!(
             pending_at_rt >= 20,
             "only {pending_at_rt} of 30 RT arrivals found BE work"
@@ -264,7 +244,7 @@ fn rt_arrival_preempts_be_streams_of_every_be_level_and_restores_them() {
 
 #[test]
 fn a_commanded_preemption_holds_one_stream_until_resumed() {
-    let _s = serial();
+    let _s = common::cuda_serial();
     let mut d = Driver::open();
     d.e.add_model(engine_model("two-kernel")).unwrap();
     d.e.open_stream(1, Priority::Rt).unwrap();
@@ -291,7 +271,7 @@ fn a_commanded_preemption_holds_one_stream_until_resumed() {
     // flag check) may still finish.
     let at_preempt = stream2_done(&d) + 1;
     assert!(
-        at_preempt < 4 || library().is_none(),
+        at_preempt < 4 || common::cuda_library().is_none(),
         "too slow: stream 2 finished before it was preempted"
     );
     // Stream 3 and an RT request run; stream 2 stays stopped, even after
@@ -336,7 +316,7 @@ fn a_commanded_preemption_holds_one_stream_until_resumed() {
 
 #[test]
 fn driver_errors_are_reported_and_fail_only_their_task() {
-    let _s = serial();
+    let _s = common::cuda_serial();
     let mut d = Driver::open();
     d.e.add_model(engine_model("two-kernel")).unwrap();
     let t = common::refused_model("wide");

@@ -12,34 +12,10 @@ use std::path::{Path, PathBuf};
 use cudarc::driver::sys::CUresult;
 use reefd::backend::cuda_launch::{raw, CudaDevice, CudaError, CudaLaunchOptions, StreamClass};
 
-/// The driver library the tests load: reef-libcuda-sim's cdylib, which
-/// cargo builds beside the test binaries, unless `REEF_TEST_CUDA=system`.
-fn library() -> Option<PathBuf> {
-    if std::env::var("REEF_TEST_CUDA").as_deref() == Ok("system") {
-        return None;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().unwrap().join("libreef_libcuda_sim.so");
-    assert!(
-        lib.is_file(),
-        "{} missing: build reef-libcuda-sim",
-        lib.display()
-    );
-    Some(lib)
-}
-
-/// The tests share one driver (one simulated GPU per process, as one GPU
-/// on a host): they run one at a time so that memory figures are theirs.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn open() -> CudaDevice {
     CudaDevice::open(&CudaLaunchOptions {
         index: 0,
-        library: library(),
+        library: common::cuda_library(),
         queue_cap: 4,
     })
     .unwrap_or_else(|e| panic!("{e}"))
@@ -70,19 +46,19 @@ fn drain(d: &mut CudaDevice) -> Vec<(u64, Vec<u8>)> {
 
 #[test]
 fn levels_are_probed_and_reported() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let d = open();
     let l = d.levels();
     assert_eq!(l.numbers(), vec![1, 2], "{l}");
     assert!(l.to_string().contains("no kill (level 3)"), "{l}");
-    if library().is_some() {
+    if common::cuda_library().is_some() {
         assert!(d.gpu_name().contains("simulated"), "{}", d.gpu_name());
     }
 }
 
 #[test]
 fn rt_and_be_inferences_with_preemption_match_the_unpreempted_run() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let mut d = open();
     assert_eq!(d.load_model(&model_dir(), None).unwrap(), "two-kernel");
     d.open_stream(1, StreamClass::RealTime).unwrap();
@@ -148,7 +124,7 @@ fn rt_and_be_inferences_with_preemption_match_the_unpreempted_run() {
     }
     // Timing-dependent: the simulated kernels take 40 and 30 us
     // (kernels.ptx); on a GPU they take microseconds.
-    if library().is_some() {
+    if common::cuda_library().is_some() {
         assert!(
             preemptions >= 50,
             "only {preemptions} preemptions evicted BE kernels"
@@ -170,7 +146,7 @@ fn rt_and_be_inferences_with_preemption_match_the_unpreempted_run() {
 
 #[test]
 fn a_model_larger_than_the_free_memory_is_refused_with_the_figures() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let mut d = open();
     let dir = tempfile::tempdir().unwrap();
     for f in ["kernels.ptx", "weights.bin"] {
@@ -207,8 +183,8 @@ fn driver_code(e: &CudaError) -> CUresult {
 
 #[test]
 fn bad_handle_is_a_typed_error_with_a_message() {
-    let _serial = serial();
-    if library().is_none() {
+    let _serial = common::cuda_serial();
+    if common::cuda_library().is_none() {
         // A made-up handle is undefined behaviour for NVIDIA's driver.
         eprintln!("not run against the system libcuda: a made-up handle proves nothing there");
         return;
@@ -231,8 +207,8 @@ const ONE_KERNEL: &str =
 
 #[test]
 fn a_function_of_an_unloaded_module_is_refused() {
-    let _serial = serial();
-    if library().is_none() {
+    let _serial = common::cuda_serial();
+    if common::cuda_library().is_none() {
         // Using a destroyed handle is undefined behaviour for NVIDIA's driver.
         eprintln!("not run against the system libcuda: a destroyed handle proves nothing there");
         return;
@@ -253,7 +229,7 @@ fn a_function_of_an_unloaded_module_is_refused() {
 
 #[test]
 fn out_of_range_launch_is_a_typed_error() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let d = open();
     d.make_current_be().unwrap();
     let s = raw::stream().unwrap();
@@ -280,7 +256,7 @@ fn out_of_range_launch_is_a_typed_error() {
 
 #[test]
 fn a_model_with_an_out_of_range_block_fails_at_launch_with_the_model_named() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let mut d = open();
     let dir = tempfile::tempdir().unwrap();
     for f in ["kernels.ptx", "weights.bin"] {
@@ -319,7 +295,7 @@ fn a_model_with_an_out_of_range_block_fails_at_launch_with_the_model_named() {
 
 #[test]
 fn copy_overflow_and_use_after_free_are_typed_errors() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let d = open();
     d.make_current_be().unwrap();
     let p = raw::alloc(100).unwrap();
@@ -344,7 +320,7 @@ fn copy_overflow_and_use_after_free_are_typed_errors() {
 
 #[test]
 fn a_missing_library_is_explained() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let e = reefd::backend::cuda_launch::load_library(Some(Path::new("/nonexistent/libcuda.so")))
         .unwrap_err();
     let msg = e.to_string();
@@ -353,7 +329,7 @@ fn a_missing_library_is_explained() {
 
 #[test]
 fn bad_model_directories_are_explained() {
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let mut d = open();
     let dir = tempfile::tempdir().unwrap();
     let e = d.load_model(dir.path(), None).unwrap_err();
@@ -400,11 +376,11 @@ fn a_compiled_models_ptx_is_picked_by_compute_capability() {
 
     // Through the driver: the simulated GV100 reports 7.0 and refuses a
     // model compiled for sm_80 and sm_90 only, loading nothing.
-    if library().is_none() {
+    if common::cuda_library().is_none() {
         return;
     }
     let t = common::compiled_tiny(1);
-    let _serial = serial();
+    let _serial = common::cuda_serial();
     let mut d = open();
     assert_eq!(d.compute_capability(), Some((7, 0)));
     let free = d.memory().unwrap().0;

@@ -250,3 +250,33 @@ pub fn compiled_tiny(depth: u32) -> tempfile::TempDir {
         .arg(t.path().join("models/tiny")));
     t
 }
+
+/// reef-libcuda-sim's cdylib, which cargo builds beside the test binaries
+/// (a dev-dependency): the test-device libcuda the CUDA tests load.
+pub fn sim_library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe.parent().unwrap().join("libreef_libcuda_sim.so");
+    assert!(
+        lib.is_file(),
+        "{} missing: build reef-libcuda-sim",
+        lib.display()
+    );
+    lib
+}
+
+/// The driver library the in-process CUDA tests load: the simulated one,
+/// unless `REEF_TEST_CUDA=system` (then `None`: the system's libcuda).
+pub fn cuda_library() -> Option<PathBuf> {
+    if std::env::var("REEF_TEST_CUDA").as_deref() == Ok("system") {
+        return None;
+    }
+    Some(sim_library())
+}
+
+/// One driver (one simulated GPU, as one GPU on a host) per process: the
+/// in-process CUDA tests run one at a time so that memory figures are theirs.
+static CUDA_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn cuda_serial() -> std::sync::MutexGuard<'static, ()> {
+    CUDA_SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
