@@ -12,6 +12,9 @@
 //!   down; otherwise `d`.
 
 use reef_model::{default_models_dir, load_named};
+mod common;
+
+use common::{drain, event_time, tags};
 use reef_sim::*;
 use std::sync::Arc;
 
@@ -31,30 +34,6 @@ fn half(name: &str, bytes: u64, spec: &DeviceSpec) -> Arc<KernelShape> {
             .unwrap()
             .with_dram_bytes(bytes),
     )
-}
-
-fn tags(task: u64) -> Tags {
-    Tags {
-        task,
-        kernel: 0,
-        user: 0,
-    }
-}
-
-fn drain(sim: &mut Sim) -> Vec<DeviceEvent> {
-    let mut all = Vec::new();
-    while let Some((_, evs)) = sim.step() {
-        sim.check_invariants().unwrap();
-        all.extend(evs);
-    }
-    all
-}
-
-fn time_of(evs: &[DeviceEvent], id: LaunchId, kind: EventKind) -> u64 {
-    evs.iter()
-        .find(|e| e.launch == id && e.kind == kind)
-        .unwrap_or_else(|| panic!("{id:?}: no {kind:?} in {evs:?}"))
-        .time
 }
 
 /// Bytes per 10 us block so that 30 such blocks draw `frac` of W.
@@ -99,7 +78,8 @@ fn pair(first: Arc<KernelShape>, second: Arc<KernelShape>, gap: u64) -> (u64, u6
         )
         .unwrap();
     evs.extend(drain(&mut sim));
-    let t = |id| time_of(&evs, id, EventKind::Completed) - time_of(&evs, id, EventKind::Started);
+    let t =
+        |id| event_time(&evs, id, EventKind::Completed) - event_time(&evs, id, EventKind::Started);
     (t(a), t(b), sim)
 }
 
@@ -283,8 +263,9 @@ fn padded_parts_see_each_other() {
             )
             .unwrap();
         let evs = drain(&mut sim);
-        let t =
-            |id| time_of(&evs, id, EventKind::Completed) - time_of(&evs, id, EventKind::Started);
+        let t = |id| {
+            event_time(&evs, id, EventKind::Completed) - event_time(&evs, id, EventKind::Started)
+        };
         (t(ids[0]), t(ids[1]))
     };
     let b8 = bytes_for(0.8, &spec);

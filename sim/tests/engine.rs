@@ -3,6 +3,9 @@
 //! determinism.
 
 use reef_model::{default_models_dir, load_named};
+mod common;
+
+use common::drain;
 use reef_sim::*;
 use std::sync::Arc;
 
@@ -23,15 +26,6 @@ fn tags(task: u64, kernel: u32) -> Tags {
 }
 
 /// Runs until idle, checking invariants after every step.
-fn drain(sim: &mut Sim) -> Vec<DeviceEvent> {
-    let mut all = Vec::new();
-    while let Some((_, evs)) = sim.step() {
-        sim.check_invariants().unwrap();
-        all.extend(evs);
-    }
-    all
-}
-
 fn completion(evs: &[DeviceEvent], id: LaunchId) -> u64 {
     evs.iter()
         .find(|e| e.launch == id && e.kind == EventKind::Completed)

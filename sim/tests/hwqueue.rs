@@ -1,6 +1,9 @@
 //! Hardware queues (docs/simulator.md "Hardware queues"): how streams map
 //! onto the device's queues and what sharing one does.
 
+mod common;
+
+use common::{drain, event_time, tags};
 use reef_sim::*;
 use std::sync::Arc;
 
@@ -13,30 +16,6 @@ fn spec(hw_queues: u32) -> DeviceSpec {
 /// 60 one-block-per-CU blocks of `us` microseconds: one wave on the MI50.
 fn kernel(sp: &DeviceSpec, us: u64) -> Arc<KernelShape> {
     Arc::new(KernelShape::synthetic("k", 60, 64, 0, 0, vec![us * 1000], sp).unwrap())
-}
-
-fn tags(task: u64) -> Tags {
-    Tags {
-        task,
-        kernel: 0,
-        user: 0,
-    }
-}
-
-fn drain(sim: &mut Sim) -> Vec<DeviceEvent> {
-    let mut all = Vec::new();
-    while let Some((_, evs)) = sim.step() {
-        sim.check_invariants().unwrap();
-        all.extend(evs);
-    }
-    all
-}
-
-fn at(evs: &[DeviceEvent], id: LaunchId, kind: EventKind) -> u64 {
-    evs.iter()
-        .find(|e| e.launch == id && e.kind == kind)
-        .unwrap_or_else(|| panic!("{id:?} has no {kind:?}: {evs:?}"))
-        .time
 }
 
 #[test]
@@ -75,8 +54,8 @@ fn own_queues_do_not_serialise() {
         .unwrap();
     let ib = sim.launch(b, KernelLaunch::new(k, tags(2))).unwrap();
     let evs = drain(&mut sim);
-    assert_eq!(at(&evs, ia, EventKind::Completed), 110_000);
-    assert_eq!(at(&evs, ib, EventKind::Completed), 110_000);
+    assert_eq!(event_time(&evs, ia, EventKind::Completed), 110_000);
+    assert_eq!(event_time(&evs, ib, EventKind::Completed), 110_000);
 }
 
 #[test]
@@ -97,9 +76,9 @@ fn streams_sharing_a_queue_serialise_in_write_order() {
         let ib = sim.launch(b, KernelLaunch::new(k, tags(2))).unwrap();
         let evs = drain(&mut sim);
         // Host 4 + fetch 4 + dispatch 2 us, then 100 us of blocks.
-        assert_eq!(at(&evs, ia, EventKind::Completed), 110_000);
+        assert_eq!(event_time(&evs, ia, EventKind::Completed), 110_000);
         assert_eq!(
-            at(&evs, ib, EventKind::Completed),
+            event_time(&evs, ib, EventKind::Completed),
             b_done,
             "hw_queues {hwq}"
         );
@@ -125,14 +104,14 @@ fn a_later_packet_of_the_first_stream_waits_behind_the_other() {
     let i3 = sim.launch(a, KernelLaunch::new(k, tags(3))).unwrap();
     let evs = drain(&mut sim);
     let (t1, t2, t3) = (
-        at(&evs, i1, EventKind::Started),
-        at(&evs, i2, EventKind::Started),
-        at(&evs, i3, EventKind::Started),
+        event_time(&evs, i1, EventKind::Started),
+        event_time(&evs, i2, EventKind::Started),
+        event_time(&evs, i3, EventKind::Started),
     );
     assert!(t1 < t2 && t2 < t3, "{t1} {t2} {t3}");
     // Each starts a dispatch (2 us) after the previous one completed.
-    assert_eq!(t2, at(&evs, i1, EventKind::Completed) + 2_000);
-    assert_eq!(t3, at(&evs, i2, EventKind::Completed) + 2_000);
+    assert_eq!(t2, event_time(&evs, i1, EventKind::Completed) + 2_000);
+    assert_eq!(t3, event_time(&evs, i2, EventKind::Completed) + 2_000);
 }
 
 #[test]
@@ -157,7 +136,10 @@ fn clearing_a_stream_frees_a_shared_queue_for_the_other() {
     // B's packet has been visible since 4 us (its own host launch); it is
     // fetched (4 us) and dispatched (2 us) from the clear at 5 us, then runs
     // 100 us.
-    assert_eq!(at(&evs, ib, EventKind::Completed), 5_000 + 6_000 + 100_000);
+    assert_eq!(
+        event_time(&evs, ib, EventKind::Completed),
+        5_000 + 6_000 + 100_000
+    );
     assert!(sim.stream_idle(a) && sim.stream_idle(b));
 }
 
