@@ -13,6 +13,16 @@ use reefd::protocol::{ErrorCode, Priority, TaskResult};
 
 const GIB: u64 = 1 << 30;
 
+/// Device memory in use, per device, as `reefctl status` reports it.
+fn memory_used(c: &mut reefd::client::Client) -> Vec<u64> {
+    c.status()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|x| x.memory_used)
+        .collect()
+}
+
 #[test]
 fn node_places_models_serves_clients_and_tasks() {
     let d = Daemon::start_on("sim:mi50x4", "", "");
@@ -101,13 +111,7 @@ fn node_places_models_serves_clients_and_tasks() {
     // task_begin from a client: placed by Alg. 3 on the device with the
     // most available warps that has the memory; task_end releases it.
     let mut app = d.client();
-    let before: Vec<u64> = admin
-        .status()
-        .unwrap()
-        .devices
-        .iter()
-        .map(|x| x.memory_used)
-        .collect();
+    let before = memory_used(&mut admin);
     let (task, dev) = app.task_begin(4 * GIB, 256, 1024).unwrap();
     let dev = dev.expect("memory is free: placed at once");
     let st = admin.status().unwrap();
@@ -125,13 +129,7 @@ fn node_places_models_serves_clients_and_tasks() {
     // Another connection cannot end it.
     assert!(admin.task_end(task).is_err());
     app.task_end(task).unwrap();
-    let after: Vec<u64> = admin
-        .status()
-        .unwrap()
-        .devices
-        .iter()
-        .map(|x| x.memory_used)
-        .collect();
+    let after = memory_used(&mut admin);
     assert_eq!(after, before);
     // A connection that closes releases its tasks.
     let (_, dev2) = app.task_begin(GIB, 128, 64).unwrap();
@@ -139,16 +137,7 @@ fn node_places_models_serves_clients_and_tasks() {
     drop(app);
     assert!(common::wait_until(
         std::time::Duration::from_secs(5),
-        || {
-            admin
-                .status()
-                .unwrap()
-                .devices
-                .iter()
-                .map(|x| x.memory_used)
-                .collect::<Vec<_>>()
-                == before
-        }
+        || { memory_used(&mut admin) == before }
     ));
 
     let stats = admin.stats().unwrap();
@@ -217,13 +206,7 @@ fn lazy_runtime_places_its_task_through_the_daemon() {
     // vgg on device 0 (pinned) carries warps there: Alg. 3 places the task
     // on a device with more available warps.
     admin.load_model_on("vgg", None, Some(0)).unwrap();
-    let base: Vec<u64> = admin
-        .status()
-        .unwrap()
-        .devices
-        .iter()
-        .map(|x| x.memory_used)
-        .collect();
+    let base = memory_used(&mut admin);
     let mut rt = reefd::lazy::LazyRuntime::new(Recorder::default(), d.client());
     let a = rt.malloc(2 * GIB).unwrap();
     let b = rt.malloc(GIB).unwrap();
@@ -245,13 +228,7 @@ fn lazy_runtime_places_its_task_through_the_daemon() {
     );
     rt.free(a).unwrap();
     rt.free(b).unwrap();
-    let after: Vec<u64> = admin
-        .status()
-        .unwrap()
-        .devices
-        .iter()
-        .map(|x| x.memory_used)
-        .collect();
+    let after = memory_used(&mut admin);
     assert_eq!(
         after, base,
         "task_end released exactly what task_begin reserved"
