@@ -27,17 +27,15 @@
 //! between kernels are what FIKIT fills (fikit.txt §1, Fig. 1).
 
 use super::workload::{Load, Workload};
-use reef_exec::{PadExec, PadStats, RunSched};
-use reef_sched::dkp::DkpAction;
-use reef_sched::fikit::profile::{KernelId, Profile};
+use reef_exec::{Driver, Outcome, PadStats, Setup, Work};
+use reef_sched::fikit::profile::Profile;
 use reef_sched::fikit::{Fikit, FikitConfig, FikitStats};
 use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, PreemptLevel, PreemptionRecord,
-    RequestId, StreamPriority, Time,
+    Class, ClientId, ClientSpec, ModelId, ModelInfo, PreemptLevel, PreemptionRecord, RequestId,
+    Time,
 };
-use reef_sim::{BufferId, DeviceEvent, DeviceSpec, KernelLaunch, Sim, SimConfig, Tags};
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use reef_sim::{BufferId, DeviceSpec};
+use std::collections::BTreeMap;
 
 const SEC: f64 = 1e9;
 
@@ -138,32 +136,7 @@ pub struct RunOutcome {
 /// simulator already charges. Real models' operators cost more (Python
 /// module calls, shape logic), hence the sweep in `reef-bench fikit`.
 pub const EAGER_OP_NS: Time = 3_333;
-/// Whether a policy runs on REEF's modified runtime, which gives every
-/// stream its own device queue (REEF §4.1 Fig. 7; §4.5 `hip_set_stream_cap`
-/// caps "the DQ used by a GPU stream"), so its streams get hardware queues
-/// of their own. The others (`streams`, `seq`, `rt-only` and later
-/// baselines) use the vendor runtime, whose streams share the device's
-/// pool of hardware queues (docs/simulator.md "Hardware queues").
-pub fn own_device_queues(policy: &str) -> bool {
-    matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
-}
-
-/// Whether REEF's runtime on this device is REEFnv (REEF §4.6: the NVIDIA
-/// port, evaluated on the GV100), whose device queues are simulated: every
-/// stream's kernels wait in a virtual host queue whose background thread
-/// "transmits a fixed number of kernels to the CUDA runtime in a closed
-/// loop" (§4.6, "Queue eviction"). So on REEFnv a policy that runs on
-/// REEF's runtime ([`own_device_queues`]) has at most `dq_capacity` kernels
-/// outstanding per stream even when it asks for no cap
-/// (`reef_sched::Config::runtime_caps_every_stream`): the `wait` baseline of
-/// Fig. 17(b)/18 too, whose queued kernels then sit in the
-/// virtual host queue (evicted by a reset, without a fetch) rather than
-/// in the device queue. The MI50 (HIP, ROCm) runs REEF's modified runtime
-/// with real device queues, which `wait` leaves uncapped (§6.4). The
-/// NVIDIA presets are `gv100` and `h100` (sim/devices).
-pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
-    matches!(spec.name.as_str(), "gv100" | "h100")
-}
+pub use reef_exec::{own_device_queues, reefnv_runtime};
 
 /// Knobs of one run.
 #[derive(Debug, Clone)]
@@ -373,20 +346,38 @@ fn buffer(client: usize, storage: usize) -> BufferId {
     BufferId(((client as u64 + 1) << 32) | storage as u64)
 }
 
-struct Run<'a> {
+/// The runner's requests as the interpreter sees them: which model a
+/// request runs and which buffers its kernels touch.
+struct Book<'a> {
     models: &'a [PreparedModel],
     clients: Vec<ClientPlan>,
+    track_values: bool,
+}
+
+impl Work for Book<'_> {
+    fn model_of(&self, req: RequestId) -> Option<usize> {
+        self.clients.get(req_client(req)).map(|c| c.model)
+    }
+    fn buffers(&self, req: RequestId, k: usize) -> reef_exec::Buffers {
+        if !self.track_values {
+            return (Vec::new(), Vec::new());
+        }
+        let ci = req_client(req);
+        let kern = &self.models[self.clients[ci].model].model.kernels[k];
+        (
+            kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
+            kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
+        )
+    }
+}
+
+struct Run<'a> {
+    /// The scheduler, its executors and the simulated device, driven by
+    /// reef-exec's interpreter (the daemon's engine takes the same steps).
+    drv: Driver,
+    book: Book<'a>,
     opts: &'a RunOptions,
     duration: Time,
-    sched: RunSched,
-    /// Executes padded launches (policies with dynamic kernel padding).
-    pad: Option<PadExec>,
-    /// Executes fused launches (`aker`, `tacker`).
-    fuse: Option<reef_exec::aker::FuseExec>,
-    sim: Sim,
-    big_queue: usize,
-    streams: Vec<reef_sim::StreamId>,
-    rev: Vec<u32>,
     state: Vec<CState>,
     stats: Vec<ClientStats>,
     seq: Vec<u64>,
@@ -394,112 +385,37 @@ struct Run<'a> {
     dependents: Vec<Vec<usize>>,
     reference: Vec<reef_sim::ValueTracker>,
     corrupted: u64,
-    device_events: u64,
-    /// Host issue events: (time, request, kernels issued).
-    host: BinaryHeap<Reverse<(Time, u64, u32)>>,
+    out: Vec<Outcome>,
 }
 
 impl Run<'_> {
     /// Performs the scheduler's pending actions at the current instant.
     fn apply_actions(&mut self) -> anyhow::Result<()> {
-        let now = self.sim.now();
-        while let Some(da) = self.sched.poll() {
-            let a = match da {
-                DkpAction::Core(a) => a,
-                other => {
-                    self.apply_padding(other)?;
-                    continue;
-                }
-            };
-            match a {
-                Action::CreateStream {
-                    stream,
-                    priority,
-                    dq_capacity,
-                } => {
-                    let prio = match priority {
-                        StreamPriority::High => 1,
-                        StreamPriority::Normal => 0,
-                    };
-                    let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
-                    let s = if own_device_queues(&self.opts.policy) {
-                        self.sim.create_stream_own_queue(prio, cap)?
-                    } else {
-                        self.sim.create_stream(prio, cap)?
-                    };
-                    debug_assert_eq!(stream.0 as usize, self.streams.len());
-                    self.streams.push(s);
-                    if self.rev.len() <= s.0 as usize {
-                        self.rev.resize(s.0 as usize + 1, u32::MAX);
-                    }
-                    self.rev[s.0 as usize] = stream.0;
-                }
-                Action::Launch { stream, tag } => {
-                    self.host_launched(now, tag);
-                    let ci = req_client(tag.req);
-                    let m = &self.models[self.clients[ci].model];
-                    let k = tag.kernel as usize;
-                    let mut l = KernelLaunch::new(
-                        m.shapes[k].clone(),
-                        Tags {
-                            task: tag.req.0,
-                            kernel: tag.kernel,
-                            user: 0,
-                        },
-                    );
-                    if self.opts.track_values {
-                        let kern = &m.model.kernels[k];
-                        l = l.with_buffers(
-                            kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
-                            kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
-                        );
-                    }
-                    self.sim
-                        .launch(self.streams[stream.0 as usize], l)
-                        .map_err(|e| {
-                            anyhow::anyhow!(
-                                "policy {} launched on stream {stream}: {e}",
-                                self.opts.policy
-                            )
-                        })?;
-                }
-                Action::SetPreemptFlag { stream, value } => self
-                    .sim
-                    .set_preempt_flag(self.streams[stream.0 as usize], value)?,
-                Action::KillStream { stream } => {
-                    self.sim.kill_stream(self.streams[stream.0 as usize])?
-                }
-                Action::ClearDeviceQueue { stream } => {
-                    self.sim.clear_queue(self.streams[stream.0 as usize])?;
-                }
-                // The scheduler core has already reset the host queue in
-                // O(1); the virtual-time runner holds no launch records to
-                // free, and a restore's launches follow as their own actions.
-                Action::ReclaimHostQueue { .. } | Action::Restore { .. } => {}
-                Action::RequestDone { client, .. } => self.request_done(client.0 as usize, now),
-                Action::RequestRejected { client, .. } => {
+        self.drv.apply(&self.book, &mut self.out);
+        self.absorb()
+    }
+
+    /// What the actions did: replies reach their clients; a device refusal
+    /// ends the run (its figures would not describe the policy).
+    fn absorb(&mut self) -> anyhow::Result<()> {
+        let now = self.drv.sim.now();
+        let mut out = std::mem::take(&mut self.out);
+        for o in out.drain(..) {
+            match o {
+                Outcome::Done { client, .. } => self.request_done(client.0 as usize, now),
+                Outcome::Rejected { client, .. } => {
                     let ci = client.0 as usize;
                     self.stats[ci].rejected = true;
                     self.state[ci] = CState::Finished;
                 }
+                Outcome::Failed { action, error } => {
+                    anyhow::bail!("policy {}: {action}: {error}", self.opts.policy)
+                }
+                Outcome::Queued { .. } | Outcome::Launched | Outcome::Restored { .. } => {}
             }
         }
+        self.out = out;
         Ok(())
-    }
-
-    /// The host's launch call for `tag` returned at `now`: the framework
-    /// issues the next kernel one host gap later.
-    fn host_launched(&mut self, now: Time, tag: reef_sched::KernelTag) {
-        let Some(g) = self.opts.host_gap_ns.filter(|&g| g > 0) else {
-            return;
-        };
-        let n = self.models[self.clients[req_client(tag.req)].model]
-            .shapes
-            .len() as u32;
-        if tag.kernel + 1 < n {
-            self.host
-                .push(Reverse((now + g, tag.req.0, tag.kernel + 2)));
-        }
     }
 
     fn request_done(&mut self, ci: usize, now: Time) {
@@ -508,10 +424,10 @@ impl Run<'_> {
             self.stats[ci].latencies.push(now - issued);
         }
         if let Some(reference) = self.reference.get_mut(ci) {
-            let m = &self.models[self.clients[ci].model];
+            let m = &self.book.models[self.book.clients[ci].model];
             let mut outs: Vec<BufferId> = Vec::new();
             reef_exec::replay_unpreempted(reference, m, |b| buffer(ci, b), &mut outs);
-            if !self.sim.values().diff(reference, &outs).is_empty() {
+            if !self.drv.sim.values().diff(reference, &outs).is_empty() {
                 self.corrupted += 1;
             }
         }
@@ -519,8 +435,9 @@ impl Run<'_> {
         for &d in &self.dependents[ci] {
             *self.dep_ready[d].entry(serial).or_default() += 1;
         }
-        let dependent = matches!(self.clients[ci].gen, Gen::Dependent { .. });
-        self.state[ci] = match self.clients[ci].gen.next(now, self.duration) {
+        let clients = &mut self.book.clients;
+        let dependent = matches!(clients[ci].gen, Gen::Dependent { .. });
+        self.state[ci] = match clients[ci].gen.next(now, self.duration) {
             Some(_) if dependent => CState::Waiting,
             Some(t) => CState::At(t),
             None => CState::Finished,
@@ -529,12 +446,12 @@ impl Run<'_> {
 
     /// Dependent clients whose inputs are all in become ready now.
     fn release_dependents(&mut self) {
-        let now = self.sim.now();
-        for d in 0..self.clients.len() {
+        let now = self.drv.sim.now();
+        for d in 0..self.book.clients.len() {
             if self.state[d] != CState::Waiting {
                 continue;
             }
-            let Gen::Dependent { prev } = &self.clients[d].gen else {
+            let Gen::Dependent { prev } = &self.book.clients[d].gen else {
                 continue;
             };
             let need = prev.len();
@@ -553,192 +470,17 @@ impl Run<'_> {
         let req = req_id(ci, self.seq[ci]);
         self.stats[ci].issued += 1;
         self.state[ci] = CState::InFlight { issued: t };
-        let deadline = self.clients[ci].gen.period().map(|p| t + p);
-        if let Some(g) = self.opts.host_gap_ns {
-            let n = self.models[self.clients[ci].model].shapes.len() as u32;
-            let first = if g == 0 { n } else { 1 };
-            self.host.push(Reverse((t + g, req.0, first)));
-        }
-        self.sched.handle(
-            t,
-            Event::RequestArrived {
-                req,
-                client: ClientId(ci as u32),
-                deadline,
-            },
-        );
-    }
-
-    /// Padded launches and the rest of partly padded kernels (REEF §5).
-    fn apply_padding(&mut self, a: DkpAction) -> anyhow::Result<()> {
-        if self.fuse.is_some() {
-            return self.apply_fused(a);
-        }
-        let Some(pad) = self.pad.as_mut() else {
-            anyhow::bail!(
-                "policy {} asked for padding without profiles",
-                self.opts.policy
-            );
-        };
-        let track = self.opts.track_values;
-        let models = self.models;
-        let clients = &self.clients;
-        let bufs = |ci: usize, k: usize| -> (Vec<BufferId>, Vec<BufferId>) {
-            if !track {
-                return (Vec::new(), Vec::new());
-            }
-            let kern = &models[clients[ci].model].model.kernels[k];
-            (
-                kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
-                kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
-            )
-        };
-        match a {
-            DkpAction::Padded(p) => {
-                if let Some(g) = self.opts.host_gap_ns.filter(|&g| g > 0) {
-                    let n = models[clients[req_client(p.tag.req)].model].shapes.len() as u32;
-                    if p.tag.kernel + 1 < n {
-                        let now = self.sim.now();
-                        self.host
-                            .push(Reverse((now + g, p.tag.req.0, p.tag.kernel + 2)));
-                    }
-                }
-                let ci = req_client(p.tag.req);
-                let m = &models[clients[ci].model];
-                let rt_bufs = bufs(ci, p.tag.kernel as usize);
-                let s0 = self.streams[p.stream.0 as usize];
-                let rt_base = &m.shapes[p.tag.kernel as usize];
-                pad.launch(
-                    &mut self.sim,
-                    s0,
-                    p,
-                    rt_base,
-                    &|part| models[part.model.0 as usize].shapes[part.tag.kernel as usize].clone(),
-                    rt_bufs,
-                    &|part| bufs(req_client(part.tag.req), part.tag.kernel as usize),
-                )?;
-            }
-            DkpAction::Rest {
-                stream,
-                tag,
-                version,
-                blocks,
-            } => {
-                let ci = req_client(tag.req);
-                let mi = clients[ci].model;
-                let base = &models[mi].shapes[tag.kernel as usize];
-                let tags = Tags {
-                    task: tag.req.0,
-                    kernel: tag.kernel,
-                    user: 0,
-                };
-                let (r, w) = bufs(ci, tag.kernel as usize);
-                let l = pad
-                    .rest(base, mi as u32, version, tags, blocks)?
-                    .with_buffers(r, w);
-                self.sim.launch(self.streams[stream.0 as usize], l)?;
-            }
-            DkpAction::Fused(_) => anyhow::bail!("policy {} fused without Aker", self.opts.policy),
-            DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
-        }
-        Ok(())
-    }
-
-    /// Aker's fused launches and the rest of split BE kernels (Aker §5.4,
-    /// §8.2), with each component's buffers (value tracking intact).
-    fn apply_fused(&mut self, a: DkpAction) -> anyhow::Result<()> {
-        if let DkpAction::Fused(f) = &a {
-            let now = self.sim.now();
-            self.host_launched(now, f.lc);
-        }
-        let track = self.opts.track_values;
-        let models = self.models;
-        let clients = &self.clients;
-        let bufs = |ci: usize, k: usize| -> (Vec<BufferId>, Vec<BufferId>) {
-            if !track {
-                return (Vec::new(), Vec::new());
-            }
-            let kern = &models[clients[ci].model].model.kernels[k];
-            (
-                kern.reads.iter().map(|&b| buffer(ci, b)).collect(),
-                kern.writes.iter().map(|&b| buffer(ci, b)).collect(),
-            )
-        };
-        let fuse = self.fuse.as_mut().expect("aker executor");
-        match a {
-            DkpAction::Fused(f) => {
-                let (lc, be) = (req_client(f.lc.req), req_client(f.be.req));
-                let ls = &models[clients[lc].model].shapes[f.lc.kernel as usize];
-                let bs = &models[clients[be].model].shapes[f.be.kernel as usize];
-                fuse.launch(
-                    &mut self.sim,
-                    self.streams[f.stream.0 as usize],
-                    &f,
-                    (ls, bufs(lc, f.lc.kernel as usize)),
-                    (bs, bufs(be, f.be.kernel as usize)),
-                )?;
-            }
-            DkpAction::Rest {
-                stream,
-                tag,
-                blocks,
-                ..
-            } => {
-                let ci = req_client(tag.req);
-                let base = &models[clients[ci].model].shapes[tag.kernel as usize];
-                let (r, w) = bufs(ci, tag.kernel as usize);
-                let l = KernelLaunch::new(
-                    base.clone(),
-                    Tags {
-                        task: tag.req.0,
-                        kernel: tag.kernel,
-                        user: 0,
-                    },
-                )
-                .with_buffers(r, w)
-                .with_blocks(blocks);
-                self.sim.launch(self.streams[stream.0 as usize], l)?;
-            }
-            other => anyhow::bail!("policy {} asked for {other:?}", self.opts.policy),
-        }
-        Ok(())
-    }
-
-    fn on_device_event(&mut self, ev: &DeviceEvent) {
-        self.device_events += 1;
-        let filtered;
-        let ev = match self.fuse.as_mut() {
-            Some(f) => match f.filter(ev) {
-                Some(e) => {
-                    filtered = e;
-                    &filtered
-                }
-                None => return,
-            },
-            None => ev,
-        };
-        let filtered2;
-        let ev = match self.pad.as_mut() {
-            Some(p) => match p.filter(ev) {
-                Some(e) => {
-                    filtered2 = e;
-                    &filtered2
-                }
-                None => return,
-            },
-            None => ev,
-        };
-        let stream = reef_sched::StreamId(self.rev[ev.stream.0 as usize]);
-        let e = reef_exec::sched_event(ev, stream);
-        self.sched.handle(ev.time, e);
+        let c = &self.book.clients[ci];
+        let deadline = c.gen.period().map(|p| t + p);
+        self.drv
+            .arrive(t, req, ClientId(ci as u32), c.model, deadline);
     }
 
     fn run(&mut self) -> anyhow::Result<()> {
-        let mut evbuf: Vec<DeviceEvent> = Vec::new();
         loop {
             self.apply_actions()?;
             self.release_dependents();
-            let t_dev = self.sim.next_event_time();
+            let t_dev = self.drv.sim.next_event_time();
             let t_cli = self
                 .state
                 .iter()
@@ -747,38 +489,19 @@ impl Run<'_> {
                     _ => None,
                 })
                 .min();
-            let t_host = self.host.peek().map(|Reverse((t, _, _))| *t);
-            let Some(t) = [t_dev, t_cli, t_host].into_iter().flatten().min() else {
+            let Some(t) = [self.drv.next_time(), t_cli].into_iter().flatten().min() else {
                 break;
             };
             if t > self.duration {
                 break;
             }
-            // Device events first (a reply at t precedes a launch at t).
-            self.sim.advance_into(t, &mut evbuf);
-            for ev in evbuf.drain(..) {
-                self.on_device_event(&ev);
-                // Each event's actions happen before the next is handled.
-                self.apply_actions()?;
-            }
-            while let Some(&Reverse((th, req, n))) = self.host.peek() {
-                if th > t {
-                    break;
-                }
-                self.host.pop();
-                self.sched.handle(
-                    t,
-                    Event::KernelsIssued {
-                        req: RequestId(req),
-                        issued: n,
-                    },
-                );
-                self.apply_actions()?;
-            }
+            // Device events, then the host's issues at t (reef-exec's step).
+            self.drv.step(t, &self.book, &mut self.out);
+            self.absorb()?;
             if t_dev != Some(t) || t_cli == Some(t) {
                 self.apply_actions()?;
                 self.release_dependents();
-                for ci in 0..self.clients.len() {
+                for ci in 0..self.book.clients.len() {
                     if self.state[ci] == CState::At(t) {
                         self.issue(ci, t);
                     }
@@ -798,11 +521,6 @@ pub fn simulate(
     duration: Time,
     opts: &RunOptions,
 ) -> anyhow::Result<RunOutcome> {
-    let mut cfg = reef_exec::sched_config(spec, opts.dq_capacity);
-    cfg.runtime_caps_every_stream = reefnv_runtime(spec);
-    cfg.host_paced = opts.host_gap_ns.is_some();
-    cfg.priorities = opts.priorities.clone();
-    let max_level = cfg.device.max_level;
     let infos: Vec<ModelInfo> = models
         .iter()
         .map(|m| ModelInfo {
@@ -819,47 +537,22 @@ pub fn simulate(
             class: c.class,
         })
         .collect();
-    let mut fuse = None;
-    let (sched, pad) = if reef_sched::aker::Manager::of_name(&opts.policy).is_some() {
-        let pred = match &opts.aker_profiles {
-            Some(p) if p.matches(models) => p.share(),
-            Some(_) => anyhow::bail!("the Aker profiles given were made for other models"),
-            None => reef_exec::aker::SimPredictor::new(spec, models)?,
-        };
-        let (s, f) = RunSched::new_aker(&opts.policy, pred, opts.aker.clone(), cfg, infos, specs)?;
-        fuse = Some(f);
-        (s, None)
-    } else if opts.policy.starts_with("fikit") {
-        let ids = models
-            .iter()
-            .map(|m| KernelId::of_model(&m.model))
-            .collect();
-        let pol = reef_sched::fikit_named(
-            &opts.policy,
-            opts.fikit.clone(),
-            ids,
-            opts.fikit_profiles.clone(),
-        )?;
-        let s = reef_sched::Scheduler::new(Box::new(pol), cfg, infos, specs)?;
-        (RunSched::Plain(Box::new(s)), None)
-    } else {
-        RunSched::new(
-            &opts.policy,
-            spec,
-            models,
-            cfg,
-            infos,
-            specs,
-            opts.dq_capacity,
-        )?
-    };
-    let sim = Sim::new(
-        spec.clone(),
-        SimConfig {
-            seed: opts.seed,
-            ..SimConfig::default()
-        },
-    );
+    let drv = Driver::new(Setup {
+        spec,
+        models,
+        infos,
+        clients: specs,
+        policy: &opts.policy,
+        dq_capacity: opts.dq_capacity,
+        priorities: opts.priorities.clone(),
+        seed: opts.seed,
+        host_gap_ns: opts.host_gap_ns,
+        fikit: opts.fikit.clone(),
+        fikit_profiles: opts.fikit_profiles.clone(),
+        aker: opts.aker.clone(),
+        aker_profiles: opts.aker_profiles.clone(),
+    })?;
+    let max_level = drv.sched.scheduler().core().config().device.max_level;
     let n = clients.len();
     let mut state = vec![CState::Waiting; n];
     for (i, c) in clients.iter_mut().enumerate() {
@@ -888,17 +581,14 @@ pub fn simulate(
         Vec::new()
     };
     let mut run = Run {
-        models,
-        big_queue: models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1,
-        clients,
+        drv,
+        book: Book {
+            models,
+            clients,
+            track_values: opts.track_values,
+        },
         opts,
         duration,
-        sched,
-        pad,
-        fuse,
-        sim,
-        streams: Vec::new(),
-        rev: Vec::new(),
         state,
         stats: vec![ClientStats::default(); n],
         seq: vec![0; n],
@@ -906,12 +596,12 @@ pub fn simulate(
         dependents,
         reference,
         corrupted: 0,
-        device_events: 0,
-        host: BinaryHeap::new(),
+        out: Vec::new(),
     };
     run.run()?;
-    let c = run.sched.counters();
+    let c = run.drv.sched.counters();
     let fikit = run
+        .drv
         .sched
         .scheduler()
         .policy()
@@ -921,17 +611,17 @@ pub fn simulate(
         fikit: fikit.map(Fikit::stats),
         fikit_profiles: fikit.map_or_else(Vec::new, |f| f.profiles().cloned().collect()),
         clients: run.stats,
-        preemptions: run.sched.preemptions().to_vec(),
+        preemptions: run.drv.sched.preemptions().to_vec(),
         duration,
         restores: c.restores,
         redundant_kernels: c.redundant_kernels,
         kernels_launched: c.launches,
-        device_events: run.device_events,
+        device_events: run.drv.device_events,
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
-        padding: run.pad.as_ref().map(|p| run.sched.pad_stats(p)),
-        dram_load_peak: Some(run.sim.dram_load_peak()),
-        aker: run.sched.aker_stats(),
+        padding: run.drv.pad.as_ref().map(|p| run.drv.sched.pad_stats(p)),
+        dram_load_peak: Some(run.drv.sim.dram_load_peak()),
+        aker: run.drv.sched.aker_stats(),
     })
 }
 

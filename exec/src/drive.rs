@@ -1,0 +1,631 @@
+//! One interpreter of the scheduler's actions on the simulated device, and
+//! the step of the event loop that both the virtual-time DISB runner
+//! (reef-bench) and the daemon's wall-clock engine (reefd) take (issue 18
+//! items 1 and 6: before this module each had its own copy, with different
+//! error handling).
+//!
+//! What an action means on the device is defined here once: a launch of
+//! kernel *k* of a request on a scheduler stream (REEF §4.1, Fig. 7: host
+//! queue, capped device queue), the preempt flag, the kill of a stream's
+//! running blocks and the reset of its device queue (§4.2–§4.3, Fig. 8),
+//! padded launches and the rest of partly padded kernels (§5.1, Fig. 12,
+//! through [`PadExec`]), Aker's fused launches (Aker §5.4, through
+//! [`FuseExec`]), and the client framework's host pacing (the host-gap
+//! model of reef-bench's runner, `RunOptions::host_gap_ns`). The runtime
+//! facts that decide how streams map onto the device are defined here too:
+//! [`own_device_queues`] and [`reefnv_runtime`].
+//!
+//! One error policy: every action the device refuses, and every action for
+//! a request the caller does not know, becomes [`Outcome::Failed`] with the
+//! action and the error. Nothing is dropped or only logged here; the
+//! benchmark ends the run with the error (its figures would be wrong), the
+//! daemon counts it (`device_errors`), logs it and goes on.
+//!
+//! What the caller keeps: its clock (virtual or wall), its clients and
+//! their requests ([`Work`] answers which model a request runs and which
+//! buffers a kernel touches), and what a finished request means to it
+//! (latency, verification, replies). Outcomes are handed back in the order
+//! their actions were performed, all at the same device instant.
+
+use crate::aker::FuseExec;
+use crate::{Buffers, ModelShapes, PadExec, RunSched};
+use reef_sched::dkp::DkpAction;
+use reef_sched::{Action, ClientId, Event, RequestId, StreamPriority, Time};
+use reef_sim::{DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Whether a policy runs on REEF's modified runtime, which gives every
+/// stream its own device queue (REEF §4.1 Fig. 7; §4.5 `hip_set_stream_cap`
+/// caps "the DQ used by a GPU stream"), so its streams get hardware queues
+/// of their own. The others (`streams`, `seq`, `rt-only` and later
+/// baselines) use the vendor runtime, whose streams share the device's
+/// pool of hardware queues (docs/simulator.md "Hardware queues").
+pub fn own_device_queues(policy: &str) -> bool {
+    matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
+}
+
+/// Whether REEF's runtime on this device is REEFnv (REEF §4.6: the NVIDIA
+/// port, evaluated on the GV100), whose device queues are simulated: every
+/// stream's kernels wait in a virtual host queue whose background thread
+/// "transmits a fixed number of kernels to the CUDA runtime in a closed
+/// loop" (§4.6, "Queue eviction"). So on REEFnv a policy that runs on
+/// REEF's runtime ([`own_device_queues`]) has at most `dq_capacity` kernels
+/// outstanding per stream even when it asks for no cap
+/// (`reef_sched::Config::runtime_caps_every_stream`): the `wait` baseline of
+/// Fig. 17(b)/18 too, whose queued kernels then sit in the
+/// virtual host queue (evicted by a reset, without a fetch) rather than
+/// in the device queue. The MI50 (HIP, ROCm) runs REEF's modified runtime
+/// with real device queues, which `wait` leaves uncapped (§6.4). The
+/// NVIDIA presets are `gv100` and `h100` (sim/devices).
+pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
+    matches!(spec.name.as_str(), "gv100" | "h100")
+}
+
+/// The caller's book of requests, as the interpreter needs it.
+pub trait Work {
+    /// The index (into the run's models) of the model request `req` runs;
+    /// `None` for a request the caller does not know.
+    fn model_of(&self, req: RequestId) -> Option<usize>;
+    /// The reads and writes of kernel `kernel` of `req` (empty when values
+    /// are not tracked).
+    fn buffers(&self, req: RequestId, kernel: usize) -> Buffers;
+}
+
+/// What performing the scheduler's actions did, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Kernel `kernel` of `req` entered its device queue; `issued` is the
+    /// wall-clock instant it was issued (the end of the control path a live
+    /// daemon measures; no decision depends on it).
+    Queued {
+        req: RequestId,
+        kernel: u32,
+        issued: Instant,
+    },
+    /// One launch entered a device queue (a padded or fused launch counts
+    /// once, with a [`Outcome::Queued`] per kernel in it).
+    Launched,
+    /// Every kernel of `req` completed.
+    Done { req: RequestId, client: ClientId },
+    /// The policy does not serve `req`.
+    Rejected { req: RequestId, client: ClientId },
+    /// `req` restarts from kernel `from_kernel` (REEF §4.4).
+    Restored { req: RequestId, from_kernel: u32 },
+    /// An action the device refused, or one for a request the caller does
+    /// not know: the action, and why.
+    Failed { action: String, error: String },
+}
+
+/// How a run's scheduler and device are set up.
+pub struct Setup<'a, M: ModelShapes> {
+    pub spec: &'a DeviceSpec,
+    pub models: &'a [M],
+    /// One per model (name, kernels, idempotence metadata).
+    pub infos: Vec<reef_sched::ModelInfo>,
+    /// The scheduler's clients.
+    pub clients: Vec<reef_sched::ClientSpec>,
+    pub policy: &'a str,
+    /// Device-queue capacity of preemptible streams (REEF §4.2).
+    pub dq_capacity: usize,
+    /// Priority level per client (empty: RT 0, BE 9).
+    pub priorities: Vec<u8>,
+    /// Seed of the simulator.
+    pub seed: u64,
+    /// Host time per kernel launch of the clients' framework (`None`:
+    /// back to back): kernel 0 one gap after the request arrives, kernel
+    /// i+1 one gap after kernel i was transmitted.
+    pub host_gap_ns: Option<Time>,
+    /// FIKIT's parameters and the profiles it starts with (`fikit*`).
+    pub fikit: reef_sched::fikit::FikitConfig,
+    pub fikit_profiles: Vec<reef_sched::fikit::profile::Profile>,
+    /// The Aker managers' QoS settings and profiles (`aker`, `baymax`,
+    /// `tacker`; profiled on a scratch device when `None`).
+    pub aker: reef_sched::aker::AkerConfig,
+    pub aker_profiles: Option<Arc<crate::aker::SimPredictor>>,
+}
+
+/// The scheduler of a run, its executors and its simulated device.
+pub struct Driver {
+    pub sched: RunSched,
+    /// Executes padded launches (`reef`, `reef-dkp-mv`).
+    pub pad: Option<PadExec>,
+    /// Executes fused launches (`aker`, `tacker`).
+    pub fuse: Option<FuseExec>,
+    pub sim: Sim,
+    policy: String,
+    own_queues: bool,
+    /// Device-queue capacity of a stream the scheduler leaves uncapped:
+    /// room for the longest model's kernels.
+    big_queue: usize,
+    /// Device stream of each scheduler stream, and back.
+    streams: Vec<reef_sim::StreamId>,
+    rev: Vec<u32>,
+    host_gap_ns: Option<Time>,
+    /// Host issue events: (time, request, kernels issued so far).
+    host: BinaryHeap<Reverse<(Time, u64, u32)>>,
+    /// Each model's kernel shapes.
+    shapes: Vec<Vec<Arc<KernelShape>>>,
+    /// Device events handled.
+    pub device_events: u64,
+    evbuf: Vec<DeviceEvent>,
+}
+
+impl Driver {
+    /// Builds the scheduler for `s.policy` (reef-sched's policies, padding
+    /// `reef` / `reef-dkp-mv`, `fikit*`, the Aker managers) and a fresh
+    /// simulated device, and creates the scheduler's streams on it.
+    pub fn new<M: ModelShapes>(s: Setup<'_, M>) -> anyhow::Result<Driver> {
+        let mut cfg = crate::sched_config(s.spec, s.dq_capacity);
+        cfg.runtime_caps_every_stream = reefnv_runtime(s.spec);
+        cfg.host_paced = s.host_gap_ns.is_some();
+        cfg.priorities = s.priorities;
+        let (mut fuse, mut pad) = (None, None);
+        let sched = if reef_sched::aker::Manager::of_name(s.policy).is_some() {
+            let pred = match &s.aker_profiles {
+                Some(p) if p.matches(s.models) => p.share(),
+                Some(_) => anyhow::bail!("the Aker profiles given were made for other models"),
+                None => crate::aker::SimPredictor::new(s.spec, s.models)?,
+            };
+            let (sc, f) = RunSched::new_aker(s.policy, pred, s.aker, cfg, s.infos, s.clients)?;
+            fuse = Some(f);
+            sc
+        } else if s.policy.starts_with("fikit") {
+            // FIKIT knows each model's kernel IDs (fikit.txt §3.2).
+            let ids = s
+                .models
+                .iter()
+                .map(|m| reef_sched::fikit::profile::KernelId::of_model(m.model()))
+                .collect();
+            let pol = reef_sched::fikit_named(s.policy, s.fikit, ids, s.fikit_profiles)?;
+            let sc = reef_sched::Scheduler::new(Box::new(pol), cfg, s.infos, s.clients)?;
+            RunSched::Plain(Box::new(sc))
+        } else {
+            let (sc, p) = RunSched::new(
+                s.policy,
+                s.spec,
+                s.models,
+                cfg,
+                s.infos,
+                s.clients,
+                s.dq_capacity,
+            )?;
+            pad = p;
+            sc
+        };
+        let sim = Sim::new(
+            s.spec.clone(),
+            SimConfig {
+                seed: s.seed,
+                ..SimConfig::default()
+            },
+        );
+        let shapes: Vec<Vec<Arc<KernelShape>>> =
+            s.models.iter().map(|m| m.shapes().to_vec()).collect();
+        let mut d = Driver {
+            sched,
+            pad,
+            fuse,
+            sim,
+            policy: s.policy.to_string(),
+            own_queues: own_device_queues(s.policy),
+            big_queue: shapes.iter().map(Vec::len).max().unwrap_or(1) + 1,
+            streams: Vec::new(),
+            rev: Vec::new(),
+            host_gap_ns: s.host_gap_ns,
+            host: BinaryHeap::new(),
+            shapes,
+            device_events: 0,
+            evbuf: Vec::new(),
+        };
+        // The core's first actions create its streams; a start-up refusal
+        // is an error of the setup.
+        let mut out = Vec::new();
+        d.apply(&NoWork, &mut out);
+        if let Some(Outcome::Failed { action, error }) =
+            out.iter().find(|o| matches!(o, Outcome::Failed { .. }))
+        {
+            anyhow::bail!("{action}: {error}");
+        }
+        Ok(d)
+    }
+
+    /// The policy this driver runs.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// Device stream of scheduler stream `s`.
+    pub fn device_stream(&self, s: reef_sched::StreamId) -> Option<reef_sim::StreamId> {
+        self.streams.get(s.0 as usize).copied()
+    }
+
+    /// Request `req` of `client` (model `model`) arrives at device time
+    /// `t`; with host pacing, its kernel 0 is issued one host gap later.
+    pub fn arrive(
+        &mut self,
+        t: Time,
+        req: RequestId,
+        client: ClientId,
+        model: usize,
+        deadline: Option<Time>,
+    ) {
+        if let Some(g) = self.host_gap_ns {
+            let first = if g == 0 {
+                self.kernels(model) as u32
+            } else {
+                1
+            };
+            self.host.push(Reverse((t + g, req.0, first)));
+        }
+        self.sched.handle(
+            t,
+            Event::RequestArrived {
+                req,
+                client,
+                deadline,
+            },
+        );
+    }
+
+    /// The next instant the device or the clients' host has something to
+    /// do.
+    pub fn next_time(&self) -> Option<Time> {
+        let t_host = self.host.peek().map(|Reverse((t, _, _))| *t);
+        [self.sim.next_event_time(), t_host]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs the device to `t`: each device event up to `t` reaches the
+    /// scheduler and its actions are performed before the next event is
+    /// handled; then the host issues what it issues at `t` (after the
+    /// device's events of that instant: a reply at t precedes a launch at t).
+    pub fn step(&mut self, t: Time, work: &dyn Work, out: &mut Vec<Outcome>) {
+        let mut buf = std::mem::take(&mut self.evbuf);
+        self.sim.advance_into(t, &mut buf);
+        for ev in buf.drain(..) {
+            self.on_device_event(&ev);
+            self.apply(work, out);
+        }
+        self.evbuf = buf;
+        while let Some(&Reverse((th, req, n))) = self.host.peek() {
+            if th > t {
+                break;
+            }
+            self.host.pop();
+            self.sched.handle(
+                t,
+                Event::KernelsIssued {
+                    req: RequestId(req),
+                    issued: n,
+                },
+            );
+            self.apply(work, out);
+        }
+    }
+
+    /// A device event reaches the scheduler: the parts of a padded or
+    /// fused launch as one event of its real-time kernel.
+    fn on_device_event(&mut self, ev: &DeviceEvent) {
+        self.device_events += 1;
+        let mut ev = *ev;
+        if let Some(f) = self.fuse.as_mut() {
+            match f.filter(&ev) {
+                Some(e) => ev = e,
+                None => return,
+            }
+        }
+        if let Some(p) = self.pad.as_mut() {
+            match p.filter(&ev) {
+                Some(e) => ev = e,
+                None => return,
+            }
+        }
+        let Some(&s) = self
+            .rev
+            .get(ev.stream.0 as usize)
+            .filter(|&&s| s != u32::MAX)
+        else {
+            return;
+        };
+        let e = crate::sched_event(&ev, reef_sched::StreamId(s));
+        self.sched.handle(ev.time, e);
+    }
+
+    /// With host pacing, the framework issues kernel `kernel + 1` of `req`
+    /// one host gap after kernel `kernel`'s launch returned.
+    fn host_launched(&mut self, req: RequestId, kernel: u32, model: usize) {
+        let Some(g) = self.host_gap_ns.filter(|&g| g > 0) else {
+            return;
+        };
+        if (kernel as usize) + 1 < self.kernels(model) {
+            let now = self.sim.now();
+            self.host.push(Reverse((now + g, req.0, kernel + 2)));
+        }
+    }
+
+    fn stream(&self, s: reef_sched::StreamId) -> Result<reef_sim::StreamId, String> {
+        self.device_stream(s)
+            .ok_or_else(|| format!("scheduler stream {} has no device stream", s.0))
+    }
+
+    /// Performs the scheduler's pending actions at the device's current
+    /// instant.
+    pub fn apply(&mut self, work: &dyn Work, out: &mut Vec<Outcome>) {
+        while let Some(da) = self.sched.poll() {
+            let a = match da {
+                DkpAction::Core(a) => a,
+                other => {
+                    if let Err((action, error)) = self.apply_launch(other, work, out) {
+                        out.push(Outcome::Failed { action, error });
+                    }
+                    continue;
+                }
+            };
+            if let Err((action, error)) = self.apply_core(a, work, out) {
+                out.push(Outcome::Failed { action, error });
+            }
+        }
+    }
+
+    fn apply_core(
+        &mut self,
+        a: Action,
+        work: &dyn Work,
+        out: &mut Vec<Outcome>,
+    ) -> Result<(), (String, String)> {
+        match a {
+            Action::CreateStream {
+                stream,
+                priority,
+                dq_capacity,
+            } => {
+                let what = || format!("create stream {}", stream.0);
+                let prio = match priority {
+                    StreamPriority::High => 1,
+                    StreamPriority::Normal => 0,
+                };
+                let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
+                let s = if self.own_queues {
+                    self.sim.create_stream_own_queue(prio, cap)
+                } else {
+                    self.sim.create_stream(prio, cap)
+                }
+                .map_err(|e| (what(), e.to_string()))?;
+                if stream.0 as usize != self.streams.len() {
+                    return Err((what(), "streams are created in order".into()));
+                }
+                self.streams.push(s);
+                if self.rev.len() <= s.0 as usize {
+                    self.rev.resize(s.0 as usize + 1, u32::MAX);
+                }
+                self.rev[s.0 as usize] = stream.0;
+            }
+            Action::Launch { stream, tag } => {
+                let (req, k) = (tag.req, tag.kernel as usize);
+                let what = || format!("launch request {} kernel {k} on stream {}", req.0, stream.0);
+                let model = work
+                    .model_of(req)
+                    .ok_or_else(|| (what(), "unknown request".to_string()))?;
+                self.host_launched(req, tag.kernel, model);
+                let shape = self.shape(model, k).map_err(|e| (what(), e))?;
+                let (r, w) = work.buffers(req, k);
+                let l = KernelLaunch::new(
+                    shape,
+                    Tags {
+                        task: req.0,
+                        kernel: tag.kernel,
+                        user: 0,
+                    },
+                )
+                .with_buffers(r, w);
+                let s = self.stream(stream).map_err(|e| (what(), e))?;
+                let issued = Instant::now();
+                self.sim
+                    .launch(s, l)
+                    .map_err(|e| (what(), format!("policy {}: {e}", self.policy)))?;
+                out.push(Outcome::Queued {
+                    req,
+                    kernel: tag.kernel,
+                    issued,
+                });
+                out.push(Outcome::Launched);
+            }
+            Action::SetPreemptFlag { stream, value } => {
+                let what = || format!("set preempt flag {value} on stream {}", stream.0);
+                let s = self.stream(stream).map_err(|e| (what(), e))?;
+                self.sim
+                    .set_preempt_flag(s, value)
+                    .map_err(|e| (what(), e.to_string()))?;
+            }
+            Action::KillStream { stream } => {
+                let what = || format!("kill stream {}", stream.0);
+                let s = self.stream(stream).map_err(|e| (what(), e))?;
+                self.sim
+                    .kill_stream(s)
+                    .map_err(|e| (what(), e.to_string()))?;
+            }
+            Action::ClearDeviceQueue { stream } => {
+                let what = || format!("clear the device queue of stream {}", stream.0);
+                let s = self.stream(stream).map_err(|e| (what(), e))?;
+                self.sim
+                    .clear_queue(s)
+                    .map_err(|e| (what(), e.to_string()))?;
+            }
+            // Asynchronous reclamation (§4.2): the core has already reset
+            // the host queue in O(1); the dropped launches are plain data.
+            Action::ReclaimHostQueue { .. } => {}
+            // A restore's launches follow as their own actions.
+            Action::Restore {
+                req, from_kernel, ..
+            } => out.push(Outcome::Restored { req, from_kernel }),
+            Action::RequestDone { req, client } => out.push(Outcome::Done { req, client }),
+            Action::RequestRejected { req, client } => out.push(Outcome::Rejected { req, client }),
+        }
+        Ok(())
+    }
+
+    /// Kernels model `model` has.
+    fn kernels(&self, model: usize) -> usize {
+        self.shapes.get(model).map_or(0, Vec::len)
+    }
+
+    /// Kernel `k`'s shape of model `model`.
+    fn shape(&self, model: usize, k: usize) -> Result<Arc<KernelShape>, String> {
+        self.shapes
+            .get(model)
+            .and_then(|m| m.get(k))
+            .cloned()
+            .ok_or_else(|| format!("model {model} has no kernel {k}"))
+    }
+
+    /// Padded launches and the rest of partly padded kernels (REEF §5.1,
+    /// Fig. 12) and Aker's fused launches and the rest of split kernels
+    /// (Aker §5.4, §8.2), each component with its own task's buffers.
+    fn apply_launch(
+        &mut self,
+        a: DkpAction,
+        work: &dyn Work,
+        out: &mut Vec<Outcome>,
+    ) -> Result<(), (String, String)> {
+        let policy = self.policy.clone();
+        match a {
+            DkpAction::Padded(p) => {
+                let (req, k) = (p.tag.req, p.tag.kernel as usize);
+                let what = || format!("padded launch of request {} kernel {k}", req.0);
+                let model = work
+                    .model_of(req)
+                    .ok_or_else(|| (what(), "unknown request".to_string()))?;
+                self.host_launched(req, p.tag.kernel, model);
+                let rt_base = self.shape(model, k).map_err(|e| (what(), e))?;
+                let s0 = self.stream(p.stream).map_err(|e| (what(), e))?;
+                let Some(pad) = self.pad.as_mut() else {
+                    return Err((what(), format!("policy {policy} pads without profiles")));
+                };
+                let shapes = &self.shapes;
+                let be_shape = |x: &reef_sched::dkp::BePart| {
+                    shapes[x.model.0 as usize][x.tag.kernel as usize].clone()
+                };
+                let be_bufs =
+                    |x: &reef_sched::dkp::BePart| work.buffers(x.tag.req, x.tag.kernel as usize);
+                let queued: Vec<(RequestId, u32)> = std::iter::once((req, p.tag.kernel))
+                    .chain(p.parts.iter().map(|x| (x.tag.req, x.tag.kernel)))
+                    .collect();
+                let rt_bufs = work.buffers(req, k);
+                let issued = pad
+                    .launch(&mut self.sim, s0, p, &rt_base, &be_shape, rt_bufs, &be_bufs)
+                    .map_err(|e| (what(), format!("{e:#}")))?;
+                for (req, kernel) in queued {
+                    out.push(Outcome::Queued {
+                        req,
+                        kernel,
+                        issued,
+                    });
+                }
+                out.push(Outcome::Launched);
+            }
+            DkpAction::Rest {
+                stream,
+                tag,
+                version,
+                blocks,
+            } => {
+                let (req, k) = (tag.req, tag.kernel as usize);
+                let what = || {
+                    format!(
+                        "rest of request {} kernel {k} on stream {}",
+                        req.0, stream.0
+                    )
+                };
+                let model = work
+                    .model_of(req)
+                    .ok_or_else(|| (what(), "unknown request".to_string()))?;
+                let base = self.shape(model, k).map_err(|e| (what(), e))?;
+                let tags = Tags {
+                    task: req.0,
+                    kernel: tag.kernel,
+                    user: 0,
+                };
+                let l = if self.fuse.is_some() {
+                    // Aker: the blocks a split left, in the kernel's own shape.
+                    KernelLaunch::new(base, tags).with_blocks(blocks)
+                } else if let Some(pad) = self.pad.as_mut() {
+                    pad.rest(&base, model as u32, version, tags, blocks)
+                        .map_err(|e| (what(), format!("{e:#}")))?
+                } else {
+                    return Err((
+                        what(),
+                        format!("policy {policy} split a kernel without an executor"),
+                    ));
+                };
+                let (r, w) = work.buffers(req, k);
+                let s = self.stream(stream).map_err(|e| (what(), e))?;
+                let issued = Instant::now();
+                self.sim
+                    .launch(s, l.with_buffers(r, w))
+                    .map_err(|e| (what(), e.to_string()))?;
+                out.push(Outcome::Queued {
+                    req,
+                    kernel: tag.kernel,
+                    issued,
+                });
+                out.push(Outcome::Launched);
+            }
+            DkpAction::Fused(f) => {
+                let (lk, bk) = (f.lc.kernel as usize, f.be.kernel as usize);
+                let what = || {
+                    format!(
+                        "fused launch of request {} kernel {lk} with request {} kernel {bk}",
+                        f.lc.req.0, f.be.req.0
+                    )
+                };
+                let (Some(lm), Some(bm)) = (work.model_of(f.lc.req), work.model_of(f.be.req))
+                else {
+                    return Err((what(), "unknown request".to_string()));
+                };
+                self.host_launched(f.lc.req, f.lc.kernel, lm);
+                let ls = self.shape(lm, lk).map_err(|e| (what(), e))?;
+                let bs = self.shape(bm, bk).map_err(|e| (what(), e))?;
+                let s0 = self.stream(f.stream).map_err(|e| (what(), e))?;
+                let Some(fuse) = self.fuse.as_mut() else {
+                    return Err((what(), format!("policy {policy} fused without Aker")));
+                };
+                let issued = Instant::now();
+                fuse.launch(
+                    &mut self.sim,
+                    s0,
+                    &f,
+                    (&ls, work.buffers(f.lc.req, lk)),
+                    (&bs, work.buffers(f.be.req, bk)),
+                )
+                .map_err(|e| (what(), e.to_string()))?;
+                for (req, kernel) in [(f.lc.req, f.lc.kernel), (f.be.req, f.be.kernel)] {
+                    out.push(Outcome::Queued {
+                        req,
+                        kernel,
+                        issued,
+                    });
+                }
+                out.push(Outcome::Launched);
+            }
+            DkpAction::Core(a) => return self.apply_core(a, work, out),
+        }
+        Ok(())
+    }
+}
+
+/// A book with no requests (the start-up actions create streams only).
+struct NoWork;
+
+impl Work for NoWork {
+    fn model_of(&self, _: RequestId) -> Option<usize> {
+        None
+    }
+    fn buffers(&self, _: RequestId, _: usize) -> Buffers {
+        (Vec::new(), Vec::new())
+    }
+}
