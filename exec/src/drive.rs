@@ -87,7 +87,7 @@ pub enum Outcome {
     },
     /// One launch entered a device queue (a padded or fused launch counts
     /// once, with a [`Outcome::Queued`] per kernel in it).
-    Launched,
+    Launched(LaunchKind),
     /// Every kernel of `req` completed.
     Done { req: RequestId, client: ClientId },
     /// The policy does not serve `req`.
@@ -97,6 +97,24 @@ pub enum Outcome {
     /// An action the device refused, or one for a request the caller does
     /// not know: the action, and why.
     Failed { action: String, error: String },
+}
+
+/// What kind of launch entered a device queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchKind {
+    /// One kernel.
+    Kernel,
+    /// A padded launch (REEF §5.1): real-time kernel `kernel` of `req` with
+    /// `be_parts` best-effort parts.
+    Padded {
+        req: RequestId,
+        kernel: u32,
+        be_parts: usize,
+    },
+    /// The rest of a partly padded or split kernel.
+    Rest,
+    /// An Aker fused launch (an LC kernel with a BE block range).
+    Fused,
 }
 
 /// How a run's scheduler and device are set up.
@@ -433,7 +451,7 @@ impl Driver {
                     kernel: tag.kernel,
                     issued,
                 });
-                out.push(Outcome::Launched);
+                out.push(Outcome::Launched(LaunchKind::Kernel));
             }
             Action::SetPreemptFlag { stream, value } => {
                 let what = || format!("set preempt flag {value} on stream {}", stream.0);
@@ -516,6 +534,7 @@ impl Driver {
                     .chain(p.parts.iter().map(|x| (x.tag.req, x.tag.kernel)))
                     .collect();
                 let rt_bufs = work.buffers(req, k);
+                let (p_kernel, be_parts) = (p.tag.kernel, p.parts.len());
                 let issued = pad
                     .launch(&mut self.sim, s0, p, &rt_base, &be_shape, rt_bufs, &be_bufs)
                     .map_err(|e| (what(), format!("{e:#}")))?;
@@ -526,7 +545,11 @@ impl Driver {
                         issued,
                     });
                 }
-                out.push(Outcome::Launched);
+                out.push(Outcome::Launched(LaunchKind::Padded {
+                    req,
+                    kernel: p_kernel,
+                    be_parts,
+                }));
             }
             DkpAction::Rest {
                 stream,
@@ -573,7 +596,7 @@ impl Driver {
                     kernel: tag.kernel,
                     issued,
                 });
-                out.push(Outcome::Launched);
+                out.push(Outcome::Launched(LaunchKind::Rest));
             }
             DkpAction::Fused(f) => {
                 let (lk, bk) = (f.lc.kernel as usize, f.be.kernel as usize);
@@ -610,7 +633,7 @@ impl Driver {
                         issued,
                     });
                 }
-                out.push(Outcome::Launched);
+                out.push(Outcome::Launched(LaunchKind::Fused));
             }
             DkpAction::Core(a) => return self.apply_core(a, work, out),
         }
@@ -627,5 +650,196 @@ impl Work for NoWork {
     }
     fn buffers(&self, _: RequestId, _: usize) -> Buffers {
         (Vec::new(), Vec::new())
+    }
+}
+
+impl Driver {
+    /// Fault injection for tests: scheduler stream `s` loses its device
+    /// stream (as if the driver had destroyed the queue), so every later
+    /// action on it is refused by the device.
+    #[doc(hidden)]
+    pub fn inject_lost_stream(&mut self, s: reef_sched::StreamId) {
+        if let Some(d) = self.streams.get_mut(s.0 as usize) {
+            *d = reef_sim::StreamId(u32::MAX);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PreparedModel;
+    use reef_sched::{Class, ClientSpec, ModelId, ModelInfo};
+
+    /// vgg (RT client 0) and resnet152 (BE client 1) on the MI50 under
+    /// `policy`; a request's id is its client in the high bits.
+    fn driver(policy: &str, host_gap_ns: Option<Time>) -> (Driver, Vec<PreparedModel>) {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let dir = reef_model::default_models_dir();
+        let models: Vec<PreparedModel> = ["vgg", "resnet152"]
+            .iter()
+            .map(|n| PreparedModel::new(reef_model::load_named(&dir, n).unwrap(), &spec).unwrap())
+            .collect();
+        let infos = models
+            .iter()
+            .map(|m| ModelInfo {
+                name: m.name.clone(),
+                kernels: m.shapes.len() as u32,
+                idempotence: None,
+            })
+            .collect();
+        let clients = vec![
+            ClientSpec {
+                name: "rt".into(),
+                model: ModelId(0),
+                class: Class::RealTime,
+            },
+            ClientSpec {
+                name: "be".into(),
+                model: ModelId(1),
+                class: Class::BestEffort,
+            },
+        ];
+        let d = Driver::new(Setup {
+            spec: &spec,
+            models: &models,
+            infos,
+            clients,
+            policy,
+            dq_capacity: 4,
+            priorities: Vec::new(),
+            seed: 1,
+            host_gap_ns,
+            fikit: Default::default(),
+            fikit_profiles: Vec::new(),
+            aker: Default::default(),
+            aker_profiles: None,
+        })
+        .unwrap();
+        (d, models)
+    }
+
+    /// Requests 1.. of client 0, 1<<32.. of client 1; `known: false`
+    /// answers that no request is known.
+    struct Book {
+        known: bool,
+    }
+    impl Work for Book {
+        fn model_of(&self, req: RequestId) -> Option<usize> {
+            self.known.then_some((req.0 >> 32) as usize)
+        }
+        fn buffers(&self, _: RequestId, _: usize) -> Buffers {
+            (Vec::new(), Vec::new())
+        }
+    }
+
+    /// Steps the driver until nothing is left; the outcomes in order.
+    fn drain(d: &mut Driver, work: &dyn Work, out: &mut Vec<Outcome>) {
+        d.apply(work, out);
+        while let Some(t) = d.next_time() {
+            d.step(t, work, out);
+        }
+    }
+
+    fn failures(out: &[Outcome]) -> Vec<&str> {
+        out.iter()
+            .filter_map(|o| match o {
+                Outcome::Failed { action, .. } => Some(action.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_request_runs_every_kernel_once_and_is_done() {
+        let (mut d, models) = driver("reef-nodkp", None);
+        let mut out = Vec::new();
+        d.arrive(0, RequestId(1), ClientId(0), 0, None);
+        drain(&mut d, &Book { known: true }, &mut out);
+        let n = models[0].shapes.len();
+        let queued: Vec<u32> = out
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Queued { req, kernel, .. } if *req == RequestId(1) => Some(*kernel),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(queued, (0..n as u32).collect::<Vec<_>>());
+        let launches = out
+            .iter()
+            .filter(|o| matches!(o, Outcome::Launched(LaunchKind::Kernel)))
+            .count();
+        assert_eq!(launches, n);
+        assert_eq!(
+            out.last(),
+            Some(&Outcome::Done {
+                req: RequestId(1),
+                client: ClientId(0)
+            })
+        );
+        assert!(failures(&out).is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_launch_for_an_unknown_request_is_reported_not_dropped() {
+        let (mut d, _) = driver("reef-nodkp", None);
+        let mut out = Vec::new();
+        d.arrive(0, RequestId(1), ClientId(0), 0, None);
+        d.apply(&Book { known: false }, &mut out);
+        let f = failures(&out);
+        assert!(!f.is_empty());
+        assert!(
+            f.iter().all(|a| a.starts_with("launch request 1 kernel")),
+            "{f:?}"
+        );
+        assert!(!out.iter().any(|o| matches!(o, Outcome::Queued { .. })));
+    }
+
+    #[test]
+    fn a_refused_kill_is_reported_and_the_rt_request_still_completes() {
+        let (mut d, _) = driver("reef-nodkp", None);
+        let work = Book { known: true };
+        let mut out = Vec::new();
+        let be = RequestId(1 << 32 | 1);
+        d.arrive(0, be, ClientId(1), 1, None);
+        d.apply(&work, &mut out);
+        d.step(2_000_000, &work, &mut out);
+        // The BE client's stream loses its device queue, then an RT request
+        // arrives and preempts it.
+        let s = d.sched.scheduler().core().stream_of(ClientId(1));
+        d.inject_lost_stream(s);
+        d.arrive(d.sim.now(), RequestId(1), ClientId(0), 0, None);
+        out.clear();
+        drain(&mut d, &work, &mut out);
+        let f = failures(&out);
+        assert!(f.iter().any(|a| a.starts_with("kill stream")), "{f:?}");
+        assert!(out.contains(&Outcome::Done {
+            req: RequestId(1),
+            client: ClientId(0)
+        }));
+    }
+
+    #[test]
+    fn with_host_pacing_each_kernel_waits_one_gap_after_the_previous_launch() {
+        let gap = 50_000;
+        let (mut d, models) = driver("reef-nodkp", Some(gap));
+        let work = Book { known: true };
+        let mut out = Vec::new();
+        d.arrive(0, RequestId(1), ClientId(0), 0, None);
+        let mut launched_at = Vec::new();
+        d.apply(&work, &mut out);
+        while let Some(t) = d.next_time() {
+            d.step(t, &work, &mut out);
+            for o in out.drain(..) {
+                if let Outcome::Queued { .. } = o {
+                    launched_at.push(d.sim.now());
+                }
+            }
+        }
+        assert_eq!(launched_at.len(), models[0].shapes.len());
+        assert_eq!(launched_at[0], gap, "kernel 0 one gap after arrival");
+        for w in launched_at.windows(2) {
+            assert!(w[1] >= w[0] + gap, "{launched_at:?}");
+        }
     }
 }

@@ -32,7 +32,7 @@
 pub mod aker;
 pub mod drive;
 
-pub use drive::{own_device_queues, reefnv_runtime, Driver, Outcome, Setup, Work};
+pub use drive::{own_device_queues, reefnv_runtime, Driver, LaunchKind, Outcome, Setup, Work};
 
 /// Placement's view of a simulated device (CASE/MGB §III-B: SMs and their
 /// block, warp and thread limits, and memory), from its preset.

@@ -411,7 +411,7 @@ impl Run<'_> {
                 Outcome::Failed { action, error } => {
                     anyhow::bail!("policy {}: {action}: {error}", self.opts.policy)
                 }
-                Outcome::Queued { .. } | Outcome::Launched | Outcome::Restored { .. } => {}
+                Outcome::Queued { .. } | Outcome::Launched(_) | Outcome::Restored { .. } => {}
             }
         }
         self.out = out;

@@ -2,9 +2,14 @@
 //! queues and real-time/normal modes, §4 reset-based preemption) driving the
 //! block-level simulated GPU (reef-sim), paced to the wall clock by the
 //! runtime. This is the same pairing the virtual-time benchmark runs
-//! (reef-bench's DISB runner), through the same glue (reef-exec's `RunSched`
-//! and `PadExec`); here `now` comes from the wall clock, and the simulator
-//! never runs ahead of it.
+//! (reef-bench's DISB runner), through the same interpreter and event-loop
+//! step (reef-exec's `Driver`: what each scheduler action means on the
+//! device, device events before the host's issues at each instant, one
+//! error policy); here `now` comes from the wall clock, and the simulator
+//! never runs ahead of it. On `gv100`/`h100` the daemon, like the
+//! benchmark, runs REEFnv's per-stream cap (`reef_exec::reefnv_runtime`),
+//! and REEF's policies give each stream its own hardware queue
+//! (`reef_exec::own_device_queues`).
 //!
 //! Under `reef` and `reef-dkp-mv` the scheduler is reef-sched's
 //! `PaddingScheduler` (REEF §5: dynamic kernel padding) and its padded
@@ -68,16 +73,9 @@ use super::{
     Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
 };
 use crate::protocol::{Priority, TaskState};
-use reef_exec::{ModelShapes, PadExec, RunSched};
-use reef_sched::dkp::{BePart, DkpAction};
-use reef_sched::{
-    Action, Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, RequestId, StreamId,
-    StreamPriority,
-};
-use reef_sim::{
-    BufferId, DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
-    ValueTracker,
-};
+use reef_exec::{Driver, LaunchKind, ModelShapes, Outcome, RunSched, Setup, Work};
+use reef_sched::{Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, RequestId, StreamId};
+use reef_sim::{BufferId, DeviceSpec, KernelShape, ValueTracker};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -156,22 +154,31 @@ struct Slot {
 
 /// The scheduler and simulator of one configuration.
 struct Build {
-    sched: RunSched,
-    /// Executes padded launches (policies `reef`, `reef-dkp-mv`).
-    pad: Option<PadExec>,
-    /// Executes fused launches (policies `aker`, `tacker`).
-    fuse: Option<reef_exec::aker::FuseExec>,
-    sim: Sim,
+    /// The scheduler, its executors and the simulated device, driven by
+    /// reef-exec's interpreter (the benchmark's runner takes the same steps).
+    drv: Driver,
     /// Engine time of simulator time 0.
     base: Nanos,
-    streams: Vec<reef_sim::StreamId>,
-    rev: HashMap<u32, u32>,
     slots: Vec<Slot>,
     /// Index into `slots` of each model's RT client.
     rt_slot: Vec<usize>,
     preemptions_seen: usize,
-    /// Host issue events (simulator time, task, kernels issued).
-    host: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64, u32)>>,
+}
+
+/// The engine's tasks as the interpreter sees them.
+struct View<'a> {
+    tasks: &'a HashMap<u64, TaskRec>,
+    models: &'a [Prepared],
+    slots: &'a [Slot],
+}
+
+impl Work for View<'_> {
+    fn model_of(&self, req: RequestId) -> Option<usize> {
+        self.tasks.get(&req.0).map(|r| self.slots[r.slot].model)
+    }
+    fn buffers(&self, req: RequestId, k: usize) -> reef_exec::Buffers {
+        buffers_of(self.tasks, self.models, self.slots, req.0, k)
+    }
 }
 
 struct DStream {
@@ -209,7 +216,8 @@ pub struct SchedEngine {
     rebuild_pending: bool,
     /// Padding counters of the builds replaced so far.
     padding_before: PaddingCounters,
-    evbuf: Vec<DeviceEvent>,
+    /// Outcomes of the interpreter being taken in (kept for its capacity).
+    outcomes: Vec<Outcome>,
     free_ns: Vec<u32>,
     next_ns: u32,
     /// A request finished during the current catch-up: the next request
@@ -251,24 +259,6 @@ fn add_aker(a: &mut reef_sched::aker::AkerStats, b: reef_sched::aker::AkerStats)
     a.beyond_headroom += b.beyond_headroom;
 }
 
-/// The error policy for a device action (issue 18 item 6): a refusal is
-/// reported as [`EngineEvent::DeviceError`] with the action, which the
-/// runtime counts (`device_errors`) and logs; nothing is dropped.
-fn device_result(
-    out: &mut Vec<EngineEvent>,
-    action: impl FnOnce() -> String,
-    r: Result<(), reef_sim::SimError>,
-) {
-    if let Err(e) = r {
-        out.push(EngineEvent::DeviceError {
-            action: action(),
-            error: e.to_string(),
-        });
-    }
-}
-
-/// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
-/// after the stream and its last request are gone).
 /// The reads and writes of kernel `k` of task `task`, in its stream's
 /// value-tracking namespace (empty for an unknown task).
 fn buffers_of(
@@ -288,6 +278,8 @@ fn buffers_of(
     )
 }
 
+/// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
+/// after the stream and its last request are gone).
 fn buffer(ns: u32, storage: usize) -> BufferId {
     BufferId(((ns as u64 + 1) << 32) | storage as u64)
 }
@@ -313,7 +305,7 @@ impl SchedEngine {
             tasks: HashMap::new(),
             rebuild_pending: false,
             padding_before: PaddingCounters::default(),
-            evbuf: Vec::new(),
+            outcomes: Vec::new(),
             free_ns: Vec::new(),
             next_ns: 0,
             freed: false,
@@ -331,8 +323,6 @@ impl SchedEngine {
         base: Nanos,
         known: &HashMap<String, reef_sched::fikit::profile::Profile>,
     ) -> Result<Build, EngineError> {
-        let mut cfg = reef_exec::sched_config(spec, settings.dq_capacity);
-        cfg.host_paced = settings.host_gap_ns.is_some();
         let infos: Vec<ModelInfo> = models
             .iter()
             .map(|m| ModelInfo {
@@ -371,29 +361,10 @@ impl SchedEngine {
                 });
             }
         }
-        let mut fuse = None;
-        let (sched, pad) = if reef_sched::aker::Manager::of_name(&settings.policy).is_some() {
-            let pred = reef_exec::aker::SimPredictor::new(spec, models)
-                .map_err(|e| EngineError::Invalid(format!("aker profiles: {e:#}")))?;
-            let (s, f) = RunSched::new_aker(
-                &settings.policy,
-                pred,
-                reef_sched::aker::AkerConfig::default(),
-                cfg,
-                infos,
-                specs,
-            )
-            .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
-            fuse = Some(f);
-            (s, None)
-        } else if settings.policy.starts_with("fikit") {
-            // FIKIT knows each model's kernel IDs and starts from the
-            // profiles kept so far (in memory, else on disk).
-            let ids = models
-                .iter()
-                .map(|m| reef_sched::fikit::profile::KernelId::of_model(&m.model))
-                .collect();
-            let profiles = models
+        // FIKIT starts from the profiles kept so far (in memory, else on
+        // disk).
+        let fikit_profiles = if settings.policy.starts_with("fikit") {
+            models
                 .iter()
                 .filter_map(|m| {
                     known.get(&m.name).cloned().or_else(|| {
@@ -404,70 +375,36 @@ impl SchedEngine {
                         ))
                     })
                 })
-                .collect();
-            let pol =
-                reef_sched::fikit_named(&settings.policy, settings.fikit.clone(), ids, profiles)
-                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
-            let s = reef_sched::Scheduler::new(Box::new(pol), cfg, infos, specs)
-                .map_err(|e| EngineError::Invalid(format!("scheduler: {e}")))?;
-            (RunSched::Plain(Box::new(s)), None)
+                .collect()
         } else {
-            RunSched::new(
-                &settings.policy,
-                spec,
-                models,
-                cfg,
-                infos,
-                specs,
-                settings.dq_capacity,
-            )
-            .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?
+            Vec::new()
         };
-        let sim = Sim::new(
-            spec.clone(),
-            SimConfig {
-                seed: settings.seed,
-                ..SimConfig::default()
-            },
-        );
-        let mut b = Build {
-            sched,
-            // The daemon reports padding counters, not the per-launch
-            // overhead samples a benchmark keeps (they would grow for its life).
-            pad: pad.map(|p| p.keep_overhead_samples(false)),
-            fuse,
-            sim,
+        let mut drv = Driver::new(Setup {
+            spec,
+            models,
+            infos,
+            clients: specs,
+            policy: &settings.policy,
+            dq_capacity: settings.dq_capacity,
+            priorities: Vec::new(),
+            seed: settings.seed,
+            host_gap_ns: settings.host_gap_ns,
+            fikit: settings.fikit.clone(),
+            fikit_profiles,
+            aker: reef_sched::aker::AkerConfig::default(),
+            aker_profiles: None,
+        })
+        .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
+        // The daemon reports padding counters, not the per-launch overhead
+        // samples a benchmark keeps (they would grow for its life).
+        drv.pad = drv.pad.take().map(|p| p.keep_overhead_samples(false));
+        Ok(Build {
+            drv,
             base,
-            streams: Vec::new(),
-            rev: HashMap::new(),
             slots,
             rt_slot,
             preemptions_seen: 0,
-            host: std::collections::BinaryHeap::new(),
-        };
-        // The core's first actions create the streams.
-        let big_queue = models.iter().map(|m| m.shapes.len()).max().unwrap_or(1) + 1;
-        while let Some(a) = b.sched.poll() {
-            if let DkpAction::Core(Action::CreateStream {
-                stream,
-                priority,
-                dq_capacity,
-            }) = a
-            {
-                let prio = match priority {
-                    StreamPriority::High => 1,
-                    StreamPriority::Normal => 0,
-                };
-                let s = b
-                    .sim
-                    .create_stream(prio, dq_capacity.unwrap_or(big_queue).max(1))
-                    .map_err(|e| EngineError::Invalid(format!("simulator: {e}")))?;
-                debug_assert_eq!(stream.0 as usize, b.streams.len());
-                b.streams.push(s);
-                b.rev.insert(s.0, stream.0);
-            }
-        }
-        Ok(b)
+        })
     }
 
     fn sim_now(&self, now: Nanos) -> u64 {
@@ -494,7 +431,7 @@ impl SchedEngine {
             Ok(b) => {
                 self.fikit_saved = 0;
                 self.padding_before = self.padding_now();
-                if let Some(a) = self.build.sched.aker_stats() {
+                if let Some(a) = self.build.drv.sched.aker_stats() {
                     add_aker(&mut self.aker_before, a);
                 }
                 self.build = b;
@@ -514,6 +451,7 @@ impl SchedEngine {
 
     fn fikit_policy(&self) -> Option<&reef_sched::fikit::Fikit> {
         self.build
+            .drv
             .sched
             .scheduler()
             .policy()
@@ -609,7 +547,7 @@ impl SchedEngine {
                         self.build.slots[s].owner = Some(id);
                         // The client takes its stream's level (FIKIT's
                         // queues Q1..Q9; REEF's policies go by class).
-                        if let RunSched::Plain(sc) = &mut self.build.sched {
+                        if let RunSched::Plain(sc) = &mut self.build.drv.sched {
                             sc.set_priority(ClientId(s as u32), level);
                         }
                         self.dstreams
@@ -623,6 +561,7 @@ impl SchedEngine {
             };
             let sstream = self
                 .build
+                .drv
                 .sched
                 .scheduler()
                 .core()
@@ -645,37 +584,24 @@ impl SchedEngine {
                     kernels,
                 },
             );
-            let t = self.build.sim.now();
-            if let RunSched::Aker(a) = &mut self.build.sched {
+            let t = self.build.drv.sim.now();
+            if let RunSched::Aker(a) = &mut self.build.drv.sched {
                 // The query's QoS target (Aker §8.3), else the default.
                 let q = self.qos.remove(&task);
                 if self.build.slots[slot].class == Class::RealTime {
                     a.set_qos(ClientId(slot as u32), q);
                 }
             }
-            if let Some(g) = self.settings.host_gap_ns {
-                // Kernel 0 one host gap after the request; each next one a
-                // gap after the previous one was transmitted (`host_launched`).
-                let first = if g == 0 { kernels as u32 } else { 1 };
-                self.build
-                    .host
-                    .push(std::cmp::Reverse((t + g, task, first)));
-            }
-            self.build.sched.handle(
-                t,
-                Event::RequestArrived {
-                    req: RequestId(task),
-                    client: ClientId(slot as u32),
-                    deadline: None,
-                },
-            );
+            self.build
+                .drv
+                .arrive(t, RequestId(task), ClientId(slot as u32), mi, None);
             self.apply_actions(out);
             // A new request starts from fresh buffers: its input, and
             // intermediates not carried over from the previous request of
             // this stream. Kernels read their inputs when they complete, so
             // doing this after the first launches (off the control path) is
             // equivalent to doing it before.
-            let values = self.build.sim.values_mut();
+            let values = self.build.drv.sim.values_mut();
             for b in 0..self.models[mi].model.buffers.len() {
                 let id = buffer(ns, b);
                 values.set(id, ValueTracker::initial(id));
@@ -683,117 +609,78 @@ impl SchedEngine {
         }
     }
 
+    /// Performs the scheduler's pending actions (reef-exec's interpreter)
+    /// and takes in what they did.
     fn apply_actions(&mut self, out: &mut Vec<EngineEvent>) {
-        let now = self.build.sim.now();
-        while let Some(da) = self.build.sched.poll() {
-            let a = match da {
-                DkpAction::Core(a) => a,
-                other => {
-                    self.apply_padding(other, out);
-                    continue;
-                }
-            };
-            let b = &mut self.build;
-            match a {
-                Action::CreateStream { .. } => {
-                    tracing::error!("scheduler created a stream after start-up; ignored");
-                }
-                Action::Launch { stream, tag } => {
-                    let task = tag.req.0;
-                    let k = tag.kernel as usize;
-                    let Some(rec) = self.tasks.get_mut(&task) else {
-                        tracing::error!(task, "launch for an unknown task");
-                        continue;
-                    };
-                    if let Some(g) = self.settings.host_gap_ns.filter(|&g| g > 0) {
-                        if k + 1 < rec.kernels {
-                            let now = b.sim.now();
-                            b.host
-                                .push(std::cmp::Reverse((now + g, task, k as u32 + 2)));
-                        }
+        self.drive(out, |drv, view, o| drv.apply(view, o));
+    }
+
+    /// Runs the device to simulator time `t` (reef-exec's step: device
+    /// events, then the clients' host issues at `t`) and takes in what the
+    /// actions did.
+    fn step(&mut self, t: u64, out: &mut Vec<EngineEvent>) {
+        self.drive(out, |drv, view, o| drv.step(t, view, o));
+    }
+
+    /// Calls `f` with the driver and the engine's tasks, then takes in the
+    /// outcomes.
+    fn drive(
+        &mut self,
+        out: &mut Vec<EngineEvent>,
+        f: impl FnOnce(&mut Driver, &View<'_>, &mut Vec<Outcome>),
+    ) {
+        let mut o = std::mem::take(&mut self.outcomes);
+        let Build { drv, slots, .. } = &mut self.build;
+        let view = View {
+            tasks: &self.tasks,
+            models: &self.models,
+            slots,
+        };
+        f(drv, &view, &mut o);
+        self.absorb(&mut o, out);
+        self.outcomes = o;
+    }
+
+    /// What performed actions did, as engine events. A device refusal is
+    /// reported as [`EngineEvent::DeviceError`] with the action, which the
+    /// runtime counts (`device_errors`) and logs (issue 18 item 6); nothing
+    /// is dropped.
+    fn absorb(&mut self, o: &mut Vec<Outcome>, out: &mut Vec<EngineEvent>) {
+        let now = self.build.drv.sim.now();
+        for x in o.drain(..) {
+            match x {
+                Outcome::Queued {
+                    req,
+                    kernel,
+                    issued,
+                } => self.kernel_queued(req.0, kernel as usize, now, issued, out),
+                Outcome::Launched(kind) => {
+                    if let LaunchKind::Padded {
+                        req,
+                        kernel,
+                        be_parts,
+                    } = kind
+                    {
+                        tracing::debug!(task = req.0, kernel, parts = be_parts, "padded launch");
                     }
-                    let slot = rec.slot;
-                    let ns = rec.ns;
-                    let m = &self.models[b.slots[slot].model];
-                    let kern = &m.model.kernels[k];
-                    let l = KernelLaunch::new(
-                        m.shapes[k].clone(),
-                        Tags {
-                            task,
-                            kernel: tag.kernel,
-                            user: 0,
-                        },
-                    )
-                    .with_buffers(
-                        kern.reads.iter().map(|&x| buffer(ns, x)).collect(),
-                        kern.writes.iter().map(|&x| buffer(ns, x)).collect(),
-                    );
-                    // The control path ends when the launch is issued to the
-                    // device queue; what the simulator then computes is the
-                    // GPU's own work. (A wall-clock reading for measurement
-                    // only: no decision depends on it.)
-                    let issued = std::time::Instant::now();
-                    if let Err(e) = b.sim.launch(b.streams[stream.0 as usize], l) {
-                        // Counted and logged; the scheduler core still
-                        // counts the kernel as launched (it cannot be told
-                        // otherwise), so the task waits until its stream is
-                        // closed.
-                        out.push(EngineEvent::DeviceError {
-                            action: format!("launch task {task} kernel {k} on stream {}", stream.0),
-                            error: e.to_string(),
-                        });
-                        continue;
-                    }
-                    rec.next_kernel = k + 1;
-                    if !rec.launched {
-                        rec.launched = true;
-                        out.push(EngineEvent::FirstKernelQueued {
-                            task,
-                            at: b.base + now,
-                            issued,
-                        });
-                    }
-                    out.push(EngineEvent::KernelsLaunched { count: 1 });
+                    out.push(EngineEvent::KernelsLaunched { count: 1 })
                 }
-                // A refusal is counted and logged (`device_errors`, issue 18
-                // item 6), never dropped.
-                Action::SetPreemptFlag { stream, value } => {
-                    let r = b.sim.set_preempt_flag(b.streams[stream.0 as usize], value);
-                    device_result(
-                        out,
-                        || format!("set preempt flag {value} on stream {}", stream.0),
-                        r,
-                    );
+                Outcome::Failed { action, error } => {
+                    out.push(EngineEvent::DeviceError { action, error })
                 }
-                Action::KillStream { stream } => {
-                    let r = b.sim.kill_stream(b.streams[stream.0 as usize]);
-                    device_result(out, || format!("kill stream {}", stream.0), r);
-                }
-                Action::ClearDeviceQueue { stream } => {
-                    let r = b.sim.clear_queue(b.streams[stream.0 as usize]).map(|_| ());
-                    device_result(
-                        out,
-                        || format!("clear the device queue of stream {}", stream.0),
-                        r,
-                    );
-                }
-                // Asynchronous reclamation (§4.2): the dropped launches are
-                // plain data already released by the core.
-                Action::ReclaimHostQueue { .. } => {}
-                Action::Restore {
-                    req, from_kernel, ..
-                } => {
+                Outcome::Restored { req, from_kernel } => {
                     if let Some(rec) = self.tasks.get_mut(&req.0) {
                         rec.next_kernel = from_kernel as usize;
                     }
                     out.push(EngineEvent::Restored { task: req.0 });
                 }
-                Action::RequestDone { req, .. } | Action::RequestRejected { req, .. } => {
-                    let done = matches!(a, Action::RequestDone { .. });
+                Outcome::Done { req, .. } | Outcome::Rejected { req, .. } => {
+                    let done = matches!(x, Outcome::Done { .. });
                     let task = req.0;
                     let Some(rec) = self.tasks.remove(&task) else {
                         continue;
                     };
+                    let b = &mut self.build;
                     let slot = rec.slot;
                     b.slots[slot].inflight = b.slots[slot].inflight.saturating_sub(1);
                     if let Some(d) = rec.dstream.and_then(|d| self.dstreams.get_mut(&d)) {
@@ -821,7 +708,7 @@ impl SchedEngine {
                     }
                     let m = &mut self.models[b.slots[slot].model];
                     let expected = m.expected_outputs(ns);
-                    let values = b.sim.values();
+                    let values = b.drv.sim.values();
                     let verified = expected.iter().all(|&(buf, v)| values.get(buf) == v);
                     out.push(EngineEvent::TaskDone {
                         task,
@@ -836,8 +723,9 @@ impl SchedEngine {
         // records are dropped, or they would grow by one per preemption for
         // the daemon's life.
         let b = &mut self.build;
-        let base = b.sched.preemptions_base();
-        let recs = b.sched.preemptions();
+        let sched = &mut b.drv.sched;
+        let base = sched.preemptions_base();
+        let recs = sched.preemptions();
         let mut i = b.preemptions_seen.saturating_sub(base);
         while let Some(r) = recs.get(i).filter(|r| r.end.is_some()) {
             out.push(EngineEvent::Preempted {
@@ -847,13 +735,7 @@ impl SchedEngine {
             i += 1;
         }
         b.preemptions_seen = base + i;
-        b.sched.forget_finished_preemptions();
-    }
-
-    /// The reads and writes of kernel `k` of task `task` (its stream's
-    /// value-tracking namespace).
-    fn task_buffers(&self, task: u64, k: usize) -> (Vec<BufferId>, Vec<BufferId>) {
-        buffers_of(&self.tasks, &self.models, &self.build.slots, task, k)
+        sched.forget_finished_preemptions();
     }
 
     /// Records that kernel `k` of `task` entered the device queue.
@@ -879,160 +761,10 @@ impl SchedEngine {
         }
     }
 
-    /// Padded launches and the rest of partly padded kernels (REEF §5.1,
-    /// Fig. 12), executed by reef-exec's PadExec. Every part carries the
-    /// buffers of its own task, so value tracking checks padded work too.
-    fn apply_padding(&mut self, a: DkpAction, out: &mut Vec<EngineEvent>) {
-        let now = self.build.sim.now();
-        match a {
-            DkpAction::Padded(p) => {
-                let task = p.tag.req.0;
-                let k = p.tag.kernel as usize;
-                let Some(rec) = self.tasks.get(&task) else {
-                    tracing::error!(task, "padded launch for an unknown task");
-                    return;
-                };
-                if let Some(g) = self.settings.host_gap_ns.filter(|&g| g > 0) {
-                    if k + 1 < rec.kernels {
-                        self.build
-                            .host
-                            .push(std::cmp::Reverse((now + g, task, k as u32 + 2)));
-                    }
-                }
-                let Some(rec) = self.tasks.get(&task) else {
-                    return;
-                };
-                let rt_base = self.models[self.build.slots[rec.slot].model].shapes[k].clone();
-                // On the RT control path: the parts' buffers are built as the
-                // executor asks for them, nothing is copied beforehand.
-                let (models, tasks) = (&self.models, &self.tasks);
-                let Build {
-                    pad,
-                    sim,
-                    slots,
-                    streams,
-                    ..
-                } = &mut self.build;
-                let rt_bufs = buffers_of(tasks, models, slots, task, k);
-                let s0 = streams[p.stream.0 as usize];
-                let be_shape =
-                    |x: &BePart| models[x.model.0 as usize].shapes[x.tag.kernel as usize].clone();
-                let part_bufs = |x: &BePart| {
-                    buffers_of(tasks, models, slots, x.tag.req.0, x.tag.kernel as usize)
-                };
-                let Some(pad) = pad.as_mut() else {
-                    tracing::error!(policy = %self.settings.policy, "padding without an executor");
-                    return;
-                };
-                let be: Vec<(u64, usize)> = p
-                    .parts
-                    .iter()
-                    .map(|x| (x.tag.req.0, x.tag.kernel as usize))
-                    .collect();
-                let issued = match pad.launch(sim, s0, p, &rt_base, &be_shape, rt_bufs, &part_bufs)
-                {
-                    Ok(issued) => issued,
-                    Err(e) => {
-                        tracing::error!(error = %e, "padded launch refused by the device");
-                        return;
-                    }
-                };
-                tracing::debug!(task, kernel = k, parts = be.len(), "padded launch");
-                self.kernel_queued(task, k, now, issued, out);
-                for (t, bk) in be {
-                    self.kernel_queued(t, bk, now, issued, out);
-                }
-                out.push(EngineEvent::KernelsLaunched { count: 1 });
-            }
-            DkpAction::Rest {
-                stream,
-                tag,
-                version,
-                blocks,
-            } => {
-                let task = tag.req.0;
-                let k = tag.kernel as usize;
-                let Some(rec) = self.tasks.get(&task) else {
-                    tracing::error!(task, "launch for an unknown task");
-                    return;
-                };
-                let mi = self.build.slots[rec.slot].model;
-                let base = self.models[mi].shapes[k].clone();
-                let (r, w) = self.task_buffers(task, k);
-                let tags = Tags {
-                    task,
-                    kernel: tag.kernel,
-                    user: 0,
-                };
-                let l = if self.build.fuse.is_some() {
-                    // Aker: the blocks a split left, in the kernel's own shape.
-                    Ok(KernelLaunch::new(base, tags).with_blocks(blocks))
-                } else if let Some(pad) = self.build.pad.as_mut() {
-                    pad.rest(&base, mi as u32, version, tags, blocks)
-                } else {
-                    tracing::error!(policy = %self.settings.policy, "padding without an executor");
-                    return;
-                };
-                let l = match l {
-                    Ok(l) => l.with_buffers(r, w),
-                    Err(e) => {
-                        tracing::error!(error = %e, "rest of a padded kernel");
-                        return;
-                    }
-                };
-                let issued = std::time::Instant::now();
-                let s = self.build.streams[stream.0 as usize];
-                if let Err(e) = self.build.sim.launch(s, l) {
-                    tracing::error!(error = %e, "launch refused by the device");
-                    return;
-                }
-                self.kernel_queued(task, k, now, issued, out);
-                out.push(EngineEvent::KernelsLaunched { count: 1 });
-            }
-            DkpAction::Fused(f) => {
-                let (lt, bt) = (f.lc.req.0, f.be.req.0);
-                let (lk, bk) = (f.lc.kernel as usize, f.be.kernel as usize);
-                let (Some(lr), Some(br)) = (self.tasks.get(&lt), self.tasks.get(&bt)) else {
-                    tracing::error!(lc = lt, be = bt, "fused launch for an unknown task");
-                    return;
-                };
-                if let Some(g) = self.settings.host_gap_ns.filter(|&g| g > 0) {
-                    if lk + 1 < lr.kernels {
-                        self.build
-                            .host
-                            .push(std::cmp::Reverse((now + g, lt, lk as u32 + 2)));
-                    }
-                }
-                let ls = self.models[self.build.slots[lr.slot].model].shapes[lk].clone();
-                let bs = self.models[self.build.slots[br.slot].model].shapes[bk].clone();
-                let lb = self.task_buffers(lt, lk);
-                let bb = self.task_buffers(bt, bk);
-                let Build {
-                    fuse, sim, streams, ..
-                } = &mut self.build;
-                let Some(fuse) = fuse.as_mut() else {
-                    tracing::error!(policy = %self.settings.policy, "fused launch without an executor");
-                    return;
-                };
-                let issued = std::time::Instant::now();
-                if let Err(e) =
-                    fuse.launch(sim, streams[f.stream.0 as usize], &f, (&ls, lb), (&bs, bb))
-                {
-                    tracing::error!(error = %e, "fused launch refused by the device");
-                    return;
-                }
-                self.kernel_queued(lt, lk, now, issued, out);
-                self.kernel_queued(bt, bk, now, issued, out);
-                out.push(EngineEvent::KernelsLaunched { count: 1 });
-            }
-            DkpAction::Core(_) => unreachable!("core actions are applied by apply_actions"),
-        }
-    }
-
     /// Padding counters of the current build plus the replaced ones.
     fn padding_now(&self) -> PaddingCounters {
         let mut c = self.padding_before;
-        if let RunSched::Padded(d) = &self.build.sched {
+        if let RunSched::Padded(d) = &self.build.drv.sched {
             let n = d.dkp_counters();
             c.rt_launches += n.rt_launches;
             c.padded_launches += n.padded_launches;
@@ -1040,31 +772,6 @@ impl SchedEngine {
             c.be_kernels_completed += n.be_kernels_completed;
         }
         c
-    }
-
-    fn device_event(&mut self, ev: &DeviceEvent, out: &mut Vec<EngineEvent>) {
-        // The parts of a padded launch reach the scheduler as one event of
-        // its real-time kernel (reef-exec's PadExec).
-        let ev = match self.build.fuse.as_mut() {
-            Some(f) => match f.filter(ev) {
-                Some(e) => e,
-                None => return,
-            },
-            None => *ev,
-        };
-        let ev = match self.build.pad.as_mut() {
-            Some(p) => match p.filter(&ev) {
-                Some(e) => e,
-                None => return,
-            },
-            None => ev,
-        };
-        let Some(&stream) = self.build.rev.get(&ev.stream.0) else {
-            return;
-        };
-        let e = reef_exec::sched_event(&ev, StreamId(stream));
-        self.build.sched.handle(ev.time, e);
-        self.apply_actions(out);
     }
 
     fn run_device(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
@@ -1075,49 +782,13 @@ impl SchedEngine {
 
     fn run_device_only(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         let t_now = self.sim_now(now);
-        loop {
-            let t_host = self.build.host.peek().map(|r| r.0 .0);
-            let next = match (self.build.sim.next_event_time(), t_host) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            match next {
-                Some(t) if t <= t_now => {
-                    let mut buf = std::mem::take(&mut self.evbuf);
-                    self.build.sim.advance_into(t, &mut buf);
-                    for ev in buf.drain(..) {
-                        self.device_event(&ev, out);
-                    }
-                    self.evbuf = buf;
-                    // The host issues kernels at t (after the device's
-                    // events of that instant, as in reef-bench's runner).
-                    while let Some(&std::cmp::Reverse((th, task, n))) = self.build.host.peek() {
-                        if th > t {
-                            break;
-                        }
-                        self.build.host.pop();
-                        self.build.sched.handle(
-                            t,
-                            Event::KernelsIssued {
-                                req: RequestId(task),
-                                issued: n,
-                            },
-                        );
-                        self.apply_actions(out);
-                    }
-                    if std::mem::take(&mut self.freed) {
-                        self.forward(out);
-                    }
-                }
-                _ => break,
+        while let Some(t) = self.build.drv.next_time().filter(|&t| t <= t_now) {
+            self.step(t, out);
+            if std::mem::take(&mut self.freed) {
+                self.forward(out);
             }
         }
-        let mut buf = std::mem::take(&mut self.evbuf);
-        self.build.sim.advance_into(t_now, &mut buf);
-        for ev in buf.drain(..) {
-            self.device_event(&ev, out);
-        }
-        self.evbuf = buf;
+        self.step(t_now, out);
     }
 
     fn sched_streams_of(&self, stream: u64) -> Vec<u32> {
@@ -1172,7 +843,7 @@ impl Engine for SchedEngine {
             expected: HashMap::new(),
         });
         self.rebuild_pending = true;
-        let now = self.build.base + self.build.sim.now();
+        let now = self.build.base + self.build.drv.sim.now();
         self.maybe_rebuild(now);
         Ok(())
     }
@@ -1180,7 +851,7 @@ impl Engine for SchedEngine {
     fn remove_model(&mut self, name: &str) {
         self.models.retain(|m| m.name != name);
         self.rebuild_pending = true;
-        let now = self.build.base + self.build.sim.now();
+        let now = self.build.base + self.build.drv.sim.now();
         self.maybe_rebuild(now);
     }
 
@@ -1225,9 +896,9 @@ impl Engine for SchedEngine {
         }
         if d.preempted {
             // Let the orphan finish so that its client and stream free up.
-            let t = self.build.sim.now();
+            let t = self.build.drv.sim.now();
             for s in d.sched_streams {
-                self.build.sched.handle(
+                self.build.drv.sched.handle(
                     t,
                     Event::ResumeCommand {
                         stream: StreamId(s),
@@ -1281,11 +952,17 @@ impl Engine for SchedEngine {
         };
         d.preempted = true;
         let streams = self.sched_streams_of(stream);
-        let t = self.build.sim.now();
+        let t = self.build.drv.sim.now();
         let mut kernels = 0u64;
         for s in streams {
-            kernels += self.build.sched.scheduler().core().outstanding(StreamId(s)) as u64;
-            self.build.sched.handle(
+            kernels += self
+                .build
+                .drv
+                .sched
+                .scheduler()
+                .core()
+                .outstanding(StreamId(s)) as u64;
+            self.build.drv.sched.handle(
                 t,
                 Event::PreemptCommand {
                     stream: StreamId(s),
@@ -1308,9 +985,9 @@ impl Engine for SchedEngine {
         };
         d.preempted = false;
         let streams = self.sched_streams_of(stream);
-        let t = self.build.sim.now();
+        let t = self.build.drv.sim.now();
         for s in streams {
-            self.build.sched.handle(
+            self.build.drv.sched.handle(
                 t,
                 Event::ResumeCommand {
                     stream: StreamId(s),
@@ -1329,17 +1006,12 @@ impl Engine for SchedEngine {
 
     fn warm(&mut self) {
         if !self.rebuild_pending {
-            self.build.sched.rehearse();
+            self.build.drv.sched.rehearse();
         }
     }
 
     fn next_event_time(&self) -> Option<Nanos> {
-        let t_host = self.build.host.peek().map(|r| r.0 .0);
-        match (self.build.sim.next_event_time(), t_host) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-        .map(|t| t + self.build.base)
+        self.build.drv.next_time().map(|t| t + self.build.base)
     }
 
     fn queue_depths(&self, stream: u64) -> (usize, usize) {
@@ -1354,8 +1026,9 @@ impl Engine for SchedEngine {
         }
         let mut device = 0usize;
         for s in &d.sched_streams {
-            let ss = self.build.streams[*s as usize];
-            device += self.build.sim.queue_len(ss);
+            if let Some(ss) = self.build.drv.device_stream(StreamId(*s)) {
+                device += self.build.drv.sim.queue_len(ss);
+            }
         }
         if let Some(rec) = d.inflight.and_then(|t| self.tasks.get(&t)) {
             host += rec.kernels.saturating_sub(rec.next_kernel);
@@ -1371,7 +1044,7 @@ impl Engine for SchedEngine {
     }
 
     fn aker(&self) -> Option<crate::protocol::AkerStats> {
-        let cur = self.build.sched.aker_stats();
+        let cur = self.build.drv.sched.aker_stats();
         if cur.is_none() && self.aker_before == Default::default() {
             return None;
         }
@@ -1561,7 +1234,7 @@ mod tests {
             .iter()
             .position(|s| s.owner == Some(1))
             .unwrap();
-        let core = e.build.sched.scheduler().core();
+        let core = e.build.drv.sched.scheduler().core();
         assert_eq!(core.priority(ClientId(slot as u32)), 5);
         assert_eq!(core.priority(ClientId(e.build.rt_slot[0] as u32)), 0);
         assert!(d.iter().all(|(_, v)| *v == Some(true)), "{d:?}");
@@ -1696,7 +1369,7 @@ mod tests {
         // simulator answers with its own error, as a driver whose queue
         // was destroyed would).
         for s in e.sched_streams_of(1) {
-            e.build.streams[s as usize] = reef_sim::StreamId(u32::MAX);
+            e.build.drv.inject_lost_stream(StreamId(s));
         }
         e.submit(2_000_000, 2, 2, "vgg", &mut out).unwrap();
         run(&mut e, &mut out);
@@ -1790,10 +1463,10 @@ mod tests {
             .iter()
             .filter(|x| matches!(x, EngineEvent::Preempted { .. }))
             .count();
-        assert_eq!(reported, e.build.sched.preemptions_base());
+        assert_eq!(reported, e.build.drv.sched.preemptions_base());
         assert!(reported >= 8, "{reported} preemptions for 8 RT requests");
-        assert!(e.build.sched.preemptions().is_empty());
-        if let Some(p) = &e.build.pad {
+        assert!(e.build.drv.sched.preemptions().is_empty());
+        if let Some(p) = &e.build.drv.pad {
             assert!(
                 p.stats.overhead_ns.is_empty(),
                 "the daemon keeps no samples"
