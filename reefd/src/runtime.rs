@@ -645,106 +645,16 @@ impl Runtime {
                 ErrorCode::Internal,
                 "load_model is handled outside the lock",
             )),
-            RequestBody::UnloadModel { name } => {
-                let name = canonical_model(st, &name);
-                let Some(m) = st.models.get(&name) else {
-                    return Err_(not_loaded(st, &name));
-                };
-                if m.info.owner_uid != peer.uid && !peer.is_root() {
-                    return Err_(Failure::new(
-                        ErrorCode::PermissionDenied,
-                        format!(
-                            "model {name} was loaded by uid {}; only that user or root may unload it",
-                            m.info.owner_uid
-                        ),
-                    ));
-                }
-                let users = st.tasks.values().filter(|t| t.model == name).count();
-                if users > 0 {
-                    return Err_(Failure::new(
-                        ErrorCode::Busy,
-                        format!("model {name} has {users} inference(s) in flight; retry when they finish"),
-                    ));
-                }
-                st.models.remove(&name);
-                st.engine.remove_model(&name);
-                tracing::info!(model = %name, uid = peer.uid, "model unloaded");
-                Ok_(Reply::ModelUnloaded { name })
-            }
+            RequestBody::UnloadModel { name } => self.unload_model(st, peer, name),
             RequestBody::ListModels => Ok_(Reply::Models {
                 models: st.models.values().map(|m| m.info.clone()).collect(),
             }),
-            RequestBody::Register { priority, label } => {
-                if st.shutting_down {
-                    return Err_(shutting_down());
-                }
-                let id = st.next_stream;
-                if let Err(e) = st.engine.open_stream(id, priority) {
-                    return Err_(engine_failure(e));
-                }
-                st.next_stream += 1;
-                st.streams.insert(
-                    id,
-                    Stream {
-                        priority,
-                        owner: peer,
-                        conn: conn.id,
-                        label,
-                        tasks: BTreeSet::new(),
-                        completed: 0,
-                    },
-                );
-                if priority == Priority::Rt {
-                    // Closed connections leave (also without a poll loop).
-                    st.rt_conns.retain(|w| w.strong_count() > 0);
-                    let known = st
-                        .rt_conns
-                        .iter()
-                        .any(|w| w.as_ptr() == Arc::as_ptr(&conn.warm));
-                    if !known {
-                        st.rt_conns.push(Arc::downgrade(&conn.warm));
-                    }
-                }
-                tracing::info!(stream = id, %priority, uid = peer.uid, "stream registered");
-                Ok_(Reply::Registered(stream_info(st, id)))
-            }
-            RequestBody::Unregister { stream } => {
-                let Some(s) = st.streams.get(&stream) else {
-                    return Err_(no_stream(stream));
-                };
-                if s.owner.uid != peer.uid && !peer.is_root() {
-                    return Err_(not_owner("unregister", stream, s.owner.uid));
-                }
-                let n = self.close_stream(st, stream, "its stream was unregistered");
-                Ok_(Reply::Unregistered {
-                    stream,
-                    cancelled_tasks: n,
-                })
-            }
+            RequestBody::Register { priority, label } => self.register(st, conn, priority, label),
+            RequestBody::Unregister { stream } => self.unregister(st, peer, stream),
             RequestBody::ListStreams => Ok_(Reply::Streams {
                 streams: st.streams.keys().map(|id| stream_info(st, *id)).collect(),
             }),
-            RequestBody::ListTasks => {
-                let mut tasks: Vec<TaskInfo> = st
-                    .tasks
-                    .iter()
-                    .map(|(id, t)| {
-                        let p = st.engine.task_progress(*id);
-                        TaskInfo {
-                            task: *id,
-                            stream: t.stream,
-                            model: t.model.clone(),
-                            priority: t.priority,
-                            state: p.map_or(TaskState::Queued, |p| p.state),
-                            age_us: t.arrival.elapsed().as_secs_f64() * 1e6,
-                            next_kernel: p.map_or(0, |p| p.next_kernel),
-                            kernels: p.map_or(0, |p| p.kernels),
-                        }
-                    })
-                    .collect();
-                tasks.sort_by_key(|t| t.task);
-                Ok_(Reply::Tasks { tasks })
-            }
+            RequestBody::ListTasks => self.list_tasks(st),
             RequestBody::Stats => Ok_(Reply::Stats(Box::new(self.stats_locked(st)))),
             RequestBody::Preempt { target } => self.preempt(st, peer, target, false),
             RequestBody::Resume { target } => self.preempt(st, peer, target, true),
@@ -752,23 +662,15 @@ impl Runtime {
                 memory,
                 threads_per_block,
                 blocks,
-            } => {
-                let task = st.next_declared;
-                let needs = reef_sched::place::TaskNeeds {
+            } => self.task_begin(
+                st,
+                conn,
+                reef_sched::place::TaskNeeds {
                     memory,
                     threads_per_block,
                     blocks,
-                };
-                match st.engine.task_begin(conn.id + 1, task, needs) {
-                    Ok(device) => {
-                        st.next_declared += 1;
-                        st.declared.insert(task, conn.id);
-                        tracing::info!(task, ?device, memory, "task_begin");
-                        Ok_(Reply::TaskPlaced { task, device })
-                    }
-                    Err(e) => Err_(engine_failure(e)),
-                }
-            }
+                },
+            ),
             RequestBody::TaskPoll { task } | RequestBody::TaskEnd { task }
                 if st.declared.get(&task) != Some(&conn.id) =>
             {
@@ -788,29 +690,166 @@ impl Runtime {
                 }
                 Err(e) => Err_(engine_failure(e)),
             },
-            RequestBody::SetPolicy { policy } => {
-                if !peer.is_root() && peer.uid != self.daemon_uid {
-                    return Err_(Failure::new(
-                        ErrorCode::PermissionDenied,
-                        "switching the policy affects every client: only root or the daemon's user may do it",
-                    ));
-                }
-                if !crate::config::POLICIES.contains(&policy.as_str()) {
-                    return Err_(Failure::new(
-                        ErrorCode::BadRequest,
-                        crate::config::unknown_policy(&policy),
-                    ));
-                }
-                let now = self.now_ns();
-                match st.engine.set_policy(now, &policy) {
-                    Ok(()) => {
-                        st.info = st.engine.info();
-                        tracing::info!(%policy, uid = peer.uid, "policy switched");
-                        Ok_(Reply::PolicySet { policy })
-                    }
-                    Err(e) => Err_(engine_failure(e)),
-                }
+            RequestBody::SetPolicy { policy } => self.set_policy(st, peer, policy),
+        }
+    }
+
+    /// Unloads a model (its owner or root; refused while it has work).
+    fn unload_model(&self, st: &mut State, peer: Peer, name: String) -> Handled {
+        use Handled::{Error as Err_, Reply as Ok_};
+        let name = canonical_model(st, &name);
+        let Some(m) = st.models.get(&name) else {
+            return Err_(not_loaded(st, &name));
+        };
+        if m.info.owner_uid != peer.uid && !peer.is_root() {
+            return Err_(Failure::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "model {name} was loaded by uid {}; only that user or root may unload it",
+                    m.info.owner_uid
+                ),
+            ));
+        }
+        let users = st.tasks.values().filter(|t| t.model == name).count();
+        if users > 0 {
+            return Err_(Failure::new(
+                ErrorCode::Busy,
+                format!("model {name} has {users} inference(s) in flight; retry when they finish"),
+            ));
+        }
+        st.models.remove(&name);
+        st.engine.remove_model(&name);
+        tracing::info!(model = %name, uid = peer.uid, "model unloaded");
+        Ok_(Reply::ModelUnloaded { name })
+    }
+
+    /// Opens a stream at `priority` for the connection.
+    fn register(
+        &self,
+        st: &mut State,
+        conn: &Conn,
+        priority: Priority,
+        label: Option<String>,
+    ) -> Handled {
+        let peer = conn.peer;
+        use Handled::{Error as Err_, Reply as Ok_};
+        if st.shutting_down {
+            return Err_(shutting_down());
+        }
+        let id = st.next_stream;
+        if let Err(e) = st.engine.open_stream(id, priority) {
+            return Err_(engine_failure(e));
+        }
+        st.next_stream += 1;
+        st.streams.insert(
+            id,
+            Stream {
+                priority,
+                owner: peer,
+                conn: conn.id,
+                label,
+                tasks: BTreeSet::new(),
+                completed: 0,
+            },
+        );
+        if priority == Priority::Rt {
+            // Closed connections leave (also without a poll loop).
+            st.rt_conns.retain(|w| w.strong_count() > 0);
+            let known = st
+                .rt_conns
+                .iter()
+                .any(|w| w.as_ptr() == Arc::as_ptr(&conn.warm));
+            if !known {
+                st.rt_conns.push(Arc::downgrade(&conn.warm));
             }
+        }
+        tracing::info!(stream = id, %priority, uid = peer.uid, "stream registered");
+        Ok_(Reply::Registered(stream_info(st, id)))
+    }
+
+    /// Closes a stream (its owner or root), cancelling its queued tasks.
+    fn unregister(&self, st: &mut State, peer: Peer, stream: u64) -> Handled {
+        use Handled::{Error as Err_, Reply as Ok_};
+        let Some(s) = st.streams.get(&stream) else {
+            return Err_(no_stream(stream));
+        };
+        if s.owner.uid != peer.uid && !peer.is_root() {
+            return Err_(not_owner("unregister", stream, s.owner.uid));
+        }
+        let n = self.close_stream(st, stream, "its stream was unregistered");
+        Ok_(Reply::Unregistered {
+            stream,
+            cancelled_tasks: n,
+        })
+    }
+
+    /// Every task in flight, with its progress.
+    fn list_tasks(&self, st: &State) -> Handled {
+        use Handled::Reply as Ok_;
+        let mut tasks: Vec<TaskInfo> = st
+            .tasks
+            .iter()
+            .map(|(id, t)| {
+                let p = st.engine.task_progress(*id);
+                TaskInfo {
+                    task: *id,
+                    stream: t.stream,
+                    model: t.model.clone(),
+                    priority: t.priority,
+                    state: p.map_or(TaskState::Queued, |p| p.state),
+                    age_us: t.arrival.elapsed().as_secs_f64() * 1e6,
+                    next_kernel: p.map_or(0, |p| p.next_kernel),
+                    kernels: p.map_or(0, |p| p.kernels),
+                }
+            })
+            .collect();
+        tasks.sort_by_key(|t| t.task);
+        Ok_(Reply::Tasks { tasks })
+    }
+
+    /// Places a declared task (CASE/MGB `task_begin`).
+    fn task_begin(
+        &self,
+        st: &mut State,
+        conn: &Conn,
+        needs: reef_sched::place::TaskNeeds,
+    ) -> Handled {
+        use Handled::{Error as Err_, Reply as Ok_};
+        let task = st.next_declared;
+        match st.engine.task_begin(conn.id + 1, task, needs) {
+            Ok(device) => {
+                st.next_declared += 1;
+                st.declared.insert(task, conn.id);
+                tracing::info!(task, ?device, memory = needs.memory, "task_begin");
+                Ok_(Reply::TaskPlaced { task, device })
+            }
+            Err(e) => Err_(engine_failure(e)),
+        }
+    }
+
+    /// Switches the scheduling policy (root or the daemon's user).
+    fn set_policy(&self, st: &mut State, peer: Peer, policy: String) -> Handled {
+        use Handled::{Error as Err_, Reply as Ok_};
+        if !peer.is_root() && peer.uid != self.daemon_uid {
+            return Err_(Failure::new(
+                ErrorCode::PermissionDenied,
+                "switching the policy affects every client: only root or the daemon's user may do it",
+            ));
+        }
+        if !crate::config::POLICIES.contains(&policy.as_str()) {
+            return Err_(Failure::new(
+                ErrorCode::BadRequest,
+                crate::config::unknown_policy(&policy),
+            ));
+        }
+        let now = self.now_ns();
+        match st.engine.set_policy(now, &policy) {
+            Ok(()) => {
+                st.info = st.engine.info();
+                tracing::info!(%policy, uid = peer.uid, "policy switched");
+                Ok_(Reply::PolicySet { policy })
+            }
+            Err(e) => Err_(engine_failure(e)),
         }
     }
 
