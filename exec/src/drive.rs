@@ -291,11 +291,15 @@ impl Driver {
     /// The next instant the device or the clients' host has something to
     /// do.
     pub fn next_time(&self) -> Option<Time> {
-        let t_host = self.host.peek().map(|Reverse((t, _, _))| *t);
-        [self.sim.next_event_time(), t_host]
+        [self.sim.next_event_time(), self.next_host_time()]
             .into_iter()
             .flatten()
             .min()
+    }
+
+    /// The next instant the clients' host issues a kernel.
+    pub fn next_host_time(&self) -> Option<Time> {
+        self.host.peek().map(|Reverse((t, _, _))| *t)
     }
 
     /// Runs the device to `t`: each device event up to `t` reaches the

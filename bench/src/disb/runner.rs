@@ -398,6 +398,9 @@ impl Run<'_> {
     /// What the actions did: replies reach their clients; a device refusal
     /// ends the run (its figures would not describe the policy).
     fn absorb(&mut self) -> anyhow::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
         let now = self.drv.sim.now();
         let mut out = std::mem::take(&mut self.out);
         for o in out.drain(..) {
@@ -489,7 +492,8 @@ impl Run<'_> {
                     _ => None,
                 })
                 .min();
-            let Some(t) = [self.drv.next_time(), t_cli].into_iter().flatten().min() else {
+            let t_host = self.drv.next_host_time();
+            let Some(t) = [t_dev, t_cli, t_host].into_iter().flatten().min() else {
                 break;
             };
             if t > self.duration {
