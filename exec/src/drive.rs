@@ -28,6 +28,7 @@
 //! their actions were performed, all at the same device instant.
 
 use crate::aker::FuseExec;
+use crate::device::Device;
 use crate::{Buffers, ModelShapes, PadExec, RunSched};
 use reef_sched::dkp::DkpAction;
 use reef_sched::{Action, ClientId, Event, RequestId, StreamPriority, Time};
@@ -145,14 +146,15 @@ pub struct Setup<'a, M: ModelShapes> {
     pub aker_profiles: Option<Arc<crate::aker::SimPredictor>>,
 }
 
-/// The scheduler of a run, its executors and its simulated device.
-pub struct Driver {
+/// The scheduler of a run, its executors and its device (reef-sim's
+/// simulated GPU unless another [`Device`] is given).
+pub struct Driver<D: Device = Sim> {
     pub sched: RunSched,
     /// Executes padded launches (`reef`, `reef-dkp-mv`).
     pub pad: Option<PadExec>,
     /// Executes fused launches (`aker`, `tacker`).
     pub fuse: Option<FuseExec>,
-    pub sim: Sim,
+    pub dev: D,
     policy: String,
     own_queues: bool,
     /// Device-queue capacity of a stream the scheduler leaves uncapped:
@@ -171,11 +173,34 @@ pub struct Driver {
     evbuf: Vec<DeviceEvent>,
 }
 
-impl Driver {
+impl Driver<Sim> {
     /// Builds the scheduler for `s.policy` (reef-sched's policies, padding
     /// `reef` / `reef-dkp-mv`, `fikit*`, the Aker managers) and a fresh
     /// simulated device, and creates the scheduler's streams on it.
     pub fn new<M: ModelShapes>(s: Setup<'_, M>) -> anyhow::Result<Driver> {
+        let sim = Sim::new(
+            s.spec.clone(),
+            SimConfig {
+                seed: s.seed,
+                ..SimConfig::default()
+            },
+        );
+        Driver::with_device(s, sim)
+    }
+}
+
+impl<D: Device> Driver<D> {
+    /// As [`Driver::new`], on device `dev`. A policy that pads or fuses
+    /// kernels needs a simulated device ([`Device::sim`]).
+    pub fn with_device<M: ModelShapes>(s: Setup<'_, M>, mut dev: D) -> anyhow::Result<Driver<D>> {
+        let needs_sim = reef_sched::dkp::variant_of(s.policy).is_some()
+            || matches!(s.policy, "aker" | "tacker");
+        if needs_sim && dev.sim().is_none() {
+            anyhow::bail!(
+                "policy {} places blocks on chosen compute units (padded or fused launches), which this device cannot do; use a policy without padding (reef-nodkp)",
+                s.policy
+            );
+        }
         let mut cfg = crate::sched_config(s.spec, s.dq_capacity);
         cfg.runtime_caps_every_stream = reefnv_runtime(s.spec);
         cfg.host_paced = s.host_gap_ns.is_some();
@@ -213,20 +238,13 @@ impl Driver {
             pad = p;
             sc
         };
-        let sim = Sim::new(
-            s.spec.clone(),
-            SimConfig {
-                seed: s.seed,
-                ..SimConfig::default()
-            },
-        );
         let shapes: Vec<Vec<Arc<KernelShape>>> =
             s.models.iter().map(|m| m.shapes().to_vec()).collect();
         let mut d = Driver {
             sched,
             pad,
             fuse,
-            sim,
+            dev,
             policy: s.policy.to_string(),
             own_queues: own_device_queues(s.policy),
             big_queue: shapes.iter().map(Vec::len).max().unwrap_or(1) + 1,
@@ -291,7 +309,7 @@ impl Driver {
     /// The next instant the device or the clients' host has something to
     /// do.
     pub fn next_time(&self) -> Option<Time> {
-        [self.sim.next_event_time(), self.next_host_time()]
+        [self.dev.next_event_time(), self.next_host_time()]
             .into_iter()
             .flatten()
             .min()
@@ -308,7 +326,7 @@ impl Driver {
     /// device's events of that instant: a reply at t precedes a launch at t).
     pub fn step(&mut self, t: Time, work: &dyn Work, out: &mut Vec<Outcome>) {
         let mut buf = std::mem::take(&mut self.evbuf);
-        self.sim.advance_into(t, &mut buf);
+        self.dev.advance_into(t, &mut buf);
         for ev in buf.drain(..) {
             self.on_device_event(&ev);
             self.apply(work, out);
@@ -365,7 +383,7 @@ impl Driver {
             return;
         };
         if (kernel as usize) + 1 < self.kernels(model) {
-            let now = self.sim.now();
+            let now = self.dev.now();
             self.host.push(Reverse((now + g, req.0, kernel + 2)));
         }
     }
@@ -412,12 +430,10 @@ impl Driver {
                     StreamPriority::Normal => 0,
                 };
                 let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
-                let s = if self.own_queues {
-                    self.sim.create_stream_own_queue(prio, cap)
-                } else {
-                    self.sim.create_stream(prio, cap)
-                }
-                .map_err(|e| (what(), e.to_string()))?;
+                let s = self
+                    .dev
+                    .create_stream(prio, cap, self.own_queues)
+                    .map_err(|e| (what(), e))?;
                 if stream.0 as usize != self.streams.len() {
                     return Err((what(), "streams are created in order".into()));
                 }
@@ -447,7 +463,7 @@ impl Driver {
                 .with_buffers(r, w);
                 let s = self.stream(stream).map_err(|e| (what(), e))?;
                 let issued = Instant::now();
-                self.sim
+                self.dev
                     .launch(s, l)
                     .map_err(|e| (what(), format!("policy {}: {e}", self.policy)))?;
                 out.push(Outcome::Queued {
@@ -460,23 +476,19 @@ impl Driver {
             Action::SetPreemptFlag { stream, value } => {
                 let what = || format!("set preempt flag {value} on stream {}", stream.0);
                 let s = self.stream(stream).map_err(|e| (what(), e))?;
-                self.sim
+                self.dev
                     .set_preempt_flag(s, value)
-                    .map_err(|e| (what(), e.to_string()))?;
+                    .map_err(|e| (what(), e))?;
             }
             Action::KillStream { stream } => {
                 let what = || format!("kill stream {}", stream.0);
                 let s = self.stream(stream).map_err(|e| (what(), e))?;
-                self.sim
-                    .kill_stream(s)
-                    .map_err(|e| (what(), e.to_string()))?;
+                self.dev.kill_stream(s).map_err(|e| (what(), e))?;
             }
             Action::ClearDeviceQueue { stream } => {
                 let what = || format!("clear the device queue of stream {}", stream.0);
                 let s = self.stream(stream).map_err(|e| (what(), e))?;
-                self.sim
-                    .clear_queue(s)
-                    .map_err(|e| (what(), e.to_string()))?;
+                self.dev.clear_queue(s).map_err(|e| (what(), e))?;
             }
             // Asynchronous reclamation (§4.2): the core has already reset
             // the host queue in O(1); the dropped launches are plain data.
@@ -528,6 +540,9 @@ impl Driver {
                 let Some(pad) = self.pad.as_mut() else {
                     return Err((what(), format!("policy {policy} pads without profiles")));
                 };
+                let Some(sim) = self.dev.sim() else {
+                    return Err((what(), "the device cannot pad".to_string()));
+                };
                 let shapes = &self.shapes;
                 let be_shape = |x: &reef_sched::dkp::BePart| {
                     shapes[x.model.0 as usize][x.tag.kernel as usize].clone()
@@ -540,7 +555,7 @@ impl Driver {
                 let rt_bufs = work.buffers(req, k);
                 let (p_kernel, be_parts) = (p.tag.kernel, p.parts.len());
                 let issued = pad
-                    .launch(&mut self.sim, s0, p, &rt_base, &be_shape, rt_bufs, &be_bufs)
+                    .launch(sim, s0, p, &rt_base, &be_shape, rt_bufs, &be_bufs)
                     .map_err(|e| (what(), format!("{e:#}")))?;
                 for (req, kernel) in queued {
                     out.push(Outcome::Queued {
@@ -592,9 +607,9 @@ impl Driver {
                 let (r, w) = work.buffers(req, k);
                 let s = self.stream(stream).map_err(|e| (what(), e))?;
                 let issued = Instant::now();
-                self.sim
+                self.dev
                     .launch(s, l.with_buffers(r, w))
-                    .map_err(|e| (what(), e.to_string()))?;
+                    .map_err(|e| (what(), e))?;
                 out.push(Outcome::Queued {
                     req,
                     kernel: tag.kernel,
@@ -621,9 +636,12 @@ impl Driver {
                 let Some(fuse) = self.fuse.as_mut() else {
                     return Err((what(), format!("policy {policy} fused without Aker")));
                 };
+                let Some(sim) = self.dev.sim() else {
+                    return Err((what(), "the device cannot fuse".to_string()));
+                };
                 let issued = Instant::now();
                 fuse.launch(
-                    &mut self.sim,
+                    sim,
                     s0,
                     &f,
                     (&ls, work.buffers(f.lc.req, lk)),
@@ -679,6 +697,18 @@ mod tests {
     /// `policy`; a request's id is its client in the high bits.
     fn driver(policy: &str, host_gap_ns: Option<Time>) -> (Driver, Vec<PreparedModel>) {
         let spec = DeviceSpec::preset("mi50").unwrap();
+        let sim = Sim::new(spec.clone(), SimConfig::default());
+        let (d, models) = driver_on(policy, host_gap_ns, sim).unwrap();
+        (d, models)
+    }
+
+    /// The same on device `dev`.
+    fn driver_on<D: Device>(
+        policy: &str,
+        host_gap_ns: Option<Time>,
+        dev: D,
+    ) -> anyhow::Result<(Driver<D>, Vec<PreparedModel>)> {
+        let spec = DeviceSpec::preset("mi50").unwrap();
         let dir = reef_model::default_models_dir();
         let models: Vec<PreparedModel> = ["vgg", "resnet152"]
             .iter()
@@ -704,23 +734,94 @@ mod tests {
                 class: Class::BestEffort,
             },
         ];
-        let d = Driver::new(Setup {
-            spec: &spec,
-            models: &models,
-            infos,
-            clients,
-            policy,
-            dq_capacity: 4,
-            priorities: Vec::new(),
-            seed: 1,
-            host_gap_ns,
-            fikit: Default::default(),
-            fikit_profiles: Vec::new(),
-            aker: Default::default(),
-            aker_profiles: None,
-        })
-        .unwrap();
-        (d, models)
+        let d = Driver::with_device(
+            Setup {
+                spec: &spec,
+                models: &models,
+                infos,
+                clients,
+                policy,
+                dq_capacity: 4,
+                priorities: Vec::new(),
+                seed: 1,
+                host_gap_ns,
+                fikit: Default::default(),
+                fikit_profiles: Vec::new(),
+                aker: Default::default(),
+                aker_profiles: None,
+            },
+            dev,
+        )?;
+        Ok((d, models))
+    }
+
+    /// A device that is not the block-level simulator: reef-sim behind the
+    /// interface, without [`Device::sim`] (as a vendor GPU would be).
+    struct Opaque(Sim);
+    impl Device for Opaque {
+        fn now(&self) -> Time {
+            self.0.now()
+        }
+        fn create_stream(
+            &mut self,
+            p: i32,
+            c: usize,
+            own: bool,
+        ) -> Result<reef_sim::StreamId, String> {
+            Device::create_stream(&mut self.0, p, c, own)
+        }
+        fn launch(&mut self, s: reef_sim::StreamId, l: KernelLaunch) -> Result<(), String> {
+            Device::launch(&mut self.0, s, l)
+        }
+        fn set_preempt_flag(&mut self, s: reef_sim::StreamId, on: bool) -> Result<(), String> {
+            Device::set_preempt_flag(&mut self.0, s, on)
+        }
+        fn kill_stream(&mut self, s: reef_sim::StreamId) -> Result<(), String> {
+            Device::kill_stream(&mut self.0, s)
+        }
+        fn clear_queue(&mut self, s: reef_sim::StreamId) -> Result<(), String> {
+            Device::clear_queue(&mut self.0, s)
+        }
+        fn queue_len(&self, s: reef_sim::StreamId) -> usize {
+            self.0.queue_len(s)
+        }
+        fn next_event_time(&self) -> Option<Time> {
+            self.0.next_event_time()
+        }
+        fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>) {
+            self.0.advance_into(t, out)
+        }
+        fn sim(&mut self) -> Option<&mut Sim> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_device_that_cannot_place_blocks_refuses_padding_and_runs_preemption() {
+        let opaque = || {
+            Opaque(Sim::new(
+                DeviceSpec::preset("mi50").unwrap(),
+                SimConfig::default(),
+            ))
+        };
+        for p in ["reef", "reef-dkp-mv", "aker"] {
+            let e = driver_on(p, None, opaque()).err().expect(p).to_string();
+            assert!(e.contains("cannot do") && e.contains("reef-nodkp"), "{e}");
+        }
+        let (mut d, _) = driver_on("reef-nodkp", None, opaque()).unwrap();
+        let work = Book { known: true };
+        let mut out = Vec::new();
+        let be = RequestId(1 << 32 | 1);
+        d.arrive(0, be, ClientId(1), 1, None);
+        d.apply(&work, &mut out);
+        d.step(2_000_000, &work, &mut out);
+        d.arrive(d.dev.now(), RequestId(1), ClientId(0), 0, None);
+        drain(&mut d, &work, &mut out);
+        assert!(failures(&out).is_empty(), "{out:?}");
+        for (req, client) in [(RequestId(1), ClientId(0)), (be, ClientId(1))] {
+            assert!(out.contains(&Outcome::Done { req, client }), "{req:?}");
+        }
+        assert_eq!(d.sched.preemptions().len(), 1);
     }
 
     /// Requests 1.. of client 0, 1<<32.. of client 1; `known: false`
@@ -738,7 +839,7 @@ mod tests {
     }
 
     /// Steps the driver until nothing is left; the outcomes in order.
-    fn drain(d: &mut Driver, work: &dyn Work, out: &mut Vec<Outcome>) {
+    fn drain<D: Device>(d: &mut Driver<D>, work: &dyn Work, out: &mut Vec<Outcome>) {
         d.apply(work, out);
         while let Some(t) = d.next_time() {
             d.step(t, work, out);
@@ -812,7 +913,7 @@ mod tests {
         // arrives and preempts it.
         let s = d.sched.scheduler().core().stream_of(ClientId(1));
         d.inject_lost_stream(s);
-        d.arrive(d.sim.now(), RequestId(1), ClientId(0), 0, None);
+        d.arrive(d.dev.now(), RequestId(1), ClientId(0), 0, None);
         out.clear();
         drain(&mut d, &work, &mut out);
         let f = failures(&out);
@@ -836,7 +937,7 @@ mod tests {
             d.step(t, &work, &mut out);
             for o in out.drain(..) {
                 if let Outcome::Queued { .. } = o {
-                    launched_at.push(d.sim.now());
+                    launched_at.push(d.dev.now());
                 }
             }
         }

@@ -30,7 +30,10 @@
 //! policy; only this crate knows both.
 
 pub mod aker;
+pub mod device;
 pub mod drive;
+
+pub use device::Device;
 
 pub use drive::{own_device_queues, reefnv_runtime, Driver, LaunchKind, Outcome, Setup, Work};
 

@@ -401,7 +401,7 @@ impl Run<'_> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let now = self.drv.sim.now();
+        let now = self.drv.dev.now();
         let mut out = std::mem::take(&mut self.out);
         for o in out.drain(..) {
             match o {
@@ -430,7 +430,7 @@ impl Run<'_> {
             let m = &self.book.models[self.book.clients[ci].model];
             let mut outs: Vec<BufferId> = Vec::new();
             reef_exec::replay_unpreempted(reference, m, |b| buffer(ci, b), &mut outs);
-            if !self.drv.sim.values().diff(reference, &outs).is_empty() {
+            if !self.drv.dev.values().diff(reference, &outs).is_empty() {
                 self.corrupted += 1;
             }
         }
@@ -449,7 +449,7 @@ impl Run<'_> {
 
     /// Dependent clients whose inputs are all in become ready now.
     fn release_dependents(&mut self) {
-        let now = self.drv.sim.now();
+        let now = self.drv.dev.now();
         for d in 0..self.book.clients.len() {
             if self.state[d] != CState::Waiting {
                 continue;
@@ -483,7 +483,7 @@ impl Run<'_> {
         loop {
             self.apply_actions()?;
             self.release_dependents();
-            let t_dev = self.drv.sim.next_event_time();
+            let t_dev = self.drv.dev.next_event_time();
             let t_cli = self
                 .state
                 .iter()
@@ -624,7 +624,7 @@ pub fn simulate(
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
         padding: run.drv.pad.as_ref().map(|p| run.drv.sched.pad_stats(p)),
-        dram_load_peak: Some(run.drv.sim.dram_load_peak()),
+        dram_load_peak: Some(run.drv.dev.dram_load_peak()),
         aker: run.drv.sched.aker_stats(),
     })
 }

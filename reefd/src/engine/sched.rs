@@ -584,7 +584,7 @@ impl SchedEngine {
                     kernels,
                 },
             );
-            let t = self.build.drv.sim.now();
+            let t = self.build.drv.dev.now();
             if let RunSched::Aker(a) = &mut self.build.drv.sched {
                 // The query's QoS target (Aker §8.3), else the default.
                 let q = self.qos.remove(&task);
@@ -601,7 +601,7 @@ impl SchedEngine {
             // this stream. Kernels read their inputs when they complete, so
             // doing this after the first launches (off the control path) is
             // equivalent to doing it before.
-            let values = self.build.drv.sim.values_mut();
+            let values = self.build.drv.dev.values_mut();
             for b in 0..self.models[mi].model.buffers.len() {
                 let id = buffer(ns, b);
                 values.set(id, ValueTracker::initial(id));
@@ -646,7 +646,7 @@ impl SchedEngine {
     /// runtime counts (`device_errors`) and logs (issue 18 item 6); nothing
     /// is dropped.
     fn absorb(&mut self, o: &mut Vec<Outcome>, out: &mut Vec<EngineEvent>) {
-        let now = self.build.drv.sim.now();
+        let now = self.build.drv.dev.now();
         for x in o.drain(..) {
             match x {
                 Outcome::Queued {
@@ -708,7 +708,7 @@ impl SchedEngine {
                     }
                     let m = &mut self.models[b.slots[slot].model];
                     let expected = m.expected_outputs(ns);
-                    let values = b.drv.sim.values();
+                    let values = b.drv.dev.values();
                     let verified = expected.iter().all(|&(buf, v)| values.get(buf) == v);
                     out.push(EngineEvent::TaskDone {
                         task,
@@ -843,7 +843,7 @@ impl Engine for SchedEngine {
             expected: HashMap::new(),
         });
         self.rebuild_pending = true;
-        let now = self.build.base + self.build.drv.sim.now();
+        let now = self.build.base + self.build.drv.dev.now();
         self.maybe_rebuild(now);
         Ok(())
     }
@@ -851,7 +851,7 @@ impl Engine for SchedEngine {
     fn remove_model(&mut self, name: &str) {
         self.models.retain(|m| m.name != name);
         self.rebuild_pending = true;
-        let now = self.build.base + self.build.drv.sim.now();
+        let now = self.build.base + self.build.drv.dev.now();
         self.maybe_rebuild(now);
     }
 
@@ -896,7 +896,7 @@ impl Engine for SchedEngine {
         }
         if d.preempted {
             // Let the orphan finish so that its client and stream free up.
-            let t = self.build.drv.sim.now();
+            let t = self.build.drv.dev.now();
             for s in d.sched_streams {
                 self.build.drv.sched.handle(
                     t,
@@ -952,7 +952,7 @@ impl Engine for SchedEngine {
         };
         d.preempted = true;
         let streams = self.sched_streams_of(stream);
-        let t = self.build.drv.sim.now();
+        let t = self.build.drv.dev.now();
         let mut kernels = 0u64;
         for s in streams {
             kernels += self
@@ -985,7 +985,7 @@ impl Engine for SchedEngine {
         };
         d.preempted = false;
         let streams = self.sched_streams_of(stream);
-        let t = self.build.drv.sim.now();
+        let t = self.build.drv.dev.now();
         for s in streams {
             self.build.drv.sched.handle(
                 t,
@@ -1027,7 +1027,7 @@ impl Engine for SchedEngine {
         let mut device = 0usize;
         for s in &d.sched_streams {
             if let Some(ss) = self.build.drv.device_stream(StreamId(*s)) {
-                device += self.build.drv.sim.queue_len(ss);
+                device += self.build.drv.dev.queue_len(ss);
             }
         }
         if let Some(rec) = d.inflight.and_then(|t| self.tasks.get(&t)) {

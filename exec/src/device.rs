@@ -1,0 +1,98 @@
+//! The device interface of the execution layer (DESIGN.md layer 2; issue
+//! 18 item 1): what REEF's scheduler needs of a GPU, as reef-exec's
+//! [`crate::Driver`] uses it. Streams with a bounded device queue (REEF
+//! §4.1, Fig. 7), launches over a block range, the preempt flag, the kill
+//! of a stream's running blocks and the reset of its device queue (§4.2,
+//! §4.3, Fig. 8), and the device's events (a kernel started, completed,
+//! evicted by the flag or the reset, killed). Above this interface nothing
+//! knows which device it has; a device without a capability refuses the
+//! action with its reason, and the driver reports the refusal.
+//!
+//! Implemented here by reef-sim's [`Sim`]. Padded launches (REEF §5.1,
+//! Fig. 12) and Aker's fused launches place blocks on chosen compute units,
+//! which no vendor API offers: they need the block-level simulator, which a
+//! device exposes through [`Device::sim`] when it is one.
+
+use reef_sched::Time;
+use reef_sim::{DeviceEvent, KernelLaunch, Sim, StreamId};
+
+/// A GPU as the execution layer drives it. Errors are the device's words
+/// for why an action was refused.
+pub trait Device {
+    /// The device's time, ns.
+    fn now(&self) -> Time;
+    /// A stream at `priority` (1 high, 0 normal) whose device queue holds
+    /// `capacity` kernels; `own_queue`: a hardware queue of its own (REEF's
+    /// runtime) rather than one shared from the vendor runtime's pool.
+    fn create_stream(
+        &mut self,
+        priority: i32,
+        capacity: usize,
+        own_queue: bool,
+    ) -> Result<StreamId, String>;
+    /// Queues `l` on stream `s`'s device queue.
+    fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String>;
+    /// Sets or clears stream `s`'s preempt flag (level 2: a kernel that
+    /// starts with it set exits at once, evicted).
+    fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), String>;
+    /// Kills the running blocks of stream `s` (level 3).
+    fn kill_stream(&mut self, s: StreamId) -> Result<(), String>;
+    /// Resets stream `s`'s device queue: queued kernels are evicted.
+    fn clear_queue(&mut self, s: StreamId) -> Result<(), String>;
+    /// Kernels in stream `s`'s device queue (running ones included).
+    fn queue_len(&self, s: StreamId) -> usize;
+    /// When the device next has something to report (`None`: idle).
+    fn next_event_time(&self) -> Option<Time>;
+    /// Runs the device to time `t`, appending what happened, in order.
+    fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>);
+    /// The block-level simulator, when the device is one (padded and fused
+    /// launches, value tracking).
+    fn sim(&mut self) -> Option<&mut Sim>;
+}
+
+impl Device for Sim {
+    fn now(&self) -> Time {
+        Sim::now(self)
+    }
+    fn create_stream(
+        &mut self,
+        priority: i32,
+        capacity: usize,
+        own_queue: bool,
+    ) -> Result<StreamId, String> {
+        if own_queue {
+            self.create_stream_own_queue(priority, capacity)
+        } else {
+            Sim::create_stream(self, priority, capacity)
+        }
+        .map_err(|e| e.to_string())
+    }
+    fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String> {
+        Sim::launch(self, s, l)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), String> {
+        Sim::set_preempt_flag(self, s, on).map_err(|e| e.to_string())
+    }
+    fn kill_stream(&mut self, s: StreamId) -> Result<(), String> {
+        Sim::kill_stream(self, s).map_err(|e| e.to_string())
+    }
+    fn clear_queue(&mut self, s: StreamId) -> Result<(), String> {
+        Sim::clear_queue(self, s)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    fn queue_len(&self, s: StreamId) -> usize {
+        Sim::queue_len(self, s)
+    }
+    fn next_event_time(&self) -> Option<Time> {
+        Sim::next_event_time(self)
+    }
+    fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>) {
+        Sim::advance_into(self, t, out)
+    }
+    fn sim(&mut self) -> Option<&mut Sim> {
+        Some(self)
+    }
+}
