@@ -48,6 +48,21 @@ pub trait Device {
     /// The block-level simulator, when the device is one (padded and fused
     /// launches, value tracking).
     fn sim(&mut self) -> Option<&mut Sim>;
+    /// Starts afresh for a new scheduler: no streams, time 0 (the
+    /// simulator: a new one of the same preset and seed; a GPU keeps its
+    /// contexts and loaded models).
+    fn reset(&mut self);
+    /// Request `req` runs model `model` (called when it arrives). A device
+    /// that executes the models' code binds the request's inputs and
+    /// outputs here; the simulator tracks values through the launches'
+    /// buffers and needs nothing.
+    fn bind(&mut self, _req: reef_sched::RequestId, _model: &str) {}
+    /// Whether request `req`'s outputs equal its unpreempted run's, once
+    /// its last kernel has completed (taken once; `None`: not checked by
+    /// the device).
+    fn verified(&mut self, _req: reef_sched::RequestId) -> Option<bool> {
+        None
+    }
 }
 
 impl Device for Sim {
@@ -94,5 +109,8 @@ impl Device for Sim {
     }
     fn sim(&mut self) -> Option<&mut Sim> {
         Some(self)
+    }
+    fn reset(&mut self) {
+        *self = Sim::new(self.spec().clone(), self.config());
     }
 }

@@ -155,19 +155,12 @@ pub struct Driver<D: Device = Sim> {
     /// Executes fused launches (`aker`, `tacker`).
     pub fuse: Option<FuseExec>,
     pub dev: D,
-    policy: String,
-    own_queues: bool,
-    /// Device-queue capacity of a stream the scheduler leaves uncapped:
-    /// room for the longest model's kernels.
-    big_queue: usize,
+    run: RunFacts,
     /// Device stream of each scheduler stream, and back.
     streams: Vec<reef_sim::StreamId>,
     rev: Vec<u32>,
-    host_gap_ns: Option<Time>,
     /// Host issue events: (time, request, kernels issued so far).
     host: BinaryHeap<Reverse<(Time, u64, u32)>>,
-    /// Each model's kernel shapes.
-    shapes: Vec<Vec<Arc<KernelShape>>>,
     /// Device events handled.
     pub device_events: u64,
     evbuf: Vec<DeviceEvent>,
@@ -193,6 +186,59 @@ impl<D: Device> Driver<D> {
     /// As [`Driver::new`], on device `dev`. A policy that pads or fuses
     /// kernels needs a simulated device ([`Device::sim`]).
     pub fn with_device<M: ModelShapes>(s: Setup<'_, M>, mut dev: D) -> anyhow::Result<Driver<D>> {
+        let (sched, pad, fuse, run) = Self::scheduler(s, &mut dev)?;
+        let mut d = Driver {
+            sched,
+            pad,
+            fuse,
+            dev,
+            run,
+            streams: Vec::new(),
+            rev: Vec::new(),
+            host: BinaryHeap::new(),
+            device_events: 0,
+            evbuf: Vec::new(),
+        };
+        d.create_streams()?;
+        Ok(d)
+    }
+
+    /// Rebuilds the scheduler for a new configuration (models, policy) on
+    /// the same device, which starts afresh ([`Device::reset`]). When the
+    /// new scheduler cannot be built, nothing changes.
+    pub fn rebuild<M: ModelShapes>(&mut self, s: Setup<'_, M>) -> anyhow::Result<()> {
+        let (sched, pad, fuse, run) = Self::scheduler(s, &mut self.dev)?;
+        self.dev.reset();
+        self.sched = sched;
+        self.pad = pad;
+        self.fuse = fuse;
+        self.run = run;
+        self.streams.clear();
+        self.rev.clear();
+        self.host.clear();
+        self.create_streams()
+    }
+
+    /// The core's first actions create its streams; a refusal is an error
+    /// of the setup.
+    fn create_streams(&mut self) -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        self.apply(&NoWork, &mut out);
+        if let Some(Outcome::Failed { action, error }) =
+            out.iter().find(|o| matches!(o, Outcome::Failed { .. }))
+        {
+            anyhow::bail!("{action}: {error}");
+        }
+        Ok(())
+    }
+
+    /// The scheduler of setup `s` on `dev`, its executors and what the
+    /// interpreter keeps of the setup.
+    #[allow(clippy::type_complexity)]
+    fn scheduler<M: ModelShapes>(
+        s: Setup<'_, M>,
+        dev: &mut D,
+    ) -> anyhow::Result<(RunSched, Option<PadExec>, Option<FuseExec>, RunFacts)> {
         let needs_sim = reef_sched::dkp::variant_of(s.policy).is_some()
             || matches!(s.policy, "aker" | "tacker");
         if needs_sim && dev.sim().is_none() {
@@ -240,37 +286,20 @@ impl<D: Device> Driver<D> {
         };
         let shapes: Vec<Vec<Arc<KernelShape>>> =
             s.models.iter().map(|m| m.shapes().to_vec()).collect();
-        let mut d = Driver {
-            sched,
-            pad,
-            fuse,
-            dev,
+        let run = RunFacts {
             policy: s.policy.to_string(),
             own_queues: own_device_queues(s.policy),
             big_queue: shapes.iter().map(Vec::len).max().unwrap_or(1) + 1,
-            streams: Vec::new(),
-            rev: Vec::new(),
             host_gap_ns: s.host_gap_ns,
-            host: BinaryHeap::new(),
+            names: s.models.iter().map(|m| m.name().to_string()).collect(),
             shapes,
-            device_events: 0,
-            evbuf: Vec::new(),
         };
-        // The core's first actions create its streams; a start-up refusal
-        // is an error of the setup.
-        let mut out = Vec::new();
-        d.apply(&NoWork, &mut out);
-        if let Some(Outcome::Failed { action, error }) =
-            out.iter().find(|o| matches!(o, Outcome::Failed { .. }))
-        {
-            anyhow::bail!("{action}: {error}");
-        }
-        Ok(d)
+        Ok((sched, pad, fuse, run))
     }
 
     /// The policy this driver runs.
     pub fn policy(&self) -> &str {
-        &self.policy
+        &self.run.policy
     }
 
     /// Device stream of scheduler stream `s`.
@@ -288,7 +317,10 @@ impl<D: Device> Driver<D> {
         model: usize,
         deadline: Option<Time>,
     ) {
-        if let Some(g) = self.host_gap_ns {
+        if let Some(name) = self.run.names.get(model) {
+            self.dev.bind(req, name);
+        }
+        if let Some(g) = self.run.host_gap_ns {
             let first = if g == 0 {
                 self.kernels(model) as u32
             } else {
@@ -379,7 +411,7 @@ impl<D: Device> Driver<D> {
     /// With host pacing, the framework issues kernel `kernel + 1` of `req`
     /// one host gap after kernel `kernel`'s launch returned.
     fn host_launched(&mut self, req: RequestId, kernel: u32, model: usize) {
-        let Some(g) = self.host_gap_ns.filter(|&g| g > 0) else {
+        let Some(g) = self.run.host_gap_ns.filter(|&g| g > 0) else {
             return;
         };
         if (kernel as usize) + 1 < self.kernels(model) {
@@ -429,10 +461,10 @@ impl<D: Device> Driver<D> {
                     StreamPriority::High => 1,
                     StreamPriority::Normal => 0,
                 };
-                let cap = dq_capacity.unwrap_or(self.big_queue).max(1);
+                let cap = dq_capacity.unwrap_or(self.run.big_queue).max(1);
                 let s = self
                     .dev
-                    .create_stream(prio, cap, self.own_queues)
+                    .create_stream(prio, cap, self.run.own_queues)
                     .map_err(|e| (what(), e))?;
                 if stream.0 as usize != self.streams.len() {
                     return Err((what(), "streams are created in order".into()));
@@ -465,7 +497,7 @@ impl<D: Device> Driver<D> {
                 let issued = Instant::now();
                 self.dev
                     .launch(s, l)
-                    .map_err(|e| (what(), format!("policy {}: {e}", self.policy)))?;
+                    .map_err(|e| (what(), format!("policy {}: {e}", self.run.policy)))?;
                 out.push(Outcome::Queued {
                     req,
                     kernel: tag.kernel,
@@ -505,12 +537,13 @@ impl<D: Device> Driver<D> {
 
     /// Kernels model `model` has.
     fn kernels(&self, model: usize) -> usize {
-        self.shapes.get(model).map_or(0, Vec::len)
+        self.run.shapes.get(model).map_or(0, Vec::len)
     }
 
     /// Kernel `k`'s shape of model `model`.
     fn shape(&self, model: usize, k: usize) -> Result<Arc<KernelShape>, String> {
-        self.shapes
+        self.run
+            .shapes
             .get(model)
             .and_then(|m| m.get(k))
             .cloned()
@@ -526,7 +559,7 @@ impl<D: Device> Driver<D> {
         work: &dyn Work,
         out: &mut Vec<Outcome>,
     ) -> Result<(), (String, String)> {
-        let policy = self.policy.clone();
+        let policy = self.run.policy.clone();
         match a {
             DkpAction::Padded(p) => {
                 let (req, k) = (p.tag.req, p.tag.kernel as usize);
@@ -543,7 +576,7 @@ impl<D: Device> Driver<D> {
                 let Some(sim) = self.dev.sim() else {
                     return Err((what(), "the device cannot pad".to_string()));
                 };
-                let shapes = &self.shapes;
+                let shapes = &self.run.shapes;
                 let be_shape = |x: &reef_sched::dkp::BePart| {
                     shapes[x.model.0 as usize][x.tag.kernel as usize].clone()
                 };
@@ -661,6 +694,19 @@ impl<D: Device> Driver<D> {
         }
         Ok(())
     }
+}
+
+/// What the interpreter keeps of a run's setup.
+struct RunFacts {
+    policy: String,
+    own_queues: bool,
+    /// Device-queue capacity of a stream the scheduler leaves uncapped:
+    /// room for the longest model's kernels.
+    big_queue: usize,
+    host_gap_ns: Option<Time>,
+    /// Each model's name and kernel shapes.
+    names: Vec<String>,
+    shapes: Vec<Vec<Arc<KernelShape>>>,
 }
 
 /// A book with no requests (the start-up actions create streams only).
@@ -793,6 +839,9 @@ mod tests {
         }
         fn sim(&mut self) -> Option<&mut Sim> {
             None
+        }
+        fn reset(&mut self) {
+            Device::reset(&mut self.0)
         }
     }
 

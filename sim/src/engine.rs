@@ -556,6 +556,11 @@ impl Sim {
         }
     }
 
+    /// The options the simulator was built with.
+    pub fn config(&self) -> SimConfig {
+        self.cfg
+    }
+
     pub fn spec(&self) -> &DeviceSpec {
         &self.spec
     }

@@ -73,9 +73,9 @@ use super::{
     Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
 };
 use crate::protocol::{Priority, TaskState};
-use reef_exec::{Driver, LaunchKind, ModelShapes, Outcome, RunSched, Setup, Work};
+use reef_exec::{Device, Driver, LaunchKind, ModelShapes, Outcome, RunSched, Setup, Work};
 use reef_sched::{Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, RequestId, StreamId};
-use reef_sim::{BufferId, DeviceSpec, KernelShape, ValueTracker};
+use reef_sim::{BufferId, DeviceSpec, KernelShape, Sim, SimConfig, ValueTracker};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -152,12 +152,12 @@ struct Slot {
     inflight: usize,
 }
 
-/// The scheduler and simulator of one configuration.
-struct Build {
+/// The scheduler and device of one configuration.
+struct Build<D: EngineDevice> {
     /// The scheduler, its executors and the simulated device, driven by
     /// reef-exec's interpreter (the benchmark's runner takes the same steps).
-    drv: Driver,
-    /// Engine time of simulator time 0.
+    drv: Driver<D>,
+    /// Engine time of device time 0.
     base: Nanos,
     slots: Vec<Slot>,
     /// Index into `slots` of each model's RT client.
@@ -206,11 +206,11 @@ struct TaskRec {
 }
 
 /// See the module documentation.
-pub struct SchedEngine {
+pub struct SchedEngine<D: EngineDevice = Sim> {
     settings: SchedSettings,
     spec: DeviceSpec,
     models: Vec<Prepared>,
-    build: Build,
+    build: Build<D>,
     dstreams: BTreeMap<u64, DStream>,
     tasks: HashMap<u64, TaskRec>,
     rebuild_pending: bool,
@@ -284,10 +284,50 @@ fn buffer(ns: u32, storage: usize) -> BufferId {
     BufferId(((ns as u64 + 1) << 32) | storage as u64)
 }
 
+/// What the engine needs of its device beyond reef-exec's interface.
+pub trait EngineDevice: Device + Send {
+    /// What executes the work, for `status` (e.g. `reef-sim mi50`).
+    fn describe(&self) -> String;
+    /// Loads model `m`'s code on the device (a GPU: its kernels and weights,
+    /// refused with the figures when it does not fit); the simulator runs
+    /// the schedule's shapes and needs nothing.
+    fn load(&mut self, _m: &EngineModel) -> Result<(), EngineError> {
+        Ok(())
+    }
+    /// Unloads model `name` (its requests have finished).
+    fn unload(&mut self, _name: &str) {}
+}
+
+impl EngineDevice for Sim {
+    fn describe(&self) -> String {
+        format!("reef-sim {}", self.spec().name)
+    }
+}
+
 impl SchedEngine {
+    /// The engine on a simulated device of preset `settings.preset`.
     pub fn new(settings: SchedSettings) -> Result<SchedEngine, EngineError> {
         let spec = DeviceSpec::preset(&settings.preset)
             .map_err(|e| EngineError::Invalid(format!("device sim:{}: {e}", settings.preset)))?;
+        let sim = Sim::new(
+            spec.clone(),
+            SimConfig {
+                seed: settings.seed,
+                ..SimConfig::default()
+            },
+        );
+        SchedEngine::on_device(settings, spec, sim)
+    }
+}
+
+impl<D: EngineDevice> SchedEngine<D> {
+    /// The engine on device `dev`, whose scheduler sees it as `spec` (its
+    /// preemption levels, launch costs and limits).
+    pub fn on_device(
+        settings: SchedSettings,
+        spec: DeviceSpec,
+        dev: D,
+    ) -> Result<SchedEngine<D>, EngineError> {
         check_policy(&settings.policy)?;
         if settings.be_streams_per_model == 0 || settings.dq_capacity == 0 {
             return Err(EngineError::Invalid(
@@ -295,7 +335,16 @@ impl SchedEngine {
                     .into(),
             ));
         }
-        let build = Self::make_build(&settings, &spec, &[], 0, &HashMap::new())?;
+        let (setup, slots, rt_slot) = Self::layout(&settings, &spec, &[], &HashMap::new());
+        let drv = Driver::with_device(setup, dev)
+            .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
+        let build = Build {
+            drv,
+            base: 0,
+            slots,
+            rt_slot,
+            preemptions_seen: 0,
+        };
         Ok(SchedEngine {
             settings,
             spec,
@@ -316,13 +365,15 @@ impl SchedEngine {
         })
     }
 
-    fn make_build(
-        settings: &SchedSettings,
-        spec: &DeviceSpec,
-        models: &[Prepared],
-        base: Nanos,
+    /// The scheduler's clients for `models` (one RT client per model and
+    /// `be_streams_per_model` BE clients, see the module doc) and the
+    /// driver setup that runs them.
+    fn layout<'a>(
+        settings: &'a SchedSettings,
+        spec: &'a DeviceSpec,
+        models: &'a [Prepared],
         known: &HashMap<String, reef_sched::fikit::profile::Profile>,
-    ) -> Result<Build, EngineError> {
+    ) -> (Setup<'a, Prepared>, Vec<Slot>, Vec<usize>) {
         let infos: Vec<ModelInfo> = models
             .iter()
             .map(|m| ModelInfo {
@@ -379,7 +430,7 @@ impl SchedEngine {
         } else {
             Vec::new()
         };
-        let mut drv = Driver::new(Setup {
+        let setup = Setup {
             spec,
             models,
             infos,
@@ -393,18 +444,8 @@ impl SchedEngine {
             fikit_profiles,
             aker: reef_sched::aker::AkerConfig::default(),
             aker_profiles: None,
-        })
-        .map_err(|e| EngineError::Invalid(format!("scheduler: {e:#}")))?;
-        // The daemon reports padding counters, not the per-launch overhead
-        // samples a benchmark keeps (they would grow for its life).
-        drv.pad = drv.pad.take().map(|p| p.keep_overhead_samples(false));
-        Ok(Build {
-            drv,
-            base,
-            slots,
-            rt_slot,
-            preemptions_seen: 0,
-        })
+        };
+        (setup, slots, rt_slot)
     }
 
     fn sim_now(&self, now: Nanos) -> u64 {
@@ -421,20 +462,30 @@ impl SchedEngine {
             return;
         }
         self.save_fikit_profiles();
-        match Self::make_build(
+        let padding = self.padding_now();
+        let aker = self.build.drv.sched.aker_stats();
+        let (setup, slots, rt_slot) = Self::layout(
             &self.settings,
             &self.spec,
             &self.models,
-            now,
             &self.fikit_profiles,
-        ) {
-            Ok(b) => {
+        );
+        match self.build.drv.rebuild(setup) {
+            Ok(()) => {
+                let drv = &mut self.build.drv;
+                // The daemon reports padding counters, not the per-launch
+                // overhead samples a benchmark keeps (they would grow for
+                // its life).
+                drv.pad = drv.pad.take().map(|p| p.keep_overhead_samples(false));
+                self.build.base = now;
+                self.build.slots = slots;
+                self.build.rt_slot = rt_slot;
+                self.build.preemptions_seen = 0;
                 self.fikit_saved = 0;
-                self.padding_before = self.padding_now();
-                if let Some(a) = self.build.drv.sched.aker_stats() {
+                self.padding_before = padding;
+                if let Some(a) = aker {
                     add_aker(&mut self.aker_before, a);
                 }
-                self.build = b;
                 for d in self.dstreams.values_mut() {
                     d.be_slots.clear();
                     d.sched_streams.clear();
@@ -444,7 +495,7 @@ impl SchedEngine {
                 tracing::debug!(policy = %self.settings.policy, models = self.models.len(), "scheduler rebuilt");
             }
             Err(e) => {
-                tracing::error!(error = %e, "scheduler rebuild failed; keeping the previous one")
+                tracing::error!(error = %format!("{e:#}"), "scheduler rebuild failed; keeping the previous one")
             }
         }
     }
@@ -601,10 +652,12 @@ impl SchedEngine {
             // this stream. Kernels read their inputs when they complete, so
             // doing this after the first launches (off the control path) is
             // equivalent to doing it before.
-            let values = self.build.drv.dev.values_mut();
-            for b in 0..self.models[mi].model.buffers.len() {
-                let id = buffer(ns, b);
-                values.set(id, ValueTracker::initial(id));
+            if let Some(sim) = self.build.drv.dev.sim() {
+                let values = sim.values_mut();
+                for b in 0..self.models[mi].model.buffers.len() {
+                    let id = buffer(ns, b);
+                    values.set(id, ValueTracker::initial(id));
+                }
             }
         }
     }
@@ -627,7 +680,7 @@ impl SchedEngine {
     fn drive(
         &mut self,
         out: &mut Vec<EngineEvent>,
-        f: impl FnOnce(&mut Driver, &View<'_>, &mut Vec<Outcome>),
+        f: impl FnOnce(&mut Driver<D>, &View<'_>, &mut Vec<Outcome>),
     ) {
         let mut o = std::mem::take(&mut self.outcomes);
         let Build { drv, slots, .. } = &mut self.build;
@@ -706,14 +759,22 @@ impl SchedEngine {
                         });
                         continue;
                     }
-                    let m = &mut self.models[b.slots[slot].model];
-                    let expected = m.expected_outputs(ns);
-                    let values = b.drv.dev.values();
-                    let verified = expected.iter().all(|&(buf, v)| values.get(buf) == v);
+                    // The simulator tracks values: the outputs' versions
+                    // against one unpreempted run's; a GPU compares the
+                    // output bytes itself.
+                    let verified = match b.drv.dev.sim() {
+                        Some(sim) => {
+                            let m = &mut self.models[b.slots[slot].model];
+                            let expected = m.expected_outputs(ns);
+                            let values = sim.values();
+                            Some(expected.iter().all(|&(buf, v)| values.get(buf) == v))
+                        }
+                        None => b.drv.dev.verified(req),
+                    };
                     out.push(EngineEvent::TaskDone {
                         task,
                         at: b.base + now,
-                        verified: Some(verified),
+                        verified,
                     });
                 }
             }
@@ -799,14 +860,14 @@ impl SchedEngine {
     }
 }
 
-impl Engine for SchedEngine {
+impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
     fn info(&self) -> EngineInfo {
         let mut levels: Vec<u8> = self.spec.levels().into_iter().map(|l| l as u8).collect();
         levels.sort();
         EngineInfo {
             name: format!(
-                "reef-sched on reef-sim {} (wall clock)",
-                self.settings.preset
+                "reef-sched on {} (wall clock)",
+                self.build.drv.dev.describe()
             ),
             policy: self.settings.policy.clone(),
             preemption_levels: levels,
@@ -834,6 +895,10 @@ impl Engine for SchedEngine {
                 model.name
             )));
         }
+        if self.models.iter().any(|m| m.name == model.name) {
+            self.build.drv.dev.unload(&model.name);
+        }
+        self.build.drv.dev.load(&model)?;
         self.models.retain(|m| m.name != model.name);
         self.models.push(Prepared {
             name: model.name,
@@ -850,6 +915,7 @@ impl Engine for SchedEngine {
 
     fn remove_model(&mut self, name: &str) {
         self.models.retain(|m| m.name != name);
+        self.build.drv.dev.unload(name);
         self.rebuild_pending = true;
         let now = self.build.base + self.build.drv.dev.now();
         self.maybe_rebuild(now);
