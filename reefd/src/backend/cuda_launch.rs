@@ -1280,8 +1280,23 @@ impl CudaDevice {
         if s.instances.contains_key(model) {
             return Ok(());
         }
-        let c = class_ctx(s.class);
-        let m = &self.models[model];
+        let inst = self.new_instance(class_ctx(s.class), model)?;
+        self.streams
+            .get_mut(&id)
+            .unwrap()
+            .instances
+            .insert(model.to_string(), inst);
+        Ok(())
+    }
+
+    /// A new instance of loaded model `model` in context `c`: its module
+    /// (its own preempt flag and execution index), functions and buffers
+    /// (weights are the context's, shared).
+    fn new_instance(&self, c: usize, model: &str) -> Result<Instance, CudaError> {
+        let m = self
+            .models
+            .get(model)
+            .ok_or_else(|| CudaError::Invalid(format!("model {model} is not loaded")))?;
         self.current(c)?;
         let mut inst = Instance {
             module: std::ptr::null_mut(),
@@ -1313,12 +1328,7 @@ impl CudaDevice {
             }
             return Err(e);
         }
-        self.streams
-            .get_mut(&id)
-            .unwrap()
-            .instances
-            .insert(model.to_string(), inst);
-        Ok(())
+        Ok(inst)
     }
 
     /// Observes completions and hands queued kernels to CUDA: at most
@@ -1465,56 +1475,13 @@ impl CudaDevice {
             let Some(&l) = s.host.front() else {
                 return Ok(());
             };
-            let model = &s.requests[0].model;
-            let m = &self.models[model];
-            let inst = &s.instances[model];
-            let (k, args) = &m.files.kernels[l.kernel];
-            // The arguments' storage, then the execution index (Fig. 8 line 8).
-            let mut vals: Vec<u64> = Vec::with_capacity(args.len() + 1);
-            let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(args.len() + 1);
-            for a in args {
-                vals.push(match a {
-                    Arg::Storage(i) => inst
-                        .buffers
-                        .get(i)
-                        .or_else(|| m.weights[c].get(i))
-                        .copied()
-                        .expect("every storage is allocated"),
-                    Arg::U32(v) => *v as u64,
-                });
-            }
-            vals.push(l.exec as u64);
-            // A u32 parameter is read as the first 4 bytes of its u64 slot
-            // (little endian, as every CUDA host is).
-            ptrs.extend(vals.iter_mut().map(|v| v as *mut u64 as *mut c_void));
-            let (f, cu, grid, block, shared) = (
-                inst.functions[l.kernel],
-                s.cu,
-                k.grid,
-                k.block,
-                k.dynamic_shared,
-            );
             let ev = self.event(c)?;
-            // SAFETY: one pointer per parameter, each to at least its size.
-            unsafe {
-                check(
-                    "cuLaunchKernel",
-                    sys::cuLaunchKernel(
-                        f,
-                        grid[0],
-                        grid[1],
-                        grid[2],
-                        block[0],
-                        block[1],
-                        block[2],
-                        shared,
-                        cu,
-                        ptrs.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ),
-                )
-                .inspect_err(|_| self.free_events.push((c, ev)))?;
-                check("cuEventRecord", sys::cuEventRecord(ev, cu))?;
+            let s = &self.streams[&id];
+            let model = &s.requests[0].model;
+            let (m, inst, cu) = (&self.models[model], &s.instances[model], s.cu);
+            if let Err(e) = launch_kernel(m, inst, c, cu, l.kernel, l.exec, ev) {
+                self.free_events.push((c, ev));
+                return Err(e);
             }
             self.launches += 1;
             let s = self.streams.get_mut(&id).unwrap();
@@ -1708,6 +1675,59 @@ impl Drop for CudaDevice {
                 let _ = sys::cuCtxDestroy_v2(c);
             }
         }
+    }
+}
+
+/// Launches kernel `kernel` of loaded model `m` from instance `inst` (in
+/// context `c`, current) on stream `cu` with execution index `exec` (the
+/// injected kernels' trailing parameter, REEF Fig. 8 line 8), and records
+/// event `ev` after it.
+fn launch_kernel(
+    m: &Loaded,
+    inst: &Instance,
+    c: usize,
+    cu: CUstream,
+    kernel: usize,
+    exec: u32,
+    ev: CUevent,
+) -> Result<(), CudaError> {
+    let (k, args) = &m.files.kernels[kernel];
+    // The arguments' storage, then the execution index.
+    let mut vals: Vec<u64> = Vec::with_capacity(args.len() + 1);
+    for a in args {
+        vals.push(match a {
+            Arg::Storage(i) => inst
+                .buffers
+                .get(i)
+                .or_else(|| m.weights[c].get(i))
+                .copied()
+                .ok_or_else(|| CudaError::Invalid(format!("storage {i} is not allocated")))?,
+            Arg::U32(v) => *v as u64,
+        });
+    }
+    vals.push(exec as u64);
+    // A u32 parameter is read as the first 4 bytes of its u64 slot (little
+    // endian, as every CUDA host is).
+    let mut ptrs: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+    // SAFETY: one pointer per parameter, each to at least its size.
+    unsafe {
+        check(
+            "cuLaunchKernel",
+            sys::cuLaunchKernel(
+                inst.functions[kernel],
+                k.grid[0],
+                k.grid[1],
+                k.grid[2],
+                k.block[0],
+                k.block[1],
+                k.block[2],
+                k.dynamic_shared,
+                cu,
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ),
+        )?;
+        check("cuEventRecord", sys::cuEventRecord(ev, cu))
     }
 }
 
