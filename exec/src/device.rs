@@ -63,6 +63,14 @@ pub trait Device {
     fn verified(&mut self, _req: reef_sched::RequestId) -> Option<bool> {
         None
     }
+    /// Whether the device runs on its own in real time (a GPU): it reports
+    /// events as it observes them when its caller catches up, so the caller
+    /// steps straight to its present instead of through the device's next
+    /// event times (which, for a GPU, are only when to look again). The
+    /// simulator runs only when told, and each event at its own time.
+    fn live(&self) -> bool {
+        false
+    }
 }
 
 impl Device for Sim {

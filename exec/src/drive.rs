@@ -65,6 +65,13 @@ pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
     matches!(spec.name.as_str(), "gv100" | "h100")
 }
 
+/// Whether `policy` places blocks on chosen compute units (dynamic kernel
+/// padding, REEF §5.1; Aker's and Tacker's fused kernels, Aker §5.4),
+/// which needs the block-level simulator ([`Device::sim`]).
+pub fn places_blocks(policy: &str) -> bool {
+    reef_sched::dkp::variant_of(policy).is_some() || matches!(policy, "aker" | "tacker")
+}
+
 /// The caller's book of requests, as the interpreter needs it.
 pub trait Work {
     /// The index (into the run's models) of the model request `req` runs;
@@ -239,9 +246,7 @@ impl<D: Device> Driver<D> {
         s: Setup<'_, M>,
         dev: &mut D,
     ) -> anyhow::Result<(RunSched, Option<PadExec>, Option<FuseExec>, RunFacts)> {
-        let needs_sim = reef_sched::dkp::variant_of(s.policy).is_some()
-            || matches!(s.policy, "aker" | "tacker");
-        if needs_sim && dev.sim().is_none() {
+        if places_blocks(s.policy) && dev.sim().is_none() {
             anyhow::bail!(
                 "policy {} places blocks on chosen compute units (padded or fused launches), which this device cannot do; use a policy without padding (reef-nodkp)",
                 s.policy

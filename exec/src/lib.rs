@@ -35,7 +35,9 @@ pub mod drive;
 
 pub use device::Device;
 
-pub use drive::{own_device_queues, reefnv_runtime, Driver, LaunchKind, Outcome, Setup, Work};
+pub use drive::{
+    own_device_queues, places_blocks, reefnv_runtime, Driver, LaunchKind, Outcome, Setup, Work,
+};
 
 /// Placement's view of a simulated device (CASE/MGB §III-B: SMs and their
 /// block, warp and thread limits, and memory), from its preset.

@@ -53,6 +53,8 @@ use serde::Deserialize;
 
 use super::Levels;
 
+pub mod kernels;
+
 /// The environment variable naming the CUDA driver library reefd loads
 /// (after the configuration key `device.cuda_library`).
 pub const LIBRARY_ENV: &str = "REEF_CUDA_LIBRARY";
@@ -1708,7 +1710,10 @@ fn launch_kernel(
     vals.push(exec as u64);
     // A u32 parameter is read as the first 4 bytes of its u64 slot (little
     // endian, as every CUDA host is).
-    let mut ptrs: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+    let mut ptrs: Vec<*mut c_void> = vals
+        .iter_mut()
+        .map(|v| v as *mut u64 as *mut c_void)
+        .collect();
     // SAFETY: one pointer per parameter, each to at least its size.
     unsafe {
         check(

@@ -13,6 +13,7 @@
 
 pub mod cuda;
 pub mod fikit_store;
+pub mod gpu;
 pub mod node;
 pub mod sched;
 

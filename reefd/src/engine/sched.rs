@@ -296,6 +296,10 @@ pub trait EngineDevice: Device + Send {
     }
     /// Unloads model `name` (its requests have finished).
     fn unload(&mut self, _name: &str) {}
+    /// Why preemption levels are missing (`status`).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl EngineDevice for Sim {
@@ -843,6 +847,14 @@ impl<D: EngineDevice> SchedEngine<D> {
 
     fn run_device_only(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
         let t_now = self.sim_now(now);
+        if self.build.drv.dev.live() {
+            // A GPU's events are seen now: one step to the present.
+            self.step(t_now, out);
+            if std::mem::take(&mut self.freed) {
+                self.forward(out);
+            }
+            return;
+        }
         while let Some(t) = self.build.drv.next_time().filter(|&t| t <= t_now) {
             self.step(t, out);
             if std::mem::take(&mut self.freed) {
@@ -874,8 +886,18 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         }
     }
 
+    fn preemption_notes(&self) -> Vec<String> {
+        self.build.drv.dev.notes()
+    }
+
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
         check_policy(policy)?;
+        if reef_exec::places_blocks(policy) && self.build.drv.dev.sim().is_none() {
+            return Err(EngineError::Unsupported(format!(
+                "policy {policy} places blocks on chosen compute units (padded or fused launches), which {} cannot do; use a policy without padding (reef-nodkp)",
+                self.build.drv.dev.describe()
+            )));
+        }
         self.settings.policy = policy.to_string();
         self.rebuild_pending = true;
         self.maybe_rebuild(now);

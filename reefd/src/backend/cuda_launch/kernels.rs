@@ -1,0 +1,511 @@
+//! The CUDA device at kernel level: reef-exec's [`Device`] on the CUDA
+//! launch path, so that reef-sched's policies drive an NVIDIA GPU through
+//! the same interpreter and event-loop step as the simulated GPU (issue 18
+//! items 1 and 4; DESIGN.md layer 2).
+//!
+//! What each action is on CUDA (REEF §4.3, Fig. 8; §4.6 for closed-source
+//! GPUs):
+//! - a stream: a CUDA stream in the real-time context (priority 1) or the
+//!   best-effort context (priority 0), so a kill would never reach RT
+//!   kernels; its device-queue capacity is enforced here (the scheduler
+//!   never launches past it, §4.2);
+//! - a launch: kernel *k* of the request's model, from the stream's own
+//!   instance of the model's module (its preempt flag and execution index
+//!   are per instance), with the next execution index appended (Fig. 8
+//!   line 8) and a completion event recorded after it. Kernel 0 first
+//!   uploads the request's input;
+//! - the preempt flag: `cuMemcpyHtoD` of the flag of every instance on the
+//!   stream (level 2, lazy eviction: a kernel that starts with the flag set
+//!   returns at entry without storing its index);
+//! - kill and device-queue reset: refused (level 3 is not on this path,
+//!   [`super::NO_KILL`]; a CUDA device queue cannot be dropped, §4.6).
+//!
+//! Events: completions are observed by `cuEventQuery` when the engine
+//! catches up ([`Device::live`]: the events of a real device are stamped
+//! at the instant they are seen, at most one poll interval late). A
+//! kernel that may have seen the flag is judged by its instance's
+//! execution index: it ran when the index reached its own (kernels of a
+//! stream run in order, so those that passed the check are a prefix), else
+//! it was evicted. A kernel is reported started when the one before it on
+//! its stream is seen complete (CUDA reports no start).
+//!
+//! Outputs: the input of request `t` is seed `t % INPUT_SEEDS`'s bytes
+//! (the CUDA engine's convention, `engine::cuda::input`); when its last
+//! kernel completes, its output is read back and compared with the same
+//! seed's output computed unpreempted when the model was loaded
+//! ([`Device::verified`]).
+
+use std::collections::{HashMap, VecDeque};
+
+use cudarc::driver::sys::{self, CUevent, CUresult, CUstream};
+use reef_exec::Device;
+use reef_sched::{RequestId, Time};
+use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, Sim, StreamId, Tags};
+
+use super::{
+    check, class_ctx, dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions,
+    Instance, StreamClass, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING,
+};
+use crate::engine::cuda::{input, INPUT_SEEDS, POLL_NS};
+
+/// One kernel handed to CUDA.
+struct InFlight {
+    id: LaunchId,
+    tags: Tags,
+    model: String,
+    exec: u32,
+    ev: CUevent,
+    /// The stream's flag was set while it was queued or at its launch.
+    flagged: bool,
+    /// Reported started.
+    started: bool,
+}
+
+struct KStream {
+    ctx: usize,
+    cu: CUstream,
+    capacity: usize,
+    /// The stream's instance of each model it ran.
+    instances: HashMap<String, Instance>,
+    inflight: VecDeque<InFlight>,
+    next_exec: u32,
+    flag: bool,
+}
+
+/// A CUDA GPU at kernel level: see the module documentation.
+pub struct CudaKernels {
+    dev: CudaDevice,
+    streams: Vec<KStream>,
+    now: Time,
+    next_launch: u64,
+    /// Model of each bound request.
+    bound: HashMap<u64, String>,
+    verified: HashMap<u64, bool>,
+    /// Output of each (model, seed), computed unpreempted at load.
+    references: HashMap<(String, u64), Vec<u8>>,
+    /// Events seen but not yet reported.
+    pending: Vec<DeviceEvent>,
+    free_events: Vec<(usize, CUevent)>,
+}
+
+// The raw handles are the driver's, used only with their context current.
+unsafe impl Send for CudaKernels {}
+
+fn text(e: CudaError) -> String {
+    e.to_string()
+}
+
+impl CudaKernels {
+    /// Opens `cuda:N` (driver library, RT and BE contexts, probed levels).
+    pub fn open(opts: &CudaLaunchOptions) -> Result<CudaKernels, CudaError> {
+        Ok(CudaKernels {
+            dev: CudaDevice::open(opts)?,
+            streams: Vec::new(),
+            now: 0,
+            next_launch: 0,
+            bound: HashMap::new(),
+            verified: HashMap::new(),
+            references: HashMap::new(),
+            pending: Vec::new(),
+            free_events: Vec::new(),
+        })
+    }
+
+    /// The launch path's device: name, levels, memory, models.
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    /// Loads the model directory `dir` under `name` and computes its
+    /// reference outputs (one unpreempted run per input seed, on a private
+    /// stream, waited for).
+    pub fn load_model(&mut self, dir: &std::path::Path, name: &str) -> Result<(), CudaError> {
+        let name = self.dev.load_model(dir, Some(name))?;
+        if let Err(e) = self.compute_references(&name) {
+            self.references.retain(|(m, _), _| *m != name);
+            let _ = self.dev.unload_model(&name);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Unloads model `name` and its instances.
+    pub fn unload_model(&mut self, name: &str) {
+        for s in &mut self.streams {
+            if let Some(inst) = s.instances.remove(name) {
+                self.dev.drop_instance(s.ctx, inst);
+            }
+        }
+        self.references.retain(|(m, _), _| m != name);
+        if let Err(e) = self.dev.unload_model(name) {
+            tracing::warn!("unloading {name} from {}: {e}", self.dev.device());
+        }
+    }
+
+    fn compute_references(&mut self, model: &str) -> Result<(), CudaError> {
+        let c = 1;
+        let inst = self.dev.new_instance(c, model)?;
+        let mut cu = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        let r = check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
+        })
+        .and_then(|()| self.event(c))
+        .and_then(|ev| {
+            let r = Self::run_references(&self.dev, model, &inst, c, cu, ev);
+            self.free_events.push((c, ev));
+            // SAFETY: our stream, idle after the synchronisations.
+            unsafe {
+                let _ = sys::cuStreamDestroy_v2(cu);
+            }
+            r
+        });
+        self.dev.drop_instance(c, inst);
+        for (seed, bytes) in r?.into_iter().enumerate() {
+            self.references
+                .insert((model.to_string(), seed as u64), bytes);
+        }
+        Ok(())
+    }
+
+    /// One unpreempted run of `model` per input seed on stream `cu`, waited
+    /// for: the outputs, by seed.
+    fn run_references(
+        dev: &CudaDevice,
+        model: &str,
+        inst: &Instance,
+        c: usize,
+        cu: CUstream,
+        ev: CUevent,
+    ) -> Result<Vec<Vec<u8>>, CudaError> {
+        let m = &dev.models[model];
+        let mut exec = 1;
+        let mut outs = Vec::new();
+        for seed in 0..INPUT_SEEDS {
+            htod(
+                inst.buffers[&m.files.input],
+                &input(seed, m.files.input_bytes()),
+            )?;
+            for k in 0..m.files.kernels.len() {
+                launch_kernel(m, inst, c, cu, k, exec, ev)?;
+                exec += 1;
+            }
+            // SAFETY: our stream.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(cu)
+            })?;
+            let o = m.files.output;
+            let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
+            dtoh(&mut bytes, inst.buffers[&o])?;
+            outs.push(bytes);
+        }
+        Ok(outs)
+    }
+
+    fn event(&mut self, c: usize) -> Result<CUevent, CudaError> {
+        if let Some(i) = self.free_events.iter().position(|(ec, _)| *ec == c) {
+            return Ok(self.free_events.swap_remove(i).1);
+        }
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut ev, EVENT_DISABLE_TIMING)
+        })?;
+        Ok(ev)
+    }
+
+    fn stream(&self, s: StreamId) -> Result<&KStream, String> {
+        self.streams
+            .get(s.0 as usize)
+            .ok_or_else(|| format!("no stream {}", s.0))
+    }
+
+    fn launch_on(&mut self, s: StreamId, l: &KernelLaunch) -> Result<(), CudaError> {
+        let task = l.tags.task;
+        let k = l.tags.kernel as usize;
+        let model = self.bound.get(&task).cloned().ok_or_else(|| {
+            CudaError::Invalid(format!("request {task} was not bound to a model"))
+        })?;
+        let kernels = self
+            .dev
+            .models
+            .get(&model)
+            .map_or(0, |m| m.files.kernels.len());
+        if k >= kernels {
+            return Err(CudaError::Invalid(format!(
+                "model {model} has no kernel {k}"
+            )));
+        }
+        if l.blocks.as_ref().is_some_and(|b| *b != (0..l.shape.blocks)) || l.cus.is_some() {
+            return Err(CudaError::Invalid(
+                "a launch of part of a kernel's blocks, or on chosen SMs, needs the simulator"
+                    .into(),
+            ));
+        }
+        let st = &self.streams[s.0 as usize];
+        if st.inflight.len() >= st.capacity {
+            return Err(CudaError::Invalid(format!(
+                "device queue of stream {} is full ({} kernels)",
+                s.0, st.capacity
+            )));
+        }
+        let c = st.ctx;
+        if !st.instances.contains_key(&model) {
+            let inst = self.dev.new_instance(c, &model)?;
+            // A new instance starts with the stream's flag.
+            if st.flag {
+                htod(inst.flag, &1u32.to_le_bytes())?;
+            }
+            self.streams[s.0 as usize]
+                .instances
+                .insert(model.clone(), inst);
+        }
+        self.dev.current(c)?;
+        let m = &self.dev.models[&model];
+        let st = &self.streams[s.0 as usize];
+        let inst = &st.instances[&model];
+        if k == 0 {
+            let seed = task % INPUT_SEEDS;
+            htod(
+                inst.buffers[&m.files.input],
+                &input(seed, m.files.input_bytes()),
+            )?;
+        }
+        let ev = self.event(c)?;
+        let m = &self.dev.models[&model];
+        let st = &self.streams[s.0 as usize];
+        let inst = &st.instances[&model];
+        if let Err(e) = launch_kernel(m, inst, c, st.cu, k, st.next_exec, ev) {
+            self.free_events.push((c, ev));
+            return Err(e);
+        }
+        let id = LaunchId(self.next_launch);
+        self.next_launch += 1;
+        let st = &mut self.streams[s.0 as usize];
+        let first = st.inflight.is_empty();
+        if first {
+            self.pending.push(DeviceEvent {
+                time: self.now,
+                stream: s,
+                launch: id,
+                tags: l.tags,
+                kind: EventKind::Started,
+            });
+        }
+        st.inflight.push_back(InFlight {
+            id,
+            tags: l.tags,
+            model,
+            exec: st.next_exec,
+            ev,
+            flagged: st.flag,
+            started: first,
+        });
+        st.next_exec += 1;
+        Ok(())
+    }
+
+    /// Reports the kernels of stream `si` CUDA has finished, at `now`.
+    fn poll_stream(&mut self, si: usize, out: &mut Vec<DeviceEvent>) -> Result<(), CudaError> {
+        let c = self.streams[si].ctx;
+        self.dev.current(c)?;
+        loop {
+            let st = &self.streams[si];
+            let Some(f) = st.inflight.front() else {
+                return Ok(());
+            };
+            // SAFETY: an event of ours.
+            let r = unsafe { sys::cuEventQuery(f.ev) };
+            if r == CUresult::CUDA_ERROR_NOT_READY {
+                return Ok(());
+            }
+            check("cuEventQuery", r)?;
+            let ran = if f.flagged {
+                let mut b = [0u8; 4];
+                dtoh(&mut b, st.instances[&f.model].index)?;
+                u32::from_le_bytes(b) >= f.exec
+            } else {
+                true
+            };
+            let st = &mut self.streams[si];
+            let f = st.inflight.pop_front().expect("front");
+            self.free_events.push((c, f.ev));
+            let stream = StreamId(si as u32);
+            out.push(DeviceEvent {
+                time: self.now,
+                stream,
+                launch: f.id,
+                tags: f.tags,
+                kind: if ran {
+                    EventKind::Completed
+                } else {
+                    EventKind::Evicted
+                },
+            });
+            if let Some(next) = st.inflight.front_mut().filter(|n| !n.started) {
+                next.started = true;
+                out.push(DeviceEvent {
+                    time: self.now,
+                    stream,
+                    launch: next.id,
+                    tags: next.tags,
+                    kind: EventKind::Started,
+                });
+            }
+            let m = &self.dev.models[&f.model];
+            if ran && f.tags.kernel as usize + 1 == m.files.kernels.len() {
+                let o = m.files.output;
+                let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
+                dtoh(&mut bytes, self.streams[si].instances[&f.model].buffers[&o])?;
+                let seed = f.tags.task % INPUT_SEEDS;
+                let ok = self.references.get(&(f.model.clone(), seed)) == Some(&bytes);
+                self.verified.insert(f.tags.task, ok);
+            }
+        }
+    }
+
+    fn destroy_streams(&mut self) {
+        for mut st in std::mem::take(&mut self.streams) {
+            if self.dev.current(st.ctx).is_ok() {
+                // SAFETY: our stream; waited for before it is destroyed.
+                unsafe {
+                    let _ = sys::cuStreamSynchronize(st.cu);
+                    let _ = sys::cuStreamDestroy_v2(st.cu);
+                }
+            }
+            for f in st.inflight.drain(..) {
+                self.free_events.push((st.ctx, f.ev));
+            }
+            for (_, inst) in st.instances.drain() {
+                self.dev.drop_instance(st.ctx, inst);
+            }
+        }
+    }
+}
+
+impl Drop for CudaKernels {
+    fn drop(&mut self) {
+        self.destroy_streams();
+    }
+}
+
+impl Device for CudaKernels {
+    fn now(&self) -> Time {
+        self.now
+    }
+
+    fn create_stream(
+        &mut self,
+        priority: i32,
+        capacity: usize,
+        _own_queue: bool,
+    ) -> Result<StreamId, String> {
+        let class = if priority > 0 {
+            StreamClass::RealTime
+        } else {
+            StreamClass::BestEffort
+        };
+        let c = class_ctx(class);
+        self.dev.current(c).map_err(text)?;
+        let mut cu = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
+        })
+        .map_err(text)?;
+        self.streams.push(KStream {
+            ctx: c,
+            cu,
+            capacity: capacity.max(1),
+            instances: HashMap::new(),
+            inflight: VecDeque::new(),
+            next_exec: 1,
+            flag: false,
+        });
+        Ok(StreamId(self.streams.len() as u32 - 1))
+    }
+
+    fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String> {
+        self.stream(s)?;
+        self.launch_on(s, &l).map_err(text)
+    }
+
+    fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), String> {
+        let c = self.stream(s)?.ctx;
+        self.dev.current(c).map_err(text)?;
+        let st = &mut self.streams[s.0 as usize];
+        for inst in st.instances.values() {
+            htod(inst.flag, &(on as u32).to_le_bytes()).map_err(text)?;
+        }
+        st.flag = on;
+        if on {
+            for f in &mut st.inflight {
+                f.flagged = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn kill_stream(&mut self, s: StreamId) -> Result<(), String> {
+        self.stream(s)?;
+        Err(super::NO_KILL.to_string())
+    }
+
+    fn clear_queue(&mut self, s: StreamId) -> Result<(), String> {
+        self.stream(s)?;
+        Err("a CUDA device queue cannot be reset (REEF §4.6): queued kernels are evicted lazily by the preempt flag".into())
+    }
+
+    fn queue_len(&self, s: StreamId) -> usize {
+        self.streams
+            .get(s.0 as usize)
+            .map_or(0, |st| st.inflight.len())
+    }
+
+    fn next_event_time(&self) -> Option<Time> {
+        if !self.pending.is_empty() {
+            return Some(self.now);
+        }
+        self.streams
+            .iter()
+            .any(|s| !s.inflight.is_empty())
+            .then_some(self.now + POLL_NS)
+    }
+
+    fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>) {
+        self.now = self.now.max(t);
+        out.append(&mut self.pending);
+        for si in 0..self.streams.len() {
+            if let Err(e) = self.poll_stream(si, out) {
+                // A failed query leaves the kernel in flight; it is asked
+                // again at the next poll (the driver's error is logged).
+                tracing::error!(stream = si, "polling {}: {e}", self.dev.device());
+            }
+        }
+    }
+
+    fn sim(&mut self) -> Option<&mut Sim> {
+        None
+    }
+
+    fn reset(&mut self) {
+        self.destroy_streams();
+        self.now = 0;
+        self.pending.clear();
+        self.bound.clear();
+        self.verified.clear();
+    }
+
+    fn bind(&mut self, req: RequestId, model: &str) {
+        self.bound.insert(req.0, model.to_string());
+    }
+
+    fn verified(&mut self, req: RequestId) -> Option<bool> {
+        self.bound.remove(&req.0);
+        self.verified.remove(&req.0)
+    }
+
+    fn live(&self) -> bool {
+        true
+    }
+}
