@@ -73,19 +73,18 @@ fn a_node_of_two_gpus_places_by_driver_memory_and_serves_both() {
     assert_eq!(st.devices[0].preset, "cuda:0");
 
     let dir = common::two_kernel_dir();
-    let mut load = |name: &str| admin.load_model(name, Some(&dir));
     // Idle GPUs: the first model goes to device 0 (Alg. 3's tie: the lowest
     // index); the second to device 1 (fewer warps); the third to device 1
     // too, since device 0 has 40 KiB left, less than the model's 80 KiB,
     // although both devices carry one model's warps.
     let on: Vec<Option<usize>> = ["a", "b", "c"]
         .iter()
-        .map(|m| load(m).unwrap().device)
+        .map(|m| admin.load_model(m, Some(&dir)).unwrap().device)
         .collect();
     assert_eq!(on, vec![Some(0), Some(1), Some(1)]);
     // Nothing fits now (40 KiB free on each): refused with the figures,
     // nothing loaded.
-    let e = load("d").unwrap_err().to_string();
+    let e = admin.load_model("d", Some(&dir)).unwrap_err().to_string();
     assert!(
         e.contains(&format!(
             "model d needs 0.00 GiB of device memory ({FOOTPRINT} B"
@@ -94,7 +93,6 @@ fn a_node_of_two_gpus_places_by_driver_memory_and_serves_both() {
             && e.contains("device 1:"),
         "{e}"
     );
-    drop(load);
     assert_eq!(admin.models().unwrap().len(), 3);
     let st = admin.status().unwrap();
     assert_eq!(st.devices[0].models, vec!["a".to_string()]);
