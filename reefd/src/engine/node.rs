@@ -652,21 +652,21 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn node_settings() -> SchedSettings {
+        SchedSettings {
+            preset: "mi50".into(),
+            policy: "reef".into(),
+            dq_capacity: 4,
+            be_streams_per_model: 1,
+            seed: 0,
+            fikit: Default::default(),
+            fikit_profile_dir: None,
+            host_gap_ns: None,
+        }
+    }
+
     fn node() -> NodeEngine {
-        NodeEngine::new(
-            &["mi50".to_string(), "mi50".to_string()],
-            SchedSettings {
-                preset: "mi50".into(),
-                policy: "reef".into(),
-                dq_capacity: 4,
-                be_streams_per_model: 1,
-                seed: 0,
-                fikit: Default::default(),
-                fikit_profile_dir: None,
-                host_gap_ns: None,
-            },
-        )
-        .unwrap()
+        NodeEngine::new(&["mi50".to_string(), "mi50".to_string()], node_settings()).unwrap()
     }
 
     fn model(name: &str) -> EngineModel {
@@ -710,6 +710,141 @@ mod tests {
         // Unloading releases exactly what loading reserved.
         n.remove_model("a");
         assert_eq!(n.placer.device(1).unwrap().memory_used, 0);
+    }
+
+    /// A simulated device whose "driver" reports `used` bytes in use (as a
+    /// CUDA engine's `cuMemGetInfo` does) and a model footprint of its own.
+    struct Reported {
+        inner: SchedEngine,
+        used: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        total: u64,
+    }
+
+    impl Engine for Reported {
+        fn info(&self) -> EngineInfo {
+            self.inner.info()
+        }
+        fn set_policy(&mut self, now: Nanos, p: &str) -> Result<(), EngineError> {
+            self.inner.set_policy(now, p)
+        }
+        fn add_model(&mut self, m: EngineModel) -> Result<(), EngineError> {
+            self.inner.add_model(m)
+        }
+        fn remove_model(&mut self, name: &str) {
+            self.inner.remove_model(name)
+        }
+        fn open_stream(&mut self, s: u64, p: Priority) -> Result<(), EngineError> {
+            self.inner.open_stream(s, p)
+        }
+        fn close_stream(&mut self, now: Nanos, s: u64, out: &mut Vec<EngineEvent>) -> Vec<u64> {
+            self.inner.close_stream(now, s, out)
+        }
+        fn submit(
+            &mut self,
+            now: Nanos,
+            t: u64,
+            s: u64,
+            m: &str,
+            out: &mut Vec<EngineEvent>,
+        ) -> Result<(), EngineError> {
+            self.inner.submit(now, t, s, m, out)
+        }
+        fn preempt(
+            &mut self,
+            now: Nanos,
+            s: u64,
+            out: &mut Vec<EngineEvent>,
+        ) -> Result<u64, EngineError> {
+            self.inner.preempt(now, s, out)
+        }
+        fn resume(
+            &mut self,
+            now: Nanos,
+            s: u64,
+            out: &mut Vec<EngineEvent>,
+        ) -> Result<(), EngineError> {
+            self.inner.resume(now, s, out)
+        }
+        fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+            self.inner.advance(now, out)
+        }
+        fn next_event_time(&self) -> Option<Nanos> {
+            self.inner.next_event_time()
+        }
+        fn queue_depths(&self, s: u64) -> (usize, usize) {
+            self.inner.queue_depths(s)
+        }
+        fn task_progress(&self, t: u64) -> Option<TaskProgress> {
+            self.inner.task_progress(t)
+        }
+        fn model_memory(&self, _m: &EngineModel) -> Option<Result<u64, EngineError>> {
+            Some(Ok(MIB))
+        }
+        fn device_memory(&self) -> Option<(u64, u64)> {
+            let used = self.used.load(std::sync::atomic::Ordering::SeqCst);
+            Some((self.total - used, self.total))
+        }
+    }
+
+    /// On devices whose driver reports memory (CUDA GPUs), a model declares
+    /// the engine's footprint, and memory the driver reports in use beyond
+    /// placement's reservations (another process) is not placed on;
+    /// status shows the driver's figures.
+    #[test]
+    fn memory_a_driver_reports_in_use_is_passed_over() {
+        let total = 4 * MIB;
+        let used: Vec<_> = (0..2)
+            .map(|_| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)))
+            .collect();
+        let devs: Vec<Box<dyn Engine>> = used
+            .iter()
+            .map(|u| {
+                Box::new(Reported {
+                    inner: SchedEngine::new(node_settings()).unwrap(),
+                    used: u.clone(),
+                    total,
+                }) as Box<dyn Engine>
+            })
+            .collect();
+        let lims = vec![
+            reef_sched::place::DeviceLimits {
+                memory: total,
+                ..limits(&DeviceSpec::preset("gv100").unwrap())
+            };
+            2
+        ];
+        let mut n = NodeEngine::with_devices(
+            "test".into(),
+            vec!["cuda:0".into(), "cuda:1".into()],
+            devs,
+            lims,
+            "the engine's footprint".into(),
+        )
+        .unwrap();
+        // Another process holds 3.5 MiB of device 0: the idle device 0
+        // (Alg. 3's tie-break) is passed over for a 1 MiB model.
+        used[0].store(3 * MIB + MIB / 2, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n.add_model_on(model("a"), None).unwrap(), 1);
+        assert_eq!(
+            n.placer.device(1).unwrap().memory_used,
+            MIB,
+            "the footprint"
+        );
+        let st = n.status();
+        assert_eq!(
+            (st[0].memory_used, st[0].memory_total),
+            (3 * MIB + MIB / 2, total)
+        );
+        // A pin there is refused with the driver's free figure (0.5 MiB).
+        let e = n.add_model_on(model("b"), Some(0)).unwrap_err().to_string();
+        assert!(
+            e.contains("1048576 B: the engine's footprint")
+                && e.contains("device 0: 0.00 GiB free"),
+            "{e}"
+        );
+        // The other process exits: device 0 is used again.
+        used[0].store(0, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n.add_model_on(model("b"), None).unwrap(), 0);
     }
 
     #[test]
