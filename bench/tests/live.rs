@@ -3,7 +3,10 @@
 //! the daemon's value tracking, the `--json` object carries the virtual-time
 //! run's fields plus `live`, trace / dependent / continuous clients follow
 //! their load types, a policy asked for is switched to and switched back,
-//! and a missing daemon is a clear error.
+//! and a missing daemon is a clear error. Against `cuda:0` on the
+//! simulated libcuda (reef-libcuda-sim, the test device), the run prints a
+//! normalised RT latency from a stand-alone phase measured through the
+//! daemon (a GPU has no virtual-time preset to take it from).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,18 @@ fn reefd_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("REEF_BENCH_REEFD") {
         return PathBuf::from(p);
     }
+    built("reefd", &["--bin", "reefd"], "reefd")
+}
+
+/// The simulated libcuda (the test device reefd's `cuda:N` loads here),
+/// built like [`reefd_bin`].
+fn sim_libcuda() -> PathBuf {
+    built("reef-libcuda-sim", &[], "libreef_libcuda_sim.so")
+}
+
+/// Builds `package` for this test's target directory and profile and
+/// answers the path of `file` there.
+fn built(package: &str, extra: &[&str], file: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // <target>/<profile>/deps/live-<hash>
     let profile_dir = exe
@@ -36,7 +51,8 @@ fn reefd_bin() -> PathBuf {
         .and_then(|s| s.to_str())
         .expect("profile directory name");
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--quiet", "-p", "reefd", "--bin", "reefd"])
+    cmd.args(["build", "--quiet", "-p", package])
+        .args(extra)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("CARGO_TARGET_DIR", target);
     match profile {
@@ -48,9 +64,9 @@ fn reefd_bin() -> PathBuf {
             cmd.args(["--profile", p]);
         }
     }
-    let st = cmd.status().expect("run cargo to build reefd");
-    assert!(st.success(), "cargo build -p reefd failed");
-    let bin = profile_dir.join("reefd");
+    let st = cmd.status().expect("run cargo");
+    assert!(st.success(), "cargo build -p {package} failed");
+    let bin = profile_dir.join(file);
     assert!(bin.exists(), "{} missing after the build", bin.display());
     bin
 }
@@ -63,13 +79,18 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
+        Self::start_on("device = \"sim:mi50\"")
+    }
+
+    /// reefd with `device` as its [device] section (policy `reef`).
+    fn start_on(device: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("reefd.sock");
         let cfg = dir.path().join("reefd.toml");
         std::fs::write(
             &cfg,
             format!(
-                "[daemon]\nsocket = {:?}\npid_file = {:?}\n[device]\ndevice = \"sim:mi50\"\n\
+                "[daemon]\nsocket = {:?}\npid_file = {:?}\n[device]\n{device}\n\
                  [scheduler]\npolicy = \"reef\"\n[metrics]\nenabled = false\n",
                 socket,
                 dir.path().join("reefd.pid")
@@ -256,6 +277,76 @@ fn live_disb_runs_against_reefd_with_verified_outputs() {
         e.contains("serves on sim:mi50, not sim:gv100") && e.contains("reefd start --device"),
         "{e}"
     );
+}
+
+/// DISB A against `cuda:0` on the simulated libcuda (gv100 preset), with
+/// the libcuda crate's two-kernel model in both of A's model slots (the
+/// only models with a CUDA build here; docs/hardware.md "DISB A through the
+/// daemon on cuda:0" substitutes compiled ResNet-50s the same way): the
+/// normalisation base is measured through the daemon and the table prints
+/// a normalised RT latency, not "-".
+#[test]
+fn live_disb_on_a_cuda_daemon_prints_normalised_latency() {
+    let lib = sim_libcuda();
+    let d = Daemon::start_on(&format!("device = \"cuda:0\"\ncuda_library = {lib:?}"));
+    let models = tempfile::tempdir().unwrap();
+    let two = Path::new(env!("CARGO_MANIFEST_DIR")).join("../libcuda-sim/models/two-kernel");
+    for m in ["vgg", "resnet152"] {
+        let dir = models.path().join(m);
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["kernels.ptx", "weights.bin", "model.toml"] {
+            std::fs::copy(two.join(f), dir.join(f)).unwrap();
+        }
+        std::fs::copy(two.join("two-kernel.json"), dir.join(format!("{m}.json"))).unwrap();
+    }
+    let dir = models.path().to_str().unwrap();
+    // The text output: the base's method, and a normalised mean in the table.
+    let out = d.live(&["A", "--duration", "1", "--no-plot", "--models-dir", dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}\nreefd log:\n{}", d.log());
+    assert!(
+        err.contains("normalisation base: each model alone through reefd")
+            && err.contains("on cuda:0"),
+        "{err}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("A "))
+        .unwrap_or_else(|| panic!("no row for A in:\n{text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[1], "reef-nodkp", "{row}");
+    let rt_mean: f64 = cols[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("RT normalised mean {:?} is not a number: {row}", cols[2]));
+    assert!(rt_mean > 0.5 && rt_mean < 50.0, "{row}");
+    // --json: the same figure, the base per model, and how it was taken.
+    let out = d.live(&[
+        "A",
+        "--duration",
+        "1",
+        "--json",
+        "--no-plot",
+        "--models-dir",
+        dir,
+    ]);
+    let rows = json_lines(&out, &d.log());
+    let r = &rows[0];
+    assert_eq!(r["device"], "cuda:0");
+    assert!(r["rt_latency_norm_mean"].as_f64().is_some(), "{r}");
+    let l = &r["live"];
+    assert!(
+        l["standalone_method"]
+            .as_str()
+            .unwrap()
+            .contains("each model alone through reefd"),
+        "{l}"
+    );
+    for m in ["vgg", "resnet152"] {
+        assert!(l["standalone_us"][m].as_f64().unwrap() > 0.0, "{l}");
+    }
+    assert_eq!(l["outputs_corrupted"], 0);
+    assert!(l["outputs_verified"].as_u64().unwrap() > 0, "{l}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The simulated driver's state: contexts, modules, functions, streams,
-//! events and device memory on one reef-sim GPU, with the checks a CUDA
+//! events and device memory on one or several reef-sim GPUs (one [`Sim`]
+//! each, with its own memory and clock-paced work), with the checks a CUDA
 //! driver makes. The exported C functions (crate root) lock one [`Driver`]
 //! and call its methods; every method returns the driver's error code on
 //! refusal.
@@ -16,6 +17,21 @@
 //! stream-sync-behaviour notes describe. A preempt-flag write through a
 //! blocking stream's context would wait for the very kernels it should
 //! evict; `CU_STREAM_NON_BLOCKING` streams are not waited for.
+//!
+//! Several devices (`REEF_LIBCUDA_SIM_DEVICE=gv100,gv100`): a context
+//! belongs to the device it was created on, and its modules, streams,
+//! events and allocations live on that device's simulated GPU. Every
+//! context has its own address space (CUDA driver API reference, "Context
+//! Management": "each context has its own distinct address space … CUdeviceptr
+//! values from different contexts reference different memory locations"),
+//! so a kernel given a pointer of another context, on the same device or
+//! another one, faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky for its context)
+//! as an unmapped access does on a GPU; a launch on a stream or of a
+//! function of another context is refused (CUDA_ERROR_INVALID_CONTEXT).
+//! Host copies (`cuMemcpyHtoD_v2`/`DtoH_v2`) are routed by the pointer, as
+//! under unified addressing (CUDA programming guide, "Unified Virtual
+//! Address Space": the device a pointer belongs to is found from its
+//! value), so they are not refused across contexts.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -76,8 +92,14 @@ fn id_of(kind: Kind, h: u64) -> Option<u64> {
     (h >> 56 == kind as u64).then_some(h & ((1 << 56) - 1))
 }
 
+/// A launch on one of the driver's devices (a simulator's launch ids are
+/// its own).
+pub type Launch = (usize, LaunchId);
+
 #[derive(Debug)]
 struct Ctx {
+    /// The device ordinal the context was created on.
+    dev: usize,
     streams: Vec<u64>,
     modules: Vec<u64>,
 }
@@ -103,6 +125,8 @@ struct Stream {
     sim: reef_sim::StreamId,
     blocking: bool,
     last: Option<LaunchId>,
+    /// The device the stream's context is on.
+    dev: usize,
     /// Modules whose functions were launched on this stream: the flags its
     /// kernels read at entry (see [`Driver::flag_changed`]).
     modules: Vec<u64>,
@@ -111,7 +135,7 @@ struct Stream {
 #[derive(Debug)]
 struct Event {
     ctx: u64,
-    target: Option<LaunchId>,
+    target: Option<Launch>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +146,8 @@ enum Owner {
 
 #[derive(Debug)]
 struct Alloc {
+    /// The device whose memory holds it.
+    dev: usize,
     data: Vec<u8>,
     owner: Owner,
     /// FNV-1a of `data`, computed when a kernel first reads the whole
@@ -221,10 +247,54 @@ pub struct Stats {
     pub evicted: u64,
 }
 
-/// The driver.
-pub struct Driver {
+/// One simulated GPU of the driver.
+struct Gpu {
     spec: DeviceSpec,
     sim: Sim,
+    stats: Stats,
+}
+
+/// The most devices `REEF_LIBCUDA_SIM_DEVICE` may list (a node of 64
+/// GPUs is far beyond any host reefd serves; the bound keeps a typo such
+/// as `gv100x10000` from building thousands of simulators).
+pub const MAX_DEVICES: usize = 64;
+
+/// The devices of a `REEF_LIBCUDA_SIM_DEVICE` value: a comma-separated
+/// list of reef-sim presets or spec files, a preset optionally followed by
+/// `xN` (`gv100x2` = `gv100,gv100`), device ordinal 0 first.
+pub fn device_list(s: &str) -> Result<Vec<DeviceSpec>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(format!("{s:?}: an empty item in the device list"));
+        }
+        let (name, n) = match item.rsplit_once('x') {
+            Some((name, n))
+                if !n.is_empty()
+                    && n.bytes().all(|b| b.is_ascii_digit())
+                    && DeviceSpec::preset(name).is_ok() =>
+            {
+                (
+                    name,
+                    n.parse::<usize>().map_err(|e| format!("{item}: {e}"))?,
+                )
+            }
+            _ => (item, 1),
+        };
+        if n == 0 || out.len() + n > MAX_DEVICES {
+            return Err(format!(
+                "{s:?}: between 1 and {MAX_DEVICES} devices, please"
+            ));
+        }
+        let spec = DeviceSpec::by_name_or_path(name).map_err(|e| format!("{name}: {e}"))?;
+        out.extend(std::iter::repeat_n(spec, n));
+    }
+    Ok(out)
+}
+
+/// The driver.
+pub struct Driver {
+    gpus: Vec<Gpu>,
     epoch: Instant,
     next_id: u64,
     next_addr: u64,
@@ -234,7 +304,7 @@ pub struct Driver {
     streams: HashMap<u64, Stream>,
     events: HashMap<u64, Event>,
     allocs: BTreeMap<u64, Alloc>,
-    inflight: HashMap<LaunchId, InFlight>,
+    inflight: HashMap<Launch, InFlight>,
     /// An error that leaves the process's contexts unusable (a kernel
     /// touched memory it does not own: CUDA_ERROR_ILLEGAL_ADDRESS is
     /// "sticky", the driver API reference says, and every later call
@@ -247,8 +317,9 @@ pub struct Driver {
 #[derive(Debug, Clone, Copy)]
 pub enum Wait {
     /// A launch of a context.
-    Launch(u64, LaunchId),
-    QueueSlot(reef_sim::StreamId),
+    Launch(u64, Launch),
+    /// A free slot in a stream's queue on a device.
+    QueueSlot(usize, reef_sim::StreamId),
 }
 
 /// What a caller that must wait does next.
@@ -259,14 +330,20 @@ pub enum Poll {
 }
 
 impl Driver {
-    /// The device the preset names (`REEF_LIBCUDA_SIM_DEVICE`: a reef-sim
-    /// preset or spec file; default `gv100`, REEF's NVIDIA testbed).
-    pub fn new(device: &str) -> Result<Driver, String> {
-        let spec = DeviceSpec::by_name_or_path(device).map_err(|e| e.to_string())?;
-        let sim = Sim::new(spec.clone(), SimConfig::default());
+    /// The devices `devices` names (`REEF_LIBCUDA_SIM_DEVICE`: reef-sim
+    /// presets or spec files, [`device_list`]; default `gv100`, REEF's
+    /// NVIDIA testbed), each its own simulated GPU.
+    pub fn new(devices: &str) -> Result<Driver, String> {
+        let gpus = device_list(devices)?
+            .into_iter()
+            .map(|spec| Gpu {
+                sim: Sim::new(spec.clone(), SimConfig::default()),
+                spec,
+                stats: Stats::default(),
+            })
+            .collect();
         Ok(Driver {
-            spec,
-            sim,
+            gpus,
             epoch: Instant::now(),
             next_id: 1,
             next_addr: ADDR_BASE,
@@ -282,8 +359,29 @@ impl Driver {
         })
     }
 
-    pub fn spec(&self) -> &DeviceSpec {
-        &self.spec
+    /// How many devices the driver has (`cuDeviceGetCount`).
+    pub fn device_count(&self) -> usize {
+        self.gpus.len()
+    }
+
+    /// Device `dev`'s preset (CUDA_ERROR_INVALID_DEVICE past the count).
+    pub fn spec(&self, dev: i32) -> R<&DeviceSpec> {
+        usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.gpus.get(d))
+            .map(|g| &g.spec)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// Counters of device `dev`.
+    pub fn device_stats(&self, dev: usize) -> Option<Stats> {
+        self.gpus.get(dev).map(|g| g.stats)
+    }
+
+    /// The device a context was created on.
+    pub fn ctx_device(&self, h: u64) -> R<usize> {
+        let id = self.ctx(h)?;
+        Ok(self.contexts[&id].dev)
     }
 
     fn fresh(&mut self) -> u64 {
@@ -298,24 +396,36 @@ impl Driver {
     /// Runs the simulated GPU up to the wall clock and applies what its
     /// kernels did to device memory.
     pub fn catch_up(&mut self) {
-        let now = self.now_ns().max(self.sim.now());
         let mut evs = Vec::new();
-        self.sim.advance_into(now, &mut evs);
-        for e in evs {
+        for dev in 0..self.gpus.len() {
+            let now = self.now_ns().max(self.gpus[dev].sim.now());
+            evs.clear();
+            self.gpus[dev].sim.advance_into(now, &mut evs);
+            for e in &evs {
+                self.device_event(dev, e);
+            }
+        }
+    }
+
+    fn device_event(&mut self, dev: usize, e: &reef_sim::DeviceEvent) {
+        let l = (dev, e.launch);
+        {
             match e.kind {
-                EventKind::Started => self.started(e.launch),
+                EventKind::Started => self.started(l),
                 EventKind::Completed => {
                     self.stats.completed += 1;
-                    self.completed(e.launch);
+                    self.gpus[dev].stats.completed += 1;
+                    self.completed(l);
                 }
                 EventKind::Evicted | EventKind::Cleared => {
                     self.stats.evicted += 1;
-                    self.inflight.remove(&e.launch);
+                    self.gpus[dev].stats.evicted += 1;
+                    self.inflight.remove(&l);
                 }
                 EventKind::Killed { .. } => {
                     // No kill path exists in this driver (the kill is an RM
                     // debugger operation, not a driver API call).
-                    if let Some(f) = self.inflight.remove(&e.launch) {
+                    if let Some(f) = self.inflight.remove(&l) {
                         for w in f.writes {
                             if let Some((base, off)) = self.find(w) {
                                 let a = self.allocs.get_mut(&base).unwrap();
@@ -339,7 +449,7 @@ impl Driver {
 
     /// Fig. 8 line 3: a kernel that passed the flag check stores its
     /// execution index in the module's `reef_exec_index`.
-    fn started(&mut self, l: LaunchId) {
+    fn started(&mut self, l: Launch) {
         let Some(f) = self.inflight.get(&l) else {
             return;
         };
@@ -361,13 +471,13 @@ impl Driver {
     /// arguments: `splitmix64` words seeded by an FNV-1a hash of them. Equal
     /// inputs give equal outputs; a kernel that did not run leaves its
     /// outputs as they were.
-    fn completed(&mut self, l: LaunchId) {
+    fn completed(&mut self, l: Launch) {
         let Some(f) = self.inflight.remove(&l) else {
             return;
         };
         let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
         for &r in &f.reads {
-            match self.find(r) {
+            match self.find_in(f.ctx, r) {
                 Some((base, off)) => {
                     let c = self.allocs.get_mut(&base).unwrap().content_hash(off);
                     h = fnv1a(&c.to_le_bytes(), h);
@@ -381,7 +491,7 @@ impl Driver {
         }
         h = fnv1a(&f.scalars, h);
         for (i, &w) in f.writes.iter().enumerate() {
-            let Some((base, off)) = self.find(w) else {
+            let Some((base, off)) = self.find_in(f.ctx, w) else {
                 self.sticky
                     .insert(f.ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
                 return;
@@ -399,12 +509,20 @@ impl Driver {
                 self.check_sticky(ctx)?;
                 !self.inflight.contains_key(&l)
             }
-            Wait::QueueSlot(s) => self.sim.queue_len(s) < self.sim.queue_capacity(s),
+            Wait::QueueSlot(dev, s) => {
+                let sim = &self.gpus[dev].sim;
+                sim.queue_len(s) < sim.queue_capacity(s)
+            }
         };
         if ready {
             return Ok(Poll::Ready);
         }
-        match self.sim.next_event_time() {
+        match self
+            .gpus
+            .iter()
+            .filter_map(|g| g.sim.next_event_time())
+            .min()
+        {
             Some(t) => Ok(Poll::Sleep(t.saturating_sub(self.now_ns()))),
             // Nothing will ever happen: a driver would hang; say so instead.
             None => Err(CUresult::CUDA_ERROR_UNKNOWN),
@@ -417,18 +535,32 @@ impl Driver {
         (off < a.data.len()).then_some((base, off))
     }
 
+    /// `ptr` as a kernel of context `ctx` sees it: only the context's own
+    /// allocations and its modules' globals are mapped (module doc).
+    fn find_in(&self, ctx: u64, ptr: u64) -> Option<(u64, usize)> {
+        let (base, off) = self.find(ptr)?;
+        let mine = match self.allocs[&base].owner {
+            Owner::User(c) => c == ctx,
+            Owner::Global(m) => self.modules.get(&m).is_some_and(|m| m.ctx == ctx),
+        };
+        mine.then_some((base, off))
+    }
+
     // --- contexts ---------------------------------------------------------
 
-    pub fn ctx_create(&mut self) -> u64 {
+    /// A context on device `dev` (CUDA_ERROR_INVALID_DEVICE past the count).
+    pub fn ctx_create(&mut self, dev: i32) -> R<u64> {
+        self.spec(dev)?;
         let id = self.fresh();
         self.contexts.insert(
             id,
             Ctx {
+                dev: dev as usize,
                 streams: Vec::new(),
                 modules: Vec::new(),
             },
         );
-        handle(Kind::Context, id)
+        Ok(handle(Kind::Context, id))
     }
 
     pub fn ctx(&self, h: u64) -> R<u64> {
@@ -458,18 +590,19 @@ impl Driver {
             .collect();
         for b in freed {
             let a = self.allocs.remove(&b).unwrap();
-            self.sim.free(a.data.len() as u64);
+            self.gpus[a.dev].sim.free(a.data.len() as u64);
         }
         Ok(())
     }
 
     // --- memory -----------------------------------------------------------
 
-    fn alloc_raw(&mut self, bytes: usize, owner: Owner) -> R<u64> {
+    fn alloc_raw(&mut self, dev: usize, bytes: usize, owner: Owner) -> R<u64> {
         if bytes == 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        self.sim
+        self.gpus[dev]
+            .sim
             .alloc(bytes as u64)
             .map_err(|_| CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
         let base = self.next_addr;
@@ -479,6 +612,7 @@ impl Driver {
         self.allocs.insert(
             base,
             Alloc {
+                dev,
                 data: vec![0; bytes],
                 owner,
                 hash: None,
@@ -489,24 +623,32 @@ impl Driver {
     }
 
     pub fn mem_alloc(&mut self, ctx: u64, bytes: usize) -> R<u64> {
-        self.alloc_raw(bytes, Owner::User(ctx))
+        let dev = self.contexts[&ctx].dev;
+        self.alloc_raw(dev, bytes, Owner::User(ctx))
     }
 
     pub fn mem_free(&mut self, ptr: u64) -> R<()> {
         match self.allocs.get(&ptr) {
             Some(a) if matches!(a.owner, Owner::User(_)) => {
                 let a = self.allocs.remove(&ptr).unwrap();
-                self.sim.free(a.data.len() as u64);
+                self.gpus[a.dev].sim.free(a.data.len() as u64);
                 Ok(())
             }
             _ => Err(CUresult::CUDA_ERROR_INVALID_VALUE),
         }
     }
 
-    /// (free, total) device memory.
-    pub fn mem_info(&self) -> (u64, u64) {
-        let total = self.spec.memory_bytes;
-        (total - self.sim.memory_used(), total)
+    /// (free, total) memory of the device of context `ctx` (an id from
+    /// [`Driver::ctx`]).
+    pub fn mem_info(&self, ctx: u64) -> (u64, u64) {
+        self.device_memory(self.contexts[&ctx].dev)
+    }
+
+    /// (free, total) memory of device `dev`.
+    pub fn device_memory(&self, dev: usize) -> (u64, u64) {
+        let g = &self.gpus[dev];
+        let total = g.spec.memory_bytes;
+        (total - g.sim.memory_used(), total)
     }
 
     fn range(&self, ptr: u64, n: usize) -> R<(u64, usize)> {
@@ -519,11 +661,11 @@ impl Driver {
 
     /// The last launch of the blocking streams that a synchronous copy in
     /// context `ctx` must wait for.
-    pub fn blocking_work(&self, ctx: u64) -> Option<LaunchId> {
+    pub fn blocking_work(&self, ctx: u64) -> Option<Launch> {
         self.streams
             .values()
             .filter(|s| s.ctx == ctx && s.blocking)
-            .filter_map(|s| s.last)
+            .filter_map(|s| s.last.map(|l| (s.dev, l)))
             .filter(|l| self.inflight.contains_key(l))
             .max()
     }
@@ -581,9 +723,9 @@ impl Driver {
 
     fn mirror_flag(&mut self, stream: u64) {
         let s = &self.streams[&stream];
-        let (sim, on) = (s.sim, s.modules.iter().any(|&m| self.module_flag(m)));
+        let (dev, sim, on) = (s.dev, s.sim, s.modules.iter().any(|&m| self.module_flag(m)));
         // gv100/h100/mi50 presets all have level 2.
-        let _ = self.sim.set_preempt_flag(sim, on);
+        let _ = self.gpus[dev].sim.set_preempt_flag(sim, on);
     }
 
     fn module_flag(&self, m: u64) -> bool {
@@ -601,9 +743,10 @@ impl Driver {
         let text = std::str::from_utf8(image).map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
         let parsed = ptx::parse(text).map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
         let id = self.fresh();
+        let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
         for g in &parsed.globals {
-            let addr = self.alloc_raw(g.size.max(1), Owner::Global(id))?;
+            let addr = self.alloc_raw(dev, g.size.max(1), Owner::Global(id))?;
             globals.insert(g.name.clone(), (addr, g.size));
         }
         self.modules.insert(
@@ -634,7 +777,7 @@ impl Driver {
         }
         for (addr, _) in m.globals.values() {
             if let Some(a) = self.allocs.remove(addr) {
-                self.sim.free(a.data.len() as u64);
+                self.gpus[a.dev].sim.free(a.data.len() as u64);
             }
         }
         if let Some(c) = self.contexts.get_mut(&m.ctx) {
@@ -708,7 +851,8 @@ impl Driver {
         if flags & !1 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let s = self
+        let dev = self.contexts[&ctx].dev;
+        let s = self.gpus[dev]
             .sim
             .create_stream(0, STREAM_QUEUE_DEPTH)
             .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
@@ -717,6 +861,7 @@ impl Driver {
             id,
             Stream {
                 ctx,
+                dev,
                 sim: s,
                 blocking: flags & 1 == 0,
                 last: None,
@@ -744,9 +889,9 @@ impl Driver {
     }
 
     /// The stream's context and last launch (what a synchronize waits for).
-    pub fn stream_last(&self, h: u64) -> R<(u64, Option<LaunchId>)> {
+    pub fn stream_last(&self, h: u64) -> R<(u64, Option<Launch>)> {
         let s = self.stream(h)?;
-        Ok((s.ctx, s.last))
+        Ok((s.ctx, s.last.map(|l| (s.dev, l))))
     }
 
     pub fn event_create(&mut self, ctx: u64, flags: u32) -> R<u64> {
@@ -771,13 +916,13 @@ impl Driver {
         if s.ctx != self.events[&id].ctx {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
-        let last = s.last;
+        let last = s.last.map(|l| (s.dev, l));
         self.events.get_mut(&id).unwrap().target = last;
         Ok(())
     }
 
     /// The event's context and the launch it waits for (`None`: complete).
-    pub fn event_target(&self, ev: u64) -> R<(u64, Option<LaunchId>)> {
+    pub fn event_target(&self, ev: u64) -> R<(u64, Option<Launch>)> {
         let id = self.event_id(ev)?;
         Ok((self.events[&id].ctx, self.events[&id].target))
     }
@@ -812,14 +957,15 @@ impl Driver {
         shared: u32,
         stream: u64,
         args: &[Vec<u8>],
-    ) -> R<Result<LaunchId, reef_sim::StreamId>> {
+    ) -> R<Result<Launch, (usize, reef_sim::StreamId)>> {
         self.check_sticky(ctx)?;
         let (m, e) = self.entry(f)?;
         let s = self.stream(stream)?;
-        let (s_ctx, s_sim) = (s.ctx, s.sim);
+        let (s_ctx, s_sim, dev) = (s.ctx, s.sim, s.dev);
         if s_ctx != self.modules[&m].ctx || ctx != s_ctx {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
+        let spec = &self.gpus[dev].spec;
         let threads = block.iter().map(|&d| d as u64).product::<u64>();
         let blocks = grid.iter().map(|&d| d as u64).product::<u64>();
         if block.contains(&0)
@@ -834,7 +980,7 @@ impl Driver {
         let entry = &self.modules[&m].entries[e];
         let work = entry.work.clone().unwrap_or(ptx::Work {
             // No recorded work: the simulator's floor per block.
-            block_ns: self.spec.min_block_ns,
+            block_ns: spec.min_block_ns,
             flops: None,
             bytes: 0,
             regs_per_thread: 0,
@@ -849,7 +995,7 @@ impl Driver {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let regs = work.regs_per_thread as u64 * threads;
-        if work.regs_per_thread > MAX_REGS_PER_THREAD || regs > self.spec.registers_per_cu as u64 {
+        if work.regs_per_thread > MAX_REGS_PER_THREAD || regs > spec.registers_per_cu as u64 {
             return Err(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
         }
         if args.len() != entry.params.len()
@@ -860,8 +1006,9 @@ impl Driver {
         {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        if self.sim.queue_len(s_sim) >= self.sim.queue_capacity(s_sim) {
-            return Ok(Err(s_sim));
+        let sim = &self.gpus[dev].sim;
+        if sim.queue_len(s_sim) >= sim.queue_capacity(s_sim) {
+            return Ok(Err((dev, s_sim)));
         }
         let ptr = |i: usize| u64::from_le_bytes(args[i][..8].try_into().unwrap());
         let pointer_ok = |i: &usize| entry.params[*i].size == 8;
@@ -886,14 +1033,8 @@ impl Driver {
             writes: work.writes.iter().map(|&i| ptr(i)).collect(),
             scalars,
         };
-        let (regs, curve) = block_curve(
-            &work,
-            blocks as u32,
-            threads as u32,
-            shared_total,
-            &self.spec,
-        )
-        .unwrap_or((regs, vec![work.block_ns]));
+        let (regs, curve) = block_curve(&work, blocks as u32, threads as u32, shared_total, spec)
+            .unwrap_or((regs, vec![work.block_ns]));
         let shape = KernelShape::synthetic(
             &entry.name,
             blocks as u32,
@@ -901,7 +1042,7 @@ impl Driver {
             shared_total,
             regs as u32,
             curve,
-            &self.spec,
+            spec,
         )
         .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
         let sid = id_of(Kind::Stream, stream).unwrap();
@@ -910,15 +1051,16 @@ impl Driver {
             self.streams.get_mut(&sid).unwrap().modules.push(m);
             self.mirror_flag(sid);
         }
-        let l = self
+        let l = self.gpus[dev]
             .sim
             .launch(s_sim, KernelLaunch::new(Arc::new(shape), Tags::default()))
             .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
         self.stats.launches += 1;
-        self.inflight.insert(l, fl);
+        self.gpus[dev].stats.launches += 1;
+        self.inflight.insert((dev, l), fl);
         let id = id_of(Kind::Stream, stream).unwrap();
         self.streams.get_mut(&id).unwrap().last = Some(l);
-        Ok(Ok(l))
+        Ok(Ok((dev, l)))
     }
 }
 

@@ -18,7 +18,8 @@
 //!
 //! What it implements, by the versioned names cudarc 0.19 resolves:
 //! `cuInit`, `cuDriverGetVersion`, `cuDeviceGet`, `cuDeviceGetCount`,
-//! `cuDeviceGetName`, `cuDeviceGetAttribute` (compute capability only),
+//! `cuDeviceGetName`, `cuDeviceGetAttribute` (compute capability, SM
+//! count, warp size, threads and blocks per SM),
 //! `cuDeviceTotalMem_v2`, `cuCtxCreate_v2`,
 //! `cuCtxDestroy_v2`, `cuCtxSetCurrent`, `cuCtxGetCurrent`,
 //! `cuModuleLoadData`, `cuModuleUnload`, `cuModuleGetFunction`,
@@ -32,7 +33,16 @@
 //! …) is exported too and answers `CUDA_ERROR_NOT_SUPPORTED`, never a
 //! silent success; anything else is absent from the library.
 //!
-//! What it checks, with the driver's codes: no `cuInit` (NOT_INITIALIZED),
+//! Devices: `REEF_LIBCUDA_SIM_DEVICE` names one preset or spec file
+//! (`gv100` by default) or a comma-separated list (`gv100,gv100`,
+//! `gv100x2`, `gv100,/path/small.toml`): `cuDeviceGetCount` answers their
+//! number and each ordinal is its own simulated GPU with its own memory,
+//! clock-paced work and counters ([`device_stats`]). A context belongs to
+//! its device; see driver.rs for what is refused across contexts and
+//! devices.
+//!
+//! What it checks, with the driver's codes: a device ordinal past the
+//! count (INVALID_DEVICE), no `cuInit` (NOT_INITIALIZED),
 //! no current context (INVALID_CONTEXT), an unknown or destroyed handle or a
 //! function of an unloaded module (INVALID_HANDLE), a kernel or global name
 //! the module lacks (NOT_FOUND), malformed PTX (INVALID_PTX), out-of-range
@@ -40,8 +50,10 @@
 //! a copy past the end of an allocation, a freed or unknown pointer
 //! (INVALID_VALUE), too many registers (LAUNCH_OUT_OF_RESOURCES), an
 //! allocation larger than the free memory of the preset
-//! (OUT_OF_MEMORY), and a kernel that reads or writes freed memory
-//! (ILLEGAL_ADDRESS, sticky for the process, as on a GPU).
+//! (OUT_OF_MEMORY), a launch whose stream or function belongs to another
+//! context (INVALID_CONTEXT), and a kernel that reads or writes freed
+//! memory or memory of another context, on its device or another one
+//! (ILLEGAL_ADDRESS, sticky for the context, as on a GPU).
 //!
 //! What kernels compute: nothing of the PTX runs. A completed kernel's
 //! written buffers get a deterministic function of its name, its read
@@ -71,8 +83,11 @@ use cudarc::driver::sys::{
 
 use driver::{Driver, Poll, Wait, R};
 
-/// The environment variable that picks the simulated device (a reef-sim
-/// preset name or a spec file); `gv100` when unset.
+/// The environment variable that picks the simulated devices: a reef-sim
+/// preset name or a spec file, or a comma-separated list of them for
+/// several GPUs (`gv100,gv100`, `gv100x2`, `h100,/path/small.toml`; device
+/// ordinal 0 first, [`driver::device_list`]); `gv100` when unset. Each
+/// device is its own simulated GPU with its own memory.
 pub const DEVICE_ENV: &str = "REEF_LIBCUDA_SIM_DEVICE";
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
@@ -129,9 +144,15 @@ fn out<T>(p: *mut T, v: T) -> R<()> {
     Ok(())
 }
 
-/// Simulated device stats (launches, completed, evicted), for tests.
+/// Simulated device stats (launches, completed, evicted) summed over the
+/// devices, for tests.
 pub fn stats() -> Option<driver::Stats> {
     lock().as_ref().map(|d| d.stats)
+}
+
+/// The stats of device ordinal `dev`, for tests.
+pub fn device_stats(dev: usize) -> Option<driver::Stats> {
+    lock().as_ref().and_then(|d| d.device_stats(dev))
 }
 
 #[no_mangle]
@@ -162,29 +183,25 @@ pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
 
 #[no_mangle]
 pub extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
-    code(with(|_| out(n, 1)))
+    code(with(|d| out(n, d.device_count() as c_int)))
 }
 
 #[no_mangle]
 pub extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUresult {
-    code(with(|_| {
-        if ordinal != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
-        }
-        out(dev, 0)
+    code(with(|d| {
+        d.spec(ordinal)?;
+        out(dev, ordinal)
     }))
 }
 
 #[no_mangle]
 pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     code(with(|d| {
-        if dev != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
-        }
+        let spec = d.spec(dev)?;
         if name.is_null() || len <= 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let s = format!("reef-sim {} (simulated GPU, test device)", d.spec().name);
+        let s = format!("reef-sim {} (simulated GPU, test device)", spec.name);
         let n = s.len().min(len as usize - 1);
         // SAFETY: the caller gave `len` writable bytes at `name`.
         unsafe {
@@ -211,20 +228,31 @@ pub fn compute_capability(preset: &str) -> Option<(c_int, c_int)> {
     }
 }
 
-/// Only the compute capability is implemented (reefd picks a compiled
-/// model's PTX by it); any other attribute, or a preset without one,
-/// answers CUDA_ERROR_NOT_SUPPORTED.
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, `_WARP_SIZE`,
+/// `_MAX_THREADS_PER_MULTIPROCESSOR`, `_MAX_BLOCKS_PER_MULTIPROCESSOR`
+/// (cuda.h): what reefd's placement across a node's GPUs reads (CASE/MGB
+/// Algorithm 3 counts warps per SM).
+pub const ATTR_SM_COUNT: c_int = 16;
+pub const ATTR_WARP_SIZE: c_int = 10;
+pub const ATTR_MAX_THREADS_PER_SM: c_int = 39;
+pub const ATTR_MAX_BLOCKS_PER_SM: c_int = 106;
+
+/// The compute capability (reefd picks a compiled model's PTX by it; a
+/// preset without one answers CUDA_ERROR_NOT_SUPPORTED) and the SM
+/// figures placement reads, from the preset (compute units, wave size,
+/// per-CU limits). Any other attribute answers CUDA_ERROR_NOT_SUPPORTED.
 #[no_mangle]
 pub extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) -> CUresult {
     code(with(|d| {
-        if dev != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
-        }
-        let (major, minor) =
-            compute_capability(&d.spec().name).ok_or(CUresult::CUDA_ERROR_NOT_SUPPORTED)?;
+        let spec = d.spec(dev)?;
+        let cc = || compute_capability(&spec.name).ok_or(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         match attrib {
-            ATTR_CC_MAJOR => out(pi, major),
-            ATTR_CC_MINOR => out(pi, minor),
+            ATTR_CC_MAJOR => out(pi, cc()?.0),
+            ATTR_CC_MINOR => out(pi, cc()?.1),
+            ATTR_SM_COUNT => out(pi, spec.compute_units as c_int),
+            ATTR_WARP_SIZE => out(pi, spec.wave_size as c_int),
+            ATTR_MAX_THREADS_PER_SM => out(pi, spec.max_threads_per_cu as c_int),
+            ATTR_MAX_BLOCKS_PER_SM => out(pi, spec.max_blocks_per_cu as c_int),
             _ => Err(CUresult::CUDA_ERROR_NOT_SUPPORTED),
         }
     }))
@@ -233,26 +261,22 @@ pub extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdev
 #[no_mangle]
 pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     code(with(|d| {
-        if dev != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
-        }
-        out(bytes, d.mem_info().1 as usize)
+        d.spec(dev)?;
+        out(bytes, d.device_memory(dev as usize).1 as usize)
     }))
 }
 
 #[no_mangle]
 pub extern "C" fn cuCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
     code(with(|d| {
-        if dev != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_DEVICE);
-        }
+        d.spec(dev)?;
         if flags & !0x1f != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         if ctx.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let h = d.ctx_create();
+        let h = d.ctx_create(dev)?;
         CURRENT.with(|c| c.set(h));
         out(ctx, h as CUcontext)
     }))
@@ -374,8 +398,8 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 #[no_mangle]
 pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     code(with(|d| {
-        current(d)?;
-        let (f, t) = d.mem_info();
+        let ctx = current(d)?;
+        let (f, t) = d.mem_info(ctx);
         out(free, f as usize)?;
         out(total, t as usize)
     }))
@@ -561,8 +585,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
         match r {
             Ok(Ok(_)) => return CUresult::CUDA_SUCCESS,
             // The stream's queue is full: block, as the driver does.
-            Ok(Err(s)) => {
-                if let Err(c) = wait(Wait::QueueSlot(s)) {
+            Ok(Err((dev, s))) => {
+                if let Err(c) = wait(Wait::QueueSlot(dev, s)) {
                     return c;
                 }
             }

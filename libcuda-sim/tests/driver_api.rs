@@ -468,9 +468,14 @@ fn compute_capability_is_the_presets() {
     assert_eq!(compute_capability("h100"), Some((9, 0)));
     assert_eq!(compute_capability("mi50"), None);
     let mut v = 0;
-    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT (16): not implemented.
+    // The SM figures placement reads are the preset's: GV100, 80 SMs.
+    assert_eq!(cuDeviceGetAttribute(&mut v, ATTR_SM_COUNT, 0), OK);
+    assert_eq!(v, 80);
+    assert_eq!(cuDeviceGetAttribute(&mut v, ATTR_WARP_SIZE, 0), OK);
+    assert_eq!(v, 32);
+    // CU_DEVICE_ATTRIBUTE_CLOCK_RATE (13): not implemented.
     assert_eq!(
-        cuDeviceGetAttribute(&mut v, 16, 0),
+        cuDeviceGetAttribute(&mut v, 13, 0),
         CUresult::CUDA_ERROR_NOT_SUPPORTED
     );
     assert_eq!(

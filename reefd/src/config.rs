@@ -105,7 +105,8 @@ pub struct DaemonConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeviceConfig {
-    /// auto, sim:mi50, sim:gv100, sim:h100, cuda:N or kfd:N.
+    /// auto, sim:mi50, sim:gv100, sim:h100, a simulated node (sim:mi50x4),
+    /// cuda:N, a node of NVIDIA GPUs (cuda:0,cuda:1) or kfd:N.
     pub device: String,
     /// The shared data directory. Empty: $REEF_SHARED, else
     /// `<workspace>/../shared`.

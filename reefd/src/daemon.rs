@@ -57,32 +57,45 @@ pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>
 /// reset-based preemption (engine/cuda.rs), on the driver library of
 /// [`Config::cuda_library`]. NVIDIA hardware needs root, as the other
 /// hardware devices; the simulated test device (reef-libcuda-sim, whose
-/// `cuDeviceGetName` says "test device") does not.
+/// `cuDeviceGetName` says "test device") does not. Several GPUs
+/// (`cuda:0,cuda:1`) make a node: one CUDA engine each, models placed by
+/// CASE/MGB Algorithm 3 on the drivers' free memory (engine/node.rs).
 pub fn make_cuda_engine(
-    index: u32,
+    indices: &[u32],
     cfg: &Config,
     is_root: bool,
 ) -> anyhow::Result<Box<dyn Engine>> {
     use crate::backend::cuda_launch::TEST_DEVICE_MARK;
     let library = cfg.cuda_library().map(|(p, _)| p);
-    let e = crate::engine::cuda::CudaEngine::open(
-        index,
-        library,
-        cfg.scheduler.device_queue_capacity,
-        &cfg.scheduler.policy,
-    )
-    .map_err(|e| anyhow::anyhow!("device cuda:{index}: {e}"))?;
-    let gpu = e.device().gpu_name().to_string();
-    if !is_root && !gpu.contains(TEST_DEVICE_MARK) {
-        bail!(device::DeviceError::NeedsRoot(DeviceSpec::Cuda(index)));
+    let mut engines = Vec::new();
+    for &index in indices {
+        let e = crate::engine::cuda::CudaEngine::open(
+            index,
+            library.clone(),
+            cfg.scheduler.device_queue_capacity,
+            &cfg.scheduler.policy,
+        )
+        .map_err(|e| anyhow::anyhow!("device cuda:{index}: {e}"))?;
+        let gpu = e.device().gpu_name().to_string();
+        if !is_root && !gpu.contains(TEST_DEVICE_MARK) {
+            bail!(device::DeviceError::NeedsRoot(DeviceSpec::Cuda(vec![
+                index
+            ])));
+        }
+        if cfg.scheduler.policy == "reef" {
+            tracing::warn!(
+                "cuda:{index}: dynamic kernel padding (REEF §5) is not available on the CUDA launch path; serving reef-nodkp (reset-based preemption)"
+            );
+        }
+        tracing::info!(device = %format!("cuda:{index}"), gpu = %gpu, "{}", e.device().levels());
+        engines.push(e);
     }
-    if cfg.scheduler.policy == "reef" {
-        tracing::warn!(
-            "cuda:{index}: dynamic kernel padding (REEF §5) is not available on the CUDA launch path; serving reef-nodkp (reset-based preemption)"
-        );
+    if engines.len() == 1 {
+        return Ok(Box::new(engines.pop().expect("one engine")));
     }
-    tracing::info!(device = %format!("cuda:{index}"), gpu = %gpu, "{}", e.device().levels());
-    Ok(Box::new(e))
+    let node = crate::engine::node::NodeEngine::cuda(engines)
+        .map_err(|e| anyhow::anyhow!("device {}: {e}", DeviceSpec::Cuda(indices.to_vec())))?;
+    Ok(Box::new(node))
 }
 
 /// Reads the PID in a PID file, if the file exists and names a live reefd.
@@ -214,8 +227,8 @@ fn run(
         report(&mut ready, &format!("{e:#}"));
         return Err(e);
     }
-    let device_name = match selected.cuda {
-        Some(i) => format!("cuda:{i}"),
+    let device_name = match &selected.cuda {
+        Some(i) => DeviceSpec::Cuda(i.clone()).to_string(),
         None => format!("sim:{}", selected.preset),
     };
     if let Some(n) = &selected.notice {
@@ -229,7 +242,7 @@ fn run(
         report(&mut ready, &format!("{e:#}"));
         return Err(e);
     }
-    let engine = match selected.cuda {
+    let engine = match &selected.cuda {
         Some(i) => make_cuda_engine(i, cfg, device::is_root()),
         None => make_engine(&selected.preset, cfg),
     };

@@ -15,7 +15,9 @@ pub const SIM_PRESETS: &[&str] = &["mi50", "gv100", "h100"];
 pub enum DeviceSpec {
     Auto,
     Sim(String),
-    Cuda(u32),
+    /// One NVIDIA GPU (`cuda:0`) or a node of them (`cuda:0,cuda:1`), by
+    /// driver ordinal, without repeats.
+    Cuda(Vec<u32>),
     Kfd(u32),
 }
 
@@ -24,7 +26,10 @@ impl fmt::Display for DeviceSpec {
         match self {
             DeviceSpec::Auto => f.write_str("auto"),
             DeviceSpec::Sim(p) => write!(f, "sim:{p}"),
-            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+            DeviceSpec::Cuda(n) => {
+                let items: Vec<String> = n.iter().map(|i| format!("cuda:{i}")).collect();
+                f.write_str(&items.join(","))
+            }
             DeviceSpec::Kfd(n) => write!(f, "kfd:{n}"),
         }
     }
@@ -32,9 +37,45 @@ impl fmt::Display for DeviceSpec {
 
 impl DeviceSpec {
     pub fn parse(s: &str) -> Result<DeviceSpec, String> {
-        let usage = "use auto, sim:mi50, sim:gv100, sim:h100, a node such as sim:mi50x4 or sim:mi50,gv100, cuda:N or kfd:N";
+        let usage = "use auto, sim:mi50, sim:gv100, sim:h100, a node such as sim:mi50x4 or sim:mi50,gv100, cuda:N, a node of GPUs such as cuda:0,cuda:1, or kfd:N";
         if s == "auto" {
             return Ok(DeviceSpec::Auto);
+        }
+        if s.contains(',') {
+            let items: Vec<&str> = s.split(',').map(str::trim).collect();
+            let kinds: Vec<&str> = items
+                .iter()
+                .filter_map(|i| i.split_once(':').map(|(k, _)| k))
+                .collect();
+            let mixed = kinds.iter().any(|&k| k != kinds[0]);
+            if mixed {
+                return Err(format!(
+                    "device {s:?} mixes kinds of device: a node is all simulated \
+                     (sim:mi50,gv100) or all NVIDIA GPUs (cuda:0,cuda:1)"
+                ));
+            }
+            if kinds.first() == Some(&"cuda") {
+                let mut n = Vec::new();
+                for item in items {
+                    let i = item
+                        .strip_prefix("cuda:")
+                        .and_then(|a| a.parse::<u32>().ok())
+                        .ok_or_else(|| format!("device {s:?}: {item:?} is not cuda:N; {usage}"))?;
+                    if n.contains(&i) {
+                        return Err(format!(
+                            "device {s:?}: cuda:{i} is listed twice; name each GPU once"
+                        ));
+                    }
+                    n.push(i);
+                }
+                return Ok(DeviceSpec::Cuda(n));
+            }
+            if kinds.first() == Some(&"kfd") {
+                return Err(format!(
+                    "device {s:?}: a node of AMD GPUs is not supported (kfd:N cannot execute \
+                     kernels in this build); {usage}"
+                ));
+            }
         }
         let Some((kind, arg)) = s.split_once(':') else {
             return Err(format!("device {s:?} is not recognised; {usage}"));
@@ -49,7 +90,7 @@ impl DeviceSpec {
             "sim" => Err(format!(
                 "device {s:?}: no simulator preset {arg:?}; {usage}"
             )),
-            "cuda" => Ok(DeviceSpec::Cuda(index()?)),
+            "cuda" => Ok(DeviceSpec::Cuda(vec![index()?])),
             "kfd" => Ok(DeviceSpec::Kfd(index()?)),
             _ => Err(format!("device {s:?} is not recognised; {usage}")),
         }
@@ -116,8 +157,9 @@ pub struct Selected {
     /// The simulator preset (empty for `cuda:N`).
     pub preset: String,
     pub notice: Option<String>,
-    /// `cuda:N`: served through the CUDA launch path (engine/cuda.rs).
-    pub cuda: Option<u32>,
+    /// `cuda:N` (or a node `cuda:0,cuda:1`): served through the CUDA
+    /// launch path (engine/cuda.rs; a node through engine/node.rs).
+    pub cuda: Option<Vec<u32>>,
 }
 
 /// Resolves a device spec against a probe. `cuda:N` needs the CUDA driver
@@ -145,7 +187,7 @@ pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selecte
             Ok(Selected {
                 preset: String::new(),
                 notice: None,
-                cuda: Some(*n),
+                cuda: Some(n.clone()),
             })
         }
         DeviceSpec::Auto => {
@@ -210,7 +252,27 @@ mod tests {
             DeviceSpec::parse("sim:gv100"),
             Ok(DeviceSpec::Sim("gv100".into()))
         );
-        assert_eq!(DeviceSpec::parse("cuda:1"), Ok(DeviceSpec::Cuda(1)));
+        assert_eq!(DeviceSpec::parse("cuda:1"), Ok(DeviceSpec::Cuda(vec![1])));
+        assert_eq!(
+            DeviceSpec::parse("cuda:0,cuda:1"),
+            Ok(DeviceSpec::Cuda(vec![0, 1]))
+        );
+        assert_eq!(
+            DeviceSpec::Cuda(vec![2, 0]).to_string(),
+            "cuda:2,cuda:0",
+            "a node keeps the operator's order"
+        );
+        let e = DeviceSpec::parse("sim:mi50,cuda:0").unwrap_err();
+        assert!(e.contains("mixes kinds of device"), "{e}");
+        let e = DeviceSpec::parse("cuda:0,cuda:0").unwrap_err();
+        assert!(e.contains("listed twice"), "{e}");
+        let e = DeviceSpec::parse("cuda:0,1").unwrap_err();
+        assert!(e.contains("\"1\" is not cuda:N"), "{e}");
+        // A simulated node is unchanged.
+        assert_eq!(
+            DeviceSpec::parse("sim:mi50,gv100"),
+            Ok(DeviceSpec::Sim("mi50,gv100".into()))
+        );
         assert_eq!(DeviceSpec::parse("kfd:0"), Ok(DeviceSpec::Kfd(0)));
         for bad in ["", "gpu", "sim:a100", "cuda:x", "kfd:-1", "tpu:0"] {
             assert!(DeviceSpec::parse(bad).is_err(), "{bad}");
@@ -243,10 +305,10 @@ mod tests {
         );
         // cuda:N: the driver library decides (root is checked once the
         // driver names its GPU).
-        let e = select(&DeviceSpec::Cuda(0), &p, false).unwrap_err();
+        let e = select(&DeviceSpec::Cuda(vec![0]), &p, false).unwrap_err();
         assert!(e.to_string().contains("REEF_CUDA_LIBRARY"), "{e}");
         let s = select(
-            &DeviceSpec::Cuda(1),
+            &DeviceSpec::Cuda(vec![1]),
             &Probe {
                 kfd: false,
                 cuda: true,
@@ -254,7 +316,7 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(s.cuda, Some(1));
+        assert_eq!(s.cuda, Some(vec![1]));
         let e = select(&DeviceSpec::Kfd(0), &p, true).unwrap_err();
         assert!(e.to_string().contains("/dev/kfd does not exist"));
         let e = select(

@@ -11,12 +11,21 @@
 //! result of one serial), and the same metrics (`metrics::summarize`, so the
 //! `--json` object has the virtual run's fields, plus a `live` object).
 //!
-//! The normalisation base is measured through the daemon first, as the
-//! virtual run measures it through the scheduler: per model, one RT client
-//! alone runs one warm-up and ten inferences; the base is the mean of the
-//! ten. Latency is measured by the client, from just before a request is
-//! written to the socket to its reply (DISB measures at the client), for the
-//! stand-alone phase and the run alike.
+//! The normalisation base is each model's latency alone on the GPU (REEF
+//! §7, "Metrics": RT latency normalised by the model's stand-alone
+//! latency), measured through the daemon first, as the virtual run
+//! measures it through the scheduler, whatever the daemon's device: a
+//! `cuda:N` GPU has no virtual-time preset to take it from, and on a
+//! simulated one the base must hold the same client and daemon path as
+//! the run's latencies. The daemon is first left to go quiet (no request
+//! in flight and no kernel launched for [`QUIET`]: a CUDA daemon computes
+//! each loaded model's reference outputs in the background), then per
+//! model one RT client alone runs one warm-up and ten inferences; the base
+//! is the mean of the ten ([`standalone_base`]). The output says so (the
+//! text's "normalisation base" line, `live.standalone_method` in
+//! `--json`). Latency is measured by the client, from just before a
+//! request is written to the socket to its reply (DISB measures at the
+//! client), for the stand-alone phase and the run alike.
 //!
 //! Each DISB task is one connection and one registered stream (RT or BE as
 //! the workload says), driven by its own thread. The daemon's policy is
@@ -50,6 +59,58 @@ pub const DEFAULT_SOCKET: &str = "/run/reef/reefd.sock";
 
 /// Stand-alone phase: one warm-up, then this many measured inferences.
 const STANDALONE_RUNS: usize = 10;
+/// Warm-up inferences before the measured ones (first-use costs: a CUDA
+/// engine opens a stream's module instance and buffers at its first
+/// request).
+const STANDALONE_WARMUP: usize = 1;
+
+/// How long the daemon must be idle (no request in flight, its
+/// `kernels_launched` counter unchanged) before the stand-alone phase:
+/// 50 ms, more than one inference of the largest model here takes alone
+/// (ResNet-50 at 64x64: 2.7 ms through reefd on the simulated H100,
+/// docs/hardware.md), so a background computation between two kernels is
+/// not taken for idleness.
+pub const QUIET: Duration = Duration::from_millis(50);
+/// How long to wait for the daemon to go quiet before measuring anyway
+/// (with a warning).
+const QUIET_MAX: Duration = Duration::from_secs(30);
+
+/// How the normalisation base was obtained, for the output.
+pub fn standalone_method() -> String {
+    format!(
+        "each model alone through reefd, after the daemon was idle for {} ms: {STANDALONE_WARMUP} \
+         warm-up + {STANDALONE_RUNS} inferences from one RT client, mean by the client's clock \
+         (REEF §7: latency normalised by the model's stand-alone latency)",
+        QUIET.as_millis()
+    )
+}
+
+/// The normalisation base from one model's stand-alone latencies in the
+/// order measured: the warm-ups dropped, the mean of the rest (`None`
+/// when nothing is left).
+pub fn standalone_base(samples: &[f64], warmup: usize) -> Option<f64> {
+    metrics::mean(samples.get(warmup..)?)
+}
+
+/// Waits until the daemon has no request in flight and launched no kernel
+/// for [`QUIET`]; `false` when it was still busy after `max`.
+fn wait_quiet(admin: &mut Client, max: Duration) -> Result<bool> {
+    let start = Instant::now();
+    let mut last = (admin.stats()?.kernels_launched, Instant::now());
+    loop {
+        std::thread::sleep(Duration::from_millis(5));
+        let launched = admin.stats()?.kernels_launched;
+        let idle = admin.status()?.tasks_in_flight == 0;
+        if launched != last.0 || !idle {
+            last = (launched, Instant::now());
+        } else if last.1.elapsed() >= QUIET {
+            return Ok(true);
+        }
+        if start.elapsed() >= max {
+            return Ok(false);
+        }
+    }
+}
 
 /// How long after the end of a run the clients may wait for replies still
 /// in flight before the run is declared stuck.
@@ -141,22 +202,19 @@ fn measure_standalone(socket: &Path, models: &[String]) -> Result<Standalone> {
     for m in models {
         let mut client = Vec::new();
         let mut daemon = Vec::new();
-        for i in 0..=STANDALONE_RUNS {
+        for _ in 0..STANDALONE_WARMUP + STANDALONE_RUNS {
             let t = Instant::now();
             let r = c
                 .infer(s.stream, m)
                 .with_context(|| format!("stand-alone inference of {m}"))?;
-            let lat = t.elapsed().as_nanos() as f64;
+            client.push(t.elapsed().as_nanos() as f64);
             check_outputs(&r)?;
-            if i > 0 {
-                client.push(lat);
-                daemon.push(r.latency_us);
-            }
+            daemon.push(r.latency_us);
         }
         out.client_ns
-            .push(metrics::mean(&client).expect("runs > 0"));
+            .push(standalone_base(&client, STANDALONE_WARMUP).expect("runs > 0"));
         out.daemon_us
-            .push(metrics::mean(&daemon).expect("runs > 0"));
+            .push(standalone_base(&daemon, STANDALONE_WARMUP).expect("runs > 0"));
     }
     c.unregister(s.stream)?;
     Ok(out)
@@ -350,6 +408,8 @@ pub struct LiveInfo {
     /// Stand-alone latency per model measured through the daemon by the
     /// client (the normalisation base), us.
     pub standalone_us: BTreeMap<String, f64>,
+    /// How the base was measured ([`standalone_method`]).
+    pub standalone_method: String,
     /// The same, as the daemon measured it (arrival at the socket to
     /// completion), us.
     pub standalone_daemon_us: BTreeMap<String, f64>,
@@ -588,6 +648,7 @@ fn run_one(
             .zip(&ctx.standalone.client_ns)
             .map(|(m, ns)| (m.clone(), ns / 1e3))
             .collect(),
+        standalone_method: standalone_method(),
         standalone_daemon_us: ctx
             .models
             .iter()
@@ -667,10 +728,19 @@ pub fn main(args: DisbArgs) -> Result<()> {
             .with_context(|| format!("reefd could not load model {m}"))?;
     }
     let t0 = Instant::now();
+    if !wait_quiet(&mut admin, QUIET_MAX)? {
+        eprintln!(
+            "reef-bench disb --live: warning: reefd at {} was still busy after {} s; the \
+             stand-alone latencies are measured beside that work",
+            socket.display(),
+            QUIET_MAX.as_secs()
+        );
+    }
     let standalone = measure_standalone(&socket, &models)?;
     if !args.json {
         eprintln!(
-            "stand-alone latency through reefd at {} on {} ({:.0} ms): {}",
+            "normalisation base: {}\nstand-alone latency through reefd at {} on {} ({:.0} ms): {}",
+            standalone_method(),
             socket.display(),
             status.device,
             t0.elapsed().as_secs_f64() * 1e3,
@@ -876,6 +946,61 @@ mod tests {
         let e = format!("{:#}", connect(&sock).err().unwrap());
         t.join().unwrap();
         assert!(e.contains("does not speak reefd's protocol"), "{e}");
+    }
+
+    /// The base is the mean after the warm-up, and the run's RT latencies
+    /// are normalised by it (the figure the table prints).
+    #[test]
+    fn the_measured_base_normalises_the_run() {
+        // A warm-up of 900 us (first-use costs), then 100 and 300 us.
+        let base = standalone_base(&[900e3, 100e3, 300e3], 1).unwrap();
+        assert_eq!(base, 200e3);
+        assert_eq!(standalone_base(&[900e3], 1), None);
+        assert_eq!(standalone_base(&[], 0), None);
+        let w = Workload::parse(
+            Path::new("a.json"),
+            r#"{"time": 1, "tasks": [{"id": "r_rt", "load": {"type": "continuous"},
+                "client": {"model_name": "vgg19-imagenet"}}]}"#,
+        )
+        .unwrap();
+        let plans = runner::plan_clients(&w, &|_| 0, &[base], 1);
+        assert_eq!(plans[0].class, Class::RealTime);
+        let outcome = RunOutcome {
+            clients: vec![ClientStats {
+                issued: 2,
+                completed: 2,
+                // 1x and 3x the base: mean 2.
+                latencies: vec![200_000, 600_000],
+                rejected: false,
+            }],
+            preemptions: Vec::new(),
+            duration: 1_000_000_000,
+            restores: 0,
+            redundant_kernels: 0,
+            kernels_launched: 0,
+            device_events: 0,
+            corrupted_outputs: 0,
+            device_max_level: PreemptLevel::LazyEviction,
+            padding: None,
+            fikit: None,
+            fikit_profiles: Vec::new(),
+            dram_load_peak: None,
+            aker: None,
+        };
+        let r = metrics::summarize(
+            "a",
+            "reef-nodkp",
+            "cuda:0",
+            1,
+            &plans,
+            &["vgg".to_string()],
+            &[base],
+            &outcome,
+            0.0,
+        );
+        assert_eq!(r.rt_latency_norm_mean, Some(2.0));
+        assert_eq!(r.rt_latency_norm_p99.map(|x| (x * 1e9).round()), Some(3e9));
+        assert!(standalone_method().contains("REEF §7"));
     }
 
     #[test]

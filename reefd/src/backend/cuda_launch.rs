@@ -841,6 +841,17 @@ pub struct Preemption {
     pub tasks: Vec<u64>,
 }
 
+/// A GPU's streaming multiprocessors as the driver reports them
+/// (`cuDeviceGetAttribute`), for placement (CASE/MGB Algorithm 3 counts
+/// warps per SM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmLimits {
+    pub sms: u32,
+    pub warp_size: u32,
+    pub max_threads_per_sm: u32,
+    pub max_blocks_per_sm: u32,
+}
+
 /// An open `cuda:N` device with its two contexts.
 pub struct CudaDevice {
     device: String,
@@ -848,6 +859,9 @@ pub struct CudaDevice {
     /// Compute capability (major, minor), `None` when the driver does not
     /// report it.
     cc: Option<(i32, i32)>,
+    /// The SM figures placement across a node's GPUs reads, `None` when the
+    /// driver does not report them all.
+    sm: Option<SmLimits>,
     ctx: [CUcontext; 2],
     levels: Levels,
     queue_cap: usize,
@@ -896,6 +910,19 @@ impl CudaDevice {
         // valid out-pointers; handles come from the driver.
         unsafe {
             check("cuInit", sys::cuInit(0))?;
+            let mut count = 0;
+            check("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
+            if opts.index as i64 >= count as i64 {
+                return Err(CudaError::Invalid(format!(
+                    "no such GPU: the CUDA driver reports {count} GPU{}{}",
+                    if count == 1 { "" } else { "s" },
+                    match count {
+                        0 => String::new(),
+                        1 => " (cuda:0)".into(),
+                        n => format!(" (cuda:0 to cuda:{})", n - 1),
+                    }
+                )));
+            }
             let mut dev = 0;
             check("cuDeviceGet", sys::cuDeviceGet(&mut dev, opts.index as i32))?;
             let mut name = [0 as std::ffi::c_char; 128];
@@ -912,6 +939,17 @@ impl CudaDevice {
                 .zip(attr(
                     sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                 ));
+            use sys::CUdevice_attribute as A;
+            let sm = (|| {
+                Some(SmLimits {
+                    sms: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+                    warp_size: attr(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)? as u32,
+                    max_threads_per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?
+                        as u32,
+                    max_blocks_per_sm: attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)?
+                        as u32,
+                })
+            })();
             let mut ctx = [std::ptr::null_mut(); 2];
             for c in &mut ctx {
                 check("cuCtxCreate_v2", sys::cuCtxCreate_v2(c, 0, dev))?;
@@ -920,6 +958,7 @@ impl CudaDevice {
                 device,
                 gpu_name,
                 cc,
+                sm,
                 ctx,
                 levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
                 queue_cap: opts.queue_cap,
@@ -1069,6 +1108,19 @@ impl CudaDevice {
         self.cc
     }
 
+    /// The GPU's SM figures, if the driver reports them.
+    pub fn sm_limits(&self) -> Option<SmLimits> {
+        self.sm
+    }
+
+    /// Device memory a model takes once loaded and used by one stream per
+    /// context: its weights in both contexts (RT and BE) and one request's
+    /// inputs, activations and outputs in each. [`CudaDevice::load_model`]
+    /// refuses a model whose footprint exceeds the free memory.
+    pub fn footprint(files: &ModelFiles) -> u64 {
+        2 * (files.weight_bytes() + files.stream_bytes())
+    }
+
     /// Reads a model directory for this GPU (a compiled model's PTX is
     /// picked by the compute capability, [`pick_arch`]).
     pub fn read_model(&self, dir: &Path) -> Result<ModelFiles, CudaError> {
@@ -1086,7 +1138,7 @@ impl CudaDevice {
             )));
         }
         // Weights in both contexts, and one stream instance per context.
-        let needed = 2 * (files.weight_bytes() + files.stream_bytes());
+        let needed = Self::footprint(&files);
         let (free, total) = self.memory()?;
         if needed > free {
             return Err(CudaError::DoesNotFit {

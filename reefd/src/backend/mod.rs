@@ -202,7 +202,7 @@ mod tests {
         for spec in [DeviceSpec::Auto, DeviceSpec::Sim("mi50".into())] {
             assert!(check_hardware(&spec, &cfg, false).is_ok());
         }
-        assert!(check_hardware(&DeviceSpec::Cuda(1), &cfg, false).is_ok());
+        assert!(check_hardware(&DeviceSpec::Cuda(vec![1]), &cfg, false).is_ok());
         let e = check_hardware(&DeviceSpec::Kfd(0), &cfg, false).unwrap_err();
         assert!(matches!(e, BackendError::NeedsRoot(_)), "{e}");
         assert!(e.to_string().contains("needs root"), "{e}");

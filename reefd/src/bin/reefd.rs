@@ -25,7 +25,7 @@ enum Cmd {
         /// Configuration file.
         #[arg(long, default_value = DEFAULT_CONFIG_PATH)]
         config: PathBuf,
-        /// auto, sim:mi50, sim:gv100, sim:h100, a node such as sim:mi50x4 or sim:mi50,gv100, cuda:N or kfd:N (overrides device.device).
+        /// auto, sim:mi50, sim:gv100, sim:h100, a node such as sim:mi50x4 or sim:mi50,gv100, cuda:N, a node of NVIDIA GPUs such as cuda:0,cuda:1, or kfd:N (overrides device.device).
         #[arg(long)]
         device: Option<String>,
         /// Socket path (overrides daemon.socket).

@@ -119,6 +119,14 @@ fn err(e: CudaError) -> EngineError {
     EngineError::Invalid(e.to_string())
 }
 
+/// The directory of a model's schedule, which holds its CUDA model.
+fn model_dir(name: &str, m: &reef_model::Model) -> Result<PathBuf, EngineError> {
+    m.path
+        .parent()
+        .map(|p| p.to_path_buf())
+        .ok_or_else(|| EngineError::Invalid(format!("model {name}: no directory")))
+}
+
 impl CudaEngine {
     /// Opens `cuda:index` (loading `library` first when given) for
     /// `policy`: `reef-nodkp`, or `reef`, served as `reef-nodkp` (no
@@ -373,18 +381,28 @@ impl Engine for CudaEngine {
         self.dev.levels().notes.clone()
     }
 
+    /// What [`CudaDevice::load_model`] checks against the free memory: the
+    /// weights and one request's buffers in both contexts.
+    fn model_memory(&self, m: &EngineModel) -> Option<Result<u64, EngineError>> {
+        Some(
+            model_dir(&m.name, &m.model)
+                .and_then(|dir| self.dev.read_model(&dir).map_err(err))
+                .map(|f| CudaDevice::footprint(&f)),
+        )
+    }
+
+    /// `cuMemGetInfo` in the device's context.
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        self.dev.memory().ok()
+    }
+
     fn set_policy(&mut self, _now: Nanos, policy: &str) -> Result<(), EngineError> {
         self.policy = Self::check_policy(policy)?;
         Ok(())
     }
 
     fn add_model(&mut self, m: EngineModel) -> Result<(), EngineError> {
-        let dir = m
-            .model
-            .path
-            .parent()
-            .ok_or_else(|| EngineError::Invalid(format!("model {}: no directory", m.name)))?
-            .to_path_buf();
+        let dir = model_dir(&m.name, &m.model)?;
         let files = self.dev.read_model(&dir).map_err(err)?;
         let names: Vec<&str> = m.model.kernels.iter().map(|k| k.name.as_str()).collect();
         if names != files.kernel_names() {

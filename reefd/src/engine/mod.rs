@@ -207,6 +207,18 @@ pub trait Engine: Send {
             _ => self.add_model(model).map(|_| None),
         }
     }
+    /// The device memory `model` will take on this engine's device, for
+    /// placement across a node; `None`: the engine does not know, and the
+    /// node uses the footprint a model declares (`reef_sched::place::
+    /// model_needs`).
+    fn model_memory(&self, _model: &EngineModel) -> Option<Result<u64, EngineError>> {
+        None
+    }
+    /// (free, total) device memory as the device's driver reports it;
+    /// `None` for a simulated device, whose memory the node accounts.
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// A node's devices (empty on one device).
     fn devices(&self) -> Vec<crate::protocol::DeviceStatus> {
         Vec::new()

@@ -1,11 +1,14 @@
-//! An engine over a node of several simulated devices (issue 16 items 4
-//! and 5; CASE/MGB, ../shared/papers/case-mgb-compiler-guided-sharing.txt,
-//! §III-C Algorithm 3 and §IV; DESIGN.md layer 3, "place first, then
-//! schedule inside the device").
+//! An engine over a node of several devices (issue 16 items 4 and 5, issue
+//! 18 for CUDA GPUs; CASE/MGB,
+//! ../shared/papers/case-mgb-compiler-guided-sharing.txt, §III-C Algorithm
+//! 3 and §IV; DESIGN.md layer 3, "place first, then schedule inside the
+//! device").
 //!
-//! One [`SchedEngine`] per device runs REEF's policies inside that device
-//! exactly as on a single GPU (REEF §3.1, Fig. 5); this engine only decides
-//! where things go:
+//! One engine per device runs REEF inside that device exactly as on a
+//! single GPU (REEF §3.1, Fig. 5): a [`SchedEngine`] per simulated device
+//! (`sim:mi50x4`, [`NodeEngine::new`]), a [`CudaEngine`] per NVIDIA GPU
+//! (`cuda:0,cuda:1`, [`NodeEngine::cuda`]); this engine only decides where
+//! things go, the same way for both:
 //! - **models** are placed at load time by `reef_sched::place::Placer` under
 //!   Algorithm 3 (memory-safe, most available warps; the prose rule, see
 //!   docs/scheduler.md "Placement across devices"), each model declaring
@@ -13,9 +16,16 @@
 //!   and activations) + a 256 MiB convolution workspace + a 300 MiB
 //!   framework context (both assumed, the same figures as
 //!   `reef-bench multigpu`'s `jobs::nn_job`, docs/results-multigpu.md) and
-//!   its widest kernel's launch shape. A model that fits no device's free
-//!   memory is refused with the figures; [`NodeEngine::add_model_on`] pins
-//!   a model to one device.
+//!   its widest kernel's launch shape. On CUDA GPUs a model declares what
+//!   the CUDA engine allocates for it instead (its weights and one
+//!   request's buffers in the RT and the BE context,
+//!   `CudaDevice::footprint`), the SM figures come from the driver
+//!   (`cuDeviceGetAttribute`) and the free memory is the smaller of what
+//!   placement has not reserved and what the driver reports free
+//!   (`cuMemGetInfo` in the device's context, asked before every
+//!   placement: memory other processes or the driver hold is not placed
+//!   on). A model that fits no device's free memory is refused with the
+//!   figures; [`NodeEngine::add_model_on`] pins a model to one device.
 //! - **streams** are bound to a device at their first inference, among the
 //!   devices holding the model: a real-time stream to the one with the
 //!   fewest real-time streams (REEF serves one real-time queue per device
@@ -30,6 +40,7 @@
 //!   placed by the same placer, so their memory and the models' memory are
 //!   accounted together and never oversubscribe a device.
 
+use super::cuda::CudaEngine;
 use super::sched::{SchedEngine, SchedSettings};
 use super::{
     Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
@@ -61,8 +72,13 @@ struct StreamRec {
 
 /// A node of several devices, REEF inside each.
 pub struct NodeEngine {
-    presets: Vec<String>,
-    devs: Vec<SchedEngine>,
+    /// What executes the work ([`EngineInfo::name`]).
+    name: String,
+    /// Each device as `reefctl status` names it (`mi50`, `cuda:1`).
+    labels: Vec<String>,
+    devs: Vec<Box<dyn Engine>>,
+    /// What a model's declared memory is made of (for refusals).
+    footprint: String,
     placer: Placer,
     /// model name -> (device, placer task).
     models: HashMap<String, (DeviceIdx, TaskId)>,
@@ -80,23 +96,103 @@ impl NodeEngine {
                 "a node needs at least one device".into(),
             ));
         }
-        let mut devs = Vec::new();
+        let mut devs: Vec<Box<dyn Engine>> = Vec::new();
         let mut lims = Vec::new();
         for (i, p) in presets.iter().enumerate() {
             let spec = DeviceSpec::preset(p)
                 .map_err(|e| EngineError::Invalid(format!("device sim:{p}: {e}")))?;
             lims.push(limits(&spec));
-            devs.push(SchedEngine::new(SchedSettings {
+            devs.push(Box::new(SchedEngine::new(SchedSettings {
                 preset: p.clone(),
                 seed: settings.seed.wrapping_add(i as u64),
                 ..settings.clone()
-            })?);
+            })?));
         }
+        let name = format!(
+            "reef-sched on a node of {} reef-sim devices ({}), placement MGB Alg.3 (wall clock)",
+            presets.len(),
+            presets.join(",")
+        );
+        Self::with_devices(
+            name,
+            presets.to_vec(),
+            devs,
+            lims,
+            format!(
+                "buffers + {} MiB workspace + {} MiB context",
+                NN_WORKSPACE / MIB,
+                NN_CONTEXT / MIB
+            ),
+        )
+    }
+
+    /// A node of opened CUDA GPUs (`cuda:0,cuda:1`), one [`CudaEngine`]
+    /// each; placement's SM figures come from each GPU's driver and its
+    /// memory from `cuMemGetInfo`.
+    pub fn cuda(engines: Vec<CudaEngine>) -> Result<Self, EngineError> {
+        if engines.is_empty() {
+            return Err(EngineError::Invalid(
+                "a node needs at least one device".into(),
+            ));
+        }
+        let mut lims = Vec::new();
+        let mut labels = Vec::new();
+        let mut gpus = Vec::new();
+        for e in &engines {
+            let d = e.device();
+            let sm = d.sm_limits().ok_or_else(|| {
+                EngineError::Invalid(format!(
+                    "{}: the driver does not report the SM count, warp size and per-SM limits that placement across GPUs needs; serve one GPU (--device {})",
+                    d.device(),
+                    d.device()
+                ))
+            })?;
+            let (_, total) = d
+                .memory()
+                .map_err(|e| EngineError::Invalid(format!("{}: {e}", d.device())))?;
+            lims.push(reef_sched::place::DeviceLimits {
+                sms: sm.sms,
+                warp_size: sm.warp_size,
+                max_warps_per_sm: sm.max_threads_per_sm / sm.warp_size.max(1),
+                max_blocks_per_sm: sm.max_blocks_per_sm,
+                max_threads_per_sm: sm.max_threads_per_sm,
+                memory: total,
+            });
+            labels.push(d.device().to_string());
+            gpus.push(format!("{} {}", d.device(), d.gpu_name()));
+        }
+        let name = format!(
+            "REEF reset-based preemption on a node of {} CUDA GPUs ({}) through cudarc, placement MGB Alg.3",
+            engines.len(),
+            gpus.join(", ")
+        );
+        let devs = engines
+            .into_iter()
+            .map(|e| Box::new(e) as Box<dyn Engine>)
+            .collect();
+        Self::with_devices(
+            name,
+            labels,
+            devs,
+            lims,
+            "weights and one request's buffers, in the RT and the BE context".into(),
+        )
+    }
+
+    fn with_devices(
+        name: String,
+        labels: Vec<String>,
+        devs: Vec<Box<dyn Engine>>,
+        lims: Vec<reef_sched::place::DeviceLimits>,
+        footprint: String,
+    ) -> Result<Self, EngineError> {
         let placer = Placer::new(PlacePolicy::Alg3, lims)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
         Ok(Self {
-            presets: presets.to_vec(),
+            name,
+            labels,
             devs,
+            footprint,
             placer,
             models: HashMap::new(),
             next_model_task: MODEL_TASK_BASE,
@@ -127,6 +223,12 @@ impl NodeEngine {
         (0..self.devs.len())
             .map(|d| {
                 let v = self.placer.device(d).expect("device index in range");
+                // A GPU's memory as its driver reports it; a simulated
+                // device's as placement accounts it.
+                let (used, total) = match self.devs[d].device_memory() {
+                    Some((free, total)) => (total - free.min(total), total),
+                    None => (v.memory_used, v.memory_total),
+                };
                 let mut models: Vec<String> = self
                     .models
                     .iter()
@@ -142,9 +244,9 @@ impl NodeEngine {
                 };
                 DeviceStatus {
                     index: d,
-                    preset: self.presets[d].clone(),
-                    memory_total: v.memory_total,
-                    memory_used: v.memory_used,
+                    preset: self.labels[d].clone(),
+                    memory_total: total,
+                    memory_used: used,
                     declared_tasks: v.tasks - models.len() as u32,
                     models,
                     rt_streams: on(Priority::Rt),
@@ -156,11 +258,29 @@ impl NodeEngine {
             .collect()
     }
 
+    /// Tells the placer what each GPU's driver reports in use, so that
+    /// memory held outside placement's reservations is not placed on.
+    fn sync_driver_memory(&mut self) {
+        for d in 0..self.devs.len() {
+            if let Some((free, total)) = self.devs[d].device_memory() {
+                self.placer
+                    .set_unreserved_memory(d, total.saturating_sub(free));
+            }
+        }
+    }
+
+    /// Free memory per device as placement sees it (after
+    /// [`Self::sync_driver_memory`]: the smaller of the placer's and the
+    /// driver's figure).
     fn free(&self) -> Vec<u64> {
         (0..self.devs.len())
             .map(|d| {
                 let v = self.placer.device(d).expect("device index in range");
-                v.memory_total.saturating_sub(v.memory_used)
+                let placer = v.memory_total.saturating_sub(v.memory_used);
+                match self.devs[d].device_memory() {
+                    Some((free, _)) => placer.min(free),
+                    None => placer,
+                }
             })
             .collect()
     }
@@ -175,11 +295,10 @@ impl NodeEngine {
             .map(|(d, &f)| format!("device {d}: {:.2} GiB free", gib(f)))
             .collect();
         EngineError::Busy(format!(
-            "{what} needs {:.2} GiB of device memory ({} B: buffers + {} MiB workspace + {} MiB context), more than {} ({}); unload a model or use a device with more memory",
+            "{what} needs {:.2} GiB of device memory ({} B: {}), more than {} ({}); unload a model or use a device with more memory",
             gib(memory),
             memory,
-            NN_WORKSPACE / MIB,
-            NN_CONTEXT / MIB,
+            self.footprint,
             if pinned.is_some() { "the pinned device has" } else { "any device has" },
             free.join(", ")
         ))
@@ -197,7 +316,13 @@ impl NodeEngine {
                 model.name
             )));
         }
-        let needs = model_needs(&model.model);
+        let mut needs = model_needs(&model.model);
+        // A GPU's engine knows what it will allocate (every device of a
+        // node runs the same engine: the first one answers for all).
+        if let Some(m) = self.devs[0].model_memory(&model) {
+            needs.memory = m?;
+        }
+        self.sync_driver_memory();
         let what = format!("model {}", model.name);
         let d = match pin {
             Some(p) if p >= self.devs.len() => {
@@ -287,14 +412,14 @@ impl Engine for NodeEngine {
     fn info(&self) -> EngineInfo {
         let first = self.devs[0].info();
         EngineInfo {
-            name: format!(
-                "reef-sched on a node of {} reef-sim devices ({}), placement MGB Alg.3 (wall clock)",
-                self.devs.len(),
-                self.presets.join(",")
-            ),
+            name: self.name.clone(),
             policy: first.policy,
             preemption_levels: first.preemption_levels,
         }
+    }
+
+    fn preemption_notes(&self) -> Vec<String> {
+        self.devs[0].preemption_notes()
     }
 
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
@@ -463,6 +588,7 @@ impl Engine for NodeEngine {
                 "task {task} of job {job}: ids are reserved; use a task id below 2^62 and a job id other than 0"
             )));
         }
+        self.sync_driver_memory();
         match self.placer.task_begin(JobId(job), TaskId(task), needs) {
             Ok(Begin::Placed(d)) => {
                 self.counters.tasks_placed += 1;
@@ -526,21 +652,21 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn node_settings() -> SchedSettings {
+        SchedSettings {
+            preset: "mi50".into(),
+            policy: "reef".into(),
+            dq_capacity: 4,
+            be_streams_per_model: 1,
+            seed: 0,
+            fikit: Default::default(),
+            fikit_profile_dir: None,
+            host_gap_ns: None,
+        }
+    }
+
     fn node() -> NodeEngine {
-        NodeEngine::new(
-            &["mi50".to_string(), "mi50".to_string()],
-            SchedSettings {
-                preset: "mi50".into(),
-                policy: "reef".into(),
-                dq_capacity: 4,
-                be_streams_per_model: 1,
-                seed: 0,
-                fikit: Default::default(),
-                fikit_profile_dir: None,
-                host_gap_ns: None,
-            },
-        )
-        .unwrap()
+        NodeEngine::new(&["mi50".to_string(), "mi50".to_string()], node_settings()).unwrap()
     }
 
     fn model(name: &str) -> EngineModel {
@@ -584,6 +710,141 @@ mod tests {
         // Unloading releases exactly what loading reserved.
         n.remove_model("a");
         assert_eq!(n.placer.device(1).unwrap().memory_used, 0);
+    }
+
+    /// A simulated device whose "driver" reports `used` bytes in use (as a
+    /// CUDA engine's `cuMemGetInfo` does) and a model footprint of its own.
+    struct Reported {
+        inner: SchedEngine,
+        used: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        total: u64,
+    }
+
+    impl Engine for Reported {
+        fn info(&self) -> EngineInfo {
+            self.inner.info()
+        }
+        fn set_policy(&mut self, now: Nanos, p: &str) -> Result<(), EngineError> {
+            self.inner.set_policy(now, p)
+        }
+        fn add_model(&mut self, m: EngineModel) -> Result<(), EngineError> {
+            self.inner.add_model(m)
+        }
+        fn remove_model(&mut self, name: &str) {
+            self.inner.remove_model(name)
+        }
+        fn open_stream(&mut self, s: u64, p: Priority) -> Result<(), EngineError> {
+            self.inner.open_stream(s, p)
+        }
+        fn close_stream(&mut self, now: Nanos, s: u64, out: &mut Vec<EngineEvent>) -> Vec<u64> {
+            self.inner.close_stream(now, s, out)
+        }
+        fn submit(
+            &mut self,
+            now: Nanos,
+            t: u64,
+            s: u64,
+            m: &str,
+            out: &mut Vec<EngineEvent>,
+        ) -> Result<(), EngineError> {
+            self.inner.submit(now, t, s, m, out)
+        }
+        fn preempt(
+            &mut self,
+            now: Nanos,
+            s: u64,
+            out: &mut Vec<EngineEvent>,
+        ) -> Result<u64, EngineError> {
+            self.inner.preempt(now, s, out)
+        }
+        fn resume(
+            &mut self,
+            now: Nanos,
+            s: u64,
+            out: &mut Vec<EngineEvent>,
+        ) -> Result<(), EngineError> {
+            self.inner.resume(now, s, out)
+        }
+        fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+            self.inner.advance(now, out)
+        }
+        fn next_event_time(&self) -> Option<Nanos> {
+            self.inner.next_event_time()
+        }
+        fn queue_depths(&self, s: u64) -> (usize, usize) {
+            self.inner.queue_depths(s)
+        }
+        fn task_progress(&self, t: u64) -> Option<TaskProgress> {
+            self.inner.task_progress(t)
+        }
+        fn model_memory(&self, _m: &EngineModel) -> Option<Result<u64, EngineError>> {
+            Some(Ok(MIB))
+        }
+        fn device_memory(&self) -> Option<(u64, u64)> {
+            let used = self.used.load(std::sync::atomic::Ordering::SeqCst);
+            Some((self.total - used, self.total))
+        }
+    }
+
+    /// On devices whose driver reports memory (CUDA GPUs), a model declares
+    /// the engine's footprint, and memory the driver reports in use beyond
+    /// placement's reservations (another process) is not placed on;
+    /// status shows the driver's figures.
+    #[test]
+    fn memory_a_driver_reports_in_use_is_passed_over() {
+        let total = 4 * MIB;
+        let used: Vec<_> = (0..2)
+            .map(|_| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)))
+            .collect();
+        let devs: Vec<Box<dyn Engine>> = used
+            .iter()
+            .map(|u| {
+                Box::new(Reported {
+                    inner: SchedEngine::new(node_settings()).unwrap(),
+                    used: u.clone(),
+                    total,
+                }) as Box<dyn Engine>
+            })
+            .collect();
+        let lims = vec![
+            reef_sched::place::DeviceLimits {
+                memory: total,
+                ..limits(&DeviceSpec::preset("gv100").unwrap())
+            };
+            2
+        ];
+        let mut n = NodeEngine::with_devices(
+            "test".into(),
+            vec!["cuda:0".into(), "cuda:1".into()],
+            devs,
+            lims,
+            "the engine's footprint".into(),
+        )
+        .unwrap();
+        // Another process holds 3.5 MiB of device 0: the idle device 0
+        // (Alg. 3's tie-break) is passed over for a 1 MiB model.
+        used[0].store(3 * MIB + MIB / 2, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n.add_model_on(model("a"), None).unwrap(), 1);
+        assert_eq!(
+            n.placer.device(1).unwrap().memory_used,
+            MIB,
+            "the footprint"
+        );
+        let st = n.status();
+        assert_eq!(
+            (st[0].memory_used, st[0].memory_total),
+            (3 * MIB + MIB / 2, total)
+        );
+        // A pin there is refused with the driver's free figure (0.5 MiB).
+        let e = n.add_model_on(model("b"), Some(0)).unwrap_err().to_string();
+        assert!(
+            e.contains("1048576 B: the engine's footprint")
+                && e.contains("device 0: 0.00 GiB free"),
+            "{e}"
+        );
+        // The other process exits: device 0 is used again.
+        used[0].store(0, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n.add_model_on(model("b"), None).unwrap(), 0);
     }
 
     #[test]

@@ -253,6 +253,9 @@ struct SmUse {
 struct Dev {
     lim: DeviceLimits,
     mem_used: u64,
+    /// Memory in use that no placement reserved, as the device's driver
+    /// reports it ([`Placer::set_unreserved_memory`]).
+    unreserved: u64,
     warps: u64,
     tasks: u32,
     jobs: u32,
@@ -262,7 +265,10 @@ struct Dev {
 
 impl Dev {
     fn free_mem(&self) -> u64 {
-        self.lim.memory.saturating_sub(self.mem_used)
+        self.lim
+            .memory
+            .saturating_sub(self.mem_used)
+            .saturating_sub(self.unreserved)
     }
 
     fn sm_cap(&self, i: usize, tpb: u32, wpb: u32) -> u32 {
@@ -414,6 +420,7 @@ impl Placer {
                 },
                 lim,
                 mem_used: 0,
+                unreserved: 0,
                 warps: 0,
                 tasks: 0,
                 jobs: 0,
@@ -450,6 +457,20 @@ impl Placer {
             tasks: v.tasks,
             jobs: v.jobs,
         })
+    }
+
+    /// Device `d`'s driver reports `used` bytes in use: whatever exceeds
+    /// what this placer reserved there (another process's memory, driver
+    /// state, allocations made after placement) is counted as taken, so
+    /// the memory-safe policies see the smaller of the placer's and the
+    /// driver's free memory (CASE/MGB §III-C: a task is placed only where
+    /// its memory fits). The caller passes the driver's figure; nothing
+    /// here queries a device. Waiting tasks are not reconsidered (the next
+    /// `task_end` does).
+    pub fn set_unreserved_memory(&mut self, d: DeviceIdx, used: u64) {
+        if let Some(dev) = self.devs.get_mut(d) {
+            dev.unreserved = used.saturating_sub(dev.mem_used);
+        }
     }
 
     /// Tasks waiting for a device.

@@ -609,3 +609,38 @@ fn task_begin_on_places_where_asked_only_if_the_memory_fits() {
     p.task_end(TaskId(1)).unwrap();
     assert_eq!(p.device(1).unwrap().memory_used, 0);
 }
+
+/// Memory a device's driver reports beyond the placer's reservations is
+/// taken: Alg. 3 places on the smaller of the two free figures, and what
+/// the placer reserved itself is not counted twice.
+#[test]
+fn memory_the_driver_reports_in_use_is_not_placed_on() {
+    let mut p = placer(PlacePolicy::Alg3, vec![small(4), small(4)]);
+    // Device 0 idle by placement but 3.5 GiB in use by the driver: a
+    // 1 GiB task goes to device 1 although device 0 has fewer warps.
+    p.set_unreserved_memory(0, 3 * GIB + GIB / 2);
+    assert_eq!(
+        p.task_begin(JobId(1), TaskId(1), needs(GIB, 64, 1))
+            .unwrap(),
+        Begin::Placed(1)
+    );
+    // Device 1: 1 GiB reserved, and the driver reports 1 GiB in use (the
+    // same memory): 3 GiB still free there.
+    p.set_unreserved_memory(1, GIB);
+    assert!(p
+        .task_begin_on(JobId(1), TaskId(2), needs(3 * GIB, 64, 1), 1)
+        .unwrap());
+    // Nothing fits anywhere now; freed driver memory makes device 0 usable.
+    assert_eq!(
+        p.task_begin(JobId(1), TaskId(3), needs(GIB, 64, 1))
+            .unwrap(),
+        Begin::Waiting
+    );
+    p.task_end(TaskId(3)).unwrap();
+    p.set_unreserved_memory(0, 0);
+    assert_eq!(
+        p.task_begin(JobId(1), TaskId(4), needs(GIB, 64, 1))
+            .unwrap(),
+        Begin::Placed(0)
+    );
+}
