@@ -103,8 +103,15 @@ pub enum Outcome {
     /// `req` restarts from kernel `from_kernel` (REEF §4.4).
     Restored { req: RequestId, from_kernel: u32 },
     /// An action the device refused, or one for a request the caller does
-    /// not know: the action, and why.
-    Failed { action: String, error: String },
+    /// not know: the action, and why; `req`: the request whose kernel was
+    /// not launched. Such a request still reaches [`Outcome::Done`] (the
+    /// scheduler is told the kernel is over, so its stream and client go
+    /// on), with outputs that are not its own: the caller fails it.
+    Failed {
+        action: String,
+        error: String,
+        req: Option<RequestId>,
+    },
 }
 
 /// What kind of launch entered a device queue.
@@ -231,7 +238,7 @@ impl<D: Device> Driver<D> {
     fn create_streams(&mut self) -> anyhow::Result<()> {
         let mut out = Vec::new();
         self.apply(&NoWork, &mut out);
-        if let Some(Outcome::Failed { action, error }) =
+        if let Some(Outcome::Failed { action, error, .. }) =
             out.iter().find(|o| matches!(o, Outcome::Failed { .. }))
         {
             anyhow::bail!("{action}: {error}");
@@ -438,13 +445,33 @@ impl<D: Device> Driver<D> {
                 DkpAction::Core(a) => a,
                 other => {
                     if let Err((action, error)) = self.apply_launch(other, work, out) {
-                        out.push(Outcome::Failed { action, error });
+                        out.push(Outcome::Failed {
+                            action,
+                            error,
+                            req: None,
+                        });
                     }
                     continue;
                 }
             };
+            let launch = match a {
+                Action::Launch { stream, tag } => Some((stream, tag)),
+                _ => None,
+            };
             if let Err((action, error)) = self.apply_core(a, work, out) {
-                out.push(Outcome::Failed { action, error });
+                out.push(Outcome::Failed {
+                    action,
+                    error,
+                    req: launch.map(|(_, tag)| tag.req),
+                });
+                if let Some((stream, tag)) = launch {
+                    // The kernel never reached the device: the scheduler is
+                    // told it is over, or its stream would wait for it for
+                    // ever; the request finishes failed (see `Failed`).
+                    let now = self.dev.now();
+                    self.sched
+                        .handle(now, Event::KernelCompleted { stream, tag });
+                }
             }
         }
     }

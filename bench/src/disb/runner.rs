@@ -411,7 +411,7 @@ impl Run<'_> {
                     self.stats[ci].rejected = true;
                     self.state[ci] = CState::Finished;
                 }
-                Outcome::Failed { action, error } => {
+                Outcome::Failed { action, error, .. } => {
                     anyhow::bail!("policy {}: {action}: {error}", self.opts.policy)
                 }
                 Outcome::Queued { .. } | Outcome::Launched(_) | Outcome::Restored { .. } => {}

@@ -197,6 +197,8 @@ struct DStream {
 }
 
 struct TaskRec {
+    /// Why the device failed the task (a launch it refused).
+    failed: Option<String>,
     dstream: Option<u64>,
     slot: usize,
     ns: u32,
@@ -631,6 +633,7 @@ impl<D: EngineDevice> SchedEngine<D> {
             self.tasks.insert(
                 task,
                 TaskRec {
+                    failed: None,
                     dstream: Some(id),
                     slot,
                     ns,
@@ -722,7 +725,11 @@ impl<D: EngineDevice> SchedEngine<D> {
                     }
                     out.push(EngineEvent::KernelsLaunched { count: 1 })
                 }
-                Outcome::Failed { action, error } => {
+                Outcome::Failed { action, error, req } => {
+                    if let Some(rec) = req.and_then(|r| self.tasks.get_mut(&r.0)) {
+                        rec.failed
+                            .get_or_insert_with(|| format!("{action}: {error}"));
+                    }
                     out.push(EngineEvent::DeviceError { action, error })
                 }
                 Outcome::Restored { req, from_kernel } => {
@@ -753,6 +760,12 @@ impl<D: EngineDevice> SchedEngine<D> {
                         continue;
                     }
                     let ns = rec.ns;
+                    if let Some(reason) = rec.failed {
+                        // A kernel of it never reached the device.
+                        let _ = b.drv.dev.verified(req);
+                        out.push(EngineEvent::TaskFailed { task, reason });
+                        continue;
+                    }
                     if !done {
                         out.push(EngineEvent::TaskRejected {
                             task,
