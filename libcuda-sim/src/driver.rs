@@ -311,6 +311,28 @@ pub struct Driver {
     /// returns it).
     sticky: HashMap<u64, CUresult>,
     pub stats: Stats,
+    /// Fault injection ([`crate::FAIL_LAUNCH_ENV`]): the launch of this
+    /// kernel name with this 1-based count is refused.
+    fail_launch: Option<(String, u64)>,
+    /// Launches accepted or refused so far, by kernel name.
+    launches_by_name: HashMap<String, u64>,
+}
+
+/// A fault to inject, `NAME@N` (the N-th launch of kernel NAME), from
+/// [`crate::FAIL_LAUNCH_ENV`].
+pub fn parse_fail_launch(v: &str) -> Result<(String, u64), String> {
+    let (name, n) = v
+        .rsplit_once('@')
+        .ok_or_else(|| format!("{v:?}: expected KERNEL@N"))?;
+    let n: u64 = n
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{v:?}: N must be a launch count from 1"))?;
+    if name.is_empty() {
+        return Err(format!("{v:?}: no kernel name"));
+    }
+    Ok((name.to_string(), n))
 }
 
 /// What a wait is for.
@@ -356,7 +378,15 @@ impl Driver {
             inflight: HashMap::new(),
             sticky: HashMap::new(),
             stats: Stats::default(),
+            fail_launch: None,
+            launches_by_name: HashMap::new(),
         })
+    }
+
+    /// Refuses the `n`-th launch of kernel `name` with
+    /// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (fault injection for tests).
+    pub fn fail_launch(&mut self, name: &str, n: u64) {
+        self.fail_launch = Some((name.to_string(), n));
     }
 
     /// How many devices the driver has (`cuDeviceGetCount`).
@@ -976,6 +1006,12 @@ impl Driver {
             || blocks > u32::MAX as u64
         {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let entry = &self.modules[&m].entries[e];
+        let count = self.launches_by_name.entry(entry.name.clone()).or_default();
+        *count += 1;
+        if self.fail_launch.as_ref() == Some(&(entry.name.clone(), *count)) {
+            return Err(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
         }
         let entry = &self.modules[&m].entries[e];
         let work = entry.work.clone().unwrap_or(ptx::Work {

@@ -89,6 +89,11 @@ use driver::{Driver, Poll, Wait, R};
 /// ordinal 0 first, [`driver::device_list`]); `gv100` when unset. Each
 /// device is its own simulated GPU with its own memory.
 pub const DEVICE_ENV: &str = "REEF_LIBCUDA_SIM_DEVICE";
+/// Fault injection for tests: `KERNEL@N` refuses the N-th launch (counted
+/// from 1, over the process) of the kernel named KERNEL with
+/// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a driver refuses a launch whose
+/// resources it cannot give; the other launches go on.
+pub const FAIL_LAUNCH_ENV: &str = "REEF_LIBCUDA_SIM_FAIL_LAUNCH";
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
 
@@ -163,8 +168,23 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
     let mut g = lock();
     if g.is_none() {
         let dev = std::env::var(DEVICE_ENV).unwrap_or_else(|_| "gv100".into());
+        let fail = match std::env::var(FAIL_LAUNCH_ENV) {
+            Ok(v) => match driver::parse_fail_launch(&v) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    eprintln!("reef-libcuda-sim: {FAIL_LAUNCH_ENV}: {e}");
+                    return CUresult::CUDA_ERROR_INVALID_VALUE;
+                }
+            },
+            Err(_) => None,
+        };
         match Driver::new(&dev) {
-            Ok(d) => *g = Some(d),
+            Ok(mut d) => {
+                if let Some((name, n)) = fail {
+                    d.fail_launch(&name, n);
+                }
+                *g = Some(d)
+            }
             Err(e) => {
                 eprintln!("reef-libcuda-sim: {DEVICE_ENV}={dev}: {e}");
                 return CUresult::CUDA_ERROR_NO_DEVICE;

@@ -26,7 +26,20 @@ pub struct StartOptions {
 /// A node of several devices (`mi50x4`, `mi50,gv100`) gets one engine per
 /// device behind placement (engine/node.rs).
 pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>> {
-    let settings = crate::engine::sched::SchedSettings {
+    let settings = sched_settings(preset, cfg);
+    if let Some(node) = device::sim_node(preset).filter(|n| n.len() > 1) {
+        return Ok(Box::new(crate::engine::node::NodeEngine::new(
+            &node, settings,
+        )?));
+    }
+    let e = crate::engine::sched::SchedEngine::new(settings)?;
+    Ok(Box::new(e))
+}
+
+/// The scheduler settings of the configuration (`preset`: the simulated
+/// device's, or the one a GPU is seen as).
+fn sched_settings(preset: &str, cfg: &Config) -> crate::engine::sched::SchedSettings {
+    crate::engine::sched::SchedSettings {
         preset: preset.to_string(),
         policy: cfg.scheduler.policy.clone(),
         dq_capacity: cfg.scheduler.device_queue_capacity,
@@ -42,23 +55,17 @@ pub fn make_engine(preset: &str, cfg: &Config) -> anyhow::Result<Box<dyn Engine>
             .scheduler
             .host_gap_us
             .map(|us| (us * 1e3).round() as u64),
-    };
-    if let Some(node) = device::sim_node(preset).filter(|n| n.len() > 1) {
-        return Ok(Box::new(crate::engine::node::NodeEngine::new(
-            &node, settings,
-        )?));
     }
-    let e = crate::engine::sched::SchedEngine::new(settings)?;
-    Ok(Box::new(e))
 }
 
-/// Builds the engine that serves `cuda:index` through the CUDA launch path
-/// (backend/cuda_launch.rs, REEF §4.3 Fig. 8, levels 1-2) with REEF's
-/// reset-based preemption (engine/cuda.rs), on the driver library of
+/// Builds the engine that serves `cuda:index`: reef-sched's policies
+/// (the engine of the simulated device, engine/sched.rs) on the
+/// kernel-level CUDA device (backend/cuda_launch/kernels.rs: REEF §4.3
+/// Fig. 8, levels 1-2), through engine/gpu.rs, on the driver library of
 /// [`Config::cuda_library`]. NVIDIA hardware needs root, as the other
 /// hardware devices; the simulated test device (reef-libcuda-sim, whose
 /// `cuDeviceGetName` says "test device") does not. Several GPUs
-/// (`cuda:0,cuda:1`) make a node: one CUDA engine each, models placed by
+/// (`cuda:0,cuda:1`) make a node: one engine each, models placed by
 /// CASE/MGB Algorithm 3 on the drivers' free memory (engine/node.rs).
 pub fn make_cuda_engine(
     indices: &[u32],
@@ -69,14 +76,10 @@ pub fn make_cuda_engine(
     let library = cfg.cuda_library().map(|(p, _)| p);
     let mut engines = Vec::new();
     for &index in indices {
-        let e = crate::engine::cuda::CudaEngine::open(
-            index,
-            library.clone(),
-            cfg.scheduler.device_queue_capacity,
-            &cfg.scheduler.policy,
-        )
-        .map_err(|e| anyhow::anyhow!("device cuda:{index}: {e}"))?;
-        let gpu = e.device().gpu_name().to_string();
+        let e = crate::engine::gpu::open(index, library.clone(), sched_settings("", cfg))
+            .map_err(|e| anyhow::anyhow!("device cuda:{index}: {e}"))?;
+        let d = e.device().device();
+        let gpu = d.gpu_name().to_string();
         if !is_root && !gpu.contains(TEST_DEVICE_MARK) {
             bail!(device::DeviceError::NeedsRoot(DeviceSpec::Cuda(vec![
                 index
@@ -87,7 +90,7 @@ pub fn make_cuda_engine(
                 "cuda:{index}: dynamic kernel padding (REEF §5) is not available on the CUDA launch path; serving reef-nodkp (reset-based preemption)"
             );
         }
-        tracing::info!(device = %format!("cuda:{index}"), gpu = %gpu, "{}", e.device().levels());
+        tracing::info!(device = %format!("cuda:{index}"), gpu = %gpu, "{}", d.levels());
         engines.push(e);
     }
     if engines.len() == 1 {

@@ -158,7 +158,7 @@ pub struct Selected {
     pub preset: String,
     pub notice: Option<String>,
     /// `cuda:N` (or a node `cuda:0,cuda:1`): served through the CUDA
-    /// launch path (engine/cuda.rs; a node through engine/node.rs).
+    /// launch path (engine/gpu.rs; a node through engine/node.rs).
     pub cuda: Option<Vec<u32>>,
 }
 

@@ -1,6 +1,7 @@
 //! `reefd start --device cuda:0` end to end (issue 18 item 4): the daemon
-//! process serves on the CUDA launch path (engine/cuda.rs over
-//! backend/cuda_launch.rs, cudarc's driver API) with the simulated libcuda
+//! process serves reef-sched's policies on the CUDA launch path
+//! (engine/gpu.rs: the daemon's SchedEngine on the kernel-level device of
+//! backend/cuda_launch/kernels.rs, cudarc's driver API) with the simulated libcuda
 //! (reef-libcuda-sim, a dev-dependency built beside this test) named by
 //! `device.cuda_library`; with `REEF_TEST_CUDA=system`, a second test runs
 //! the same against the system's libcuda on a GPU host (as root).
@@ -165,8 +166,12 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
     // The counts depend on kernel durations: the simulated kernels take
     // 40 and 30 us (two-kernel's kernels.ptx, stated assumptions) or what the
     // cost model gives a compiled model's recorded work; on a GPU tiny
-    // kernels take microseconds and BE work is rarely still queued.
-    if lib.is_some() && preemptions < 50 {
+    // kernels take microseconds and BE work is rarely still queued. On an
+    // idle or busy machine 90-100 of the 100 RT arrivals find BE kernels
+    // to take back; when the whole suite runs beside it, fewer. None would
+    // mean RT arrivals never meet BE work (an RT-first launch order once
+    // did that).
+    if lib.is_some() && preemptions < 20 {
         let log = d.log();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         panic!(
@@ -289,9 +294,18 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
         text.contains("outputs differing from an unpreempted run 0"),
         "{text}"
     );
-    // A policy the CUDA engine does not run is refused with the reason.
-    let e = d.client().set_policy("fikit").unwrap_err();
-    assert!(e.to_string().contains("--device sim:gv100"), "{e}");
+    // Padding needs the simulator: refused with the reason.
+    let e = d.client().set_policy("reef-dkp-mv").unwrap_err();
+    assert!(e.to_string().contains("reef-nodkp"), "{e}");
+    // reef-sched's other policies run on the GPU: FIKIT serves.
+    d.client().set_policy("fikit").unwrap();
+    assert_eq!(d.client().status().unwrap().policy, "fikit");
+    let mut c = d.client();
+    let s = c.register(Priority::Rt, Some("fikit-rt")).unwrap();
+    for _ in 0..3 {
+        let r = c.infer(s.stream, model).unwrap();
+        assert_eq!(r.outputs_verified, Some(true));
+    }
 }
 
 #[test]
@@ -342,13 +356,13 @@ fn reefd_serves_cuda0_on_the_system_libcuda() {
 }
 
 #[test]
-fn a_policy_the_cuda_engine_does_not_run_stops_the_start() {
+fn a_policy_that_pads_stops_the_start_on_cuda() {
     let t = tempfile::tempdir().unwrap();
     let cfg = t.path().join("reefd.toml");
     std::fs::write(
         &cfg,
         format!(
-            "[daemon]\nsocket = {:?}\npid_file = {:?}\n[device]\ndevice = \"cuda:0\"\ncuda_library = {:?}\n[scheduler]\npolicy = \"fikit\"\n[metrics]\nenabled = false\n",
+            "[daemon]\nsocket = {:?}\npid_file = {:?}\n[device]\ndevice = \"cuda:0\"\ncuda_library = {:?}\n[scheduler]\npolicy = \"reef-dkp-mv\"\n[metrics]\nenabled = false\n",
             t.path().join("s.sock"),
             t.path().join("p.pid"),
             common::sim_library()
@@ -364,8 +378,8 @@ fn a_policy_the_cuda_engine_does_not_run_stops_the_start() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(
-            "device cuda:0: policy fikit: the cuda engine runs REEF's reset-based preemption only"
-        ),
+            "device cuda:0: scheduler: policy reef-dkp-mv places blocks on chosen compute units"
+        ) && err.contains("reef-nodkp"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
@@ -418,7 +432,11 @@ fn the_simulated_device_serves_without_root() {
 }
 
 /// A driver error is counted in stats and Prometheus, logged with its
-/// action, and fails only its request (issue 18 item 6).
+/// action, and fails only its request (issue 18 item 6). The test device
+/// refuses the 9th launch of kernel `scale` (REEF_LIBCUDA_SIM_FAIL_LAUNCH):
+/// the first 8 compute the reference outputs at load, the 9th is the first
+/// request's. A model whose kernel the driver refuses outright is refused
+/// at load, with the driver's words.
 #[test]
 fn driver_errors_are_counted_logged_and_answered() {
     use std::io::{Read, Write};
@@ -427,43 +445,50 @@ fn driver_errors_are_counted_logged_and_answered() {
         .local_addr()
         .unwrap()
         .port();
-    let d = Daemon::start_full(
+    let d = Daemon::start_env(
         "cuda:0",
         "",
         &format!("cuda_library = {:?}", common::sim_library()),
         &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{port}\"\n"),
+        &[("REEF_LIBCUDA_SIM_FAIL_LAUNCH", "scale@9")],
     );
     let t = common::refused_model("wide");
     let mut c = d.client();
-    c.load_model(t.path().join("wide").to_str().unwrap(), None)
-        .unwrap();
-    c.load_model(model_dir().to_str().unwrap(), None).unwrap();
-    let s = c.register(Priority::Rt, None).unwrap();
-    let e = c.infer(s.stream, "wide").unwrap_err();
-    assert_eq!(e.code(), Some(reefd::protocol::ErrorCode::Internal), "{e}");
+    let e = c
+        .load_model(t.path().join("wide").to_str().unwrap(), None)
+        .unwrap_err();
     assert!(
         e.to_string()
             .contains("cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"),
         "{e}"
     );
+    assert!(c.models().unwrap().is_empty());
+    c.load_model(model_dir().to_str().unwrap(), None).unwrap();
+    let s = c.register(Priority::Rt, None).unwrap();
+    let e = c.infer(s.stream, MODEL).unwrap_err();
+    assert_eq!(e.code(), Some(reefd::protocol::ErrorCode::Internal), "{e}");
+    assert!(
+        e.to_string()
+            .contains("cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
+        "{e}"
+    );
     // The stream and the device go on.
     let r = c.infer(s.stream, MODEL).unwrap();
     assert_eq!(r.outputs_verified, Some(true));
-    // 8 reference launches of `wide` and the request's.
     let stats = c.stats().unwrap();
-    assert_eq!(stats.device_errors, 9);
+    assert_eq!(stats.device_errors, 1);
     assert_eq!(stats.tasks_failed, 1);
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(tcp, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut text = String::new();
     tcp.read_to_string(&mut text).unwrap();
-    assert!(text.contains("reef_device_errors_total 9"), "{text}");
+    assert!(text.contains("reef_device_errors_total 1"), "{text}");
     let log = d.log();
     assert!(
         log.lines().any(|l| l.contains("ERROR")
             && l.contains("device error")
-            && l.contains("cuda:0: task")
-            && l.contains("(wide on stream")),
+            && l.contains("launch request")
+            && l.contains("kernel 0")),
         "{log}"
     );
 }

@@ -1,6 +1,6 @@
 //! `reefd start --device cuda:0,cuda:1` end to end (issue 18, a node of
 //! NVIDIA GPUs; CASE/MGB §III-C Algorithm 3; engine/node.rs over
-//! engine/cuda.rs): two GPUs of the simulated libcuda
+//! engine/gpu.rs): two GPUs of the simulated libcuda
 //! (`REEF_LIBCUDA_SIM_DEVICE` a list of two spec files with little memory,
 //! so that a few copies of the two-kernel model fill them), models placed
 //! on the free memory the driver reports, inferences served on both GPUs
@@ -16,10 +16,12 @@ use common::Daemon;
 use reefd::protocol::Priority;
 
 const KIB: u64 = 1024;
-/// The two-kernel model's footprint on the CUDA engine: weights (w, b:
-/// 16 KiB) and one request's buffers (x, h, y: 24 KiB), in the RT and the
-/// BE context (`CudaDevice::footprint`).
-const FOOTPRINT: u64 = 2 * (16 + 24) * KIB;
+/// The two-kernel model's footprint on the CUDA engine with one BE client
+/// per model (`be_streams_per_model = 1`): weights (w, b: 16 KiB) in the
+/// RT and the BE context, and one request's buffers (x, h, y: 24 KiB) for
+/// each of the two streams that run it (`CudaKernels::footprint`). A load
+/// also needs one more request's buffers for its reference run.
+const FOOTPRINT: u64 = 2 * 16 * KIB + 2 * 24 * KIB;
 
 /// A GV100 spec file with `memory` bytes of device memory.
 fn small_gv100(dir: &Path, name: &str, memory: u64) -> String {
@@ -54,7 +56,7 @@ fn a_node_of_two_gpus_places_by_driver_memory_and_serves_both() {
         "cuda:0,cuda:1",
         "",
         &library(),
-        "",
+        "[scheduler]\nbe_streams_per_model = 1\n",
         &[("REEF_LIBCUDA_SIM_DEVICE", devices.as_str())],
     );
     let mut admin = d.client();

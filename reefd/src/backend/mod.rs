@@ -19,7 +19,7 @@
 //! file or a missing privilege is reported exactly) and then stops with
 //! that error ([`check_hardware`]). NVIDIA kernels are executed by
 //! [`cuda_launch`] (the CUDA driver API through cudarc, levels 1 and 2),
-//! which `reefd start --device cuda:N` serves on through engine/cuda.rs;
+//! which `reefd start --device cuda:N` serves on through engine/gpu.rs;
 //! the RM path of [`cuda`] (level 3) is not wired to it. docs/hardware.md
 //! says what each path needs on a GPU host.
 
@@ -153,7 +153,7 @@ pub trait HardwareBackend {
 /// in this build can execute inference kernels on it.
 pub fn check_hardware(spec: &DeviceSpec, cfg: &Config, is_root: bool) -> Result<(), BackendError> {
     // cuda:N serves through the CUDA launch path (cuda_launch.rs, driven by
-    // engine/cuda.rs), which needs no RM handle of its own: daemon.rs
+    // engine/gpu.rs), which needs no RM handle of its own: daemon.rs
     // checks the driver library and, once it names its GPU, root.
     let DeviceSpec::Kfd(index) = *spec else {
         return Ok(());

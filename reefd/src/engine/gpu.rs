@@ -27,10 +27,13 @@ use crate::backend::cuda_launch::CudaLaunchOptions;
 use reef_sim::DeviceSpec;
 use std::path::PathBuf;
 
+/// The engine that serves a CUDA GPU.
+pub type CudaEngine = SchedEngine<CudaKernels>;
+
 impl EngineDevice for CudaKernels {
     fn describe(&self) -> String {
         format!(
-            "CUDA {} ({})",
+            "CUDA {} ({}) through cudarc",
             self.device().device(),
             self.device().gpu_name()
         )
@@ -66,6 +69,20 @@ impl EngineDevice for CudaKernels {
     fn notes(&self) -> Vec<String> {
         self.device().levels().notes.clone()
     }
+
+    fn model_memory(&self, m: &EngineModel) -> Option<Result<u64, EngineError>> {
+        let dir = m.model.path.parent()?;
+        Some(
+            self.device()
+                .read_model(dir)
+                .map(|f| self.footprint(&f))
+                .map_err(|e| EngineError::Invalid(e.to_string())),
+        )
+    }
+
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        self.device().memory().ok()
+    }
 }
 
 /// The policy served on a GPU for `policy`: `reef` becomes `reef-nodkp`
@@ -90,6 +107,8 @@ pub fn open(
         queue_cap: settings.dq_capacity,
     })
     .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    let mut dev = dev;
+    dev.set_streams_per_model(1 + settings.be_streams_per_model);
     let preset = match dev.device().compute_capability() {
         Some((major, _)) if major < 8 => "gv100",
         _ => "h100",

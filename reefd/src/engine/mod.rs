@@ -11,7 +11,6 @@
 //! and can be driven in virtual time by tests. The one wall-clock reading is
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
-pub mod cuda;
 pub mod fikit_store;
 pub mod gpu;
 pub mod node;

@@ -6,7 +6,8 @@
 //!
 //! One engine per device runs REEF inside that device exactly as on a
 //! single GPU (REEF §3.1, Fig. 5): a [`SchedEngine`] per simulated device
-//! (`sim:mi50x4`, [`NodeEngine::new`]), a [`CudaEngine`] per NVIDIA GPU
+//! (`sim:mi50x4`, [`NodeEngine::new`]), one on the kernel-level CUDA
+//! device ([`CudaEngine`], engine/gpu.rs) per NVIDIA GPU
 //! (`cuda:0,cuda:1`, [`NodeEngine::cuda`]); this engine only decides where
 //! things go, the same way for both:
 //! - **models** are placed at load time by `reef_sched::place::Placer` under
@@ -40,7 +41,7 @@
 //!   placed by the same placer, so their memory and the models' memory are
 //!   accounted together and never oversubscribe a device.
 
-use super::cuda::CudaEngine;
+use super::gpu::CudaEngine;
 use super::sched::{SchedEngine, SchedSettings};
 use super::{
     Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
@@ -139,7 +140,7 @@ impl NodeEngine {
         let mut labels = Vec::new();
         let mut gpus = Vec::new();
         for e in &engines {
-            let d = e.device();
+            let d = e.device().device();
             let sm = d.sm_limits().ok_or_else(|| {
                 EngineError::Invalid(format!(
                     "{}: the driver does not report the SM count, warp size and per-SM limits that placement across GPUs needs; serve one GPU (--device {})",
@@ -162,7 +163,7 @@ impl NodeEngine {
             gpus.push(format!("{} {}", d.device(), d.gpu_name()));
         }
         let name = format!(
-            "REEF reset-based preemption on a node of {} CUDA GPUs ({}) through cudarc, placement MGB Alg.3",
+            "reef-sched on a node of {} CUDA GPUs ({}) through cudarc, placement MGB Alg.3",
             engines.len(),
             gpus.join(", ")
         );
@@ -175,7 +176,8 @@ impl NodeEngine {
             labels,
             devs,
             lims,
-            "weights and one request's buffers, in the RT and the BE context".into(),
+            "weights in the RT and the BE context, one request's buffers per stream that runs it"
+                .into(),
         )
     }
 

@@ -302,6 +302,16 @@ pub trait EngineDevice: Device + Send {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Device memory model `m` takes once loaded and run by the engine's
+    /// streams (placement across a GPU node); `None`: the footprint the
+    /// model declares.
+    fn model_memory(&self, _m: &EngineModel) -> Option<Result<u64, EngineError>> {
+        None
+    }
+    /// (free, total) memory as the driver reports it (`None`: simulated).
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 impl EngineDevice for Sim {
@@ -327,6 +337,11 @@ impl SchedEngine {
 }
 
 impl<D: EngineDevice> SchedEngine<D> {
+    /// The device the engine runs on.
+    pub fn device(&self) -> &D {
+        &self.build.drv.dev
+    }
+
     /// The engine on device `dev`, whose scheduler sees it as `spec` (its
     /// preemption levels, launch costs and limits).
     pub fn on_device(
@@ -626,7 +641,8 @@ impl<D: EngineDevice> SchedEngine<D> {
             let d = self.dstreams.get_mut(&id).expect("stream");
             d.queue.pop_front();
             d.inflight = Some(task);
-            d.sched_streams.insert(sstream.0);
+            let newly_bound = d.sched_streams.insert(sstream.0);
+            let held = d.preempted && newly_bound;
             let ns = d.ns;
             self.build.slots[slot].inflight += 1;
             let kernels = self.models[mi].shapes.len();
@@ -643,6 +659,16 @@ impl<D: EngineDevice> SchedEngine<D> {
                 },
             );
             let t = self.build.drv.dev.now();
+            if held {
+                // Preempted by command before it had work on this
+                // scheduler stream: the stream is stopped before the
+                // request reaches it, and holds it until `resume`.
+                self.build
+                    .drv
+                    .sched
+                    .handle(t, Event::PreemptCommand { stream: sstream });
+                self.apply_actions(out);
+            }
             if let RunSched::Aker(a) = &mut self.build.drv.sched {
                 // The query's QoS target (Aker §8.3), else the default.
                 let q = self.qos.remove(&task);
@@ -901,6 +927,14 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
 
     fn preemption_notes(&self) -> Vec<String> {
         self.build.drv.dev.notes()
+    }
+
+    fn model_memory(&self, m: &EngineModel) -> Option<Result<u64, EngineError>> {
+        self.build.drv.dev.model_memory(m)
+    }
+
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        self.build.drv.dev.device_memory()
     }
 
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {

@@ -30,7 +30,7 @@
 //! its stream is seen complete (CUDA reports no start).
 //!
 //! Outputs: the input of request `t` is seed `t % INPUT_SEEDS`'s bytes
-//! (the CUDA engine's convention, `engine::cuda::input`); when its last
+//! ([`input`]); when its last
 //! kernel completes, its output is read back and compared with the same
 //! seed's output computed unpreempted when the model was loaded
 //! ([`Device::verified`]).
@@ -46,7 +46,25 @@ use super::{
     check, class_ctx, dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions,
     Instance, StreamClass, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING,
 };
-use crate::engine::cuda::{input, INPUT_SEEDS, POLL_NS};
+
+/// Distinct inputs a model's requests cycle through (each verified against
+/// its unpreempted output, computed at load).
+pub const INPUT_SEEDS: u64 = 8;
+/// How often a busy device's completion events are queried: 20 us, the
+/// order of one kernel's launch path (docs/simulator.md: 4 us host + 4 us
+/// fetch + 2 us dispatch) so that a completion is seen within about one
+/// kernel launch.
+pub const POLL_NS: Time = 20_000;
+
+/// The input bytes of seed `seed`: a fixed function, so a request's output
+/// can be compared with the reference computed for its seed. (The daemon's
+/// protocol carries no input tensors today; request `t` takes seed
+/// `t % INPUT_SEEDS`.)
+pub fn input(seed: u64, bytes: usize) -> Vec<u8> {
+    (0..bytes)
+        .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
+}
 
 /// One kernel handed to CUDA.
 struct InFlight {
@@ -86,6 +104,8 @@ pub struct CudaKernels {
     /// Events seen but not yet reported.
     pending: Vec<DeviceEvent>,
     free_events: Vec<(usize, CUevent)>,
+    /// Scheduler streams that may run one model (each holds an instance).
+    streams_per_model: usize,
 }
 
 // The raw handles are the driver's, used only with their context current.
@@ -108,7 +128,22 @@ impl CudaKernels {
             references: HashMap::new(),
             pending: Vec::new(),
             free_events: Vec::new(),
+            streams_per_model: 2,
         })
+    }
+
+    /// How many scheduler streams may run one model (the engine's RT
+    /// stream and its BE clients' streams): each holds an instance of the
+    /// model's buffers, which [`Self::footprint`] counts.
+    pub fn set_streams_per_model(&mut self, n: usize) {
+        self.streams_per_model = n.max(1);
+    }
+
+    /// Device memory model `files` takes on this device: its weights in
+    /// both contexts and one instance of its inputs, activations and
+    /// outputs per stream that runs it.
+    pub fn footprint(&self, files: &super::ModelFiles) -> u64 {
+        2 * files.weight_bytes() + self.streams_per_model as u64 * files.stream_bytes()
     }
 
     /// The launch path's device: name, levels, memory, models.
@@ -118,8 +153,22 @@ impl CudaKernels {
 
     /// Loads the model directory `dir` under `name` and computes its
     /// reference outputs (one unpreempted run per input seed, on a private
-    /// stream, waited for).
+    /// stream, waited for). Refused with the figures when its footprint and
+    /// the reference run's buffers exceed the free memory.
     pub fn load_model(&mut self, dir: &std::path::Path, name: &str) -> Result<(), CudaError> {
+        let files = self.dev.read_model(dir)?;
+        // Its footprint, and one more instance for the reference run.
+        let needed = self.footprint(&files) + files.stream_bytes();
+        let (free, total) = self.dev.memory()?;
+        if needed > free {
+            return Err(CudaError::DoesNotFit {
+                model: name.to_string(),
+                device: self.dev.device().to_string(),
+                needed,
+                free,
+                total,
+            });
+        }
         let name = self.dev.load_model(dir, Some(name))?;
         if let Err(e) = self.compute_references(&name) {
             self.references.retain(|(m, _), _| *m != name);
