@@ -1,14 +1,16 @@
 //! The CUDA launch path: compiled models loaded and launched through
 //! cudarc's driver API, best-effort (BE) work preempted by the preempt flag
-//! of REEF's injected kernels.
+//! of REEF's injected kernels. This module opens the GPU (contexts, probed
+//! levels) and loads models; [`kernels`] is the device reef-exec's driver
+//! runs the scheduler's actions on (streams, launches, the flag, events),
+//! so host queues, restores and every policy are reef-sched's, as on the
+//! simulated GPU.
 //!
 //! Paper: REEF (reef-tocs2025) §4.3 "Reset-based preemption", Fig. 8 (the
-//! launcher appends each kernel's execution index, line 8; `preempt()` resets
-//! the host queue, sets the flag, reads the global execution index and
-//! clears the flag, lines 12-16; `restore()` relaunches from there), §4.2
-//! (virtual host queues per stream, a device queue capped per stream, here
-//! `queue_cap`), §4.6 (the PTX rewrite: reef-ptx-inject, trap-handler/).
-//! DESIGN.md layer 2, backend `cuda`.
+//! launcher appends each kernel's execution index, line 8; `preempt()` sets
+//! the flag and reads the execution index, lines 12-16), §4.2 (a device
+//! queue capped per stream), §4.6 (the PTX rewrite: reef-ptx-inject,
+//! trap-handler/). DESIGN.md layer 2, backend `cuda`.
 //!
 //! Library: cudarc 0.19 dlopens the driver by name (`libcuda.so`, then the
 //! versioned names of `get_lib_name_candidates("cuda")`) through the
@@ -27,13 +29,14 @@
 //! - per model and context, one allocation per weight storage, weights
 //!   uploaded once at load; a load that does not fit the free memory
 //!   (`cuMemGetInfo_v2`) is refused with both figures before anything is
-//!   allocated, and a failure midway frees what was allocated;
+//!   allocated ([`kernels::CudaKernels::load_model`]), and a failure midway
+//!   frees what was allocated;
 //! - per stream and model, its own module instance (so each BE stream has
 //!   its own `reef_preempt_flag` and `reef_exec_index`: Fig. 8's global index
 //!   describes one queue) and one allocation per input, activation and
-//!   output storage; one request at a time per stream on the device, its
-//!   input copied in when it starts and its output copied out when its last
-//!   kernel's event completes.
+//!   output storage ([`kernels`]: a request's input is copied in with its
+//!   first kernel and its output copied out when its last kernel's event
+//!   completes).
 //!
 //! Preemption levels are probed at open, not assumed: 1 always (host
 //! queues are reefd's); 2 when a probe kernel, injected and launched with
@@ -41,7 +44,7 @@
 //! stored) and, with the flag cleared, runs (index stored); 3 never on this
 //! path, for the reason [`NO_KILL`] gives.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
@@ -756,8 +759,6 @@ pub struct CudaLaunchOptions {
     pub index: u32,
     /// A driver library to load first (`REEF_CUDA_LIBRARY`).
     pub library: Option<PathBuf>,
-    /// Kernels in flight per stream (REEF §4.2's device-queue capacity).
-    pub queue_cap: usize,
 }
 
 struct Loaded {
@@ -775,75 +776,6 @@ struct Instance {
     buffers: HashMap<usize, CUdeviceptr>,
 }
 
-struct Request {
-    task: u64,
-    model: String,
-    input: Vec<u8>,
-    /// Its first kernel has been handed to CUDA (reported once through
-    /// [`CudaDevice::take_started`]).
-    first_sent: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Launch {
-    kernel: usize,
-    exec: u32,
-}
-
-struct Stream {
-    class: StreamClass,
-    cu: CUstream,
-    requests: VecDeque<Request>,
-    /// The active request's kernels not yet handed to CUDA (the host queue).
-    host: VecDeque<Launch>,
-    /// Handed to CUDA, with the event recorded after each.
-    inflight: VecDeque<(Launch, CUevent)>,
-    active: Option<u64>,
-    next_exec: u32,
-    instances: HashMap<String, Instance>,
-    /// Paused by a preemption until `restore_be`.
-    paused: bool,
-}
-
-/// A finished request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
-    pub stream: u64,
-    pub task: u64,
-    pub output: Vec<u8>,
-}
-
-/// A request the driver failed (see [`CudaDevice::poll`]).
-#[derive(Debug)]
-pub struct Failure {
-    pub stream: u64,
-    pub task: u64,
-    pub model: String,
-    pub error: CudaError,
-}
-
-/// What one preemption did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Preemption {
-    pub level: PreemptLevel,
-    /// Kernels taken back: still in host queues, or evicted at entry.
-    pub host_queue: u64,
-    pub evicted: u64,
-    /// Kernels in the device queue that had passed the flag check (their
-    /// index was at most the global execution index) and ran to the end.
-    pub ran: u64,
-    /// Requests queued or running on the preempted streams when they were
-    /// stopped (0: the preemption stopped no work).
-    pub stopped: u64,
-    /// Requests that had kernels taken back (host queue or evicted): they
-    /// resume from their first evicted kernel when their stream is
-    /// restored (REEF §4.4).
-    pub tasks: Vec<u64>,
-}
-
-/// A GPU's streaming multiprocessors as the driver reports them
-/// (`cuDeviceGetAttribute`), for placement (CASE/MGB Algorithm 3 counts
-/// warps per SM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SmLimits {
     pub sms: u32,
@@ -864,19 +796,7 @@ pub struct CudaDevice {
     sm: Option<SmLimits>,
     ctx: [CUcontext; 2],
     levels: Levels,
-    queue_cap: usize,
     models: BTreeMap<String, Loaded>,
-    streams: BTreeMap<u64, Stream>,
-    free_events: Vec<(usize, CUevent)>,
-    next_task: u64,
-    parked: Vec<Completion>,
-    /// Kernels handed to CUDA (`cuLaunchKernel` accepted) since open.
-    launches: u64,
-    /// Requests failed by the driver, for [`CudaDevice::take_failed`].
-    failed: Vec<Failure>,
-    /// Requests whose first kernel was handed to CUDA, with the instant the
-    /// launch returned, for [`CudaDevice::take_started`].
-    started: Vec<(u64, std::time::Instant)>,
 }
 
 // The raw handles are the driver's, usable from any thread once the owning
@@ -900,11 +820,6 @@ impl CudaDevice {
     /// probes the preemption levels.
     pub fn open(opts: &CudaLaunchOptions) -> Result<CudaDevice, CudaError> {
         load_library(opts.library.as_deref())?;
-        if opts.queue_cap == 0 {
-            return Err(CudaError::Invalid(
-                "the device-queue cap must be at least 1".into(),
-            ));
-        }
         let device = format!("cuda:{}", opts.index);
         // SAFETY (this block and every driver call below): FFI calls with
         // valid out-pointers; handles come from the driver.
@@ -961,15 +876,7 @@ impl CudaDevice {
                 sm,
                 ctx,
                 levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
-                queue_cap: opts.queue_cap,
                 models: BTreeMap::new(),
-                streams: BTreeMap::new(),
-                free_events: Vec::new(),
-                next_task: 1,
-                parked: Vec::new(),
-                launches: 0,
-                failed: Vec::new(),
-                started: Vec::new(),
             };
             d.levels = d.probe_levels();
             Ok(d)
@@ -1113,14 +1020,6 @@ impl CudaDevice {
         self.sm
     }
 
-    /// Device memory a model takes once loaded and used by one stream per
-    /// context: its weights in both contexts (RT and BE) and one request's
-    /// inputs, activations and outputs in each. [`CudaDevice::load_model`]
-    /// refuses a model whose footprint exceeds the free memory.
-    pub fn footprint(files: &ModelFiles) -> u64 {
-        2 * (files.weight_bytes() + files.stream_bytes())
-    }
-
     /// Reads a model directory for this GPU (a compiled model's PTX is
     /// picked by the compute capability, [`pick_arch`]).
     pub fn read_model(&self, dir: &Path) -> Result<ModelFiles, CudaError> {
@@ -1128,7 +1027,10 @@ impl CudaDevice {
     }
 
     /// Loads a model directory under `name` (default: the manifest's name):
-    /// weights uploaded once into each context.
+    /// weights uploaded once into each context. The memory its streams'
+    /// instances take is the caller's to check
+    /// ([`kernels::CudaKernels::load_model`]); the weights' allocation fails
+    /// with the driver's out-of-memory error when they do not fit.
     pub fn load_model(&mut self, dir: &Path, name: Option<&str>) -> Result<String, CudaError> {
         let files = self.read_model(dir)?;
         let name = name.unwrap_or(&files.name).to_string();
@@ -1136,18 +1038,6 @@ impl CudaDevice {
             return Err(CudaError::Invalid(format!(
                 "model {name} is already loaded"
             )));
-        }
-        // Weights in both contexts, and one stream instance per context.
-        let needed = Self::footprint(&files);
-        let (free, total) = self.memory()?;
-        if needed > free {
-            return Err(CudaError::DoesNotFit {
-                model: name,
-                device: self.device.clone(),
-                needed,
-                free,
-                total,
-            });
         }
         let mut weights = [HashMap::new(), HashMap::new()];
         let r = (|| -> Result<(), CudaError> {
@@ -1169,31 +1059,13 @@ impl CudaDevice {
         Ok(name)
     }
 
-    /// Unloads a model no stream is running.
+    /// Unloads a model (its weights); its instances are the caller's to
+    /// drop first.
     pub fn unload_model(&mut self, name: &str) -> Result<(), CudaError> {
-        if self
-            .streams
-            .values()
-            .any(|s| s.requests.iter().any(|r| r.model == name))
-        {
-            return Err(CudaError::Invalid(format!(
-                "model {name} has requests in flight"
-            )));
-        }
         let m = self
             .models
             .remove(name)
             .ok_or_else(|| CudaError::Invalid(format!("model {name} is not loaded")))?;
-        let ids: Vec<u64> = self.streams.keys().copied().collect();
-        for id in ids {
-            let (c, inst) = {
-                let s = self.streams.get_mut(&id).unwrap();
-                (class_ctx(s.class), s.instances.remove(name))
-            };
-            if let Some(inst) = inst {
-                self.drop_instance(c, inst);
-            }
-        }
         free_all(&self.ctx, &m.weights);
         Ok(())
     }
@@ -1208,139 +1080,6 @@ impl CudaDevice {
                 let _ = sys::cuModuleUnload(inst.module);
             }
         }
-    }
-
-    pub fn open_stream(&mut self, id: u64, class: StreamClass) -> Result<(), CudaError> {
-        if self.streams.contains_key(&id) {
-            return Err(CudaError::Invalid(format!("stream {id} is already open")));
-        }
-        self.current(class_ctx(class))?;
-        let mut cu = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
-        })?;
-        self.streams.insert(
-            id,
-            Stream {
-                class,
-                cu,
-                requests: VecDeque::new(),
-                host: VecDeque::new(),
-                inflight: VecDeque::new(),
-                active: None,
-                next_exec: 1,
-                instances: HashMap::new(),
-                paused: false,
-            },
-        );
-        Ok(())
-    }
-
-    /// Closes a stream after waiting for its work on the device; returns
-    /// the requests dropped from its queue.
-    pub fn close_stream(&mut self, id: u64) -> Result<Vec<u64>, CudaError> {
-        let s = self
-            .streams
-            .remove(&id)
-            .ok_or_else(|| CudaError::Invalid(format!("no stream {id}")))?;
-        let c = class_ctx(s.class);
-        self.current(c)?;
-        // SAFETY: handles from the driver.
-        unsafe {
-            check("cuStreamSynchronize", sys::cuStreamSynchronize(s.cu))?;
-            check("cuStreamDestroy_v2", sys::cuStreamDestroy_v2(s.cu))?;
-        }
-        for (_, ev) in s.inflight {
-            self.free_events.push((c, ev));
-        }
-        for (_, inst) in s.instances {
-            self.drop_instance(c, inst);
-        }
-        Ok(s.requests.into_iter().map(|r| r.task).collect())
-    }
-
-    /// Queues one inference of `model` with `input` on `stream`.
-    pub fn submit(&mut self, stream: u64, model: &str, input: Vec<u8>) -> Result<u64, CudaError> {
-        let m = self
-            .models
-            .get(model)
-            .ok_or_else(|| CudaError::Invalid(format!("model {model} is not loaded")))?;
-        if input.len() != m.files.input_bytes() {
-            return Err(CudaError::Invalid(format!(
-                "model {model} takes {} B of input, got {}",
-                m.files.input_bytes(),
-                input.len()
-            )));
-        }
-        let s = self
-            .streams
-            .get_mut(&stream)
-            .ok_or_else(|| CudaError::Invalid(format!("no stream {stream}")))?;
-        let task = self.next_task;
-        self.next_task += 1;
-        s.requests.push_back(Request {
-            task,
-            model: model.to_string(),
-            input,
-            first_sent: false,
-        });
-        Ok(task)
-    }
-
-    /// Whether any request is queued or running.
-    pub fn busy(&self) -> bool {
-        self.streams.values().any(|s| !s.requests.is_empty())
-    }
-
-    /// Whether the BE streams are paused by a preemption.
-    pub fn be_paused(&self) -> bool {
-        self.streams
-            .values()
-            .any(|s| s.class == StreamClass::BestEffort && s.paused)
-    }
-
-    /// Kernels of the stream in its host queue and handed to CUDA.
-    pub fn queue_depths(&self, stream: u64) -> (usize, usize) {
-        self.streams
-            .get(&stream)
-            .map_or((0, 0), |s| (s.host.len(), s.inflight.len()))
-    }
-
-    /// (next kernel to hand to CUDA, kernels, running) of a request.
-    pub fn task_progress(&self, task: u64) -> Option<(usize, usize, bool)> {
-        let s = self
-            .streams
-            .values()
-            .find(|s| s.requests.iter().any(|r| r.task == task))?;
-        let r = s.requests.iter().find(|r| r.task == task)?;
-        let kernels = self.models.get(&r.model)?.files.kernels.len();
-        if s.active != Some(task) {
-            return Some((0, kernels, false));
-        }
-        let next = s.host.front().map_or(kernels, |l| l.kernel);
-        Some((next, kernels, true))
-    }
-
-    /// Whether a real-time request is queued or running.
-    pub fn rt_busy(&self) -> bool {
-        self.streams
-            .values()
-            .any(|s| s.class == StreamClass::RealTime && !s.requests.is_empty())
-    }
-
-    fn instance(&mut self, id: u64, model: &str) -> Result<(), CudaError> {
-        let s = &self.streams[&id];
-        if s.instances.contains_key(model) {
-            return Ok(());
-        }
-        let inst = self.new_instance(class_ctx(s.class), model)?;
-        self.streams
-            .get_mut(&id)
-            .unwrap()
-            .instances
-            .insert(model.to_string(), inst);
-        Ok(())
     }
 
     /// A new instance of loaded model `model` in context `c`: its module
@@ -1383,341 +1122,6 @@ impl CudaDevice {
             return Err(e);
         }
         Ok(inst)
-    }
-
-    /// Observes completions and hands queued kernels to CUDA: at most
-    /// `queue_cap` in flight per stream (REEF §4.2), none on a paused
-    /// stream. Returns the requests that finished. A driver call that fails
-    /// for a stream (a refused launch, a failed copy or event query) fails
-    /// that stream's front request: it is taken off the stream with the
-    /// driver's error, for [`Self::take_failed`], and the other requests
-    /// and streams go on.
-    pub fn poll(&mut self) -> Vec<Completion> {
-        let mut done = Vec::new();
-        let ids: Vec<u64> = self.streams.keys().copied().collect();
-        for id in ids {
-            if let Err(e) = self.step(id, &mut done) {
-                self.fail_front(id, e);
-            }
-        }
-        done
-    }
-
-    fn step(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {
-        self.reap(id, done)?;
-        self.start_next(id)?;
-        self.transmit(id)?;
-        // A request may have finished and the next started.
-        self.reap(id, done)?;
-        self.start_next(id)
-    }
-
-    /// Takes the stream's front request off with `error`, after waiting for
-    /// its kernels already on the device (they use the stream's buffers,
-    /// which the next request overwrites).
-    fn fail_front(&mut self, id: u64, error: CudaError) {
-        let c = class_ctx(self.streams[&id].class);
-        let s = self.streams.get_mut(&id).unwrap();
-        if s.requests.is_empty() {
-            return;
-        }
-        // SAFETY: our context and stream; a failure leaves nothing to undo.
-        unsafe {
-            if sys::cuCtxSetCurrent(self.ctx[c]) == CUresult::CUDA_SUCCESS {
-                let _ = sys::cuStreamSynchronize(s.cu);
-            }
-        }
-        for (_, ev) in s.inflight.drain(..) {
-            self.free_events.push((c, ev));
-        }
-        s.host.clear();
-        s.active = None;
-        let r = s.requests.pop_front().unwrap();
-        self.failed.push(Failure {
-            stream: id,
-            task: r.task,
-            model: r.model,
-            error,
-        });
-    }
-
-    /// Requests failed by the driver since the last call.
-    pub fn take_failed(&mut self) -> Vec<Failure> {
-        std::mem::take(&mut self.failed)
-    }
-
-    fn reap(&mut self, id: u64, done: &mut Vec<Completion>) -> Result<(), CudaError> {
-        let c = class_ctx(self.streams[&id].class);
-        self.current(c)?;
-        loop {
-            let s = self.streams.get_mut(&id).unwrap();
-            let Some(&(_, ev)) = s.inflight.front() else {
-                break;
-            };
-            // SAFETY: an event of ours.
-            let r = unsafe { sys::cuEventQuery(ev) };
-            if r == CUresult::CUDA_ERROR_NOT_READY {
-                break;
-            }
-            check("cuEventQuery", r)?;
-            let (l, ev) = s.inflight.pop_front().unwrap();
-            self.free_events.push((c, ev));
-            self.kernel_done(id, l, done)?;
-        }
-        Ok(())
-    }
-
-    fn kernel_done(
-        &mut self,
-        id: u64,
-        l: Launch,
-        done: &mut Vec<Completion>,
-    ) -> Result<(), CudaError> {
-        let s = self.streams.get_mut(&id).unwrap();
-        let req = s
-            .requests
-            .front()
-            .expect("a kernel in flight belongs to the active request");
-        let m = &self.models[&req.model];
-        if l.kernel + 1 < m.files.kernels.len() {
-            return Ok(());
-        }
-        let inst = &s.instances[&req.model];
-        let mut output = vec![0u8; m.files.storages[m.files.output].bytes as usize];
-        dtoh(&mut output, inst.buffers[&m.files.output])?;
-        let req = s.requests.pop_front().unwrap();
-        s.active = None;
-        done.push(Completion {
-            stream: id,
-            task: req.task,
-            output,
-        });
-        Ok(())
-    }
-
-    fn start_next(&mut self, id: u64) -> Result<(), CudaError> {
-        let s = &self.streams[&id];
-        if s.active.is_some() {
-            return Ok(());
-        }
-        let Some(req) = s.requests.front() else {
-            return Ok(());
-        };
-        let (task, model) = (req.task, req.model.clone());
-        self.instance(id, &model)?;
-        let s = self.streams.get_mut(&id).unwrap();
-        let m = &self.models[&model];
-        let inst = &s.instances[&model];
-        htod(inst.buffers[&m.files.input], &s.requests[0].input)?;
-        s.active = Some(task);
-        for k in 0..m.files.kernels.len() {
-            let exec = s.next_exec;
-            s.next_exec += 1;
-            s.host.push_back(Launch { kernel: k, exec });
-        }
-        Ok(())
-    }
-
-    fn transmit(&mut self, id: u64) -> Result<(), CudaError> {
-        let c = class_ctx(self.streams[&id].class);
-        self.current(c)?;
-        loop {
-            let s = &self.streams[&id];
-            if s.paused || s.inflight.len() >= self.queue_cap {
-                return Ok(());
-            }
-            let Some(&l) = s.host.front() else {
-                return Ok(());
-            };
-            let ev = self.event(c)?;
-            let s = &self.streams[&id];
-            let model = &s.requests[0].model;
-            let (m, inst, cu) = (&self.models[model], &s.instances[model], s.cu);
-            if let Err(e) = launch_kernel(m, inst, c, cu, l.kernel, l.exec, ev) {
-                self.free_events.push((c, ev));
-                return Err(e);
-            }
-            self.launches += 1;
-            let s = self.streams.get_mut(&id).unwrap();
-            s.host.pop_front();
-            s.inflight.push_back((l, ev));
-            let r = &mut s.requests[0];
-            if !r.first_sent {
-                r.first_sent = true;
-                self.started.push((r.task, std::time::Instant::now()));
-            }
-        }
-    }
-
-    fn event(&mut self, c: usize) -> Result<CUevent, CudaError> {
-        if let Some(i) = self.free_events.iter().position(|(ec, _)| *ec == c) {
-            return Ok(self.free_events.swap_remove(i).1);
-        }
-        let mut ev = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the context is current.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut ev, EVENT_DISABLE_TIMING)
-        })?;
-        Ok(ev)
-    }
-
-    /// REEF Fig. 8 `preempt()` on every BE stream: see [`Self::preempt`].
-    /// BE streams stay paused until [`CudaDevice::restore_be`].
-    pub fn preempt_be(&mut self) -> Result<Preemption, CudaError> {
-        let be: Vec<u64> = self
-            .streams
-            .iter()
-            .filter(|(_, s)| s.class == StreamClass::BestEffort)
-            .map(|(&id, _)| id)
-            .collect();
-        self.preempt(&be)
-    }
-
-    /// REEF Fig. 8 `preempt()` on the BE streams `ids` not already paused:
-    /// stop transmitting (level 1), set each instance's flag (level 2,
-    /// line 13), wait until the device queues drain, read each stream's
-    /// execution index (line 15), clear the flags (line 16), and put the
-    /// evicted kernels back at the head of their host queues. The streams
-    /// stay paused until [`CudaDevice::restore`]. A real-time stream or an
-    /// unknown id is refused before anything is done.
-    pub fn preempt(&mut self, ids: &[u64]) -> Result<Preemption, CudaError> {
-        for id in ids {
-            match self.streams.get(id) {
-                None => return Err(CudaError::Invalid(format!("no stream {id}"))),
-                Some(s) if s.class == StreamClass::RealTime => {
-                    return Err(CudaError::Invalid(format!(
-                        "stream {id} is real-time; only best-effort streams are preempted"
-                    )))
-                }
-                Some(_) => {}
-            }
-        }
-        let level2 = self.levels.highest() >= PreemptLevel::LazyEviction;
-        let mut p = Preemption {
-            level: if level2 {
-                PreemptLevel::LazyEviction
-            } else {
-                PreemptLevel::HostQueue
-            },
-            host_queue: 0,
-            evicted: 0,
-            ran: 0,
-            stopped: 0,
-            tasks: Vec::new(),
-        };
-        let mut done = Vec::new();
-        self.current(1)?;
-        let be: Vec<u64> = ids
-            .iter()
-            .copied()
-            .filter(|id| !self.streams[id].paused)
-            .collect();
-        for &id in &be {
-            let s = self.streams.get_mut(&id).unwrap();
-            s.paused = true;
-            p.stopped += s.requests.len() as u64;
-            p.host_queue += s.host.len() as u64;
-            if level2 {
-                for inst in s.instances.values() {
-                    htod(inst.flag, &1u32.to_le_bytes())?;
-                }
-            }
-        }
-        for &id in &be {
-            let s = &self.streams[&id];
-            // SAFETY: our stream.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(s.cu)
-            })?;
-            if !level2 {
-                self.reap(id, &mut done)?;
-                continue;
-            }
-            let last_run = match s.requests.front() {
-                Some(r) if !s.inflight.is_empty() => {
-                    let mut b = [0u8; 4];
-                    dtoh(&mut b, s.instances[&r.model].index)?;
-                    u32::from_le_bytes(b)
-                }
-                _ => 0,
-            };
-            let s = self.streams.get_mut(&id).unwrap();
-            for inst in s.instances.values() {
-                htod(inst.flag, &0u32.to_le_bytes())?;
-            }
-            let inflight: Vec<_> = s.inflight.drain(..).collect();
-            let mut evicted = Vec::new();
-            for (l, ev) in inflight {
-                self.free_events.push((1, ev));
-                if l.exec <= last_run {
-                    p.ran += 1;
-                    self.kernel_done(id, l, &mut done)?;
-                } else {
-                    evicted.push(l);
-                }
-            }
-            p.evicted += evicted.len() as u64;
-            let s = self.streams.get_mut(&id).unwrap();
-            for l in evicted.into_iter().rev() {
-                s.host.push_front(l);
-            }
-        }
-        // Requests still active with kernels taken back (a request whose
-        // last kernel ran has completed above and is parked).
-        for &id in &be {
-            let s = &self.streams[&id];
-            if let (Some(t), false) = (s.active, s.host.is_empty()) {
-                p.tasks.push(t);
-            }
-        }
-        self.parked.extend(done);
-        Ok(p)
-    }
-
-    /// Lets the paused streams `ids` transmit again (unknown ids are
-    /// ignored), from their first evicted kernel: see [`Self::restore_be`].
-    pub fn restore(&mut self, ids: &[u64]) {
-        for id in ids {
-            if let Some(s) = self.streams.get_mut(id) {
-                s.paused = false;
-            }
-        }
-    }
-
-    /// Whether stream `id` is open.
-    pub fn has_stream(&self, id: u64) -> bool {
-        self.streams.contains_key(&id)
-    }
-
-    /// Whether stream `id` is paused by a preemption.
-    pub fn paused(&self, id: u64) -> bool {
-        self.streams.get(&id).is_some_and(|s| s.paused)
-    }
-
-    /// Kernels handed to CUDA since the device was opened.
-    pub fn launches(&self) -> u64 {
-        self.launches
-    }
-
-    /// Requests whose first kernel was handed to CUDA since the last call,
-    /// with the instant `cuLaunchKernel` returned.
-    pub fn take_started(&mut self) -> Vec<(u64, std::time::Instant)> {
-        std::mem::take(&mut self.started)
-    }
-
-    /// Lets BE streams transmit again, from the first evicted kernel
-    /// (REEF §4.4: at level 2 an evicted kernel never ran, so relaunching it
-    /// is correct without idempotence analysis).
-    pub fn restore_be(&mut self) {
-        for s in self.streams.values_mut() {
-            s.paused = false;
-        }
-    }
-
-    /// Requests that completed during a preemption (their last kernel ran
-    /// before the flag was set), for the next caller of [`Self::take_parked`].
-    pub fn take_parked(&mut self) -> Vec<Completion> {
-        std::mem::take(&mut self.parked)
     }
 }
 

@@ -101,12 +101,8 @@ pub fn open(
     library: Option<PathBuf>,
     mut settings: SchedSettings,
 ) -> Result<SchedEngine<CudaKernels>, EngineError> {
-    let dev = CudaKernels::open(&CudaLaunchOptions {
-        index,
-        library,
-        queue_cap: settings.dq_capacity,
-    })
-    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    let dev = CudaKernels::open(&CudaLaunchOptions { index, library })
+        .map_err(|e| EngineError::Invalid(e.to_string()))?;
     let mut dev = dev;
     dev.set_streams_per_model(1 + settings.be_streams_per_model);
     let preset = match dev.device().compute_capability() {

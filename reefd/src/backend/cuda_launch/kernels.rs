@@ -292,6 +292,19 @@ impl CudaKernels {
             ));
         }
         let st = &self.streams[s.0 as usize];
+        if let Some(other) = st
+            .inflight
+            .iter()
+            .find(|f| f.model == model && f.tags.task != task)
+        {
+            // The stream's instance holds one request's buffers: a second
+            // request of the model would overwrite them under the first
+            // (reef-sched runs one request per stream at a time).
+            return Err(CudaError::Invalid(format!(
+                "stream {} still runs request {} of model {model}; one request per stream at a time",
+                s.0, other.tags.task
+            )));
+        }
         if st.inflight.len() >= st.capacity {
             return Err(CudaError::Invalid(format!(
                 "device queue of stream {} is full ({} kernels)",
