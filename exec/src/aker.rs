@@ -93,14 +93,17 @@ pub fn launch_fused(
     c1: Component,
     c2: Component,
 ) -> Result<[LaunchId; 2], SimError> {
-    let ids = sim.launch_padded(
-        s,
-        vec![
-            c1.launch.with_persistent(c1.per_cu),
-            c2.launch.with_persistent(c2.per_cu),
-        ],
-    )?;
+    let ids = sim.launch_padded(s, fused_parts(c1, c2))?;
     Ok([ids[0], ids[1]])
+}
+
+/// The two parts of a fused launch of `c1` and `c2`: each component's
+/// blocks persistent on every compute unit, `per_cu` at a time.
+fn fused_parts(c1: Component, c2: Component) -> Vec<KernelLaunch> {
+    vec![
+        c1.launch.with_persistent(c1.per_cu),
+        c2.launch.with_persistent(c2.per_cu),
+    ]
 }
 
 /// Device time of one launch run alone on an idle device, from dispatch
@@ -390,12 +393,12 @@ impl FuseExec {
     /// components' shapes and buffers (reads, writes).
     pub fn launch(
         &mut self,
-        sim: &mut Sim,
+        dev: &mut dyn crate::Device,
         s0: StreamId,
         f: &FusedLaunch,
         lc: (&Arc<KernelShape>, crate::Buffers),
         be: (&Arc<KernelShape>, crate::Buffers),
-    ) -> Result<(), SimError> {
+    ) -> Result<(), String> {
         let c1 = KernelLaunch::new(
             lc.0.clone(),
             Tags {
@@ -415,19 +418,20 @@ impl FuseExec {
         )
         .with_buffers(be.1 .0, be.1 .1)
         .with_blocks(f.be_blocks.clone());
-        let ids = launch_fused(
-            sim,
+        let ids = dev.launch_padded(
             s0,
-            Component {
-                launch: c1,
-                per_cu: f.ratio.0,
-            },
-            Component {
-                launch: c2,
-                per_cu: f.ratio.1,
-            },
+            fused_parts(
+                Component {
+                    launch: c1,
+                    per_cu: f.ratio.0,
+                },
+                Component {
+                    launch: c2,
+                    per_cu: f.ratio.1,
+                },
+            ),
         )?;
-        for id in ids {
+        for &id in &ids {
             self.part_of.insert(id, ids[0]);
         }
         self.pending.insert(

@@ -10,11 +10,21 @@
 //!
 //! Implemented here by reef-sim's [`Sim`]. Padded launches (REEF §5.1,
 //! Fig. 12) and Aker's fused launches place blocks on chosen compute units,
-//! which no vendor API offers: they need the block-level simulator, which a
-//! device exposes through [`Device::sim`] when it is one.
+//! which no vendor API offers: a device that can says so
+//! ([`Device::places_blocks`]) and takes them through
+//! [`Device::launch_padded`]; the others refuse them. Value tracking (the
+//! simulator's stand-in for output bytes, docs/simulator.md) is the
+//! optional [`Device::values`]. This interface is the only way reef-exec's
+//! driver, and through it the daemon and the benchmark's event loops,
+//! reach a device.
 
 use reef_sched::Time;
-use reef_sim::{DeviceEvent, KernelLaunch, Sim, StreamId};
+use reef_sim::{DeviceEvent, KernelLaunch, LaunchId, Sim, StreamId, ValueTracker};
+
+/// What a device without block placement answers to a padded or fused
+/// launch.
+pub const NO_PLACEMENT: &str =
+    "this device cannot place blocks on chosen compute units (no vendor API does)";
 
 /// A GPU as the execution layer drives it. Errors are the device's words
 /// for why an action was refused.
@@ -45,9 +55,33 @@ pub trait Device {
     fn next_event_time(&self) -> Option<Time>;
     /// Runs the device to time `t`, appending what happened, in order.
     fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>);
-    /// The block-level simulator, when the device is one (padded and fused
-    /// launches, value tracking).
-    fn sim(&mut self) -> Option<&mut Sim>;
+    /// Whether the device places a launch's blocks on the compute units
+    /// the launch names (padded and fused launches).
+    fn places_blocks(&self) -> bool {
+        false
+    }
+    /// Queues one launch made of `parts`, each on the compute units it
+    /// names, as one device-queue entry (REEF §5.1 Fig. 12's padded
+    /// launch; Aker's fused launch). Returns each part's launch id.
+    fn launch_padded(
+        &mut self,
+        _s: StreamId,
+        _parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, String> {
+        Err(NO_PLACEMENT.to_string())
+    }
+    /// The buffers' value versions, when the device tracks values (the
+    /// simulator: a kernel's completion writes versions derived from what
+    /// it read). A GPU computes real bytes and checks them itself
+    /// ([`Device::verified`]).
+    fn values(&mut self) -> Option<&mut ValueTracker> {
+        None
+    }
+    /// The device's peak DRAM load over the run (fraction of its
+    /// bandwidth), when it measures one.
+    fn dram_load_peak(&self) -> Option<f64> {
+        None
+    }
     /// Starts afresh for a new scheduler: no streams, time 0 (the
     /// simulator: a new one of the same preset and seed; a GPU keeps its
     /// contexts and loaded models).
@@ -115,8 +149,21 @@ impl Device for Sim {
     fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>) {
         Sim::advance_into(self, t, out)
     }
-    fn sim(&mut self) -> Option<&mut Sim> {
-        Some(self)
+    fn places_blocks(&self) -> bool {
+        true
+    }
+    fn launch_padded(
+        &mut self,
+        s: StreamId,
+        parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, String> {
+        Sim::launch_padded(self, s, parts).map_err(|e| e.to_string())
+    }
+    fn values(&mut self) -> Option<&mut ValueTracker> {
+        Some(self.values_mut())
+    }
+    fn dram_load_peak(&self) -> Option<f64> {
+        Some(Sim::dram_load_peak(self))
     }
     fn reset(&mut self) {
         *self = Sim::new(self.spec().clone(), self.config());

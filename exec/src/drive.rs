@@ -253,7 +253,7 @@ impl<D: Device> Driver<D> {
         s: Setup<'_, M>,
         dev: &mut D,
     ) -> anyhow::Result<(RunSched, Option<PadExec>, Option<FuseExec>, RunFacts)> {
-        if places_blocks(s.policy) && dev.sim().is_none() {
+        if places_blocks(s.policy) && !dev.places_blocks() {
             anyhow::bail!(
                 "policy {} places blocks on chosen compute units (padded or fused launches), which this device cannot do; use a policy without padding (reef-nodkp)",
                 s.policy
@@ -605,9 +605,6 @@ impl<D: Device> Driver<D> {
                 let Some(pad) = self.pad.as_mut() else {
                     return Err((what(), format!("policy {policy} pads without profiles")));
                 };
-                let Some(sim) = self.dev.sim() else {
-                    return Err((what(), "the device cannot pad".to_string()));
-                };
                 let shapes = &self.run.shapes;
                 let be_shape = |x: &reef_sched::dkp::BePart| {
                     shapes[x.model.0 as usize][x.tag.kernel as usize].clone()
@@ -620,7 +617,7 @@ impl<D: Device> Driver<D> {
                 let rt_bufs = work.buffers(req, k);
                 let (p_kernel, be_parts) = (p.tag.kernel, p.parts.len());
                 let issued = pad
-                    .launch(sim, s0, p, &rt_base, &be_shape, rt_bufs, &be_bufs)
+                    .launch(&mut self.dev, s0, p, &rt_base, &be_shape, rt_bufs, &be_bufs)
                     .map_err(|e| (what(), format!("{e:#}")))?;
                 for (req, kernel) in queued {
                     out.push(Outcome::Queued {
@@ -701,12 +698,9 @@ impl<D: Device> Driver<D> {
                 let Some(fuse) = self.fuse.as_mut() else {
                     return Err((what(), format!("policy {policy} fused without Aker")));
                 };
-                let Some(sim) = self.dev.sim() else {
-                    return Err((what(), "the device cannot fuse".to_string()));
-                };
                 let issued = Instant::now();
                 fuse.launch(
-                    sim,
+                    &mut self.dev,
                     s0,
                     &f,
                     (&ls, work.buffers(f.lc.req, lk)),
@@ -833,8 +827,8 @@ mod tests {
         Ok((d, models))
     }
 
-    /// A device that is not the block-level simulator: reef-sim behind the
-    /// interface, without [`Device::sim`] (as a vendor GPU would be).
+    /// A device that does not place blocks: reef-sim behind the
+    /// interface, without padded launches or values (as a vendor GPU).
     struct Opaque(Sim);
     impl Device for Opaque {
         fn now(&self) -> Time {
@@ -868,9 +862,6 @@ mod tests {
         }
         fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>) {
             self.0.advance_into(t, out)
-        }
-        fn sim(&mut self) -> Option<&mut Sim> {
-            None
         }
         fn reset(&mut self) {
             Device::reset(&mut self.0)

@@ -62,8 +62,7 @@ use reef_sched::{
     Scheduler, StreamId, Time,
 };
 use reef_sim::{
-    BufferId, CuSet, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim,
-    Tags,
+    BufferId, CuSet, DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Tags,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -526,13 +525,13 @@ impl PadExec {
     }
 
     /// Launches a padded launch on real-time stream `s0` as one
-    /// [`Sim::launch_padded`]. `be_shape(part)` gives a part's default
+    /// [`Device::launch_padded`]. `be_shape(part)` gives a part's default
     /// kernel shape; `be_buffers(part)` its reads and writes (empty when
     /// values are not tracked).
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &mut self,
-        sim: &mut Sim,
+        dev: &mut dyn Device,
         s0: reef_sim::StreamId,
         p: PaddedLaunch,
         rt_base: &Arc<KernelShape>,
@@ -587,7 +586,7 @@ impl PadExec {
         // daemon's control path ends here (a wall-clock reading for
         // measurement only; nothing depends on it).
         let issued = std::time::Instant::now();
-        let ids = sim.launch_padded(s0, parts)?;
+        let ids = dev.launch_padded(s0, parts).map_err(anyhow::Error::msg)?;
         let rt = ids[0];
         for &id in &ids {
             self.part_of.insert(id, rt);
@@ -690,6 +689,7 @@ impl PadExec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reef_sim::Sim;
 
     fn models(spec: &DeviceSpec, names: &[&str]) -> Vec<PreparedModel> {
         let dir = reef_model::default_models_dir();

@@ -27,7 +27,7 @@
 //! between kernels are what FIKIT fills (fikit.txt §1, Fig. 1).
 
 use super::workload::{Load, Workload};
-use reef_exec::{Driver, Outcome, PadStats, Setup, Work};
+use reef_exec::{Device, Driver, Outcome, PadStats, Setup, Work};
 use reef_sched::fikit::profile::Profile;
 use reef_sched::fikit::{Fikit, FikitConfig, FikitStats};
 use reef_sched::{
@@ -401,7 +401,7 @@ impl Run<'_> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let now = self.drv.dev.now();
+        let now = Device::now(&self.drv.dev);
         let mut out = std::mem::take(&mut self.out);
         for o in out.drain(..) {
             match o {
@@ -430,7 +430,9 @@ impl Run<'_> {
             let m = &self.book.models[self.book.clients[ci].model];
             let mut outs: Vec<BufferId> = Vec::new();
             reef_exec::replay_unpreempted(reference, m, |b| buffer(ci, b), &mut outs);
-            if !self.drv.dev.values().diff(reference, &outs).is_empty() {
+            let values =
+                Device::values(&mut self.drv.dev).expect("the simulated device tracks values");
+            if !values.diff(reference, &outs).is_empty() {
                 self.corrupted += 1;
             }
         }
@@ -449,7 +451,7 @@ impl Run<'_> {
 
     /// Dependent clients whose inputs are all in become ready now.
     fn release_dependents(&mut self) {
-        let now = self.drv.dev.now();
+        let now = Device::now(&self.drv.dev);
         for d in 0..self.book.clients.len() {
             if self.state[d] != CState::Waiting {
                 continue;
@@ -483,7 +485,7 @@ impl Run<'_> {
         loop {
             self.apply_actions()?;
             self.release_dependents();
-            let t_dev = self.drv.dev.next_event_time();
+            let t_dev = Device::next_event_time(&self.drv.dev);
             let t_cli = self
                 .state
                 .iter()
@@ -624,7 +626,7 @@ pub fn simulate(
         corrupted_outputs: run.corrupted,
         device_max_level: max_level,
         padding: run.drv.pad.as_ref().map(|p| run.drv.sched.pad_stats(p)),
-        dram_load_peak: Some(run.drv.dev.dram_load_peak()),
+        dram_load_peak: Device::dram_load_peak(&run.drv.dev),
         aker: run.drv.sched.aker_stats(),
     })
 }

@@ -685,8 +685,7 @@ impl<D: EngineDevice> SchedEngine<D> {
             // this stream. Kernels read their inputs when they complete, so
             // doing this after the first launches (off the control path) is
             // equivalent to doing it before.
-            if let Some(sim) = self.build.drv.dev.sim() {
-                let values = sim.values_mut();
+            if let Some(values) = self.build.drv.dev.values() {
                 for b in 0..self.models[mi].model.buffers.len() {
                     let id = buffer(ns, b);
                     values.set(id, ValueTracker::initial(id));
@@ -805,11 +804,10 @@ impl<D: EngineDevice> SchedEngine<D> {
                     // The simulator tracks values: the outputs' versions
                     // against one unpreempted run's; a GPU compares the
                     // output bytes itself.
-                    let verified = match b.drv.dev.sim() {
-                        Some(sim) => {
+                    let verified = match b.drv.dev.values() {
+                        Some(values) => {
                             let m = &mut self.models[b.slots[slot].model];
                             let expected = m.expected_outputs(ns);
-                            let values = sim.values();
                             Some(expected.iter().all(|&(buf, v)| values.get(buf) == v))
                         }
                         None => b.drv.dev.verified(req),
@@ -939,7 +937,7 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
 
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
         check_policy(policy)?;
-        if reef_exec::places_blocks(policy) && self.build.drv.dev.sim().is_none() {
+        if reef_exec::places_blocks(policy) && !self.build.drv.dev.places_blocks() {
             return Err(EngineError::Unsupported(format!(
                 "policy {policy} places blocks on chosen compute units (padded or fused launches), which {} cannot do; use a policy without padding (reef-nodkp)",
                 self.build.drv.dev.describe()

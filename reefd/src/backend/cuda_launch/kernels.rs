@@ -40,7 +40,7 @@ use std::collections::{HashMap, VecDeque};
 use cudarc::driver::sys::{self, CUevent, CUresult, CUstream};
 use reef_exec::Device;
 use reef_sched::{RequestId, Time};
-use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, Sim, StreamId, Tags};
+use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, StreamId, Tags};
 
 use super::{
     check, class_ctx, dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions,
@@ -544,10 +544,6 @@ impl Device for CudaKernels {
                 tracing::error!(stream = si, "polling {}: {e}", self.dev.device());
             }
         }
-    }
-
-    fn sim(&mut self) -> Option<&mut Sim> {
-        None
     }
 
     fn reset(&mut self) {
