@@ -436,7 +436,9 @@ pub struct ModelInfo {
     pub path: PathBuf,
     pub kernels: usize,
     pub buffers: usize,
-    /// Measured stand-alone latency of one inference, when profiled.
+    /// Stand-alone latency of one inference: measured on the daemon's GPU
+    /// when the model was loaded (the fastest of its reference runs), else
+    /// the model's profile, when it has one.
     pub standalone_us: Option<f64>,
     /// Whether idempotence metadata was found and loaded with the model.
     pub idempotence: Option<PathBuf>,

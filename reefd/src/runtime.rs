@@ -1127,6 +1127,10 @@ impl Runtime {
             Ok(d) => info.device = d,
             Err(e) => return Handled::Error(engine_failure(e)),
         }
+        // A stand-alone latency the device measured at load is this
+        // device's; a profile's may be another GPU's (the MI50's).
+        let standalone_ns = st.engine.standalone_ns(&key).or(standalone_ns);
+        info.standalone_us = standalone_ns.map(|n| n as f64 / 1e3);
         tracing::info!(model = %key, uid = conn.peer.uid, kernels = info.kernels, "model loaded");
         st.models.insert(
             key,

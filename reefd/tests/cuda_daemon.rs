@@ -101,7 +101,22 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(d.client().models().unwrap()[0].name, model);
+    let loaded = &d.client().models().unwrap()[0];
+    assert_eq!(loaded.name, model);
+    // Its stand-alone latency, measured at load (the fastest reference
+    // run): never below the device time of its kernels run one after
+    // another (two-kernel: 40 + 30 us on the simulated GPU, which is paced
+    // by the wall clock; a compiled model's are shorter than that).
+    let alone = loaded
+        .standalone_us
+        .expect("stand-alone latency measured at load");
+    assert!(alone > 0.0 && alone < 1e6, "stand-alone {alone} us");
+    if lib.is_some() && model == "two-kernel" {
+        assert!(
+            alone >= 70.0,
+            "stand-alone {alone} us below the kernels' 70 us"
+        );
+    }
 
     // A BE client with 16 inferences in flight (about 1.6 ms of device
     // work, so a BE client thread the OS does not run for a while still
@@ -151,6 +166,15 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
     assert!(be_results.len() >= 100);
     for r in rt_results.iter().chain(&be_results) {
         assert_eq!(r.outputs_verified, Some(true), "task {} ({r:?})", r.task);
+    }
+    for r in &rt_results {
+        let n = r
+            .normalized_latency
+            .expect("normalised by the measured stand-alone");
+        assert!(
+            (n - r.latency_us / alone).abs() < 1e-6 * n.max(1.0),
+            "{r:?}"
+        );
     }
     let stats = d.client().stats().unwrap();
     let preemptions = stats.preemptions.get("2").copied().unwrap_or(0);

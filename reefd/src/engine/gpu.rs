@@ -83,6 +83,10 @@ impl EngineDevice for CudaKernels {
     fn device_memory(&self) -> Option<(u64, u64)> {
         self.device().memory().ok()
     }
+
+    fn standalone_ns(&self, name: &str) -> Option<u64> {
+        CudaKernels::standalone_ns(self, name)
+    }
 }
 
 /// The policy served on a GPU for `policy`: `reef` becomes `reef-nodkp`

@@ -218,6 +218,12 @@ pub trait Engine: Send {
     fn device_memory(&self) -> Option<(u64, u64)> {
         None
     }
+    /// Model `name`'s stand-alone latency (ns) as the engine's device
+    /// measured it when the model was loaded (a GPU: the fastest of the
+    /// model's unpreempted reference runs); `None`: not measured.
+    fn standalone_ns(&self, _name: &str) -> Option<u64> {
+        None
+    }
     /// A node's devices (empty on one device).
     fn devices(&self) -> Vec<crate::protocol::DeviceStatus> {
         Vec::new()

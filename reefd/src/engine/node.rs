@@ -569,6 +569,10 @@ impl Engine for NodeEngine {
         NodeEngine::add_model_on(self, model, pin).map(Some)
     }
 
+    fn standalone_ns(&self, name: &str) -> Option<u64> {
+        self.devs[self.model_device(name)?].standalone_ns(name)
+    }
+
     fn devices(&self) -> Vec<DeviceStatus> {
         self.status()
     }

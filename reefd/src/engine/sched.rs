@@ -312,6 +312,12 @@ pub trait EngineDevice: Device + Send {
     fn device_memory(&self) -> Option<(u64, u64)> {
         None
     }
+    /// Model `name`'s stand-alone latency measured on the device when it
+    /// was loaded (ns); `None`: not measured (the simulator: the model's
+    /// profile, if any, gives it).
+    fn standalone_ns(&self, _name: &str) -> Option<u64> {
+        None
+    }
 }
 
 impl EngineDevice for Sim {
@@ -933,6 +939,10 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
 
     fn device_memory(&self) -> Option<(u64, u64)> {
         self.build.drv.dev.device_memory()
+    }
+
+    fn standalone_ns(&self, name: &str) -> Option<u64> {
+        self.build.drv.dev.standalone_ns(name)
     }
 
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {

@@ -101,6 +101,10 @@ pub struct CudaKernels {
     verified: HashMap<u64, bool>,
     /// Output of each (model, seed), computed unpreempted at load.
     references: HashMap<(String, u64), Vec<u8>>,
+    /// Each model's stand-alone latency measured at load (ns): the fastest
+    /// of its reference runs, from its first launch to its stream's
+    /// synchronisation returning.
+    standalone: HashMap<String, u64>,
     /// Events seen but not yet reported.
     pending: Vec<DeviceEvent>,
     free_events: Vec<(usize, CUevent)>,
@@ -126,6 +130,7 @@ impl CudaKernels {
             bound: HashMap::new(),
             verified: HashMap::new(),
             references: HashMap::new(),
+            standalone: HashMap::new(),
             pending: Vec::new(),
             free_events: Vec::new(),
             streams_per_model: 2,
@@ -186,6 +191,7 @@ impl CudaKernels {
             }
         }
         self.references.retain(|(m, _), _| m != name);
+        self.standalone.remove(name);
         if let Err(e) = self.dev.unload_model(name) {
             tracing::warn!("unloading {name} from {}: {e}", self.dev.device());
         }
@@ -210,7 +216,9 @@ impl CudaKernels {
             r
         });
         self.dev.drop_instance(c, inst);
-        for (seed, bytes) in r?.into_iter().enumerate() {
+        let (outs, fastest) = r?;
+        self.standalone.insert(model.to_string(), fastest);
+        for (seed, bytes) in outs.into_iter().enumerate() {
             self.references
                 .insert((model.to_string(), seed as u64), bytes);
         }
@@ -218,7 +226,10 @@ impl CudaKernels {
     }
 
     /// One unpreempted run of `model` per input seed on stream `cu`, waited
-    /// for: the outputs, by seed.
+    /// for: the outputs, by seed, and the fastest run's wall time (ns, from
+    /// its first launch to the synchronisation returning; the input copy
+    /// before and the output copy after are not counted, as in a request,
+    /// whose input is bound before its first kernel).
     fn run_references(
         dev: &CudaDevice,
         model: &str,
@@ -226,15 +237,17 @@ impl CudaKernels {
         c: usize,
         cu: CUstream,
         ev: CUevent,
-    ) -> Result<Vec<Vec<u8>>, CudaError> {
+    ) -> Result<(Vec<Vec<u8>>, u64), CudaError> {
         let m = &dev.models[model];
         let mut exec = 1;
         let mut outs = Vec::new();
+        let mut fastest = u64::MAX;
         for seed in 0..INPUT_SEEDS {
             htod(
                 inst.buffers[&m.files.input],
                 &input(seed, m.files.input_bytes()),
             )?;
+            let t0 = std::time::Instant::now();
             for k in 0..m.files.kernels.len() {
                 launch_kernel(m, inst, c, cu, k, exec, ev)?;
                 exec += 1;
@@ -243,12 +256,20 @@ impl CudaKernels {
             check("cuStreamSynchronize", unsafe {
                 sys::cuStreamSynchronize(cu)
             })?;
+            fastest = fastest.min(t0.elapsed().as_nanos() as u64);
             let o = m.files.output;
             let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
             dtoh(&mut bytes, inst.buffers[&o])?;
             outs.push(bytes);
         }
-        Ok(outs)
+        Ok((outs, fastest))
+    }
+
+    /// Model `name`'s stand-alone latency measured at load (ns): the
+    /// fastest of its reference runs, alone on this daemon's streams (work
+    /// of other processes on the GPU is not excluded).
+    pub fn standalone_ns(&self, name: &str) -> Option<u64> {
+        self.standalone.get(name).copied()
     }
 
     fn event(&mut self, c: usize) -> Result<CUevent, CudaError> {
