@@ -377,7 +377,8 @@ struct PendingFused {
 }
 
 /// Executes the managers' fused launches ([`FusedLaunch`], `aker`,
-/// `tacker`) on the simulator through [`launch_fused`] and reports each
+/// `tacker`) on a device that places blocks ([`crate::Device::launch_padded`],
+/// the parts [`launch_fused`] makes) and reports each
 /// as its LC kernel: started when the LC part starts, completed (or
 /// evicted, or killed) once both parts have finished.
 #[derive(Default)]
@@ -431,6 +432,12 @@ impl FuseExec {
                 },
             ),
         )?;
+        if ids.len() != 2 {
+            return Err(format!(
+                "the device answered a fused launch of 2 parts with {} launch ids",
+                ids.len()
+            ));
+        }
         for &id in &ids {
             self.part_of.insert(id, ids[0]);
         }

@@ -67,7 +67,7 @@ pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
 
 /// Whether `policy` places blocks on chosen compute units (dynamic kernel
 /// padding, REEF §5.1; Aker's and Tacker's fused kernels, Aker §5.4),
-/// which needs the block-level simulator ([`Device::sim`]).
+/// which needs a device that places blocks ([`Device::places_blocks`]).
 pub fn places_blocks(policy: &str) -> bool {
     reef_sched::dkp::variant_of(policy).is_some() || matches!(policy, "aker" | "tacker")
 }
@@ -198,7 +198,8 @@ impl Driver<Sim> {
 
 impl<D: Device> Driver<D> {
     /// As [`Driver::new`], on device `dev`. A policy that pads or fuses
-    /// kernels needs a simulated device ([`Device::sim`]).
+    /// kernels needs a device that places blocks
+    /// ([`Device::places_blocks`], [`Device::launch_padded`]).
     pub fn with_device<M: ModelShapes>(s: Setup<'_, M>, mut dev: D) -> anyhow::Result<Driver<D>> {
         let (sched, pad, fuse, run) = Self::scheduler(s, &mut dev)?;
         let mut d = Driver {

@@ -9,8 +9,9 @@
 //! - [`RunSched`]: the scheduler of a run, the plain preemption core or the
 //!   core with dynamic kernel padding (`reef`, `reef-dkp-mv`), built from a
 //!   policy name by [`RunSched::new`].
-//! - [`PadExec`]: executes padded launches (REEF §5.1, Fig. 12) on the
-//!   simulator. One [`Sim::launch_padded`] on the real-time stream, part 0
+//! - [`PadExec`]: executes padded launches (REEF §5.1, Fig. 12) on a
+//!   device that places blocks. One [`Device::launch_padded`] on the
+//!   real-time stream, part 0
 //!   the real-time kernel on CUs `0..rt_cus`, then one part per best-effort
 //!   task on its CU range and block range; all parts take the padded
 //!   launch's resource demand (the proxy kernel's registers per thread, §5.1
@@ -586,7 +587,14 @@ impl PadExec {
         // daemon's control path ends here (a wall-clock reading for
         // measurement only; nothing depends on it).
         let issued = std::time::Instant::now();
+        let n = parts.len();
         let ids = dev.launch_padded(s0, parts).map_err(anyhow::Error::msg)?;
+        if ids.len() != n {
+            anyhow::bail!(
+                "the device answered a padded launch of {n} parts with {} launch ids",
+                ids.len()
+            );
+        }
         let rt = ids[0];
         for &id in &ids {
             self.part_of.insert(id, rt);

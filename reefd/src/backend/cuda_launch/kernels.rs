@@ -227,9 +227,9 @@ impl CudaKernels {
 
     /// One unpreempted run of `model` per input seed on stream `cu`, waited
     /// for: the outputs, by seed, and the fastest run's wall time (ns, from
-    /// its first launch to the synchronisation returning; the input copy
-    /// before and the output copy after are not counted, as in a request,
-    /// whose input is bound before its first kernel).
+    /// its input copy, which a request also makes when its first kernel is
+    /// launched, to the synchronisation returning; the output copy after
+    /// is not counted).
     fn run_references(
         dev: &CudaDevice,
         model: &str,
@@ -243,11 +243,9 @@ impl CudaKernels {
         let mut outs = Vec::new();
         let mut fastest = u64::MAX;
         for seed in 0..INPUT_SEEDS {
-            htod(
-                inst.buffers[&m.files.input],
-                &input(seed, m.files.input_bytes()),
-            )?;
+            let bytes = input(seed, m.files.input_bytes());
             let t0 = std::time::Instant::now();
+            htod(inst.buffers[&m.files.input], &bytes)?;
             for k in 0..m.files.kernels.len() {
                 launch_kernel(m, inst, c, cu, k, exec, ev)?;
                 exec += 1;
@@ -266,8 +264,10 @@ impl CudaKernels {
     }
 
     /// Model `name`'s stand-alone latency measured at load (ns): the
-    /// fastest of its reference runs, alone on this daemon's streams (work
-    /// of other processes on the GPU is not excluded).
+    /// fastest of its reference runs, on a private stream. Nothing else is
+    /// stopped for them: kernels the daemon already had in flight, and
+    /// other processes' work, can overlap the first runs (the fastest of
+    /// the eight is kept).
     pub fn standalone_ns(&self, name: &str) -> Option<u64> {
         self.standalone.get(name).copied()
     }
