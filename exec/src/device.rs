@@ -14,8 +14,10 @@
 //! ([`Device::places_blocks`]) and takes them through
 //! [`Device::launch_padded`]; the others refuse them. Value tracking (the
 //! simulator's stand-in for output bytes, docs/simulator.md) is the
-//! optional [`Device::values`]. This interface is the only way reef-exec's
-//! driver, and through it the daemon and the benchmark's event loops,
+//! optional [`Device::values`]. Device memory is taken and given back
+//! with [`Device::alloc`] and [`Device::free`]. This interface is the only
+//! way the event loops (reef-exec's driver, and through it the daemon's
+//! engine and the benchmark's DISB runner; the multi-GPU batch runner)
 //! reach a device.
 
 use reef_sched::Time;
@@ -51,6 +53,14 @@ pub trait Device {
     fn clear_queue(&mut self, s: StreamId) -> Result<(), String>;
     /// Kernels in stream `s`'s device queue (running ones included).
     fn queue_len(&self, s: StreamId) -> usize;
+    /// Allocates `bytes` of device memory; past what is free, refused with
+    /// the figures (on a GPU the allocating process would then fail: the
+    /// caller decides what that does to its work).
+    fn alloc(&mut self, _bytes: u64) -> Result<(), String> {
+        Err("this device does not take allocations through the execution layer".to_string())
+    }
+    /// Frees `bytes` allocated with [`Device::alloc`].
+    fn free(&mut self, _bytes: u64) {}
     /// When the device next has something to report (`None`: idle).
     fn next_event_time(&self) -> Option<Time>;
     /// Runs the device to time `t`, appending what happened, in order.
@@ -142,6 +152,12 @@ impl Device for Sim {
     }
     fn queue_len(&self, s: StreamId) -> usize {
         Sim::queue_len(self, s)
+    }
+    fn alloc(&mut self, bytes: u64) -> Result<(), String> {
+        Sim::alloc(self, bytes).map_err(|e| e.to_string())
+    }
+    fn free(&mut self, bytes: u64) {
+        Sim::free(self, bytes)
     }
     fn next_event_time(&self) -> Option<Time> {
         Sim::next_event_time(self)

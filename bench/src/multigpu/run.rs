@@ -2,17 +2,21 @@
 //! queued at time 0; a pool of workers each takes a job, runs it and takes
 //! the next. A job does its host work, declares its task (`task_begin`),
 //! allocates its memory on the device the placement policy chose (an
-//! allocation past capacity crashes it, reef-sim's node), runs its kernels
-//! and host steps on its own stream (concurrent with other jobs' streams on
-//! the device, as under MPS), frees, and ends its task (`task_end`).
-//! Virtual time on reef-sim's `Node`; placement by reef-sched's `Placer`.
+//! allocation past capacity crashes it: it ends there, holding nothing,
+//! with no stream yet), runs its kernels and host steps on its own stream
+//! (concurrent with other jobs' streams on the device, as under MPS),
+//! frees, and ends its task (`task_end`). Virtual time on a node of
+//! simulated devices (device `i` seeded `i`, as reef-sim's `Node`), each
+//! driven through reef-exec's [`Device`] interface; placement by
+//! reef-sched's `Placer`.
 
 use super::jobs::{Job, Step};
 use anyhow::{bail, Result};
+use reef_exec::Device;
 use reef_sched::place::{Begin, JobId, PlaceError, PlacePolicy, Placer, TaskId};
-use reef_sim::{DeviceSpec, EventKind, KernelLaunch, Node, OwnerId, SimConfig, StreamId, Tags};
+use reef_sim::{DeviceEvent, DeviceSpec, EventKind, KernelLaunch, SimConfig, StreamId, Tags};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// The depth of a stream's launch queue: CUDA queues about a thousand
 /// pending launches per stream before `cudaLaunchKernel` blocks (assumed;
@@ -92,8 +96,10 @@ impl Outcome {
     }
 }
 
-struct Sim<'a> {
-    node: Node,
+struct Batch<'a, D: Device> {
+    devs: Vec<D>,
+    /// The job owning each stream, by device.
+    owner: Vec<HashMap<StreamId, usize>>,
     placer: Placer,
     jobs: &'a [Job],
     runs: Vec<Run>,
@@ -111,10 +117,37 @@ pub fn run(
     if workers == 0 {
         bail!("at least one worker is needed");
     }
-    let node = Node::new(specs.to_vec(), SimConfig::default())?;
+    if specs.is_empty() {
+        bail!("at least one device is needed");
+    }
+    let cfg = SimConfig::default();
+    let devs = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            reef_sim::Sim::new(
+                spec.clone(),
+                SimConfig {
+                    seed: cfg.seed.wrapping_add(i as u64),
+                    ..cfg
+                },
+            )
+        })
+        .collect();
     let placer = Placer::new(policy, specs.iter().map(super::jobs::limits).collect())?;
-    let mut s = Sim {
-        node,
+    run_on(devs, placer, jobs, workers)
+}
+
+/// The batch on `devs` (one per placer device).
+fn run_on<D: Device>(
+    devs: Vec<D>,
+    placer: Placer,
+    jobs: &[Job],
+    workers: usize,
+) -> Result<Outcome> {
+    let mut s = Batch {
+        owner: vec![HashMap::new(); devs.len()],
+        devs,
         placer,
         jobs,
         runs: (0..jobs.len())
@@ -137,18 +170,26 @@ pub fn run(
     for _ in 0..workers {
         s.next_job(0)?;
     }
+    let (mut evs, mut buf) = (Vec::new(), Vec::new());
     loop {
-        let tn = s.node.next_event_time();
+        let tn = s.devs.iter().filter_map(|d| d.next_event_time()).min();
         let tt = s.timers.peek().map(|r| r.0 .0);
         let t = match (tn, tt) {
             (None, None) => break,
             (a, b) => a.into_iter().chain(b).min().unwrap(),
         };
-        for (d, ev) in s.node.advance_to(t) {
-            let Some(owner) = s.node.owner_of(d, ev.stream) else {
+        // Every device to `t`, the events in time order, device order
+        // among equal times (each device's own order kept).
+        evs.clear();
+        for (d, dev) in s.devs.iter_mut().enumerate() {
+            dev.advance_into(t, &mut buf);
+            evs.extend(buf.drain(..).map(|e: DeviceEvent| (d, e)));
+        }
+        evs.sort_by_key(|&(d, e)| (e.time, d));
+        for &(d, ev) in &evs {
+            let Some(&i) = s.owner[d].get(&ev.stream) else {
                 continue;
             };
-            let i = owner.0 as usize;
             if s.runs[i].state != State::InTask {
                 continue; // a crashed job's killed or cleared kernels
             }
@@ -207,7 +248,7 @@ pub fn run(
     })
 }
 
-impl Sim<'_> {
+impl<D: Device> Batch<'_, D> {
     /// A worker is free at `t`: it takes the next queued job.
     fn next_job(&mut self, t: u64) -> Result<()> {
         if let Some(i) = self.queue.pop_front() {
@@ -251,21 +292,20 @@ impl Sim<'_> {
 
     /// The task's memory is allocated on device `d`, then its steps run.
     fn start_task(&mut self, i: usize, d: usize, t: u64) -> Result<()> {
-        let owner = OwnerId(i as u64);
         let r = &mut self.runs[i];
         r.dev = d;
-        if self
-            .node
-            .alloc(owner, d, self.jobs[i].needs.memory)
-            .is_err()
-        {
-            // Out of memory: the job crashes (the node freed what it held).
+        if self.devs[d].alloc(self.jobs[i].needs.memory).is_err() {
+            // Out of memory: the job crashes. This is its one allocation and
+            // it has no stream yet, so it leaves nothing behind.
             r.state = State::Crashed;
             r.end = t;
             self.placer.job_end(JobId(i as u64));
             return self.next_job(t);
         }
-        r.stream = self.node.create_stream(owner, d, 0, STREAM_QUEUE)?;
+        r.stream = self.devs[d]
+            .create_stream(0, STREAM_QUEUE, false)
+            .map_err(|e| anyhow::anyhow!("device {d}: {e}"))?;
+        self.owner[d].insert(r.stream, i);
         r.state = State::InTask;
         self.steps(i, t)
     }
@@ -298,12 +338,9 @@ impl Sim<'_> {
                         kernel: k as u32,
                         user: 0,
                     };
-                    self.node.launch(
-                        OwnerId(i as u64),
-                        d,
-                        s,
-                        KernelLaunch::new(shape.clone(), tags),
-                    )?;
+                    self.devs[d]
+                        .launch(s, KernelLaunch::new(shape.clone(), tags))
+                        .map_err(|e| anyhow::anyhow!("device {d}: {e}"))?;
                 }
             }
         }
@@ -312,12 +349,10 @@ impl Sim<'_> {
 
     /// Frees the task's memory, ends the task and the job.
     fn finish(&mut self, i: usize, t: u64) -> Result<()> {
-        let owner = OwnerId(i as u64);
         let d = self.runs[i].dev;
-        self.node.free(owner, d, self.jobs[i].needs.memory)?;
+        self.devs[d].free(self.jobs[i].needs.memory);
         self.placer.task_end(TaskId(i as u64))?;
         self.placer.job_end(JobId(i as u64));
-        self.node.exit(owner);
         let r = &mut self.runs[i];
         r.state = State::Done;
         r.end = t;
