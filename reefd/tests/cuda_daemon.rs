@@ -157,8 +157,31 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
         common::wait_until(Duration::from_secs(20), || be_going.load(Ordering::SeqCst)),
         "the BE client sent nothing in 20 s"
     );
+    // Each RT request is sent while the BE stream has work queued (two
+    // inferences or more in flight), so that RT arrivals meet BE work to
+    // preempt however the OS schedules the BE client: on two cores under
+    // load it has left the BE stream empty for as long as the 100 RT
+    // requests took (0 preemptions, once, in CI-like conditions). Where
+    // the BE client does not catch up within 2 s the request goes anyway.
     let mut rt_results = Vec::new();
+    let mut unmet = 0;
     for _ in 0..100 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        let met = loop {
+            let busy = rt
+                .streams()
+                .unwrap()
+                .iter()
+                .any(|x| x.label.as_deref() == Some("be") && x.tasks_in_flight >= 2);
+            if busy {
+                break true;
+            }
+            if std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::yield_now();
+        };
+        unmet += usize::from(!met);
         rt_results.push(rt.infer(s.stream, model).unwrap());
     }
     rt_done.store(true, Ordering::SeqCst);
@@ -181,7 +204,8 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
     let be_restored: u32 = be_results.iter().map(|r| r.preemptions).sum();
     eprintln!(
         "RT mean {:.0} us p99 {:.0} us; {} BE, mean {:.0} us; {preemptions} preemptions \
-         (level 2), {be_restored} BE restores",
+         (level 2), {be_restored} BE restores; {unmet} RT requests sent without BE work \
+         queued",
         stats.rt_latency.mean_us,
         stats.rt_latency.p99_us,
         be_results.len(),
@@ -190,16 +214,16 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
     // The counts depend on kernel durations: the simulated kernels take
     // 40 and 30 us (two-kernel's kernels.ptx, stated assumptions) or what the
     // cost model gives a compiled model's recorded work; on a GPU tiny
-    // kernels take microseconds and BE work is rarely still queued. On an
-    // idle or busy machine 90-100 of the 100 RT arrivals find BE kernels
-    // to take back; when the whole suite runs beside it, fewer. None would
-    // mean RT arrivals never meet BE work (an RT-first launch order once
-    // did that).
-    if lib.is_some() && preemptions < 20 {
+    // kernels take microseconds and BE work is rarely still queued. Every
+    // RT request here is sent with BE work queued (above), so each arrival
+    // should take BE kernels back: at least 50 of the 100 (issue 18; 88-100
+    // measured, also under load).
+    if lib.is_some() && preemptions < 50 {
         let log = d.log();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         panic!(
-            "BE preempted {preemptions} times by 100 RT arrivals; {stats:?}; reefd log \
+            "BE preempted {preemptions} times by 100 RT arrivals ({unmet} sent without BE \
+             work queued); {stats:?}; reefd log \
              (last 40 lines, newest first):\n{}",
             tail.join("\n")
         );
