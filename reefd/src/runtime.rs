@@ -332,7 +332,7 @@ impl Runtime {
     /// device has work, yielding to the socket between turns, and sleeps
     /// until a request gives an idle device work. An RT request then finds
     /// the thread awake, the device at most one turn behind, the lock free,
-    /// and the request parser ([`warm_request_path`]) and the padding
+    /// and the request parser (`warm_request_path`) and the padding
     /// selection of its first kernel ([`Engine::warm`]) warm: the RT path
     /// is otherwise cold after milliseconds of simulation (docs/daemon.md,
     /// "Measuring the control path"). The price is one core kept busy while
