@@ -419,7 +419,8 @@ impl FuseExec {
         )
         .with_buffers(be.1 .0, be.1 .1)
         .with_blocks(f.be_blocks.clone());
-        let ids = dev.launch_padded(
+        let ids = crate::device::launch_parts(
+            dev,
             s0,
             fused_parts(
                 Component {
@@ -432,12 +433,6 @@ impl FuseExec {
                 },
             ),
         )?;
-        if ids.len() != 2 {
-            return Err(format!(
-                "the device answered a fused launch of 2 parts with {} launch ids",
-                ids.len()
-            ));
-        }
         for &id in &ids {
             self.part_of.insert(id, ids[0]);
         }

@@ -28,6 +28,25 @@ use reef_sim::{DeviceEvent, KernelLaunch, LaunchId, Sim, StreamId, ValueTracker}
 pub const NO_PLACEMENT: &str =
     "this device cannot place blocks on chosen compute units (no vendor API does)";
 
+/// Queues the multi-part launch `parts` on stream `s` of `dev`
+/// ([`Device::launch_padded`]) and checks the answer: one launch id per
+/// part, in order, or an error (never a short list a caller would index).
+pub fn launch_parts(
+    dev: &mut dyn Device,
+    s: StreamId,
+    parts: Vec<KernelLaunch>,
+) -> Result<Vec<LaunchId>, String> {
+    let n = parts.len();
+    let ids = dev.launch_padded(s, parts)?;
+    if ids.len() != n {
+        return Err(format!(
+            "the device answered a launch of {n} parts with {} launch ids",
+            ids.len()
+        ));
+    }
+    Ok(ids)
+}
+
 /// A GPU as the execution layer drives it. Errors are the device's words
 /// for why an action was refused.
 pub trait Device {

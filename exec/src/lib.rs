@@ -587,14 +587,7 @@ impl PadExec {
         // daemon's control path ends here (a wall-clock reading for
         // measurement only; nothing depends on it).
         let issued = std::time::Instant::now();
-        let n = parts.len();
-        let ids = dev.launch_padded(s0, parts).map_err(anyhow::Error::msg)?;
-        if ids.len() != n {
-            anyhow::bail!(
-                "the device answered a padded launch of {n} parts with {} launch ids",
-                ids.len()
-            );
-        }
+        let ids = device::launch_parts(dev, s0, parts).map_err(anyhow::Error::msg)?;
         let rt = ids[0];
         for &id in &ids {
             self.part_of.insert(id, rt);

@@ -1100,18 +1100,17 @@ impl Runtime {
             },
             None => None,
         };
-        let info = ModelInfo {
+        let mut info = ModelInfo {
             name: key.clone(),
             path: model.path.clone(),
             kernels: model.kernels.len(),
             buffers: model.buffers.len(),
-            standalone_us: model.measured_latency_ns().map(|n| n as f64 / 1e3),
+            standalone_us: None, // known once loaded, below
             idempotence: idem.as_ref().and(idem_path),
             owner_uid: conn.peer.uid,
             device: None,
         };
-        let mut info = info;
-        let standalone_ns = model.measured_latency_ns();
+        let profiled_ns = model.measured_latency_ns();
         let mut st = self.lock();
         if let Some(m) = st.models.get(&key) {
             return Handled::Reply(Reply::ModelLoaded(m.info.clone()));
@@ -1129,7 +1128,7 @@ impl Runtime {
         }
         // A stand-alone latency the device measured at load is this
         // device's; a profile's may be another GPU's (the MI50's).
-        let standalone_ns = st.engine.standalone_ns(&key).or(standalone_ns);
+        let standalone_ns = st.engine.standalone_ns(&key).or(profiled_ns);
         info.standalone_us = standalone_ns.map(|n| n as f64 / 1e3);
         tracing::info!(model = %key, uid = conn.peer.uid, kernels = info.kernels, "model loaded");
         st.models.insert(

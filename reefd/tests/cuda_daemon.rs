@@ -175,10 +175,10 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
     );
     // Each RT request is sent while the BE stream has work queued (two
     // inferences or more in flight), so that RT arrivals meet BE work to
-    // preempt however the OS schedules the BE client: on two cores under
-    // load it has left the BE stream empty for as long as the 100 RT
-    // requests took (0 preemptions in CI). Where the BE client has not
-    // caught up the request goes anyway (at most 20 s of waiting in all).
+    // preempt whatever the timing of the BE client and the daemon (an
+    // unoptimised reefd once kept the BE stream empty: 0 preemptions in
+    // CI). Where the BE client has not caught up the request goes anyway
+    // (at most 20 s of waiting in all).
     let mut rt_results = Vec::new();
     let mut unmet = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

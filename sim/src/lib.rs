@@ -76,7 +76,7 @@ pub use engine::{
 };
 pub use host::HostQueues;
 pub use mix::{Demand, PipeRates};
-pub use node::{parse_device_list, Node, NodeError, OwnerId};
+pub use node::{node_devices, parse_device_list, Node, NodeError, OwnerId};
 pub use shape::{KernelShape, ShapeError};
 pub use spec::{DeviceSpec, PreemptLevel, SpecError, PRESETS};
 pub use values::{BufferId, Mismatch, ValueTracker};

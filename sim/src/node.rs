@@ -126,6 +126,24 @@ pub fn parse_device_list(s: &str) -> Result<Vec<DeviceSpec>, NodeError> {
     Ok(out)
 }
 
+/// The devices of a node of `specs`, without the node's owners: device `i`
+/// is seeded with `cfg.seed + i` (as [`Node::new`] seeds them).
+pub fn node_devices(specs: Vec<DeviceSpec>, cfg: SimConfig) -> Vec<Sim> {
+    specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            Sim::new(
+                s,
+                SimConfig {
+                    seed: cfg.seed.wrapping_add(i as u64),
+                    ..cfg
+                },
+            )
+        })
+        .collect()
+}
+
 impl Node {
     /// A node of `specs`; device `i` is seeded with `cfg.seed + i`.
     pub fn new(specs: Vec<DeviceSpec>, cfg: SimConfig) -> Result<Self, NodeError> {
@@ -136,19 +154,7 @@ impl Node {
             });
         }
         let n = specs.len();
-        let devices = specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| {
-                Sim::new(
-                    s,
-                    SimConfig {
-                        seed: cfg.seed.wrapping_add(i as u64),
-                        ..cfg
-                    },
-                )
-            })
-            .collect();
+        let devices = node_devices(specs, cfg);
         Ok(Self {
             devices,
             owners: HashMap::new(),

@@ -6,8 +6,8 @@
 //! with no stream yet), runs its kernels and host steps on its own stream
 //! (concurrent with other jobs' streams on the device, as under MPS),
 //! frees, and ends its task (`task_end`). Virtual time on a node of
-//! simulated devices (device `i` seeded `i`, as reef-sim's `Node`), each
-//! driven through reef-exec's [`Device`] interface; placement by
+//! simulated devices (reef-sim's `node_devices`, seeded as its `Node`),
+//! each driven through reef-exec's [`Device`] interface; placement by
 //! reef-sched's `Placer`.
 
 use super::jobs::{Job, Step};
@@ -120,20 +120,7 @@ pub fn run(
     if specs.is_empty() {
         bail!("at least one device is needed");
     }
-    let cfg = SimConfig::default();
-    let devs = specs
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| {
-            reef_sim::Sim::new(
-                spec.clone(),
-                SimConfig {
-                    seed: cfg.seed.wrapping_add(i as u64),
-                    ..cfg
-                },
-            )
-        })
-        .collect();
+    let devs = reef_sim::node_devices(specs.to_vec(), SimConfig::default());
     let placer = Placer::new(policy, specs.iter().map(super::jobs::limits).collect())?;
     run_on(devs, placer, jobs, workers)
 }

@@ -102,7 +102,7 @@ pub struct CudaKernels {
     /// Output of each (model, seed), computed unpreempted at load.
     references: HashMap<(String, u64), Vec<u8>>,
     /// Each model's stand-alone latency measured at load (ns): the fastest
-    /// of its reference runs, from its first launch to its stream's
+    /// of its reference runs, from its input copy to its stream's
     /// synchronisation returning.
     standalone: HashMap<String, u64>,
     /// Events seen but not yet reported.
