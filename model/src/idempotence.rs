@@ -51,8 +51,6 @@ pub struct KernelIdempotence {
 /// `source()`, so printing the chain (`{:#}`) shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
-    #[error("{path}: cannot read idempotence metadata: {cause}")]
-    Io { path: String, cause: std::io::Error },
     #[error("{path}: not valid idempotence metadata JSON: {cause}")]
     Json {
         path: String,
@@ -60,6 +58,9 @@ pub enum MetadataError {
     },
     #[error("{path}: {what}")]
     Invalid { path: String, what: String },
+    /// Not a regular file, too large, or unreadable ([`crate::files`]).
+    #[error(transparent)]
+    File(Box<crate::files::FileError>),
 }
 
 /// Conventional file name of a model's metadata, `<model>.idem.json`
@@ -111,10 +112,9 @@ impl IdempotenceMetadata {
     /// Reads and validates a metadata file.
     pub fn load(path: &Path) -> Result<Self, MetadataError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| MetadataError::Io {
-            path: p.clone(),
-            cause: source,
-        })?;
+        let text =
+            crate::files::read_text(path, "idempotence metadata", crate::files::MAX_TEXT_BYTES)
+                .map_err(|e| MetadataError::File(Box::new(e)))?;
         let meta: Self = serde_json::from_str(&text).map_err(|source| MetadataError::Json {
             path: p.clone(),
             cause: source,
@@ -248,7 +248,7 @@ mod tests {
         ));
         assert!(matches!(
             IdempotenceMetadata::load(&dir.join("missing.json")),
-            Err(MetadataError::Io { .. })
+            Err(MetadataError::File(_))
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }

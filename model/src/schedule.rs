@@ -92,6 +92,10 @@ pub enum LoadError {
     },
     #[error("{path}: no model found: {problem}")]
     NotFound { path: PathBuf, problem: String },
+    /// A file that is not a regular file, too large, or unreadable
+    /// (bounded reads, [`crate::files`]).
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
 }
 
 /// One device buffer (`storage[i]`).
@@ -362,22 +366,18 @@ impl Model {
         } else {
             path.to_path_buf()
         };
-        let text = std::fs::read_to_string(&schedule).map_err(|source| LoadError::Io {
-            path: schedule.clone(),
-            cause: source,
-        })?;
+        let text = crate::files::read_text(&schedule, "schedule", crate::files::MAX_TEXT_BYTES)?;
         let name = schedule
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let profile_path = schedule.with_file_name(format!("{name}.profile.json"));
         let profile_text = if profile_path.is_file() {
-            Some(
-                std::fs::read_to_string(&profile_path).map_err(|source| LoadError::Io {
-                    path: profile_path.clone(),
-                    cause: source,
-                })?,
-            )
+            Some(crate::files::read_text(
+                &profile_path,
+                "profile",
+                crate::files::MAX_TEXT_BYTES,
+            )?)
         } else {
             None
         };

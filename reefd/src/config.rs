@@ -188,7 +188,7 @@ impl Default for DeviceConfig {
             shared_dir: String::new(),
             models_dir: String::new(),
             kfd_path: "/dev/kfd".into(),
-            kfd_topology: crate::backend::kfd::DEFAULT_TOPOLOGY_DIR.into(),
+            kfd_topology: crate::device::kfd::DEFAULT_TOPOLOGY_DIR.into(),
             nvidiactl_path: "/dev/nvidiactl".into(),
             cuda_library: String::new(),
         }
@@ -391,7 +391,7 @@ impl Config {
                 "device.cuda_library",
             ));
         }
-        std::env::var_os(crate::backend::cuda_launch::LIBRARY_ENV)
+        std::env::var_os(crate::device::cuda::LIBRARY_ENV)
             .filter(|v| !v.is_empty())
             .map(|v| (PathBuf::from(v), "REEF_CUDA_LIBRARY"))
     }

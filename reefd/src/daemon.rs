@@ -72,11 +72,11 @@ pub fn make_cuda_engine(
     cfg: &Config,
     is_root: bool,
 ) -> anyhow::Result<Box<dyn Engine>> {
-    use crate::backend::cuda_launch::TEST_DEVICE_MARK;
+    use crate::device::cuda::TEST_DEVICE_MARK;
     let library = cfg.cuda_library().map(|(p, _)| p);
     let mut engines = Vec::new();
     for &index in indices {
-        let e = crate::engine::gpu::open(index, library.clone(), sched_settings("", cfg))
+        let e = crate::device::cuda::engine::open(index, library.clone(), sched_settings("", cfg))
             .map_err(|e| anyhow::anyhow!("device cuda:{index}: {e}"))?;
         let d = e.device().device();
         let gpu = d.gpu_name().to_string();
@@ -155,17 +155,17 @@ pub fn start(opts: StartOptions) -> anyhow::Result<()> {
     let spec = DeviceSpec::parse(&cfg.device.device).map_err(anyhow::Error::msg)?;
     // kfd:N and cuda:N: open the configured device through its backend,
     // then refuse (no kernel launch path in this build); see backend/mod.rs.
-    crate::backend::check_hardware(&spec, cfg, device::is_root())?;
+    crate::device::preempt::check_hardware(&spec, cfg, device::is_root())?;
     if let DeviceSpec::Cuda(_) = spec {
         // Before detaching, so a missing library is reported on the
         // terminal; the driver itself is initialised in the daemon.
         let lib = cfg.cuda_library();
-        crate::backend::cuda_launch::load_library(lib.as_ref().map(|(p, _)| p.as_path())).map_err(
-            |e| match &lib {
+        crate::device::cuda::load_library(lib.as_ref().map(|(p, _)| p.as_path())).map_err(|e| {
+            match &lib {
                 Some((_, from)) => anyhow::anyhow!("device {spec}: {e} (set by {from})"),
                 None => anyhow::anyhow!("device {spec}: {e}"),
-            },
-        )?;
+            }
+        })?;
     }
     let selected = device::select(&spec, &device::probe(), device::is_root())?;
     let mode = cfg.socket_mode()?;

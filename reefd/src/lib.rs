@@ -11,8 +11,6 @@
 //! depend on this crate with `default-features = false` to get just the
 //! protocol and the client.
 
-#[cfg(feature = "daemon")]
-pub mod backend;
 pub mod client;
 #[cfg(feature = "daemon")]
 pub mod config;

@@ -16,8 +16,8 @@ use cudarc::driver::sys::CUresult;
 use reef_exec::Device;
 use reef_sched::RequestId;
 use reef_sim::{EventKind, KernelLaunch, KernelShape, Tags};
-use reefd::backend::cuda_launch::kernels::CudaKernels;
-use reefd::backend::cuda_launch::{raw, CudaDevice, CudaError, CudaLaunchOptions};
+use reefd::device::cuda::kernels::CudaKernels;
+use reefd::device::cuda::{raw, CudaDevice, CudaError, CudaLaunchOptions};
 
 fn options() -> CudaLaunchOptions {
     CudaLaunchOptions {
@@ -361,8 +361,8 @@ fn copy_overflow_and_use_after_free_are_typed_errors() {
 #[test]
 fn a_missing_library_is_explained() {
     let _serial = common::cuda_serial();
-    let e = reefd::backend::cuda_launch::load_library(Some(Path::new("/nonexistent/libcuda.so")))
-        .unwrap_err();
+    let e =
+        reefd::device::cuda::load_library(Some(Path::new("/nonexistent/libcuda.so"))).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("cannot load /nonexistent/libcuda.so"), "{msg}");
 }
@@ -406,7 +406,7 @@ fn bad_model_directories_are_explained() {
 /// the same or a newer architecture).
 #[test]
 fn a_compiled_models_ptx_is_picked_by_compute_capability() {
-    use reefd::backend::cuda_launch::pick_arch;
+    use reefd::device::cuda::pick_arch;
     let archs = ["sm_80".to_string(), "sm_90".to_string()];
     assert_eq!(pick_arch(&archs, Some((9, 0))).unwrap(), "sm_90");
     assert_eq!(pick_arch(&archs, Some((8, 6))).unwrap(), "sm_80");

@@ -30,8 +30,8 @@ fn settings(policy: &str) -> SchedSettings {
 
 fn engine(
     policy: &str,
-) -> Result<SchedEngine<reefd::backend::cuda_launch::kernels::CudaKernels>, EngineError> {
-    reefd::engine::gpu::open(0, common::cuda_library(), settings(policy))
+) -> Result<SchedEngine<reefd::device::cuda::kernels::CudaKernels>, EngineError> {
+    reefd::device::cuda::engine::open(0, common::cuda_library(), settings(policy))
 }
 
 fn two_kernel() -> EngineModel {

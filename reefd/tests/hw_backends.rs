@@ -16,7 +16,7 @@ use reef_ioctl::fake::{fuse_unavailable, report_skip, FakeKfd, FakeMount, FakeNv
 use reef_ioctl::nv::abi::{Nv0080AllocParameters, NvHandle, KEPLER_CHANNEL_GROUP_A};
 use reef_ioctl::NvRm;
 use reef_sched::PreemptLevel;
-use reefd::backend::{
+use reefd::device::preempt::{
     BackendError, CudaBackend, CudaContextHandles, CudaOptions, HardwareBackend, KfdBackend,
     KfdOptions,
 };
@@ -332,7 +332,7 @@ fn tsg_preempts(m: &FakeMount<FakeNvidiaCtl>, client: NvHandle) -> u32 {
 }
 
 fn debugger_state(m: &FakeMount<FakeNvidiaCtl>, client: NvHandle) -> (u32, bool) {
-    match &m.device().state().objects[&(client, reefd::backend::cuda::DEBUGGER_HANDLE)].kind {
+    match &m.device().state().objects[&(client, reefd::device::cuda::rm::DEBUGGER_HANDLE)].kind {
         NvObjectKind::Debugger {
             exception_mask,
             suspended,
@@ -364,7 +364,7 @@ fn fuse_nvidiactl_backend_preempt_traps_and_restore_resumes() {
     assert!(b.levels().notes[0].contains("no best-effort CUDA context"));
     let e = b.preempt_be().unwrap_err();
     assert!(e.to_string().contains("attach_be_context"), "{e}");
-    match &m.device().state().objects[&(b.client(), reefd::backend::cuda::DEVICE_HANDLE)].kind {
+    match &m.device().state().objects[&(b.client(), reefd::device::cuda::rm::DEVICE_HANDLE)].kind {
         NvObjectKind::Device { device_id } => assert_eq!(*device_id, 1),
         k => panic!("not a device: {k:?}"),
     }
@@ -409,7 +409,7 @@ fn fuse_nvidiactl_backend_preempt_traps_and_restore_resumes() {
     assert!(!st.objects.contains_key(&(client, client)));
     assert!(!st
         .objects
-        .contains_key(&(ctx.app_client, reefd::backend::cuda::DEBUGGER_HANDLE)));
+        .contains_key(&(ctx.app_client, reefd::device::cuda::rm::DEBUGGER_HANDLE)));
     assert!(st.objects.contains_key(&(ctx.app_client, BE_TSG)));
 }
 

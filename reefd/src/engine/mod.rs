@@ -12,7 +12,6 @@
 //! the `issued` instant of [`EngineEvent::FirstKernelQueued`], a measurement.
 
 pub mod fikit_store;
-pub mod gpu;
 pub mod node;
 pub mod sched;
 

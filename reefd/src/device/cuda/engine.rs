@@ -1,6 +1,6 @@
 //! reef-sched's policies on a CUDA GPU: [`SchedEngine`] (the engine that
 //! serves the simulated GPU) on the kernel-level CUDA device
-//! ([`CudaKernels`], backend/cuda_launch/kernels.rs), through reef-exec's
+//! ([`CudaKernels`], device/cuda/kernels.rs), through reef-exec's
 //! interpreter and event-loop step (issue 18 items 1 and 4). Nothing above
 //! the device interface knows it is a GPU: the scheduler core, the
 //! policies, the action interpreter, the daemon's streams, queues,
@@ -20,10 +20,10 @@
 //! - outputs are checked by the device: each request's output bytes
 //!   against its input seed's output computed unpreempted at load.
 
-use super::sched::{EngineDevice, SchedEngine, SchedSettings};
-use super::{EngineError, EngineModel};
-use crate::backend::cuda_launch::kernels::CudaKernels;
-use crate::backend::cuda_launch::CudaLaunchOptions;
+use super::kernels::CudaKernels;
+use super::CudaLaunchOptions;
+use crate::engine::sched::{EngineDevice, SchedEngine, SchedSettings};
+use crate::engine::{EngineError, EngineModel};
 use reef_sim::DeviceSpec;
 use std::path::PathBuf;
 

@@ -51,7 +51,7 @@ use reef_ioctl::nv::abi::{NvHandle, NV83DE_CTRL_DEBUG_SET_EXCEPTION_MASK_TRAP};
 use reef_ioctl::NvRm;
 use reef_sched::PreemptLevel;
 
-use super::{BackendError, HardwareBackend, Levels, PreemptReport};
+use crate::device::preempt::{BackendError, HardwareBackend, Levels, PreemptReport};
 
 /// Handle of the device object in the backend's own RM client.
 pub const DEVICE_HANDLE: NvHandle = 0x5eef_0080;

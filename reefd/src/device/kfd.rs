@@ -39,7 +39,7 @@ use nix::errno::Errno;
 use reef_ioctl::Kfd;
 use reef_sched::PreemptLevel;
 
-use super::{BackendError, HardwareBackend, Levels, PreemptReport};
+use crate::device::preempt::{BackendError, HardwareBackend, Levels, PreemptReport};
 
 /// Where KFD publishes its topology on a GPU host (one directory per node,
 /// each with a `gpu_id` file; CPU nodes have gpu_id 0).

@@ -42,9 +42,10 @@ use reef_exec::Device;
 use reef_sched::{RequestId, Time};
 use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, StreamId, Tags};
 
+use super::driver::{check, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING};
 use super::{
-    check, class_ctx, dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions,
-    Instance, StreamClass, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING,
+    class_ctx, dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions, Instance,
+    StreamClass,
 };
 
 /// Distinct inputs a model's requests cycle through (each verified against
@@ -246,7 +247,7 @@ impl CudaKernels {
             let bytes = input(seed, m.files.input_bytes());
             let t0 = std::time::Instant::now();
             htod(inst.buffers[&m.files.input], &bytes)?;
-            for k in 0..m.files.kernels.len() {
+            for k in 0..m.files.launches.len() {
                 launch_kernel(m, inst, c, cu, k, exec, ev)?;
                 exec += 1;
             }
@@ -300,7 +301,7 @@ impl CudaKernels {
             .dev
             .models
             .get(&model)
-            .map_or(0, |m| m.files.kernels.len());
+            .map_or(0, |m| m.files.launches.len());
         if k >= kernels {
             return Err(CudaError::Invalid(format!(
                 "model {model} has no kernel {k}"
@@ -436,7 +437,7 @@ impl CudaKernels {
                 });
             }
             let m = &self.dev.models[&f.model];
-            if ran && f.tags.kernel as usize + 1 == m.files.kernels.len() {
+            if ran && f.tags.kernel as usize + 1 == m.files.launches.len() {
                 let o = m.files.output;
                 let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
                 dtoh(&mut bytes, self.streams[si].instances[&f.model].buffers[&o])?;

@@ -1,8 +1,32 @@
-//! Device selection for the daemon (DESIGN.md layer 2; REEF §4.5 and §4.6:
-//! reset-based preemption on AMD GPUs through KFD and on NVIDIA GPUs through
-//! the closed-source driver). `auto` probes for a real GPU, AMD through
-//! `/dev/kfd` and NVIDIA through cudarc's presence check of the driver library,
-//! and otherwise serves on the simulated MI50 with a notice.
+//! The devices reefd serves on, one room per kind (DESIGN.md layer 2), and
+//! the choice among them (`--device`; REEF §4.5 and §4.6: reset-based
+//! preemption on AMD GPUs through KFD and on NVIDIA GPUs through the
+//! closed-source driver).
+//!
+//! - [`sim`]: the simulated GPU (`sim:NAME`, the default without a GPU):
+//!   reef-sim is reef-exec's `Device` itself; levels 1–3 per preset.
+//! - [`cuda`]: an NVIDIA GPU (`cuda:N`). **This is what serves requests on
+//!   NVIDIA:** the driver API through cudarc ([`cuda::driver`]), the GPU
+//!   opened with its levels probed and models loaded ([`cuda`]), the
+//!   kernel-level device the engine launches on ([`cuda::kernels`]), and
+//!   the engine on it ([`cuda::engine`]). [`cuda::rm`] is the RM ioctl path
+//!   of level 3 (kill through the debugger object, §4.6), built and tested
+//!   against the FUSE fake nvidiactl but not wired into serving: it needs
+//!   libcuda's context handles (docs/hardware.md).
+//! - [`kfd`]: an AMD GPU (`kfd:N`): the KFD preemption paths (queue
+//!   suspend, wave kill) probed through reef-ioctl; no launch path yet, so
+//!   `reefd start --device kfd:N` stops after the probe saying why.
+//! - [`preempt`]: what a hardware preemption path reports (levels, why one
+//!   is missing) and the probe `reefd start` runs before serving.
+//!
+//! `auto` probes for a real GPU, AMD through `/dev/kfd` and NVIDIA through
+//! cudarc's presence check of the driver library, and otherwise serves on
+//! the simulated MI50 with a notice.
+
+pub mod cuda;
+pub mod kfd;
+pub mod preempt;
+pub mod sim;
 
 use std::fmt;
 use std::path::Path;

@@ -1,41 +1,37 @@
-//! Hardware device backends: the preemption paths of REEF on real GPUs,
-//! driven through the `reef-ioctl` wrappers.
+//! The hardware preemption paths of REEF, driven through the `reef-ioctl`
+//! wrappers: what they report and the probe `reefd start` runs.
 //!
-//! Paper: REEF §4.5 "Reset-Based Preemption on Open-Source GPUs" (AMD, the
-//! [`kfd`] backend: suspend the best-effort queues, drop their unfetched
-//! packets, kill the running waves; Figure 7 ❷ and ❸) and §4.6
-//! "Reset-Based Preemption on Closed-Source GPUs" (NVIDIA, the [`cuda`]
-//! backend: preempt the best-effort channel group and raise the GPU trap
-//! through the debugger object, whose patched handler exits the running
-//! blocks; Figure 8 lines 12–16). DESIGN.md layer 2: a backend reports the
-//! preemption levels it has (1 = evict host-queue work, 2 = lazy eviction by
-//! the preempt flag checked at kernel entry, 3 = kill running blocks) and
-//! degrades to a lower one, saying why, when a piece is missing.
+//! Paper: REEF §4.5 "Reset-Based Preemption on Open-Source GPUs" (AMD,
+//! [`crate::device::kfd`]: suspend the best-effort queues, drop their
+//! unfetched packets, kill the running waves; Figure 7 ❷ and ❸) and §4.6
+//! "Reset-Based Preemption on Closed-Source GPUs" (NVIDIA,
+//! [`crate::device::cuda::rm`]: preempt the best-effort channel group and
+//! raise the GPU trap through the debugger object, whose patched handler
+//! exits the running blocks; Figure 8 lines 12–16). DESIGN.md layer 2: a
+//! device reports the preemption levels it has (1 = evict host-queue work,
+//! 2 = lazy eviction by the preempt flag checked at kernel entry, 3 = kill
+//! running blocks) and degrades to a lower one, saying why, when a piece is
+//! missing.
 //!
-//! What the ioctl backends ([`kfd`], [`cuda`]) cannot do: execute kernels;
-//! every launch returns [`BackendError::CannotExecute`] naming what is
-//! missing, never a panic. `reefd start --device kfd:N` therefore opens the
-//! configured device through the backend (so a wrong path, a non-device
-//! file or a missing privilege is reported exactly) and then stops with
-//! that error ([`check_hardware`]). NVIDIA kernels are executed by
-//! [`cuda_launch`] (the CUDA driver API through cudarc, levels 1 and 2),
-//! which `reefd start --device cuda:N` serves on through engine/gpu.rs;
-//! the RM path of [`cuda`] (level 3) is not wired to it. docs/hardware.md
-//! says what each path needs on a GPU host.
-
-pub mod cuda;
-pub mod cuda_launch;
-pub mod kfd;
+//! The ioctl paths cannot execute kernels; every launch returns
+//! [`BackendError::CannotExecute`] naming what is missing, never a panic.
+//! `reefd start --device kfd:N` therefore opens the configured device
+//! through the KFD path (so a wrong path, a non-device file or a missing
+//! privilege is reported exactly) and then stops with that error
+//! ([`check_hardware`]). NVIDIA kernels are executed by
+//! [`crate::device::cuda`] (levels 1 and 2). docs/hardware.md says what
+//! each path needs on a GPU host.
 
 use std::fmt;
 
 use reef_sched::PreemptLevel;
 
+use super::kfd;
 use crate::config::Config;
 use crate::device::DeviceSpec;
 
-pub use cuda::{CudaBackend, CudaContextHandles, CudaOptions};
-pub use kfd::{KfdBackend, KfdOptions};
+pub use super::cuda::rm::{CudaBackend, CudaContextHandles, CudaOptions};
+pub use super::kfd::{KfdBackend, KfdOptions};
 
 /// Everything a hardware backend can fail with. The texts are for the
 /// operator: what was refused, where, and what to do.
@@ -89,7 +85,7 @@ impl Levels {
         self.available.iter().map(|l| l.number()).collect()
     }
 
-    fn up_to(highest: PreemptLevel, notes: Vec<String>) -> Levels {
+    pub(crate) fn up_to(highest: PreemptLevel, notes: Vec<String>) -> Levels {
         Levels {
             available: [
                 PreemptLevel::HostQueue,

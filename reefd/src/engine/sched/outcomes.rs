@@ -1,0 +1,219 @@
+//! Driving the device and taking in what the actions did: reef-exec's
+//! step and interpreter, their outcomes as engine events, each finished
+//! request's outputs checked against an unpreempted run's (value
+//! tracking on the simulator; the device's own check on a GPU), and the
+//! preemptions reported once they have drained.
+
+use super::*;
+
+impl Prepared {
+    /// The value every output buffer of a request in namespace `ns` has
+    /// after one unpreempted run of the model.
+    pub(super) fn expected_outputs(&mut self, ns: u32) -> Arc<[(BufferId, u64)]> {
+        if let Some(e) = self.expected.get(&ns) {
+            return e.clone();
+        }
+        let mut reference = ValueTracker::new();
+        let mut outs = BTreeSet::new();
+        reef_exec::replay_unpreempted(&mut reference, self, |x| buffer(ns, x), &mut outs);
+        let e: Arc<[(BufferId, u64)]> = outs.into_iter().map(|b| (b, reference.get(b))).collect();
+        self.expected.insert(ns, e.clone());
+        e
+    }
+}
+
+impl<D: EngineDevice> SchedEngine<D> {
+    /// Performs the scheduler's pending actions (reef-exec's interpreter)
+    /// and takes in what they did.
+    pub(super) fn apply_actions(&mut self, out: &mut Vec<EngineEvent>) {
+        self.drive(out, |drv, view, o| drv.apply(view, o));
+    }
+
+    /// Runs the device to simulator time `t` (reef-exec's step: device
+    /// events, then the clients' host issues at `t`) and takes in what the
+    /// actions did.
+    pub(super) fn step(&mut self, t: u64, out: &mut Vec<EngineEvent>) {
+        self.drive(out, |drv, view, o| drv.step(t, view, o));
+    }
+
+    /// Calls `f` with the driver and the engine's tasks, then takes in the
+    /// outcomes.
+    pub(super) fn drive(
+        &mut self,
+        out: &mut Vec<EngineEvent>,
+        f: impl FnOnce(&mut Driver<D>, &View<'_>, &mut Vec<Outcome>),
+    ) {
+        let mut o = std::mem::take(&mut self.outcomes);
+        let Build { drv, slots, .. } = &mut self.build;
+        let view = View {
+            tasks: &self.tasks,
+            models: &self.models,
+            slots,
+        };
+        f(drv, &view, &mut o);
+        self.absorb(&mut o, out);
+        self.outcomes = o;
+    }
+
+    /// What performed actions did, as engine events. A device refusal is
+    /// reported as [`EngineEvent::DeviceError`] with the action, which the
+    /// runtime counts (`device_errors`) and logs (issue 18 item 6); nothing
+    /// is dropped.
+    pub(super) fn absorb(&mut self, o: &mut Vec<Outcome>, out: &mut Vec<EngineEvent>) {
+        let now = self.build.drv.dev.now();
+        for x in o.drain(..) {
+            match x {
+                Outcome::Queued {
+                    req,
+                    kernel,
+                    issued,
+                } => self.kernel_queued(req.0, kernel as usize, now, issued, out),
+                Outcome::Launched(kind) => {
+                    if let LaunchKind::Padded {
+                        req,
+                        kernel,
+                        be_parts,
+                    } = kind
+                    {
+                        tracing::debug!(task = req.0, kernel, parts = be_parts, "padded launch");
+                    }
+                    out.push(EngineEvent::KernelsLaunched { count: 1 })
+                }
+                Outcome::Failed { action, error, req } => {
+                    if let Some(rec) = req.and_then(|r| self.tasks.get_mut(&r.0)) {
+                        rec.failed
+                            .get_or_insert_with(|| format!("{action}: {error}"));
+                    }
+                    out.push(EngineEvent::DeviceError { action, error })
+                }
+                Outcome::Restored { req, from_kernel } => {
+                    if let Some(rec) = self.tasks.get_mut(&req.0) {
+                        rec.next_kernel = from_kernel as usize;
+                    }
+                    out.push(EngineEvent::Restored { task: req.0 });
+                }
+                Outcome::Done { req, .. } | Outcome::Rejected { req, .. } => {
+                    let done = matches!(x, Outcome::Done { .. });
+                    let task = req.0;
+                    let Some(rec) = self.tasks.remove(&task) else {
+                        continue;
+                    };
+                    let b = &mut self.build;
+                    let slot = rec.slot;
+                    b.slots[slot].inflight = b.slots[slot].inflight.saturating_sub(1);
+                    if let Some(d) = rec.dstream.and_then(|d| self.dstreams.get_mut(&d)) {
+                        if d.inflight == Some(task) {
+                            d.inflight = None;
+                            self.freed |= !d.queue.is_empty();
+                        }
+                    }
+                    if rec.dstream.is_none() {
+                        // An orphan of a closed stream: nobody waits for it;
+                        // its buffer namespace is free now.
+                        self.free_ns.push(rec.ns);
+                        continue;
+                    }
+                    let ns = rec.ns;
+                    if let Some(reason) = rec.failed {
+                        // A kernel of it never reached the device.
+                        let _ = b.drv.dev.verified(req);
+                        out.push(EngineEvent::TaskFailed { task, reason });
+                        continue;
+                    }
+                    if !done {
+                        out.push(EngineEvent::TaskRejected {
+                            task,
+                            reason: format!(
+                                "policy {} does not serve this class of request",
+                                self.settings.policy
+                            ),
+                        });
+                        continue;
+                    }
+                    // The simulator tracks values: the outputs' versions
+                    // against one unpreempted run's; a GPU compares the
+                    // output bytes itself.
+                    let verified = match b.drv.dev.values() {
+                        Some(values) => {
+                            let m = &mut self.models[b.slots[slot].model];
+                            let expected = m.expected_outputs(ns);
+                            Some(expected.iter().all(|&(buf, v)| values.get(buf) == v))
+                        }
+                        None => b.drv.dev.verified(req),
+                    };
+                    out.push(EngineEvent::TaskDone {
+                        task,
+                        at: b.base + now,
+                        verified,
+                    });
+                }
+            }
+        }
+        // Each preemption is reported once it has finished (its evicted and
+        // killed kernels are counted by then), in order; then the finished
+        // records are dropped, or they would grow by one per preemption for
+        // the daemon's life.
+        let b = &mut self.build;
+        let sched = &mut b.drv.sched;
+        let base = sched.preemptions_base();
+        let recs = sched.preemptions();
+        let mut i = b.preemptions_seen.saturating_sub(base);
+        while let Some(r) = recs.get(i).filter(|r| r.end.is_some()) {
+            out.push(EngineEvent::Preempted {
+                level: r.level.number(),
+                kernels: (r.dropped_from_host_queue + r.evicted + r.killed) as u64,
+            });
+            i += 1;
+        }
+        b.preemptions_seen = base + i;
+        sched.forget_finished_preemptions();
+    }
+
+    /// Records that kernel `k` of `task` entered the device queue.
+    pub(super) fn kernel_queued(
+        &mut self,
+        task: u64,
+        k: usize,
+        now: u64,
+        issued: std::time::Instant,
+        out: &mut Vec<EngineEvent>,
+    ) {
+        let Some(rec) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        rec.next_kernel = rec.next_kernel.max(k + 1);
+        if !rec.launched {
+            rec.launched = true;
+            out.push(EngineEvent::FirstKernelQueued {
+                task,
+                at: self.build.base + now,
+                issued,
+            });
+        }
+    }
+
+    pub(super) fn run_device(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+        self.run_device_only(now, out);
+        self.maybe_rebuild(now);
+        self.forward(out);
+    }
+
+    pub(super) fn run_device_only(&mut self, now: Nanos, out: &mut Vec<EngineEvent>) {
+        let t_now = self.sim_now(now);
+        if self.build.drv.dev.live() {
+            // A GPU's events are seen now: one step to the present.
+            self.step(t_now, out);
+            if std::mem::take(&mut self.freed) {
+                self.forward(out);
+            }
+            return;
+        }
+        while let Some(t) = self.build.drv.next_time().filter(|&t| t <= t_now) {
+            self.step(t, out);
+            if std::mem::take(&mut self.freed) {
+                self.forward(out);
+            }
+        }
+        self.step(t_now, out);
+    }
+}

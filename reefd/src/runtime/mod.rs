@@ -1,0 +1,629 @@
+//! The daemon's runtime: REEF's task queues and clients (§3.1, Fig. 5), the
+//! ownership of streams and models, and the thread that paces the engine to
+//! the wall clock. One mutex guards the state; request handlers call into the
+//! engine directly under it, so an RT request reaches the scheduler (and its
+//! first kernel the device queue) on the thread that read it from the socket,
+//! with no hand-off.
+//!
+//! Something must catch the engine up to the wall clock and deliver
+//! completions. Catching up late is exact, because the engine replays each
+//! device event at its own virtual time and the scheduler reacts at that
+//! time (its launches are stamped then, not when the catch-up ran). Only two
+//! things depend on when it runs: when a completion reaches its client, and
+//! how much a new request must catch up before it is submitted (a request
+//! always catches the engine up itself first). Two ways, `daemon.poll`:
+//! - poll mode (default): [`Runtime::poll_loop`] runs on the one thread that
+//!   serves the socket and catches up at every turn of its event loop while
+//!   the device has work; the RT path finds the lock free and the device
+//!   current;
+//! - pacer mode: a pacer thread sleeps until the engine's next event but at
+//!   least [`RuntimeSettings::pacer_tick`] after its previous catch-up, and
+//!   never spins. (Waking for every block event kept a core busy, and on a
+//!   small host that CPU came out of the RT control path.)
+//!
+//! docs/daemon.md, "Measuring the control path", has the figures.
+//!
+//! Host-queue memory of preempted or cancelled work is dropped by the engine
+//! (REEF §4.2 "asynchronous memory reclamation" is the engine's concern:
+//! reef-sched emits `ReclaimHostQueue`); a client whose connection dies has
+//! its streams closed and its tasks dropped here.
+
+use crate::engine::{Engine, EngineEvent, EngineInfo, EngineModel, Nanos};
+use crate::metrics::{self, Metrics, QueueDepth};
+use crate::protocol::{
+    ErrorCode, Event, ModelInfo, PreemptTarget, Priority, Reply, RequestBody, ServerMessage, Stats,
+    StatusInfo, StreamInfo, TaskInfo, TaskResult, TaskState,
+};
+use reef_model::idempotence::IdempotenceMetadata;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+mod affinity;
+mod models;
+mod pacing;
+mod status;
+mod streams;
+
+pub use affinity::{set_realtime_priority, Placement, SavedPlacement};
+use models::{canonical_model, not_loaded};
+use pacing::SPIN_WINDOW;
+use streams::stream_info;
+
+/// The default of [`RuntimeSettings::pacer_tick`].
+pub const DEFAULT_PACER_TICK: Duration = Duration::from_micros(50);
+
+/// Credentials of a connected peer (from SO_PEERCRED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: Option<i32>,
+}
+
+impl Peer {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// A request that failed: the protocol error code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+pub type Outbox = mpsc::UnboundedSender<ServerMessage>;
+
+/// One client connection as the runtime sees it.
+#[derive(Clone)]
+pub struct Conn {
+    pub id: u64,
+    pub peer: Peer,
+    pub outbox: Outbox,
+    /// Notified by the poll loop to keep this connection's read path warm
+    /// once it owns a real-time stream ([`Runtime::poll_loop`]).
+    pub warm: Arc<tokio::sync::Notify>,
+}
+
+/// What handling a request produced.
+pub enum Handled {
+    Reply(Reply),
+    Error(Failure),
+    /// A blocking infer: the reply comes through the receiver.
+    Pending(oneshot::Receiver<Result<TaskResult, Failure>>),
+}
+
+enum Waiter {
+    Reply(oneshot::Sender<Result<TaskResult, Failure>>),
+    Event(Outbox),
+}
+
+struct Task {
+    stream: u64,
+    model: String,
+    priority: Priority,
+    arrival: Instant,
+    first_queued: Option<Instant>,
+    preemptions: u32,
+    waiter: Waiter,
+}
+
+struct Stream {
+    priority: Priority,
+    owner: Peer,
+    conn: u64,
+    label: Option<String>,
+    tasks: BTreeSet<u64>,
+    completed: u64,
+}
+
+struct LoadedModel {
+    info: ModelInfo,
+    standalone_ns: Option<u64>,
+}
+
+struct State {
+    /// Read paths the poll loop keeps warm: connections that registered a
+    /// real-time stream (dropped with their connection).
+    rt_conns: Vec<std::sync::Weak<tokio::sync::Notify>>,
+    engine: Box<dyn Engine>,
+    info: EngineInfo,
+    models: BTreeMap<String, LoadedModel>,
+    streams: BTreeMap<u64, Stream>,
+    tasks: HashMap<u64, Task>,
+    next_stream: u64,
+    next_task: u64,
+    metrics: Metrics,
+    shutting_down: bool,
+    stop: bool,
+    connections: usize,
+    events: Vec<EngineEvent>,
+    /// When the pacer will next wake on its own (ns since the epoch;
+    /// `Nanos::MAX` while it sleeps without a deadline). A request that
+    /// brings the engine's next event before this wakes it.
+    pacer_wake: Nanos,
+    /// When the pacer last caught the engine up.
+    pacer_last: Nanos,
+    /// Outcomes found under the lock, delivered after it is released (a
+    /// delivery wakes another thread: not while RT requests wait).
+    deliveries: Vec<(u64, Waiter, Result<TaskResult, Failure>)>,
+    /// Tasks declared by `task_begin` (CASE/MGB), with their connection.
+    declared: HashMap<u64, u64>,
+    next_declared: u64,
+}
+
+/// Fixed settings of a runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// The device name reported by `status`, e.g. `sim:mi50`.
+    pub device: String,
+    pub models_dir: PathBuf,
+    pub max_tasks_per_stream: usize,
+    pub max_frame_bytes: usize,
+    /// The pacer catches the engine up at most this often (the longest a
+    /// completion waits for its client to be told, beyond the pacer's own
+    /// wake-up latency). Shorter: completions are delivered sooner, the
+    /// pacer uses more CPU.
+    pub pacer_tick: Duration,
+}
+
+pub struct Runtime {
+    state: Mutex<State>,
+    cond: Condvar,
+    /// Wakes [`Runtime::poll_loop`] when an idle device is given work.
+    poll_wake: tokio::sync::Notify,
+    epoch: Instant,
+    /// CLOCK_MONOTONIC at `epoch` (Instant is not convertible to it).
+    epoch_monotonic_ns: u64,
+    settings: RuntimeSettings,
+    daemon_uid: u32,
+}
+
+impl Runtime {
+    pub fn new(engine: Box<dyn Engine>, settings: RuntimeSettings) -> Arc<Runtime> {
+        let info = engine.info();
+        Arc::new(Runtime {
+            state: Mutex::new(State {
+                engine,
+                info,
+                models: BTreeMap::new(),
+                streams: BTreeMap::new(),
+                tasks: HashMap::new(),
+                next_stream: 1,
+                next_task: 1,
+                metrics: Metrics::default(),
+                shutting_down: false,
+                rt_conns: Vec::new(),
+                stop: false,
+                connections: 0,
+                events: Vec::new(),
+                pacer_wake: 0,
+                pacer_last: 0,
+                deliveries: Vec::new(),
+                declared: HashMap::new(),
+                next_declared: 1,
+            }),
+            cond: Condvar::new(),
+            poll_wake: tokio::sync::Notify::new(),
+            epoch_monotonic_ns: crate::protocol::monotonic_ns(),
+            epoch: Instant::now(),
+            settings,
+            daemon_uid: nix::unistd::geteuid().as_raw(),
+        })
+    }
+
+    pub fn settings(&self) -> &RuntimeSettings {
+        &self.settings
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; keep serving rather than
+        // cascading it to every connection.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_ns(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    fn at(&self, ns: Nanos) -> Instant {
+        self.epoch + Duration::from_nanos(ns)
+    }
+
+    /// Stops the pacer thread.
+    pub fn stop(&self) {
+        self.lock().stop = true;
+        self.cond.notify_all();
+    }
+
+    /// Applies engine events. `submitted` is the task whose submission
+    /// produced them, stamped with the current instant if queued at once.
+    fn apply_events(&self, st: &mut State, ev: &mut Vec<EngineEvent>) {
+        for e in ev.drain(..) {
+            match e {
+                EngineEvent::FirstKernelQueued { task, at, issued } => {
+                    // The wall-clock instant the launch was issued to the
+                    // (simulated) device queue, whichever thread did it.
+                    let when = issued;
+                    if let Some(t) = st.tasks.get_mut(&task) {
+                        if t.first_queued.is_none() {
+                            t.first_queued = Some(when);
+                            let us = when.saturating_duration_since(t.arrival).as_secs_f64() * 1e6;
+                            tracing::trace!(
+                                task,
+                                control_path_us = us,
+                                device_time_us = self
+                                    .at(at)
+                                    .saturating_duration_since(t.arrival)
+                                    .as_secs_f64()
+                                    * 1e6,
+                                "first kernel queued"
+                            );
+                            if t.priority == Priority::Rt {
+                                st.metrics.control_path.observe_us(us);
+                            }
+                        }
+                    }
+                }
+                EngineEvent::KernelsLaunched { count } => st.metrics.kernels_launched += count,
+                EngineEvent::Preempted { level, kernels } => {
+                    *st.metrics.preemptions.entry(level).or_default() += 1;
+                    st.metrics.preempted_kernels += kernels;
+                }
+                EngineEvent::Restored { task } => {
+                    st.metrics.restores += 1;
+                    if let Some(t) = st.tasks.get_mut(&task) {
+                        t.preemptions += 1;
+                    }
+                }
+                EngineEvent::TaskDone { task, at, verified } => {
+                    let Some(t) = st.tasks.remove(&task) else {
+                        continue;
+                    };
+                    let done = self.at(at).max(t.arrival);
+                    let latency_us = done.duration_since(t.arrival).as_secs_f64() * 1e6;
+                    let standalone = st.models.get(&t.model).and_then(|m| m.standalone_ns);
+                    let normalized = standalone.map(|s| latency_us * 1e3 / s as f64);
+                    if t.priority.is_rt() {
+                        st.metrics.rt_latency.observe_us(latency_us);
+                        if let Some(n) = normalized {
+                            st.metrics.observe_rt_normalized(n);
+                        }
+                    } else {
+                        st.metrics.be_latency.observe_us(latency_us);
+                    }
+                    st.metrics.tasks_completed += 1;
+                    if verified == Some(false) {
+                        st.metrics.corrupted_outputs += 1;
+                    }
+                    if let Some(s) = st.streams.get_mut(&t.stream) {
+                        s.tasks.remove(&task);
+                        s.completed += 1;
+                    }
+                    let result = TaskResult {
+                        task,
+                        stream: t.stream,
+                        model: t.model.clone(),
+                        latency_us,
+                        normalized_latency: normalized,
+                        control_path_us: t
+                            .first_queued
+                            .map(|q| q.saturating_duration_since(t.arrival).as_secs_f64() * 1e6),
+                        first_kernel_monotonic_ns: t.first_queued.map(|q| {
+                            self.epoch_monotonic_ns
+                                + q.saturating_duration_since(self.epoch).as_nanos() as u64
+                        }),
+                        preemptions: t.preemptions,
+                        outputs_verified: verified,
+                    };
+                    st.deliveries.push((task, t.waiter, Ok(result)));
+                }
+                EngineEvent::DeviceError { action, error } => {
+                    st.metrics.device_errors += 1;
+                    tracing::error!(action = %action, "device error: {error}");
+                }
+                EngineEvent::TaskRejected { task, reason } => {
+                    if let Some(t) = st.tasks.remove(&task) {
+                        st.metrics.tasks_failed += 1;
+                        if let Some(s) = st.streams.get_mut(&t.stream) {
+                            s.tasks.remove(&task);
+                        }
+                        st.deliveries.push((
+                            task,
+                            t.waiter,
+                            Err(Failure::new(ErrorCode::Unsupported, reason)),
+                        ));
+                    }
+                }
+                EngineEvent::TaskFailed { task, reason } => {
+                    if let Some(t) = st.tasks.remove(&task) {
+                        st.metrics.tasks_failed += 1;
+                        if let Some(s) = st.streams.get_mut(&t.stream) {
+                            s.tasks.remove(&task);
+                        }
+                        st.deliveries.push((
+                            task,
+                            t.waiter,
+                            Err(Failure::new(ErrorCode::Internal, reason)),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a connection; false when the limit is reached.
+    pub fn connection_opened(&self, max: usize) -> bool {
+        let mut st = self.lock();
+        if st.connections >= max {
+            return false;
+        }
+        st.connections += 1;
+        true
+    }
+
+    /// A connection closed (or its client died): close its streams and drop
+    /// their tasks, so nothing stays stuck on the device.
+    pub fn connection_closed(&self, conn: u64) {
+        let mut st = self.lock();
+        st.connections = st.connections.saturating_sub(1);
+        if st.declared.values().any(|&c| c == conn) {
+            st.declared.retain(|_, c| *c != conn);
+            st.engine.job_end(conn + 1);
+        }
+        let ids: Vec<u64> = st
+            .streams
+            .iter()
+            .filter(|(_, s)| s.conn == conn)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let n = self.close_stream(&mut st, id, "the client's connection closed");
+            tracing::info!(
+                stream = id,
+                cancelled = n,
+                "connection closed: stream released"
+            );
+        }
+        self.wake_pacer_if_needed(&st);
+        self.unlock(st);
+    }
+
+    fn close_stream(&self, st: &mut State, stream: u64, why: &str) -> u64 {
+        let now = self.now_ns();
+        let mut ev = std::mem::take(&mut st.events);
+        let dropped = st.engine.close_stream(now, stream, &mut ev);
+        self.apply_events(st, &mut ev);
+        st.events = ev;
+        let mut n = 0;
+        let mut pending: Vec<u64> = dropped;
+        if let Some(s) = st.streams.remove(&stream) {
+            pending.extend(s.tasks);
+        }
+        for task in pending {
+            if let Some(t) = st.tasks.remove(&task) {
+                n += 1;
+                st.metrics.tasks_failed += 1;
+                deliver(
+                    task,
+                    t.waiter,
+                    Err(Failure::new(
+                        ErrorCode::Cancelled,
+                        format!("task {task} was cancelled: {why}"),
+                    )),
+                );
+            }
+        }
+        n
+    }
+
+    pub fn count_bad_request(&self) {
+        let mut st = self.lock();
+        st.metrics.requests += 1;
+        st.metrics.bad_requests += 1;
+    }
+
+    /// Handles one request from `conn`; `arrival` is when its last byte was
+    /// read from the socket.
+    pub fn handle(&self, conn: &Conn, body: RequestBody, arrival: Instant) -> Handled {
+        if let RequestBody::LoadModel {
+            name,
+            path,
+            idempotence,
+            device_index,
+        } = body
+        {
+            return self.load_model(conn, name, path, idempotence, device_index);
+        }
+        let mut st = self.lock();
+        st.metrics.requests += 1;
+        let r = self.handle_locked(&mut st, conn, body, arrival);
+        self.wake_pacer_if_needed(&st);
+        self.unlock(st);
+        r
+    }
+
+    fn handle_locked(
+        &self,
+        st: &mut State,
+        conn: &Conn,
+        body: RequestBody,
+        arrival: Instant,
+    ) -> Handled {
+        use Handled::{Error as Err_, Reply as Ok_};
+        let peer = conn.peer;
+        match body {
+            RequestBody::Infer {
+                stream,
+                model,
+                wait,
+                qos_ms,
+            } => {
+                if let Some(q) = qos_ms.filter(|q| !(q.is_finite() && *q > 0.0)) {
+                    return Err_(Failure::new(
+                        ErrorCode::BadRequest,
+                        format!("qos_ms must be a positive number of milliseconds, got {q}"),
+                    ));
+                }
+                let qos_ns = qos_ms.map(|q| (q * 1e6).round() as u64);
+                self.infer(st, conn, stream, &model, wait, qos_ns, arrival)
+            }
+            RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
+                daemon_version: env!("CARGO_PKG_VERSION").into(),
+                protocol: crate::protocol::PROTOCOL_VERSION,
+                peer_uid: peer.uid,
+                peer_gid: peer.gid,
+                peer_pid: peer.pid,
+                max_frame_bytes: self.settings.max_frame_bytes,
+            })),
+            RequestBody::Status => Ok_(Reply::Status(Box::new(self.status_locked(st)))),
+            RequestBody::LoadModel { .. } => Err_(Failure::new(
+                ErrorCode::Internal,
+                "load_model is handled outside the lock",
+            )),
+            RequestBody::UnloadModel { name } => self.unload_model(st, peer, name),
+            RequestBody::ListModels => Ok_(Reply::Models {
+                models: st.models.values().map(|m| m.info.clone()).collect(),
+            }),
+            RequestBody::Register { priority, label } => self.register(st, conn, priority, label),
+            RequestBody::Unregister { stream } => self.unregister(st, peer, stream),
+            RequestBody::ListStreams => Ok_(Reply::Streams {
+                streams: st.streams.keys().map(|id| stream_info(st, *id)).collect(),
+            }),
+            RequestBody::ListTasks => self.list_tasks(st),
+            RequestBody::Stats => Ok_(Reply::Stats(Box::new(self.stats_locked(st)))),
+            RequestBody::Preempt { target } => self.preempt(st, peer, target, false),
+            RequestBody::Resume { target } => self.preempt(st, peer, target, true),
+            RequestBody::TaskBegin {
+                memory,
+                threads_per_block,
+                blocks,
+            } => self.task_begin(
+                st,
+                conn,
+                reef_sched::place::TaskNeeds {
+                    memory,
+                    threads_per_block,
+                    blocks,
+                },
+            ),
+            RequestBody::TaskPoll { task } | RequestBody::TaskEnd { task }
+                if st.declared.get(&task) != Some(&conn.id) =>
+            {
+                Err_(Failure::new(
+                    ErrorCode::NotFound,
+                    format!("task {task} was not begun on this connection (or has ended): call task_begin first"),
+                ))
+            }
+            RequestBody::TaskPoll { task } => Ok_(Reply::TaskPlaced {
+                task,
+                device: st.engine.task_device(task),
+            }),
+            RequestBody::TaskEnd { task } => match st.engine.task_end(task) {
+                Ok(()) => {
+                    st.declared.remove(&task);
+                    Ok_(Reply::TaskEnded { task })
+                }
+                Err(e) => Err_(engine_failure(e)),
+            },
+            RequestBody::SetPolicy { policy } => self.set_policy(st, peer, policy),
+        }
+    }
+
+    /// Refuses new work from now on (shutdown has begun).
+    pub fn begin_shutdown(&self) {
+        self.lock().shutting_down = true;
+    }
+
+    pub fn tasks_in_flight(&self) -> usize {
+        self.lock().tasks.len()
+    }
+
+    /// Fails every task still in flight with `shutting_down`; returns how
+    /// many there were.
+    pub fn fail_all(&self, why: &str) -> usize {
+        let mut st = self.lock();
+        let ids: Vec<u64> = st.streams.keys().copied().collect();
+        let mut n = 0;
+        for id in ids {
+            let now = self.now_ns();
+            let mut ev = std::mem::take(&mut st.events);
+            let _ = st.engine.close_stream(now, id, &mut ev);
+            st.events = ev;
+        }
+        let tasks: Vec<u64> = st.tasks.keys().copied().collect();
+        for task in tasks {
+            if let Some(t) = st.tasks.remove(&task) {
+                n += 1;
+                st.metrics.tasks_failed += 1;
+                deliver(
+                    task,
+                    t.waiter,
+                    Err(Failure::new(
+                        ErrorCode::ShuttingDown,
+                        format!("task {task} was not finished: {why}"),
+                    )),
+                );
+            }
+        }
+        self.unlock(st);
+        n
+    }
+}
+
+fn deliver(task: u64, w: Waiter, r: Result<TaskResult, Failure>) {
+    match w {
+        Waiter::Reply(tx) => {
+            let _ = tx.send(r);
+        }
+        Waiter::Event(out) => {
+            let event = match r {
+                Ok(t) => Event::TaskDone(t),
+                Err(f) => Event::TaskFailed {
+                    task,
+                    code: f.code,
+                    message: f.message,
+                },
+            };
+            let _ = out.send(ServerMessage::Event { event });
+        }
+    }
+}
+
+fn engine_failure(e: crate::engine::EngineError) -> Failure {
+    use crate::engine::EngineError as E;
+    let code = match &e {
+        E::Unsupported(_) => ErrorCode::Unsupported,
+        E::NotFound(_) => ErrorCode::NotFound,
+        E::Invalid(_) => ErrorCode::BadRequest,
+        E::Busy(_) => ErrorCode::Busy,
+    };
+    Failure::new(code, e.to_string())
+}
+
+fn no_stream(id: u64) -> Failure {
+    Failure::new(
+        ErrorCode::NotFound,
+        format!("no stream {id}; register first (reefctl streams lists the live ones)"),
+    )
+}
+
+fn shutting_down() -> Failure {
+    Failure::new(
+        ErrorCode::ShuttingDown,
+        "reefd is shutting down and accepts no new work",
+    )
+}
