@@ -5,9 +5,9 @@
 //!
 //! What each action is on CUDA (REEF §4.3, Fig. 8; §4.6 for closed-source
 //! GPUs):
-//! - a stream: a CUDA stream in the real-time context (priority 1) or the
-//!   best-effort context (priority 0), so a kill would never reach RT
-//!   kernels; its device-queue capacity is enforced here (the scheduler
+//! - a stream: a CUDA stream (`cuStreamCreate`, no stream priority) in
+//!   the real-time context or the best-effort context, so a kill would
+//!   never reach RT kernels; its device-queue capacity is enforced here (the scheduler
 //!   never launches past it, §4.2);
 //! - a launch: kernel *k* of the request's model, from the stream's own
 //!   instance of the model's module (its preempt flag and execution index

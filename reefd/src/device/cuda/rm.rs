@@ -1,5 +1,8 @@
-//! The `cuda` backend: REEF's reset-based preemption on NVIDIA GPUs through
-//! the RM control device (REEF §4.6, Figure 8).
+//! Level 3 on NVIDIA: REEF's reset-based preemption through the RM control
+//! device (REEF §4.6, Figure 8). **Not wired into serving:** `cuda:N`
+//! serves through [`super`] at levels 1–2; this path is built and tested
+//! against the FUSE fake nvidiactl (reefd/tests/hw_backends.rs) and needs
+//! libcuda's context handles to be wired (docs/hardware.md).
 //!
 //! Preempting best-effort (BE) work:
 //! - queue eviction: host-queue work is reefd's own (virtual host queues,
@@ -21,16 +24,9 @@
 //! live in a context of its own (the real-time work in another), or the
 //! kill must happen before real-time kernels are launched, as REEF does.
 //!
-//! Kernels: this build cannot execute them. The check goes through
-//! `cudarc::driver::sys::is_culib_present()` first, because cudarc panics
-//! on the first driver call when libcuda is absent. A launch path added on a
-//! GPU host must follow the preempt-flag injection of `reef-ptx-inject`
-//! (trap-handler/): every injected kernel takes one extra trailing
-//! parameter `.param .u32 __reef_exec_idx`, to which the launcher appends
-//! the kernel's execution index (Figure 8 line 8); the flag and the index
-//! are the module globals `reef_preempt_flag` and `reef_exec_index`, found
-//! with `cuModuleGetGlobal` and written/read with `cuMemcpyHtoD` /
-//! `cuMemcpyDtoH` (Figure 8 lines 13, 15, 16).
+//! Kernels: this path does not launch them; [`super`] does (cudarc's
+//! driver API, the PTX injected by `reef-ptx-inject`). Its `launch` is
+//! refused with the reason.
 //!
 //! The RM handles of the BE context (its client, channel group and compute
 //! object) are libcuda's; learning them needs libcuda on a GPU host, so
@@ -235,10 +231,9 @@ impl CudaBackend {
              (libcuda.so, from the NVIDIA driver) on a GPU host, and it cannot be loaded here"
                 .into()
         } else {
-            "this build of reefd has no CUDA launch path (loading preempt-flag-injected PTX with \
-             cuModuleLoadData and launching it with the trailing __reef_exec_idx parameter); the \
-             cuda backend covers REEF's preemption ioctls (channel-group preempt, debugger \
-             trap) only"
+            "the RM path covers REEF's preemption ioctls (channel-group preempt, debugger \
+             trap) only; kernels are launched by the CUDA device (`reefd start --device \
+             cuda:N`)"
                 .into()
         }
     }
