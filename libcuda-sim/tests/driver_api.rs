@@ -484,8 +484,12 @@ fn compute_capability_is_the_presets() {
     );
 }
 
-/// Recorded work gives the cost model's block durations: more work, longer
-/// blocks; more registers per thread, fewer co-resident blocks.
+/// Recorded work gives block durations a GPU could have: a block never
+/// gets faster as more blocks share its SM; a memory-bound kernel at full
+/// occupancy moves its bytes at the preset's DRAM bandwidth and never
+/// faster at any occupancy; a compute-bound one never beats the preset's
+/// FP32 peak; more work, longer blocks; more registers per thread, fewer
+/// co-resident blocks.
 #[test]
 fn recorded_work_gives_the_cost_models_durations() {
     use reef_libcuda_sim::driver::block_curve;
@@ -502,11 +506,53 @@ fn recorded_work_gives_the_cost_models_durations() {
     let (regs, c) = block_curve(&work(1_081_344, 66), 8, 128, 6912, &spec).unwrap();
     // 66 x 32 = 2112 registers per warp, allocated in units of 256: 2304.
     assert_eq!(regs, 4 * 2304);
-    let k = reef_sim::costmodel::max_resident(128, 6912, 4 * 2304, &spec);
-    assert_eq!(
-        c,
-        reef_sim::costmodel::roofline_curve(1_081_344, 12160, 8, k, &spec)
-    );
+    assert!(c.windows(2).all(|w| w[0] <= w[1]), "{c:?}");
+    // A streaming kernel: 4 waves of full-occupancy blocks of 256 threads
+    // on every SM, 1 flop per 64 bytes, 256 KiB per block.
+    let sms = spec.compute_units as u64;
+    let per_sm = (spec.max_threads_per_cu / 256) as u64;
+    let blocks = 4 * sms * per_sm;
+    let bytes_per_block = 256u64 << 10;
+    let streaming = Work {
+        flops: Some(blocks * bytes_per_block / 64),
+        bytes: blocks * bytes_per_block,
+        regs_per_thread: 32,
+        ..Default::default()
+    };
+    let (_, m) = block_curve(&streaming, blocks as u32, 256, 0, &spec).unwrap();
+    assert_eq!(m.len() as u64, per_sm, "occupancy: {m:?}");
+    assert!(m.windows(2).all(|w| w[0] <= w[1]), "{m:?}");
+    let bw = spec.memory_bandwidth_bytes_per_s as f64;
+    // Device-wide bytes per second with k blocks on every SM.
+    let rate = |k: usize| (k as u64 * sms * bytes_per_block) as f64 / (m[k - 1] as f64 * 1e-9);
+    for k in 1..=m.len() {
+        assert!(rate(k) <= bw * 1.0001, "k {k}: {} > {bw}", rate(k));
+    }
+    assert!(rate(m.len()) >= bw * 0.99, "{} vs {bw}", rate(m.len()));
+    // Twice the bytes, twice the time (the bandwidth is the bound).
+    let twice = Work {
+        bytes: 2 * streaming.bytes,
+        ..streaming.clone()
+    };
+    let (_, m2) = block_curve(&twice, blocks as u32, 256, 0, &spec).unwrap();
+    let r = m2[m.len() - 1] as f64 / m[m.len() - 1] as f64;
+    assert!((r - 2.0).abs() < 0.01, "{r}");
+    // A compute-bound kernel never beats the FP32 peak.
+    let dense = Work {
+        flops: Some(blocks * 1_000_000),
+        bytes: 0,
+        regs_per_thread: 32,
+        ..Default::default()
+    };
+    let (_, d) = block_curve(&dense, blocks as u32, 256, 0, &spec).unwrap();
+    for (i, &t) in d.iter().enumerate() {
+        let flops = ((i as u64 + 1) * sms * 1_000_000) as f64 / (t as f64 * 1e-9);
+        assert!(
+            flops <= spec.fp32_flops as f64 * 1.0001,
+            "k {}: {flops}",
+            i + 1
+        );
+    }
     let (_, big) = block_curve(&work(1_000 * 1_081_344, 66), 8, 128, 6912, &spec).unwrap();
     assert!(big[0] > c[0] && big[0] > spec.min_block_ns, "{big:?} {c:?}");
     let (_, fat) = block_curve(&work(1_081_344, 255), 8, 128, 6912, &spec).unwrap();
