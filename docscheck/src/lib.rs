@@ -2,8 +2,10 @@
 //! docs/*.md show for `reefd`, `reefctl`, `reef-bench` and `reef-check-idem`
 //! still parses, every `cargo test|bench --test|--bench NAME` names a target
 //! that exists (and a test-name filter matches something in it), every
-//! `-p PKG` names a workspace member, and every `tests/*.rs` path the docs
-//! mention exists.
+//! `-p PKG` names a workspace member, every policy name given to
+//! `--policy` or `reefctl policy` is one the scheduler knows (clap takes
+//! those as free strings), and every `tests/*.rs` path the docs mention
+//! exists.
 //!
 //! Where commands come from: fenced code blocks (shell, console or no
 //! language), indented code blocks, and inline code spans, a span allowed to
@@ -998,6 +1000,34 @@ impl Binaries {
     }
 }
 
+/// Whether the scheduler knows a policy name (reefd, reef-bench and reefctl
+/// take the same names: reef-sched's policies and Aker's managers).
+pub fn known_policy(name: &str) -> bool {
+    reef_sched::aker::Manager::of_name(name).is_some() || reef_sched::policy_by_name(name).is_ok()
+}
+
+/// Policy names a command line gives (`--policy a,b`, `reefctl policy a`)
+/// that the scheduler does not know; placeholders (`P`, `NAME`) pass.
+pub fn unknown_policies(argv: &[String]) -> Vec<String> {
+    let mut lists = Vec::new();
+    for k in 1..argv.len() {
+        if argv[k] == "--policy" {
+            lists.extend(argv.get(k + 1).cloned());
+        } else if let Some(v) = argv[k].strip_prefix("--policy=") {
+            lists.push(v.to_string());
+        } else if argv[0] == "reefctl" && argv[k] == "policy" && argv[k - 1] != "--socket" {
+            lists.extend(argv.get(k + 1).cloned());
+        }
+    }
+    lists
+        .iter()
+        .flat_map(|l| l.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !is_placeholder(p) && !known_policy(p))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Whether a name is a doc's placeholder: `N`, `MS`, `SECONDS`, `DIR_A`.
 pub fn is_placeholder(w: &str) -> bool {
     w.len() <= 24
@@ -1148,6 +1178,11 @@ pub fn check_docs(ws: &Workspace, docs: &[PathBuf], bins: &Binaries) -> Report {
                     }
                 } else if let Some(e) = bins.check(&c.argv, c.fragment) {
                     fail(e);
+                } else {
+                    let unknown = unknown_policies(&c.argv);
+                    if !unknown.is_empty() {
+                        fail(format!("no such policy: {}", unknown.join(", ")));
+                    }
                 }
             }
         }
@@ -1315,6 +1350,20 @@ REEF_X=1 FOO=$PWD/a \\\n  sudo target/debug/reefctl --socket $PWD/s.sock stats -
         assert_eq!(
             check_cargo(&ws, &argv("cargo run -p reef-bench -- disb A")).1,
             Some(argv("reef-bench disb A"))
+        );
+    }
+
+    #[test]
+    fn policy_names() {
+        let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert!(unknown_policies(&argv("reef-bench disb A --policy reef,fikit,aker,P")).is_empty());
+        assert_eq!(
+            unknown_policies(&argv("reefd start --policy=reeef")),
+            vec!["reeef"]
+        );
+        assert_eq!(
+            unknown_policies(&argv("reefctl --socket policy policy nope")),
+            vec!["nope"]
         );
     }
 

@@ -64,6 +64,7 @@ fn a_scratch_copy_with_stale_commands_fails() {
     let original = fs::read_to_string(root().join("README.md")).unwrap();
     let stale = "\n```sh\n\
 $B/reef-bench disb A --no-such-flag\n\
+$B/reef-bench disb A --policy reef,no-such-policy\n\
 cargo test -p reefd --test no_such_test\n\
 sudo target/release/reefd start --foreground --device sim:mi50 --sockets /tmp/x.sock &\n\
 ```\n\n\
@@ -88,6 +89,7 @@ Also `reefctl infer vgg --no-such-option 3`, `reef-check-idem` on\n\
         vec![
             "cargo test -p reefd --test no_such_test",
             "reef-bench disb A --no-such-flag",
+            "reef-bench disb A --policy reef,no-such-policy",
             "reef-bench nosuchcmd",
             "reefctl infer vgg --no-such-option 3",
             "reefd start --foreground --device sim:mi50 --sockets /tmp/x.sock",
