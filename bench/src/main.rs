@@ -45,6 +45,12 @@ fn main() -> std::process::ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // REEF_PARSE_ONLY=1: stop once the command line parsed (exit 0; a parse
+    // error has already exited 2). The docs check (docscheck/) runs every
+    // command line the docs show this way.
+    if std::env::var_os("REEF_PARSE_ONLY").is_some_and(|v| v == "1") {
+        return std::process::ExitCode::SUCCESS;
+    }
     let r = match cli.cmd {
         Cmd::Standalone(a) => reef_bench::standalone::main(a),
         Cmd::Simspeed(a) => reef_bench::simspeed::main(a),
