@@ -250,7 +250,7 @@ mod tests {
         std::fs::write(&p, "secret-token\u{0}\u{ff}").unwrap();
         let e = read(&p, "schedule", 4).unwrap_err();
         assert!(!e.to_string().contains("secret"), "{e}");
-        assert_eq!(read(&p, "schedule", 64).unwrap().len(), 14);
+        assert_eq!(read(&p, "schedule", 64).unwrap().len(), 15);
     }
 
     #[test]
