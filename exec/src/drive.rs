@@ -178,6 +178,17 @@ pub struct Driver<D: Device = Sim> {
     /// Device events handled.
     pub device_events: u64,
     evbuf: Vec<DeviceEvent>,
+    /// Launches the device refused while earlier launches of the same
+    /// stream were still on it: the scheduler is told each is over once
+    /// its stream has drained, not at once (issue 25, D6). Told at once,
+    /// the request would end while its earlier kernels still run, and the
+    /// stream's next request would be launched beside them (a GPU
+    /// instance holds one request's buffers: the device refused it too).
+    refused: Vec<(
+        reef_sim::StreamId,
+        reef_sched::StreamId,
+        reef_sched::KernelTag,
+    )>,
 }
 
 impl Driver<Sim> {
@@ -213,6 +224,7 @@ impl<D: Device> Driver<D> {
             host: BinaryHeap::new(),
             device_events: 0,
             evbuf: Vec::new(),
+            refused: Vec::new(),
         };
         d.create_streams()?;
         Ok(d)
@@ -231,6 +243,7 @@ impl<D: Device> Driver<D> {
         self.streams.clear();
         self.rev.clear();
         self.host.clear();
+        self.refused.clear();
         self.create_streams()
     }
 
@@ -375,6 +388,7 @@ impl<D: Device> Driver<D> {
         for ev in buf.drain(..) {
             self.on_device_event(&ev);
             self.apply(work, out);
+            self.drained_refusals(work, out);
         }
         self.evbuf = buf;
         while let Some(&Reverse((th, req, n))) = self.host.peek() {
@@ -389,6 +403,22 @@ impl<D: Device> Driver<D> {
                     issued: n,
                 },
             );
+            self.apply(work, out);
+        }
+    }
+
+    /// Refused launches whose device stream has drained are over for the
+    /// scheduler now.
+    fn drained_refusals(&mut self, work: &dyn Work, out: &mut Vec<Outcome>) {
+        while let Some(i) = self
+            .refused
+            .iter()
+            .position(|&(ds, _, _)| self.dev.queue_len(ds) == 0)
+        {
+            let (_, stream, tag) = self.refused.remove(i);
+            let now = self.dev.now();
+            self.sched
+                .handle(now, Event::KernelCompleted { stream, tag });
             self.apply(work, out);
         }
     }
@@ -469,9 +499,18 @@ impl<D: Device> Driver<D> {
                     // The kernel never reached the device: the scheduler is
                     // told it is over, or its stream would wait for it for
                     // ever; the request finishes failed (see `Failed`).
-                    let now = self.dev.now();
-                    self.sched
-                        .handle(now, Event::KernelCompleted { stream, tag });
+                    // With earlier kernels still on the device stream, it
+                    // is told once they are done (`refused`).
+                    match self.device_stream(stream) {
+                        Some(ds) if self.dev.queue_len(ds) > 0 => {
+                            self.refused.push((ds, stream, tag));
+                        }
+                        _ => {
+                            let now = self.dev.now();
+                            self.sched
+                                .handle(now, Event::KernelCompleted { stream, tag });
+                        }
+                    }
                 }
             }
         }
@@ -895,6 +934,99 @@ mod tests {
             assert!(out.contains(&Outcome::Done { req, client }), "{req:?}");
         }
         assert_eq!(d.sched.preemptions().len(), 1);
+    }
+
+    /// A device that refuses the launch of `refuse` (task, kernel) and
+    /// records how many kernels were on the stream when `watch` (task,
+    /// kernel) was launched.
+    struct Refusing {
+        dev: Opaque,
+        refuse: (u64, u32),
+        watch: (u64, u32),
+        seen: Option<usize>,
+    }
+    impl Device for Refusing {
+        fn now(&self) -> Time {
+            self.dev.now()
+        }
+        fn create_stream(
+            &mut self,
+            p: i32,
+            c: usize,
+            own: bool,
+        ) -> Result<reef_sim::StreamId, String> {
+            self.dev.create_stream(p, c, own)
+        }
+        fn launch(&mut self, s: reef_sim::StreamId, l: KernelLaunch) -> Result<(), String> {
+            let at = (l.tags.task, l.tags.kernel);
+            if at == self.refuse {
+                return Err("refused by the test device".into());
+            }
+            if at == self.watch {
+                self.seen = Some(self.dev.queue_len(s));
+            }
+            self.dev.launch(s, l)
+        }
+        fn set_preempt_flag(&mut self, s: reef_sim::StreamId, on: bool) -> Result<(), String> {
+            self.dev.set_preempt_flag(s, on)
+        }
+        fn kill_stream(&mut self, s: reef_sim::StreamId) -> Result<(), String> {
+            self.dev.kill_stream(s)
+        }
+        fn clear_queue(&mut self, s: reef_sim::StreamId) -> Result<(), String> {
+            self.dev.clear_queue(s)
+        }
+        fn queue_len(&self, s: reef_sim::StreamId) -> usize {
+            self.dev.queue_len(s)
+        }
+        fn next_event_time(&self) -> Option<Time> {
+            self.dev.next_event_time()
+        }
+        fn advance_into(&mut self, t: Time, out: &mut Vec<DeviceEvent>) {
+            self.dev.advance_into(t, out)
+        }
+        fn reset(&mut self) {
+            self.dev.reset()
+        }
+    }
+
+    /// Issue 25, D6: a request whose last launch is refused while its
+    /// earlier kernels are still on the device stream ends only once they
+    /// are done, so the stream's next request never runs beside them (a
+    /// GPU instance holds one request's buffers; told at once, the
+    /// scheduler launched the next request onto the still-busy stream).
+    #[test]
+    fn a_refused_last_launch_ends_its_request_after_its_stream_drains() {
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let n = reef_model::load_named(&reef_model::default_models_dir(), "vgg")
+            .unwrap()
+            .kernels
+            .len() as u32;
+        let dev = Refusing {
+            dev: Opaque(Sim::new(spec, SimConfig::default())),
+            refuse: (1, n - 1),
+            watch: (2, 0),
+            seen: None,
+        };
+        let (mut d, _) = driver_on("reef-nodkp", None, dev).unwrap();
+        let work = Book { known: true };
+        let mut out = Vec::new();
+        d.arrive(0, RequestId(1), ClientId(0), 0, None);
+        d.arrive(0, RequestId(2), ClientId(0), 0, None);
+        drain(&mut d, &work, &mut out);
+        assert_eq!(failures(&out).len(), 1, "{out:?}");
+        for r in [1, 2] {
+            assert!(
+                out.iter()
+                    .any(|o| matches!(o, Outcome::Done { req, .. } if req.0 == r)),
+                "request {r}: {out:?}"
+            );
+        }
+        assert_eq!(
+            d.dev.seen,
+            Some(0),
+            "request 2 was launched while request 1's kernels were on the stream"
+        );
     }
 
     /// Requests 1.. of client 0, 1<<32.. of client 1; `known: false`
