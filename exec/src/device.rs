@@ -126,6 +126,10 @@ pub trait Device {
     fn verified(&mut self, _req: reef_sched::RequestId) -> Option<bool> {
         None
     }
+    /// Request `req` is over for the scheduler (done, rejected, or failed):
+    /// what the device held for it (a GPU: the model instance whose
+    /// buffers it used) is free for another request.
+    fn request_done(&mut self, _req: reef_sched::RequestId) {}
     /// Whether the device runs on its own in real time (a GPU): it reports
     /// events as it observes them when its caller catches up, so the caller
     /// steps straight to its present instead of through the device's next

@@ -601,8 +601,14 @@ impl<D: Device> Driver<D> {
             Action::Restore {
                 req, from_kernel, ..
             } => out.push(Outcome::Restored { req, from_kernel }),
-            Action::RequestDone { req, client } => out.push(Outcome::Done { req, client }),
-            Action::RequestRejected { req, client } => out.push(Outcome::Rejected { req, client }),
+            Action::RequestDone { req, client } => {
+                self.dev.request_done(req);
+                out.push(Outcome::Done { req, client })
+            }
+            Action::RequestRejected { req, client } => {
+                self.dev.request_done(req);
+                out.push(Outcome::Rejected { req, client })
+            }
         }
         Ok(())
     }

@@ -439,3 +439,37 @@ fn a_compiled_models_ptx_is_picked_by_compute_capability() {
     assert!(d.models().is_empty());
     assert_eq!(d.memory().unwrap().0, free);
 }
+
+/// Issue 25, D3: two requests of one model interleaved on one stream (as
+/// Aker's managers issue every client's kernels on one stream) each run on
+/// their own instance of the model, so neither overwrites the other's
+/// buffers; an instance is free again once the scheduler is done with its
+/// request. Before, the second request's first launch was refused ("stream
+/// 0 still runs request ...").
+#[test]
+fn two_requests_of_one_model_on_one_stream_each_have_their_own_buffers() {
+    let _serial = common::cuda_serial();
+    let mut d = CudaKernels::open(&options()).unwrap_or_else(|e| panic!("{e}"));
+    d.load_model(&model_dir(), "two-kernel").unwrap();
+    let s = d.create_stream(1, 8, true).unwrap();
+    let epoch = Instant::now();
+    let now = || epoch.elapsed().as_nanos() as u64;
+    for round in 0..3u64 {
+        // Different seeds (task % 8), so swapped buffers would show.
+        let (a, b) = (10 * round + 1, 10 * round + 2);
+        d.bind(RequestId(a), "two-kernel");
+        d.bind(RequestId(b), "two-kernel");
+        d.launch(s, launch(a, 0)).unwrap();
+        d.launch(s, launch(b, 0)).unwrap();
+        d.launch(s, launch(a, 1)).unwrap();
+        d.launch(s, launch(b, 1)).unwrap();
+        let mut events = Vec::new();
+        while d.queue_len(s) > 0 {
+            d.advance_into(now(), &mut events);
+        }
+        for r in [a, b] {
+            assert_eq!(d.verified(RequestId(r)), Some(true), "request {r}");
+            d.request_done(RequestId(r));
+        }
+    }
+}

@@ -72,6 +72,8 @@ struct InFlight {
     id: LaunchId,
     tags: Tags,
     model: String,
+    /// The instance of `model` it runs on (index in the stream's list).
+    slot: usize,
     exec: u32,
     ev: CUevent,
     /// The stream's flag was set while it was queued or at its launch.
@@ -80,12 +82,25 @@ struct InFlight {
     started: bool,
 }
 
+/// A model instance on a stream and the request whose buffers it holds.
+struct Slot {
+    inst: Instance,
+    /// Held from the request's first launch until the scheduler is done
+    /// with it ([`Device::request_done`]): between two of its kernels, and
+    /// across a preemption and restore, no other request may write its
+    /// buffers.
+    task: Option<u64>,
+}
+
 struct KStream {
     ctx: usize,
     cu: CUstream,
     capacity: usize,
-    /// The stream's instance of each model it ran.
-    instances: HashMap<String, Instance>,
+    /// The stream's instances of each model it ran: one per request of the
+    /// model running on the stream at once (one, except where a policy
+    /// issues every client's kernels on one stream: Aker's managers,
+    /// issue 25 D3).
+    instances: HashMap<String, Vec<Slot>>,
     inflight: VecDeque<InFlight>,
     next_exec: u32,
     flag: bool,
@@ -187,8 +202,8 @@ impl CudaKernels {
     /// Unloads model `name` and its instances.
     pub fn unload_model(&mut self, name: &str) {
         for s in &mut self.streams {
-            if let Some(inst) = s.instances.remove(name) {
-                self.dev.drop_instance(s.ctx, inst);
+            for slot in s.instances.remove(name).unwrap_or_default() {
+                self.dev.drop_instance(s.ctx, slot.inst);
             }
         }
         self.references.retain(|(m, _), _| m != name);
@@ -314,19 +329,6 @@ impl CudaKernels {
             ));
         }
         let st = &self.streams[s.0 as usize];
-        if let Some(other) = st
-            .inflight
-            .iter()
-            .find(|f| f.model == model && f.tags.task != task)
-        {
-            // The stream's instance holds one request's buffers: a second
-            // request of the model would overwrite them under the first
-            // (reef-sched runs one request per stream at a time).
-            return Err(CudaError::Invalid(format!(
-                "stream {} still runs request {} of model {model}; one request per stream at a time",
-                s.0, other.tags.task
-            )));
-        }
         if st.inflight.len() >= st.capacity {
             return Err(CudaError::Invalid(format!(
                 "device queue of stream {} is full ({} kernels)",
@@ -334,20 +336,36 @@ impl CudaKernels {
             )));
         }
         let c = st.ctx;
-        if !st.instances.contains_key(&model) {
-            let inst = self.dev.new_instance(c, &model)?;
-            // A new instance starts with the stream's flag.
-            if st.flag {
-                htod(inst.flag, &1u32.to_le_bytes())?;
+        // The instance this request holds, else a free one, else a new one
+        // (each has its own buffers, preempt flag and execution index).
+        let slots = st.instances.get(&model);
+        let held = slots.and_then(|v| v.iter().position(|x| x.task == Some(task)));
+        let free = slots.and_then(|v| v.iter().position(|x| x.task.is_none()));
+        let slot = match held.or(free) {
+            Some(i) => i,
+            None => {
+                let inst = self.dev.new_instance(c, &model)?;
+                // A new instance starts with the stream's flag.
+                if st.flag {
+                    htod(inst.flag, &1u32.to_le_bytes())?;
+                }
+                let v = self.streams[s.0 as usize]
+                    .instances
+                    .entry(model.clone())
+                    .or_default();
+                v.push(Slot { inst, task: None });
+                v.len() - 1
             }
-            self.streams[s.0 as usize]
-                .instances
-                .insert(model.clone(), inst);
-        }
+        };
+        self.streams[s.0 as usize]
+            .instances
+            .get_mut(&model)
+            .expect("instance")[slot]
+            .task = Some(task);
         self.dev.current(c)?;
         let m = &self.dev.models[&model];
         let st = &self.streams[s.0 as usize];
-        let inst = &st.instances[&model];
+        let inst = &st.instances[&model][slot].inst;
         if k == 0 {
             let seed = task % INPUT_SEEDS;
             htod(
@@ -358,7 +376,7 @@ impl CudaKernels {
         let ev = self.event(c)?;
         let m = &self.dev.models[&model];
         let st = &self.streams[s.0 as usize];
-        let inst = &st.instances[&model];
+        let inst = &st.instances[&model][slot].inst;
         if let Err(e) = launch_kernel(m, inst, c, st.cu, k, st.next_exec, ev) {
             self.free_events.push((c, ev));
             return Err(e);
@@ -380,6 +398,7 @@ impl CudaKernels {
             id,
             tags: l.tags,
             model,
+            slot,
             exec: st.next_exec,
             ev,
             flagged: st.flag,
@@ -406,7 +425,7 @@ impl CudaKernels {
             check("cuEventQuery", r)?;
             let ran = if f.flagged {
                 let mut b = [0u8; 4];
-                dtoh(&mut b, st.instances[&f.model].index)?;
+                dtoh(&mut b, st.instances[&f.model][f.slot].inst.index)?;
                 u32::from_le_bytes(b) >= f.exec
             } else {
                 true
@@ -440,7 +459,10 @@ impl CudaKernels {
             if ran && f.tags.kernel as usize + 1 == m.files.launches.len() {
                 let o = m.files.output;
                 let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
-                dtoh(&mut bytes, self.streams[si].instances[&f.model].buffers[&o])?;
+                dtoh(
+                    &mut bytes,
+                    self.streams[si].instances[&f.model][f.slot].inst.buffers[&o],
+                )?;
                 let seed = f.tags.task % INPUT_SEEDS;
                 let ok = self.references.get(&(f.model.clone(), seed)) == Some(&bytes);
                 self.verified.insert(f.tags.task, ok);
@@ -460,8 +482,10 @@ impl CudaKernels {
             for f in st.inflight.drain(..) {
                 self.free_events.push((st.ctx, f.ev));
             }
-            for (_, inst) in st.instances.drain() {
-                self.dev.drop_instance(st.ctx, inst);
+            for (_, slots) in st.instances.drain() {
+                for slot in slots {
+                    self.dev.drop_instance(st.ctx, slot.inst);
+                }
             }
         }
     }
@@ -518,8 +542,8 @@ impl Device for CudaKernels {
         let c = self.stream(s)?.ctx;
         self.dev.current(c).map_err(text)?;
         let st = &mut self.streams[s.0 as usize];
-        for inst in st.instances.values() {
-            htod(inst.flag, &(on as u32).to_le_bytes()).map_err(text)?;
+        for slot in st.instances.values().flatten() {
+            htod(slot.inst.flag, &(on as u32).to_le_bytes()).map_err(text)?;
         }
         st.flag = on;
         if on {
@@ -583,6 +607,16 @@ impl Device for CudaKernels {
     fn verified(&mut self, req: RequestId) -> Option<bool> {
         self.bound.remove(&req.0);
         self.verified.remove(&req.0)
+    }
+
+    fn request_done(&mut self, req: RequestId) {
+        for st in &mut self.streams {
+            for slot in st.instances.values_mut().flatten() {
+                if slot.task == Some(req.0) {
+                    slot.task = None;
+                }
+            }
+        }
     }
 
     fn live(&self) -> bool {

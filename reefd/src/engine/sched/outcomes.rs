@@ -109,8 +109,10 @@ impl<D: EngineDevice> SchedEngine<D> {
                     }
                     if rec.dstream.is_none() {
                         // An orphan of a closed stream: nobody waits for it;
-                        // its buffer namespace is free now.
+                        // its buffer namespace is free now, and what the
+                        // device kept for its check is dropped.
                         self.free_ns.push(rec.ns);
+                        let _ = b.drv.dev.verified(req);
                         continue;
                     }
                     let ns = rec.ns;
