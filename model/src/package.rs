@@ -462,6 +462,50 @@ impl Package {
         })
     }
 
+    /// The files [`Package::read`] would read from `dir` (manifest or
+    /// schedule, every architecture's code file, weights), without reading
+    /// the code or weights: for a caller that must check who may open them
+    /// before a device reads them.
+    pub fn files(dir: &Path) -> Result<Vec<PathBuf>, PackageError> {
+        let err = |detail: String| PackageError::Invalid {
+            path: dir.to_path_buf(),
+            detail,
+        };
+        let toml_path = dir.join("model.toml");
+        if toml_path.exists() {
+            let text = files::read_text(&toml_path, "manifest", files::MAX_TEXT_BYTES)?;
+            let m: Manifest =
+                toml::from_str(&text).map_err(|e| err(format!("model.toml: {}", e.message())))?;
+            let mut v = vec![toml_path, dir.join(&m.ptx)];
+            v.extend(m.weights.map(|w| dir.join(w)));
+            return Ok(v);
+        }
+        let stem = dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let json = dir.join(format!("{stem}.json"));
+        let m = Model::load(dir).map_err(|e| match e {
+            crate::LoadError::File(f) => PackageError::File(f),
+            e => err(e.to_string()),
+        })?;
+        let mut v = vec![json.clone()];
+        if let Some(c) = &m.compiled {
+            v.extend(c.ptx.values().map(|p| {
+                if p.is_absolute() {
+                    p.clone()
+                } else {
+                    dir.join(p)
+                }
+            }));
+            let text = files::read_text(&json, "schedule", files::MAX_TEXT_BYTES)?;
+            let raw: RawCompiled =
+                serde_json::from_str(&text).map_err(|e| err(format!("{stem}.json: {e}")))?;
+            v.extend(raw.weights.map(|w| dir.join(w.file)));
+        }
+        Ok(v)
+    }
+
     /// Bytes of one request's input.
     pub fn input_bytes(&self) -> usize {
         self.storages[self.input].bytes as usize

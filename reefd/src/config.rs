@@ -74,6 +74,12 @@ pub struct DaemonConfig {
     pub max_connections: usize,
     /// Inferences one stream may have in flight; more are refused as busy.
     pub max_tasks_per_stream: usize,
+    /// Streams one user (uid) may hold at once; more are refused as busy
+    /// (root is not limited).
+    pub max_streams_per_uid: usize,
+    /// Inferences one user (uid) may have in flight over all their
+    /// streams; more are refused as busy (root is not limited).
+    pub max_tasks_per_uid: usize,
     /// On SIGTERM/SIGINT, how long in-flight inferences may run to completion
     /// before they are failed with `shutting_down`.
     pub shutdown_grace_ms: u64,
@@ -171,6 +177,8 @@ impl Default for DaemonConfig {
             max_frame_bytes: crate::protocol::DEFAULT_MAX_FRAME,
             max_connections: 1024,
             max_tasks_per_stream: 256,
+            max_streams_per_uid: 64,
+            max_tasks_per_uid: 1024,
             shutdown_grace_ms: 5000,
             realtime_priority: 0,
             device_cpus: Vec::new(),
@@ -332,9 +340,13 @@ impl Config {
                 self.daemon.max_frame_bytes
             )));
         }
-        if self.daemon.max_connections == 0 || self.daemon.max_tasks_per_stream == 0 {
+        if self.daemon.max_connections == 0
+            || self.daemon.max_tasks_per_stream == 0
+            || self.daemon.max_streams_per_uid == 0
+            || self.daemon.max_tasks_per_uid == 0
+        {
             return Err(ConfigError::Invalid(
-                "daemon.max_connections and daemon.max_tasks_per_stream must be at least 1".into(),
+                "daemon.max_connections, max_tasks_per_stream, max_streams_per_uid and max_tasks_per_uid must be at least 1".into(),
             ));
         }
         if self.daemon.realtime_priority > 99 {

@@ -263,6 +263,8 @@ fn run(
             device: device_name.clone(),
             models_dir,
             max_tasks_per_stream: cfg.daemon.max_tasks_per_stream,
+            max_streams_per_uid: cfg.daemon.max_streams_per_uid,
+            max_tasks_per_uid: cfg.daemon.max_tasks_per_uid,
             max_frame_bytes: cfg.daemon.max_frame_bytes,
             pacer_tick: Duration::from_micros(cfg.daemon.pacer_tick_us),
         },

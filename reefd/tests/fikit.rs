@@ -50,6 +50,7 @@ fn fikit_serves_priorities_0_and_5_measures_then_fills_host_gaps() {
     for n in ["vgg", "resnet152"] {
         assert!(profiles.path().join(format!("{n}.fikit.json")).exists());
     }
+    drop((c, c2));
     drop(d);
     // A restarted daemon loads the profiles: nothing to measure.
     let d = Daemon::start_with("", &config(profiles.path()));

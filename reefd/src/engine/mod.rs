@@ -251,4 +251,10 @@ pub trait Engine: Send {
     }
     /// A client's connection closed: release every task of `job`.
     fn job_end(&mut self, _job: u64) {}
+    /// What the engine holds now: (requests inside it, BE scheduler
+    /// clients bound to daemon streams). Both 0 once every request is
+    /// over (issue 25 item 4).
+    fn residue(&self) -> (usize, usize) {
+        (0, 0)
+    }
 }

@@ -591,6 +591,14 @@ pub struct Stats {
     /// Placement decisions (node daemons only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementStats>,
+    /// What the engine holds now: requests inside it and best-effort
+    /// scheduler clients bound to streams (0 and 0 once every request is
+    /// over: nothing outlives its requests; the test suite checks it after
+    /// every daemon test).
+    #[serde(default)]
+    pub engine_tasks: u64,
+    #[serde(default)]
+    pub engine_clients_held: u64,
 }
 
 mod frame;

@@ -160,6 +160,9 @@ struct State {
     /// Outcomes found under the lock, delivered after it is released (a
     /// delivery wakes another thread: not while RT requests wait).
     deliveries: Vec<(u64, Waiter, Result<TaskResult, Failure>)>,
+    /// The streams each uid holds (per-uid limits, without a scan of every
+    /// stream on the request path).
+    uid_streams: HashMap<u32, BTreeSet<u64>>,
     /// Tasks declared by `task_begin` (CASE/MGB), with their connection.
     declared: HashMap<u64, u64>,
     next_declared: u64,
@@ -172,6 +175,9 @@ pub struct RuntimeSettings {
     pub device: String,
     pub models_dir: PathBuf,
     pub max_tasks_per_stream: usize,
+    /// Streams and in-flight inferences one uid may hold (root: no limit).
+    pub max_streams_per_uid: usize,
+    pub max_tasks_per_uid: usize,
     pub max_frame_bytes: usize,
     /// The pacer catches the engine up at most this often (the longest a
     /// completion waits for its client to be told, beyond the pacer's own
@@ -214,6 +220,7 @@ impl Runtime {
                 pacer_last: 0,
                 deliveries: Vec::new(),
                 declared: HashMap::new(),
+                uid_streams: HashMap::new(),
                 next_declared: 1,
             }),
             cond: Condvar::new(),
@@ -411,6 +418,12 @@ impl Runtime {
         let mut n = 0;
         let mut pending: Vec<u64> = dropped;
         if let Some(s) = st.streams.remove(&stream) {
+            if let Some(set) = st.uid_streams.get_mut(&s.owner.uid) {
+                set.remove(&stream);
+                if set.is_empty() {
+                    st.uid_streams.remove(&s.owner.uid);
+                }
+            }
             pending.extend(s.tasks);
         }
         for task in pending {
@@ -439,6 +452,10 @@ impl Runtime {
     /// Handles one request from `conn`; `arrival` is when its last byte was
     /// read from the socket.
     pub fn handle(&self, conn: &Conn, body: RequestBody, arrival: Instant) -> Handled {
+        if let Some(f) = oversized_name(&body) {
+            self.lock().metrics.requests += 1;
+            return Handled::Error(f);
+        }
         if let RequestBody::LoadModel {
             name,
             path,
@@ -626,4 +643,55 @@ fn shutting_down() -> Failure {
         ErrorCode::ShuttingDown,
         "reefd is shutting down and accepts no new work",
     )
+}
+
+/// Longest model name and path a request may carry (a name is a file or
+/// directory name: NAME_MAX; a path: PATH_MAX).
+const MAX_NAME_BYTES: usize = 255;
+const MAX_PATH_BYTES: usize = 4096;
+
+/// A request whose model name or path is longer than any file's is refused
+/// without echoing it (a 900 KB name was echoed twice in a reply larger
+/// than `max_frame_bytes`).
+fn oversized_name(body: &RequestBody) -> Option<Failure> {
+    let (names, paths): (Vec<&str>, Vec<&Path>) = match body {
+        RequestBody::Infer { model, .. } => (vec![model], vec![]),
+        RequestBody::UnloadModel { name } => (vec![name], vec![]),
+        RequestBody::LoadModel {
+            name,
+            path,
+            idempotence,
+            ..
+        } => (
+            vec![],
+            [
+                Some(Path::new(name.as_str())),
+                path.as_deref(),
+                idempotence.as_deref(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        ),
+        _ => return None,
+    };
+    if let Some(n) = names.iter().find(|n| n.len() > MAX_NAME_BYTES) {
+        return Some(Failure::new(
+            ErrorCode::BadRequest,
+            format!(
+                "a model name of {} bytes: names are at most {MAX_NAME_BYTES} bytes",
+                n.len()
+            ),
+        ));
+    }
+    if let Some(p) = paths.iter().find(|p| p.as_os_str().len() > MAX_PATH_BYTES) {
+        return Some(Failure::new(
+            ErrorCode::BadRequest,
+            format!(
+                "a model path of {} bytes: paths are at most {MAX_PATH_BYTES} bytes",
+                p.as_os_str().len()
+            ),
+        ));
+    }
+    None
 }

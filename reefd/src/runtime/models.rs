@@ -1,7 +1,15 @@
 //! Loading and unloading models: the path a client names, its schedule,
 //! idempotence metadata and code, read and handed to the engine.
+//!
+//! A client-named path is read with the client's rights, not the daemon's
+//! (issue 25, D2): [`as_peer`] runs the reads on a thread whose file-system
+//! identity (fsuid, fsgid, supplementary groups) is the peer's, so the
+//! kernel's own permission checks apply, and a member of the socket's group
+//! cannot load, or learn anything of, a file they could not read
+//! themselves. The reads are bounded and typed (reef-model's `files`).
 
 use super::*;
+use reef_model::idempotence::MetadataError;
 
 pub(super) fn canonical_model(st: &State, name: &str) -> String {
     if st.models.contains_key(name) {
@@ -108,6 +116,9 @@ impl Runtime {
         {
             let mut st = self.lock();
             st.metrics.requests += 1;
+            if st.shutting_down {
+                return Handled::Error(shutting_down());
+            }
             let canon = canonical_model(&st, &name);
             if let Some(m) = st.models.get(&canon) {
                 // Loading is idempotent: the same model again is a no-op.
@@ -126,14 +137,38 @@ impl Runtime {
                 ));
             }
         }
-        // File I/O outside the lock.
-        let loaded = match &path {
-            Some(p) => reef_model::Model::load(p),
-            None => reef_model::load_named(&self.settings.models_dir, &name),
-        };
+        // File I/O outside the lock, with the client's rights.
+        let models_dir = self.settings.models_dir.clone();
+        let peer = conn.peer;
+        let loaded = as_peer(peer, || {
+            let m = match &path {
+                Some(p) => reef_model::Model::load(p),
+                None => reef_model::load_named(&models_dir, &name),
+            }?;
+            // A model with code (a GPU's package): every file the device
+            // will read must be one the client may open.
+            if let Some(dir) = m
+                .path
+                .parent()
+                .filter(|d| m.compiled.is_some() || d.join("model.toml").exists())
+            {
+                for f in reef_model::package::Package::files(dir).map_err(|e| match e {
+                    reef_model::package::PackageError::File(f) => reef_model::LoadError::File(f),
+                    e => reef_model::LoadError::Invalid {
+                        path: dir.to_path_buf(),
+                        item: "package".into(),
+                        problem: e.to_string(),
+                    },
+                })? {
+                    reef_model::files::open(&f, "model file", u64::MAX)?;
+                }
+            }
+            Ok::<_, reef_model::LoadError>(m)
+        });
         let model = match loaded {
-            Ok(m) => m,
-            Err(e) => return Handled::Error(Failure::new(ErrorCode::NotFound, e.to_string())),
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Handled::Error(load_failure(e)),
+            Err(e) => return Handled::Error(Failure::new(ErrorCode::Internal, e)),
         };
         let key = if path.is_some() {
             name.clone()
@@ -147,7 +182,9 @@ impl Runtime {
             p.is_file().then_some(p)
         });
         let idem = match &idem_path {
-            Some(p) => match IdempotenceMetadata::load(p) {
+            Some(p) => match as_peer(peer, || IdempotenceMetadata::load(p))
+                .unwrap_or_else(|e| Err(MetadataError::Invalid { path: p.display().to_string(), what: e }))
+            {
                 Ok(m) if m.kernels.len() == model.kernels.len() => Some(Arc::new(m)),
                 Ok(m) => {
                     return Handled::Error(Failure::new(
@@ -160,6 +197,9 @@ impl Runtime {
                             model.kernels.len()
                         ),
                     ))
+                }
+                Err(MetadataError::File(f)) if f.is_permission_denied() => {
+                    return Handled::Error(Failure::new(ErrorCode::PermissionDenied, f.to_string()))
                 }
                 Err(e) => return Handled::Error(Failure::new(ErrorCode::BadRequest, e.to_string())),
             },
@@ -205,4 +245,79 @@ impl Runtime {
         );
         Handled::Reply(Reply::ModelLoaded(info))
     }
+}
+
+/// The failure of a model's files: `permission_denied` when the client may
+/// not open one, else `not_found` with what was wrong.
+fn load_failure(e: reef_model::LoadError) -> Failure {
+    match e {
+        reef_model::LoadError::File(f) if f.is_permission_denied() => {
+            Failure::new(ErrorCode::PermissionDenied, f.to_string())
+        }
+        e => Failure::new(ErrorCode::NotFound, e.to_string()),
+    }
+}
+
+/// Runs `f` with `peer`'s file-system identity when the daemon is root and
+/// the peer is not: on a thread of its own whose fsuid, fsgid and
+/// supplementary groups are the peer's (Linux keeps them per thread:
+/// setfsuid(2), setgroups(2) through the raw system call, which glibc's
+/// wrapper would broadcast to every thread). Leaving fsuid 0 drops the
+/// thread's file capabilities (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so
+/// opens are checked as for the peer. The thread ends with `f`. An error
+/// names what could not be set up.
+pub(super) fn as_peer<T: Send>(peer: Peer, f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    if peer.is_root() || !nix::unistd::geteuid().is_root() {
+        return Ok(f());
+    }
+    let groups = peer_groups(peer);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: plain system calls on this thread's credentials; the
+            // group list outlives the call.
+            unsafe {
+                if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) != 0 {
+                    return Err(format!(
+                        "cannot take uid {}'s groups to read the model: {}",
+                        peer.uid,
+                        std::io::Error::last_os_error()
+                    ));
+                }
+                libc::syscall(libc::SYS_setfsgid, peer.gid);
+                libc::syscall(libc::SYS_setfsuid, peer.uid);
+                // setfsuid returns the previous value; an invalid one
+                // (u32::MAX) changes nothing and reports the current.
+                let now = libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32;
+                if now != peer.uid {
+                    return Err(format!(
+                        "cannot take uid {}'s file-system identity to read the model",
+                        peer.uid
+                    ));
+                }
+            }
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| "the model reader panicked".to_string())?
+    })
+}
+
+/// The peer's supplementary groups (from /proc/PID/status, "Groups:"),
+/// with its gid; its gid alone when they cannot be read.
+fn peer_groups(peer: Peer) -> Vec<libc::gid_t> {
+    let mut g = vec![peer.gid];
+    if let Some(pid) = peer.pid {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(line) = text.lines().find(|l| l.starts_with("Groups:")) {
+                g.extend(
+                    line["Groups:".len()..]
+                        .split_whitespace()
+                        .filter_map(|x| x.parse::<libc::gid_t>().ok()),
+                );
+            }
+        }
+    }
+    g.sort();
+    g.dedup();
+    g
 }

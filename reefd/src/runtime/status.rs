@@ -51,6 +51,8 @@ impl Runtime {
             fikit: st.engine.fikit(),
             aker: st.engine.aker(),
             placement: st.engine.placement(),
+            engine_tasks: st.engine.residue().0 as u64,
+            engine_clients_held: st.engine.residue().1 as u64,
         }
     }
 

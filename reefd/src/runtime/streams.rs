@@ -41,11 +41,25 @@ impl Runtime {
         if st.shutting_down {
             return Err_(shutting_down());
         }
+        if !peer.is_root() {
+            let held = st.uid_streams.get(&peer.uid).map_or(0, |s| s.len());
+            if held >= self.settings.max_streams_per_uid {
+                return Err_(Failure::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "uid {} already holds {held} streams (daemon.max_streams_per_uid); \
+                         unregister one or reuse it",
+                        peer.uid
+                    ),
+                ));
+            }
+        }
         let id = st.next_stream;
         if let Err(e) = st.engine.open_stream(id, priority) {
             return Err_(engine_failure(e));
         }
         st.next_stream += 1;
+        st.uid_streams.entry(peer.uid).or_default().insert(id);
         st.streams.insert(
             id,
             Stream {
@@ -120,6 +134,22 @@ impl Runtime {
         needs: reef_sched::place::TaskNeeds,
     ) -> Handled {
         use Handled::{Error as Err_, Reply as Ok_};
+        // A GPU task's shape within what any GPU launches (CUDA: 1024
+        // threads per block, 2^31-1 blocks in x; AMD: 1024 work-items per
+        // work-group).
+        if !(1..=1024).contains(&needs.threads_per_block)
+            || !(1..=(1u64 << 31) - 1).contains(&needs.blocks)
+        {
+            return Err_(Failure::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "task_begin: threads_per_block must be 1-1024 and blocks 1-{} (got {} and {})",
+                    (1u64 << 31) - 1,
+                    needs.threads_per_block,
+                    needs.blocks
+                ),
+            ));
+        }
         let task = st.next_declared;
         match st.engine.task_begin(conn.id + 1, task, needs) {
             Ok(device) => {
@@ -187,6 +217,26 @@ impl Runtime {
                     s.tasks.len()
                 ),
             ));
+        }
+        if !conn.peer.is_root() {
+            let uid = s.owner.uid;
+            let inflight: usize = st
+                .uid_streams
+                .get(&uid)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| st.streams.get(id))
+                .map(|x| x.tasks.len())
+                .sum();
+            if inflight >= self.settings.max_tasks_per_uid {
+                return Handled::Error(Failure::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "uid {uid} already has {inflight} inferences in flight \
+                         (daemon.max_tasks_per_uid); wait for some to finish"
+                    ),
+                ));
+            }
         }
         let priority = s.priority;
         if !st.models.contains_key(&model) {

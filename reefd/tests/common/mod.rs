@@ -148,8 +148,57 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Issue 25 item 4: once a test's clients are gone, nothing it did
+    /// outlives its requests: no task, stream, bound BE client or device
+    /// task count. Waits up to 10 s for requests still finishing on the
+    /// device (a closed stream's running request finishes unobserved).
+    pub fn check_nothing_left(&self) -> Result<(), String> {
+        let mut c = match Client::connect(&self.socket) {
+            Ok(c) => c,
+            Err(_) => return Ok(()), // the test stopped the daemon
+        };
+        let mut last = String::new();
+        let clean = wait_until(Duration::from_secs(10), || {
+            let (Ok(stats), Ok(streams), Ok(tasks), Ok(status)) =
+                (c.stats(), c.streams(), c.tasks(), c.status())
+            else {
+                last = "the daemon stopped answering".into();
+                return false;
+            };
+            let counts: Vec<u32> = status.devices.iter().map(|d| d.tasks).collect();
+            last = format!(
+                "engine tasks {}, BE clients held {}, streams {}, tasks {}, device task counts {counts:?}",
+                stats.engine_tasks,
+                stats.engine_clients_held,
+                streams.len(),
+                tasks.len()
+            );
+            stats.engine_tasks == 0
+                && stats.engine_clients_held == 0
+                && streams.is_empty()
+                && tasks.is_empty()
+                && counts.iter().all(|&n| n == 0)
+        });
+        if clean {
+            Ok(())
+        } else {
+            Err(last)
+        }
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if self.child.is_some() && !std::thread::panicking() {
+            if let Err(e) = self.check_nothing_left() {
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                panic!("the daemon kept state after the test's requests: {e}");
+            }
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();

@@ -58,6 +58,26 @@ impl EngineDevice for CudaKernels {
                 files.kernel_names()
             )));
         }
+        // Each kernel's buffers as the schedule declares them and as the
+        // launch passes them (model.toml may add u32 scalars): a kernel
+        // launched with other buffers than the schedule tracks would make
+        // its reads and writes, and so restores, wrong.
+        for (k, l) in m.model.kernels.iter().zip(&files.launches) {
+            let passed = l
+                .args
+                .iter()
+                .filter(|a| matches!(a, reef_model::package::Arg::Storage(_)))
+                .count();
+            if passed != k.args.len() {
+                return Err(EngineError::Invalid(format!(
+                    "model {}: kernel {} takes {} buffers in the schedule and {passed} in the \
+                     CUDA model (model.toml): make them agree",
+                    m.name,
+                    k.name,
+                    k.args.len()
+                )));
+            }
+        }
         self.load_model(dir, &m.name)
             .map_err(|e| EngineError::Invalid(e.to_string()))
     }

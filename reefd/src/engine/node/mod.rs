@@ -470,6 +470,10 @@ impl Engine for NodeEngine {
         for t in &dropped {
             self.tasks.remove(t);
         }
+        // Requests of other streams that finished while the devices caught
+        // up (issue 25, D4: these were never forgotten, so a device's task
+        // count, which placement reads, only grew).
+        self.forget_done(out);
         dropped
     }
 
@@ -482,10 +486,12 @@ impl Engine for NodeEngine {
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError> {
         let d = self.bind_stream(stream, model)?;
-        self.devs[d].submit(now, task, stream, model, out)?;
-        self.tasks.insert(task, d);
+        let r = self.devs[d].submit(now, task, stream, model, out);
+        if r.is_ok() {
+            self.tasks.insert(task, d);
+        }
         self.forget_done(out);
-        Ok(())
+        r
     }
 
     fn preempt(
@@ -534,6 +540,16 @@ impl Engine for NodeEngine {
                 (h + a, q + b)
             })
         })
+    }
+
+    fn residue(&self) -> (usize, usize) {
+        let (mut tasks, mut held) = (self.tasks.len(), 0);
+        for d in &self.devs {
+            let (t, h) = d.residue();
+            tasks += t;
+            held += h;
+        }
+        (tasks, held)
     }
 
     fn task_progress(&self, task: u64) -> Option<TaskProgress> {
@@ -646,7 +662,10 @@ impl NodeEngine {
 
     fn forget_done(&mut self, out: &[EngineEvent]) {
         for e in out {
-            if let EngineEvent::TaskDone { task, .. } | EngineEvent::TaskRejected { task, .. } = e {
+            if let EngineEvent::TaskDone { task, .. }
+            | EngineEvent::TaskRejected { task, .. }
+            | EngineEvent::TaskFailed { task, .. } = e
+            {
                 self.tasks.remove(task);
             }
         }

@@ -227,4 +227,57 @@ impl<D: EngineDevice> SchedEngine<D> {
             .map(|d| d.sched_streams.iter().copied().collect())
             .unwrap_or_default()
     }
+
+    /// Daemon stream `id`'s request on BE client `slot` finished: unless
+    /// the stream's next request is of the same model, the client goes
+    /// back to the model's free ones (issue 25, D5: a BE client followed
+    /// its connection, so idle connections held every BE client of a
+    /// model and a fifth client waited for ever). A stream stopped by
+    /// command keeps its mark: the client's scheduler stream is resumed
+    /// for its next holder, and the daemon stream's next request is held
+    /// again where it lands (`forward`).
+    pub(super) fn release_idle_slot(&mut self, id: u64, slot: usize, out: &mut Vec<EngineEvent>) {
+        let Some(s) = self.build.slots.get(slot) else {
+            return;
+        };
+        if s.class != Class::BestEffort || s.owner != Some(id) || s.inflight > 0 {
+            return;
+        }
+        let model = &self.models[s.model].name;
+        let Some(d) = self.dstreams.get_mut(&id) else {
+            return;
+        };
+        if d.inflight.is_some() || d.queue.front().is_some_and(|(_, m)| m == model) {
+            return;
+        }
+        d.be_slots.remove(model);
+        self.build.slots[slot].owner = None;
+        let sstream = self
+            .build
+            .drv
+            .sched
+            .scheduler()
+            .core()
+            .stream_of(ClientId(slot as u32));
+        let still_used = d.be_slots.values().any(|&o| {
+            self.build
+                .drv
+                .sched
+                .scheduler()
+                .core()
+                .stream_of(ClientId(o as u32))
+                == sstream
+        }) || d.priority.is_rt();
+        if !still_used {
+            d.sched_streams.remove(&sstream.0);
+            if d.preempted {
+                let t = self.build.drv.dev.now();
+                self.build
+                    .drv
+                    .sched
+                    .handle(t, Event::ResumeCommand { stream: sstream });
+                self.apply_actions(out);
+            }
+        }
+    }
 }

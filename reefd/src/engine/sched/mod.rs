@@ -386,6 +386,12 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
 
     fn set_policy(&mut self, now: Nanos, policy: &str) -> Result<(), EngineError> {
         check_policy(policy)?;
+        // `reef` without block placement is REEF's preemption without
+        // padding, as at start (`device::cuda::engine::gpu_policy`).
+        let policy = match policy {
+            "reef" if !self.build.drv.dev.places_blocks() => "reef-nodkp",
+            p => p,
+        };
         if reef_exec::places_blocks(policy) && !self.build.drv.dev.places_blocks() {
             return Err(EngineError::Unsupported(format!(
                 "policy {policy} places blocks on chosen compute units (padded or fused launches), which {} cannot do; use a policy without padding (reef-nodkp)",
@@ -674,6 +680,16 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         // Totals since start, whatever the policy now: a counter never goes
         // back when the operator switches to a policy that does not pad.
         Some(self.padding_now())
+    }
+
+    fn residue(&self) -> (usize, usize) {
+        let held = self
+            .build
+            .slots
+            .iter()
+            .filter(|s| s.owner.is_some() || s.inflight > 0)
+            .count();
+        (self.tasks.len(), held)
     }
 
     fn task_progress(&self, task: u64) -> Option<TaskProgress> {

@@ -61,6 +61,9 @@ impl<D: EngineDevice> SchedEngine<D> {
     /// is dropped.
     pub(super) fn absorb(&mut self, o: &mut Vec<Outcome>, out: &mut Vec<EngineEvent>) {
         let now = self.build.drv.dev.now();
+        // BE clients whose request finished: freed once the device events
+        // are taken in (freeing one can issue scheduler commands).
+        let mut released = Vec::new();
         for x in o.drain(..) {
             match x {
                 Outcome::Queued {
@@ -107,6 +110,9 @@ impl<D: EngineDevice> SchedEngine<D> {
                             self.freed |= !d.queue.is_empty();
                         }
                     }
+                    if let Some(id) = rec.dstream {
+                        released.push((id, slot));
+                    }
                     if rec.dstream.is_none() {
                         // An orphan of a closed stream: nobody waits for it;
                         // its buffer namespace is free now, and what the
@@ -150,6 +156,9 @@ impl<D: EngineDevice> SchedEngine<D> {
                     });
                 }
             }
+        }
+        for (id, slot) in released {
+            self.release_idle_slot(id, slot, out);
         }
         // Each preemption is reported once it has finished (its evicted and
         // killed kernels are counted by then), in order; then the finished

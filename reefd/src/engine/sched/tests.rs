@@ -89,6 +89,13 @@ fn fikit_measures_then_fills_host_gaps_and_keeps_its_profiles_on_disk() {
     for i in 0..4 {
         e.submit(0, 100 + i, 1, "resnet152", &mut out).unwrap();
     }
+    // The BE client stream 1 holds while its requests run.
+    let slot = e
+        .build
+        .slots
+        .iter()
+        .position(|s| s.owner == Some(1))
+        .unwrap();
     for i in 0..8u64 {
         let t = 1_000_000 + i * 40_000_000;
         e.advance(t, &mut out);
@@ -97,12 +104,6 @@ fn fikit_measures_then_fills_host_gaps_and_keeps_its_profiles_on_disk() {
     run(&mut e, &mut out);
     let d = done(&out);
     assert_eq!(d.len(), 12, "{d:?}");
-    let slot = e
-        .build
-        .slots
-        .iter()
-        .position(|s| s.owner == Some(1))
-        .unwrap();
     let core = e.build.drv.sched.scheduler().core();
     assert_eq!(core.priority(ClientId(slot as u32)), 5);
     assert_eq!(core.priority(ClientId(e.build.rt_slot[0] as u32)), 0);
@@ -193,13 +194,38 @@ fn be_streams_beyond_the_slots_wait_for_a_free_one() {
     assert!(!out
         .iter()
         .any(|x| matches!(x, EngineEvent::FirstKernelQueued { task: 20, .. })));
-    let t = run(&mut e, &mut out);
-    assert_eq!(done(&out), vec![(10, Some(true))]);
-    // Stream 1 keeps its client while open; closing it frees it.
-    let dropped = e.close_stream(t, 1, &mut out);
-    assert!(dropped.is_empty());
+    // Stream 1 holds the client while its request runs, not longer: the
+    // waiting request takes it when task 10 is done.
     run(&mut e, &mut out);
     assert_eq!(done(&out), vec![(10, Some(true)), (20, Some(true))]);
+    assert!(e.build.slots.iter().all(|s| s.owner.is_none()));
+}
+
+/// Issue 25, D5: BE clients follow work, not connections. Four streams
+/// (the model's four BE clients) each run one request and stay open,
+/// idle; a fifth stream's request is then served at once. Before, each
+/// kept its client until it closed and the fifth waited for ever.
+#[test]
+fn idle_be_streams_hold_no_be_client() {
+    let mut e = engine(4);
+    let mut out = Vec::new();
+    for s in 1..=5u64 {
+        e.open_stream(s, Priority::Be).unwrap();
+    }
+    for s in 1..=4u64 {
+        e.submit(0, 10 * s, s, "vgg", &mut out).unwrap();
+    }
+    let t = run(&mut e, &mut out);
+    assert_eq!(done(&out).len(), 4, "{out:?}");
+    out.clear();
+    e.submit(t, 50, 5, "vgg", &mut out).unwrap();
+    assert!(
+        out.iter()
+            .any(|x| matches!(x, EngineEvent::FirstKernelQueued { task: 50, .. })),
+        "the fifth stream's request waits: {out:?}"
+    );
+    run(&mut e, &mut out);
+    assert_eq!(done(&out), vec![(50, Some(true))]);
 }
 
 #[test]
