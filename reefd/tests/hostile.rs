@@ -163,7 +163,9 @@ fn a_member_of_the_group_cannot_load_what_they_may_not_read() {
 
 /// D4: on a node, eight clients each send 10 asynchronous inferences and
 /// close; every device's task count returns to 0 (placement reads it).
-/// Before, the counts grew ([7, 21, 0, 1]) while no task was listed.
+/// Before, the counts grew ([7, 21, 0, 1]) while no task was listed
+/// (with the previous rule this test failed 2 runs of 3 here: requests of
+/// other streams finishing while one closed were never forgotten).
 #[test]
 fn a_nodes_task_counts_return_to_zero_after_clients_leave() {
     let d = Daemon::start_on("sim:mi50x4", "", "");
@@ -177,13 +179,15 @@ fn a_nodes_task_counts_return_to_zero_after_clients_leave() {
     let mut threads = Vec::new();
     for i in 0..8 {
         let mut k = d.client();
-        let model = ["vgg", "resnet152", "densenet", "inception"][i % 4];
+        let model = ["vgg", "resnet152", "densenet", "inception"][i % 2];
         threads.push(std::thread::spawn(move || {
             let s = k.register(Priority::Be, None).unwrap();
             for _ in 0..10 {
                 k.infer_async(s.stream, model).unwrap();
             }
-            std::thread::sleep(Duration::from_millis(20 * i as u64));
+            if i % 2 == 0 {
+                std::thread::sleep(Duration::from_millis(5 * i as u64));
+            }
             drop(k);
         }));
     }
