@@ -39,6 +39,7 @@ fn two_kernel() -> EngineModel {
         name: "two-kernel".into(),
         model: Arc::new(reef_model::Model::load(&common::two_kernel_dir()).unwrap()),
         idempotence: None,
+        package: None,
     }
 }
 

@@ -29,6 +29,23 @@ pub struct EngineModel {
     pub name: String,
     pub model: Arc<Model>,
     pub idempotence: Option<Arc<IdempotenceMetadata>>,
+    /// The model's code package, read by the runtime outside its lock with
+    /// the client's rights ([`Engine::code_reader`]); `None`: the device
+    /// reads it itself, or runs the schedule without code (the simulator).
+    pub package: Option<Arc<reef_model::package::Package>>,
+}
+
+/// Picks the architecture a device runs among those a model was compiled
+/// for.
+pub type ArchChooser = Arc<dyn Fn(&[String]) -> Result<String, String> + Send + Sync>;
+
+/// How an engine's device wants a model's code read: which architecture
+/// it runs and how much it may hold (issue 25: the runtime reads the files,
+/// bounded, outside the daemon's lock and with the client's rights, once).
+#[derive(Clone)]
+pub struct CodeReader {
+    pub choose_arch: ArchChooser,
+    pub limits: reef_model::package::Limits,
 }
 
 /// Static facts about an engine.
@@ -251,6 +268,11 @@ pub trait Engine: Send {
     }
     /// A client's connection closed: release every task of `job`.
     fn job_end(&mut self, _job: u64) {}
+    /// How to read a model's code for this engine's device (`None`: no
+    /// code is read, or the device reads it itself).
+    fn code_reader(&self) -> Option<CodeReader> {
+        None
+    }
     /// What the engine holds now: (requests inside it, BE scheduler
     /// clients bound to daemon streams). Both 0 once every request is
     /// over (issue 25 item 4).

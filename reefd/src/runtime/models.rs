@@ -113,7 +113,7 @@ impl Runtime {
             },
             None => (name, None),
         };
-        {
+        let reader = {
             let mut st = self.lock();
             st.metrics.requests += 1;
             if st.shutting_down {
@@ -136,7 +136,8 @@ impl Runtime {
                     ),
                 ));
             }
-        }
+            st.engine.code_reader()
+        };
         // File I/O outside the lock, with the client's rights.
         let models_dir = self.settings.models_dir.clone();
         let peer = conn.peer;
@@ -145,27 +146,39 @@ impl Runtime {
                 Some(p) => reef_model::Model::load(p),
                 None => reef_model::load_named(&models_dir, &name),
             }?;
-            // A model with code (a GPU's package): every file the device
-            // will read must be one the client may open.
+            // A model with code (a GPU's package) is read here, once, when
+            // the device wants it so; otherwise every file the device will
+            // read must be one the client may open.
+            let mut package = None;
             if let Some(dir) = m
                 .path
                 .parent()
                 .filter(|d| m.compiled.is_some() || d.join("model.toml").exists())
             {
-                for f in reef_model::package::Package::files(dir).map_err(|e| match e {
+                let as_load_error = |e: reef_model::package::PackageError| match e {
                     reef_model::package::PackageError::File(f) => reef_model::LoadError::File(f),
                     e => reef_model::LoadError::Invalid {
                         path: dir.to_path_buf(),
                         item: "package".into(),
                         problem: e.to_string(),
                     },
-                })? {
-                    reef_model::files::open(&f, "model file", u64::MAX)?;
+                };
+                match &reader {
+                    Some(r) => {
+                        let p = reef_model::package::Package::read(dir, &*r.choose_arch, &r.limits)
+                            .map_err(as_load_error)?;
+                        package = Some(Arc::new(p));
+                    }
+                    None => {
+                        for f in reef_model::package::Package::files(dir).map_err(as_load_error)? {
+                            reef_model::files::open(&f, "model file", u64::MAX)?;
+                        }
+                    }
                 }
             }
-            Ok::<_, reef_model::LoadError>(m)
+            Ok::<_, reef_model::LoadError>((m, package))
         });
-        let model = match loaded {
+        let (model, package) = match loaded {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => return Handled::Error(load_failure(e)),
             Err(e) => return Handled::Error(Failure::new(ErrorCode::Internal, e)),
@@ -225,6 +238,7 @@ impl Runtime {
                 name: key.clone(),
                 model: Arc::new(model),
                 idempotence: idem,
+                package,
             },
             device_index,
         ) {

@@ -40,14 +40,9 @@ impl EngineDevice for CudaKernels {
     }
 
     fn load(&mut self, m: &EngineModel) -> Result<(), EngineError> {
-        let dir = m
-            .model
-            .path
-            .parent()
-            .ok_or_else(|| EngineError::Invalid(format!("model {}: no directory", m.name)))?;
         let files = self
-            .device()
-            .read_model(dir)
+            .files_of(m)
+            .ok_or_else(|| EngineError::Invalid(format!("model {}: no directory", m.name)))?
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
         let names: Vec<&str> = m.model.kernels.iter().map(|k| k.name.as_str()).collect();
         if names != files.kernel_names() {
@@ -78,7 +73,7 @@ impl EngineDevice for CudaKernels {
                 )));
             }
         }
-        self.load_model(dir, &m.name)
+        self.load_files(files, &m.name)
             .map_err(|e| EngineError::Invalid(e.to_string()))
     }
 
@@ -91,13 +86,19 @@ impl EngineDevice for CudaKernels {
     }
 
     fn model_memory(&self, m: &EngineModel) -> Option<Result<u64, EngineError>> {
-        let dir = m.model.path.parent()?;
         Some(
-            self.device()
-                .read_model(dir)
+            self.files_of(m)?
                 .map(|f| self.footprint(&f))
                 .map_err(|e| EngineError::Invalid(e.to_string())),
         )
+    }
+
+    fn code_reader(&self) -> Option<crate::engine::CodeReader> {
+        let cc = self.device().compute_capability();
+        Some(crate::engine::CodeReader {
+            choose_arch: std::sync::Arc::new(move |archs: &[String]| super::pick_arch(archs, cc)),
+            limits: self.device().limits(),
+        })
     }
 
     fn device_memory(&self) -> Option<(u64, u64)> {
@@ -106,6 +107,19 @@ impl EngineDevice for CudaKernels {
 
     fn standalone_ns(&self, name: &str) -> Option<u64> {
         CudaKernels::standalone_ns(self, name)
+    }
+}
+
+impl CudaKernels {
+    /// Model `m`'s files: the package the runtime read (outside its lock,
+    /// with the client's rights), else read here from its directory
+    /// (`None`: the schedule has no directory).
+    fn files_of(&self, m: &EngineModel) -> Option<Result<super::ModelFiles, super::CudaError>> {
+        let dir = m.model.path.parent()?;
+        Some(match &m.package {
+            Some(p) => super::ModelFiles::from_package(dir, (**p).clone()),
+            None => self.device().read_model(dir),
+        })
     }
 }
 

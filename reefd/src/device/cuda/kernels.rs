@@ -178,6 +178,11 @@ impl CudaKernels {
     /// the reference run's buffers exceed the free memory.
     pub fn load_model(&mut self, dir: &std::path::Path, name: &str) -> Result<(), CudaError> {
         let files = self.dev.read_model(dir)?;
+        self.load_files(files, name)
+    }
+
+    /// As [`Self::load_model`], for a model already read.
+    pub fn load_files(&mut self, files: super::ModelFiles, name: &str) -> Result<(), CudaError> {
         // Its footprint, and one more instance for the reference run.
         let needed = self.footprint(&files) + files.stream_bytes();
         let (free, total) = self.dev.memory()?;
@@ -190,7 +195,7 @@ impl CudaKernels {
                 total,
             });
         }
-        let name = self.dev.load_model(dir, Some(name))?;
+        let name = self.dev.load_files(files, Some(name))?;
         if let Err(e) = self.compute_references(&name) {
             self.references.retain(|(m, _), _| *m != name);
             let _ = self.dev.unload_model(&name);

@@ -361,13 +361,18 @@ impl CudaDevice {
     /// picked by the compute capability, [`pick_arch`]).
     /// The weights may not declare more than the GPU's memory.
     pub fn read_model(&self, dir: &Path) -> Result<ModelFiles, CudaError> {
-        let limits = match self.memory() {
+        ModelFiles::read_for(dir, self.cc, &self.limits())
+    }
+
+    /// What a model read for this GPU may hold: weights no larger than its
+    /// memory.
+    pub fn limits(&self) -> Limits {
+        match self.memory() {
             Ok((_, total)) => Limits {
                 weight_bytes: total,
             },
             Err(_) => Limits::default(),
-        };
-        ModelFiles::read_for(dir, self.cc, &limits)
+        }
     }
 
     /// Loads a model directory under `name` (default: the manifest's name):
@@ -377,6 +382,15 @@ impl CudaDevice {
     /// with the driver's out-of-memory error when they do not fit.
     pub fn load_model(&mut self, dir: &Path, name: Option<&str>) -> Result<String, CudaError> {
         let files = self.read_model(dir)?;
+        self.load_files(files, name)
+    }
+
+    /// As [`Self::load_model`], for a model already read.
+    pub fn load_files(
+        &mut self,
+        files: ModelFiles,
+        name: Option<&str>,
+    ) -> Result<String, CudaError> {
         let name = name.unwrap_or(&files.name).to_string();
         if self.models.contains_key(&name) {
             return Err(CudaError::Invalid(format!(

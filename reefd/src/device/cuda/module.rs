@@ -48,6 +48,12 @@ impl ModelFiles {
         limits: &Limits,
     ) -> Result<ModelFiles, CudaError> {
         let pkg = Package::read(dir, &|archs| pick_arch(archs, cc), limits)?;
+        Self::from_package(dir, pkg)
+    }
+
+    /// A package already read (by the runtime, with the client's rights)
+    /// made ready for the driver: its PTX injected.
+    pub fn from_package(dir: &Path, pkg: Package) -> Result<ModelFiles, CudaError> {
         let err = |detail: String| CudaError::Model {
             path: dir.display().to_string(),
             detail,

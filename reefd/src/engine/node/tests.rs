@@ -24,6 +24,7 @@ fn model(name: &str) -> EngineModel {
         name: name.into(),
         model: Arc::new(m),
         idempotence: None,
+        package: None,
     }
 }
 

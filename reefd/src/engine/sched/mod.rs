@@ -289,6 +289,10 @@ pub trait EngineDevice: Device + Send {
     fn standalone_ns(&self, _name: &str) -> Option<u64> {
         None
     }
+    /// How this device wants a model's code read ([`Engine::code_reader`]).
+    fn code_reader(&self) -> Option<crate::engine::CodeReader> {
+        None
+    }
 }
 
 impl<D: EngineDevice> SchedEngine<D> {
@@ -680,6 +684,10 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         // Totals since start, whatever the policy now: a counter never goes
         // back when the operator switches to a policy that does not pad.
         Some(self.padding_now())
+    }
+
+    fn code_reader(&self) -> Option<crate::engine::CodeReader> {
+        self.build.drv.dev.code_reader()
     }
 
     fn residue(&self) -> (usize, usize) {

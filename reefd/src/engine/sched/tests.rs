@@ -22,6 +22,7 @@ fn engine_with(policy: &str, be_streams: usize, models: &[&str]) -> SchedEngine 
             name: name.to_string(),
             model: Arc::new(m),
             idempotence: None,
+            package: None,
         })
         .unwrap();
     }
@@ -68,6 +69,7 @@ fn fikit_engine(dir: &std::path::Path) -> SchedEngine {
             name: name.to_string(),
             model: Arc::new(m),
             idempotence: None,
+            package: None,
         })
         .unwrap();
     }
