@@ -15,6 +15,12 @@
 //!
 //! Device lists: `sim:mi50x4` (four MI50s), `sim:gv100x4`, or a list
 //! `sim:mi50,gv100` (presets or spec files, each optionally `xN`).
+//!
+//! Why both this node and `reef-bench multigpu`'s own loop over
+//! [`node_devices`] stay: the node's owners (a process's memory and streams
+//! across devices, crashed whole on OOM) are what CASE's lazy runtime runs
+//! on (bench/tests/lazy_placement.rs); the batch runner needs only per-job
+//! streams and memory, which it keeps through reef-exec's `Device`.
 
 use crate::{DeviceEvent, DeviceSpec, KernelLaunch, LaunchId, Sim, SimConfig, SimError, StreamId};
 use std::collections::HashMap;

@@ -1,5 +1,9 @@
 //! Aker §8.3 / §9 on the simulated device, as a self-contained experiment
-//! (NOT a reef-sched policy: see docs/aker.md "Not built"): one LC service
+//! (`--colocate-private`) beside the reef-sched policies `aker`/`baymax`
+//! (`--colocate`). Why both stay: these managers drive one stream by hand,
+//! with no scheduler core, host queues or preemption around them, so the
+//! two runs side by side show what of the policies' figures is Aker's
+//! decision rule and what is the scheduler it runs in. One LC service
 //! with open-loop Poisson queries, one BE application looping over its
 //! model's kernels, kernels (or fused kernels) executed one after another
 //! on one stream, as Baymax and Aker run them, each decided when it is
