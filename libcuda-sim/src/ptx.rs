@@ -87,7 +87,8 @@ fn scalar_size(ty: &str) -> Option<usize> {
 }
 
 /// Size of a declaration's words (`.param .align 8 .b8 p[16]`, `.global .u32 x`):
-/// the scalar type times the array length, if any.
+/// the scalar type times the array length, if any; `None` when a size
+/// cannot be read or overflows.
 fn decl_size(words: &[&str]) -> Option<(String, usize)> {
     let mut ty = None;
     let mut i = 0;
@@ -110,7 +111,7 @@ fn decl_size(words: &[&str]) -> Option<(String, usize)> {
         }
         None => (last.to_string(), 1),
     };
-    Some((name, ty? * count))
+    Some((name, ty?.checked_mul(count)?))
 }
 
 fn strip_comments(src: &str) -> String {
@@ -364,6 +365,19 @@ mod tests {
         let bad_idx =
             ".version 8.0\n.target sm_70\n// reef-sim: kernel=k block_ns=1 writes=3\n.entry k(.param .u64 a) {}";
         assert!(parse(bad_idx).unwrap_err().contains("does not exist"));
+    }
+
+    /// Found by reading the code the sim_ptx fuzz target reaches (its 60 s
+    /// and 180 s runs did not): an array length whose byte size overflows
+    /// usize panicked in debug builds and wrapped in release ones.
+    #[test]
+    fn array_size_overflow_is_an_error() {
+        let src = ".version 8.0\n.target sm_70\n.global .b64 t[2305843009213693952];";
+        let e = parse(src).unwrap_err();
+        assert!(e.contains("cannot size .global"), "{e}");
+        let src = ".version 8.0\n.target sm_70\n.entry k(.param .b64 p[2305843009213693952]) {}";
+        let e = parse(src).unwrap_err();
+        assert!(e.contains("cannot size parameter"), "{e}");
     }
 
     /// Found by the sim_ptx fuzz target (fuzz/, docs/fuzzing.md): a
