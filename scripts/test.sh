@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/setup.sh
 cargo fmt --all -- --check
 # The fuzz crate is outside the workspace; its formatting is checked too.
-cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Before the tests, so that cargo test's summary stays the run's last lines.
 if [ "${REEF_FUZZ_SECONDS:-60}" != 0 ]; then
