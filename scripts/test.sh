@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: set up, check formatting and lints,
+# run the fuzz targets of fuzz/ for a bounded time each (scripts/fuzz.sh,
+# REEF_FUZZ_SECONDS per target, default 60; REEF_FUZZ_SECONDS=0 skips them),
 # then run every test in the workspace.
 #
 # Tests that need root or /dev/fuse (the FUSE fake devices, the uid-switch
@@ -11,7 +13,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/setup.sh
 cargo fmt --all -- --check
+# The fuzz crate is outside the workspace; its formatting is checked too.
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Before the tests, so that cargo test's summary stays the run's last lines.
+if [ "${REEF_FUZZ_SECONDS:-60}" != 0 ]; then
+    ./scripts/fuzz.sh
+fi
 if [ "$(id -u)" = 0 ] && [ -c /dev/fuse ]; then
     export REEF_REQUIRE_HW_FAKES="${REEF_REQUIRE_HW_FAKES:-1}"
 fi

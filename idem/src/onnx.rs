@@ -775,16 +775,31 @@ pub fn load(path: &Path, opts: &Options) -> Result<Trace, OnnxError> {
         path: p.clone(),
         cause: source,
     })?;
-    let model: proto::ModelProto =
-        prost::Message::decode(bytes.as_slice()).map_err(|source| OnnxError::Decode {
-            path: p.clone(),
-            cause: source,
-        })?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    lower(&model, &name, opts).map_err(|what| OnnxError::Invalid { path: p, what })
+    from_bytes(&bytes, &p, &name, opts)
+}
+
+/// Decodes an ONNX model held in memory and lowers it to a trace: what
+/// [`load`] does after reading the file. `path` names the model in errors,
+/// `name` is the trace's model name.
+pub fn from_bytes(
+    bytes: &[u8],
+    path: &str,
+    name: &str,
+    opts: &Options,
+) -> Result<Trace, OnnxError> {
+    let model: proto::ModelProto =
+        prost::Message::decode(bytes).map_err(|source| OnnxError::Decode {
+            path: path.to_string(),
+            cause: source,
+        })?;
+    lower(&model, name, opts).map_err(|what| OnnxError::Invalid {
+        path: path.to_string(),
+        what,
+    })
 }
 
 /// Lowers a decoded model to the trace of one inference.

@@ -87,7 +87,8 @@ fn scalar_size(ty: &str) -> Option<usize> {
 }
 
 /// Size of a declaration's words (`.param .align 8 .b8 p[16]`, `.global .u32 x`):
-/// the scalar type times the array length, if any.
+/// the scalar type times the array length, if any; `None` when a size
+/// cannot be read or overflows.
 fn decl_size(words: &[&str]) -> Option<(String, usize)> {
     let mut ty = None;
     let mut i = 0;
@@ -110,7 +111,7 @@ fn decl_size(words: &[&str]) -> Option<(String, usize)> {
         }
         None => (last.to_string(), 1),
     };
-    Some((name, ty? * count))
+    Some((name, ty?.checked_mul(count)?))
 }
 
 fn strip_comments(src: &str) -> String {
@@ -217,14 +218,12 @@ pub fn parse(src: &str) -> Result<Module, String> {
             }
             b';' if depth == 0 => {
                 let stmt = &text[stmt_start..i];
-                let words: Vec<&str> = stmt
-                    .split(|c: char| c.is_whitespace() || c == '=')
-                    .filter(|w| !w.is_empty())
-                    .collect();
-                if let Some(g) = words.iter().position(|w| *w == ".global") {
-                    // Drop an initialiser: everything from '=' on.
-                    let decl = stmt.split('=').next().unwrap_or(stmt);
-                    let dw: Vec<&str> = decl.split_whitespace().collect();
+                // Drop an initialiser: everything from '=' on. A `.global`
+                // after the '=' declares nothing (and its position in the
+                // whole statement is not one in the declaration).
+                let decl = stmt.split('=').next().unwrap_or(stmt);
+                let dw: Vec<&str> = decl.split_whitespace().collect();
+                if let Some(g) = dw.iter().position(|w| *w == ".global") {
                     let (name, size) = decl_size(&dw[g..])
                         .ok_or_else(|| format!("cannot size .global declaration {stmt:?}"))?;
                     m.globals.push(Global { name, size });
@@ -366,5 +365,35 @@ mod tests {
         let bad_idx =
             ".version 8.0\n.target sm_70\n// reef-sim: kernel=k block_ns=1 writes=3\n.entry k(.param .u64 a) {}";
         assert!(parse(bad_idx).unwrap_err().contains("does not exist"));
+    }
+
+    /// Found by reading the code the sim_ptx fuzz target reaches (its 60 s
+    /// and 180 s runs did not): an array length whose byte size overflows
+    /// usize panicked in debug builds and wrapped in release ones.
+    #[test]
+    fn array_size_overflow_is_an_error() {
+        let src = ".version 8.0\n.target sm_70\n.global .b64 t[2305843009213693952];";
+        let e = parse(src).unwrap_err();
+        assert!(e.contains("cannot size .global"), "{e}");
+        let src = ".version 8.0\n.target sm_70\n.entry k(.param .b64 p[2305843009213693952]) {}";
+        let e = parse(src).unwrap_err();
+        assert!(e.contains("cannot size parameter"), "{e}");
+    }
+
+    /// Found by the sim_ptx fuzz target (fuzz/, docs/fuzzing.md): a
+    /// `.global` after an '=' was looked up in the declaration before the
+    /// '=', past its end (index out of range).
+    #[test]
+    fn global_after_an_initialiser_sign_is_no_declaration() {
+        let m = parse(".version.target=v .global;").unwrap();
+        assert!(m.globals.is_empty() && m.entries.is_empty());
+        let m = parse(".version 8.0\n.target sm_70\n.global .u32 x = .global;").unwrap();
+        assert_eq!(
+            m.globals,
+            vec![Global {
+                name: "x".into(),
+                size: 4
+            }]
+        );
     }
 }

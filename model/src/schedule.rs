@@ -142,7 +142,9 @@ pub struct KernelProfile {
 impl KernelProfile {
     /// Block duration with `resident` (≥ 1) co-resident blocks on a CU; past
     /// the measured range the curve is extended linearly by the slope of its
-    /// last two points (never below the last point); 0 for an empty curve.
+    /// last two points (never below the last point, saturating at
+    /// `u64::MAX` ns rather than wrapping to a short duration); 0 for an
+    /// empty curve.
     pub fn block_ns(&self, resident: usize) -> u64 {
         let c = &self.block_latency_ns;
         let k = resident.max(1);
@@ -157,7 +159,7 @@ impl KernelProfile {
         } else {
             0
         };
-        last + slope * (k - c.len()) as u64
+        last.saturating_add(slope.saturating_mul((k - c.len()) as u64))
     }
 }
 
