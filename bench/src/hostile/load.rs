@@ -395,6 +395,7 @@ pub fn oversized(sh: Arc<Shared>, n: usize, max_frame: usize) -> Tally {
 struct Slow {
     c: Client,
     frame: Vec<u8>,
+    frame_id: u64,
     pos: usize,
     next: Instant,
     waiting: Option<(u64, Instant)>,
@@ -413,6 +414,7 @@ pub fn slow(sh: Arc<Shared>, n: usize) -> Tally {
             conns.push(Slow {
                 c,
                 frame: Vec::new(),
+                frame_id: 0,
                 pos: 0,
                 next: Instant::now(),
                 waiting: None,
@@ -452,6 +454,7 @@ pub fn slow(sh: Arc<Shared>, n: usize) -> Tally {
                     RequestBody::Status
                 };
                 s.frame = frame(id, body);
+                s.frame_id = id;
                 id += 1;
             }
             match s.c.send_raw(&s.frame[s.pos..s.pos + 1]) {
@@ -472,7 +475,7 @@ pub fn slow(sh: Arc<Shared>, n: usize) -> Tally {
             if s.pos == s.frame.len() {
                 t.sent += 1;
                 s.pos = 0;
-                s.waiting = Some((id - 1, now));
+                s.waiting = Some((s.frame_id, now));
             }
         }
         std::thread::sleep(Duration::from_millis(1));

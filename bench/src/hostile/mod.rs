@@ -97,6 +97,11 @@ pub struct HostileArgs {
     /// RSS the daemon may keep after the load beyond before it, MiB.
     #[arg(long, default_value_t = 32)]
     pub rss_tolerance_mib: u64,
+    /// Load rounds (each: open, load, close, settle). With more than one,
+    /// the leak check compares the last round's RSS with the first's, so
+    /// memory the allocator keeps is not taken for a leak.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -275,27 +280,27 @@ pub struct Report {
     pub connections: usize,
     pub benign: usize,
     pub hostile: [usize; 4],
-    pub connections_open_at_peak: Option<usize>,
     pub quiet: RtPhase,
+    /// The first round's loaded phase (the one compared with quiet).
     pub loaded: RtPhase,
     pub quiet_after: RtPhase,
-    /// loaded / quiet, client-side mean and p99.
+    /// loaded / quiet, client-side mean and p99 (first round).
     pub ratio_mean: f64,
     pub ratio_p99: f64,
+    /// The same from the daemon's own latency (arrival to completion).
+    pub daemon_ratio_mean: f64,
+    pub daemon_ratio_p99: f64,
     pub within_5_percent: bool,
+    /// /proc/loadavg during the quiet phase and after it.
+    pub loadavg_quiet: String,
     pub before: daemon::ProcSample,
-    pub peak: Peak,
-    pub after: Option<daemon::ProcSample>,
-    pub seconds_to_settle: f64,
+    pub rounds: Vec<Round>,
+    /// The last round's after minus before.
     pub fd_leak: Option<i64>,
     pub rss_growth_kib: Option<i64>,
+    /// The last round's after minus the first round's after.
+    pub rss_growth_later_rounds_kib: Option<i64>,
     pub leak_ok: bool,
-    pub benign_tally: Tally,
-    pub oversized: Tally,
-    pub slow: Tally,
-    pub killed: Tally,
-    pub garbage: Tally,
-    pub threads_joined: bool,
     pub hello_after: Result<String, String>,
     pub daemon_connections_after: Option<usize>,
     pub stats_delta: Option<StatsDelta>,
@@ -336,6 +341,252 @@ fn stats(c: &mut Client) -> Option<Stats> {
         Ok(Reply::Stats(s)) => Some(*s),
         _ => None,
     }
+}
+
+/// One load round: what the RT client saw beside the connections, the
+/// daemon's peak, and its state once every connection closed.
+#[derive(Debug, Serialize)]
+pub struct Round {
+    pub connections_open_at_peak: Option<usize>,
+    pub loaded: RtPhase,
+    pub peak: Peak,
+    pub after: Option<daemon::ProcSample>,
+    pub seconds_to_settle: f64,
+    pub threads_joined: bool,
+    pub loadavg: String,
+    pub benign: Tally,
+    pub oversized: Tally,
+    pub slow: Tally,
+    pub killed: Tally,
+    pub garbage: Tally,
+}
+
+/// Opens the connections, runs the RT client beside them, closes them,
+/// and waits for the daemon to release them.
+#[allow(clippy::too_many_arguments)]
+fn load_round(
+    a: &HostileArgs,
+    round: usize,
+    socket: &std::path::Path,
+    pid: u32,
+    admin: &mut Client,
+    rt: &mut Client,
+    stream: u64,
+    max_frame: usize,
+    kinds: [usize; 4],
+    before_fds: u64,
+    deadline: Instant,
+    problems: &mut Vec<String>,
+) -> Result<Round> {
+    let gap = Duration::from_secs_f64(a.rt_gap_ms.max(0.0) / 1e3);
+    let benign_n = a.connections - kinds.iter().sum::<usize>();
+    let d_socket = socket;
+    let sh = Arc::new(Shared {
+        socket: d_socket.to_path_buf(),
+        cfg: LoadCfg {
+            be_every: a.be_every,
+            be_infers: a.be_infers,
+            be_model: a.be_model.clone(),
+            oversized_period: Duration::from_millis(a.oversized_period_ms),
+            slow_byte: Duration::from_millis(a.slow_byte_ms),
+            garbage_period: Duration::from_millis(a.garbage_period_ms),
+            kill_after: (
+                a.kill_after_ms[0],
+                a.kill_after_ms[1].max(a.kill_after_ms[0] + 1),
+            ),
+        },
+        opened: AtomicUsize::new(0),
+        go: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        deadline,
+    });
+    let peak = Arc::new(Mutex::new(Peak::default()));
+    let monitor = {
+        let (sh, peak) = (Arc::clone(&sh), Arc::clone(&peak));
+        let cap = a.rss_cap_mib * 1024;
+        std::thread::spawn(move || {
+            while !sh.stopped() {
+                let s = daemon::sample(pid);
+                let mut p = peak.lock().expect("monitor lock");
+                match s {
+                    None => {
+                        p.problem = Some("the daemon exited during the load".into());
+                        sh.stop.store(true, Ordering::Release);
+                    }
+                    Some(s) => {
+                        p.samples += 1;
+                        p.max_rss_kib = p.max_rss_kib.max(s.rss_kib);
+                        p.max_fds = p.max_fds.max(s.fds);
+                        p.max_threads = p.max_threads.max(s.threads);
+                        if s.rss_kib > cap {
+                            p.problem = Some(format!(
+                                "the daemon's RSS reached {} MiB (cap {} MiB): load stopped",
+                                s.rss_kib / 1024,
+                                cap / 1024
+                            ));
+                            sh.stop.store(true, Ordering::Release);
+                        }
+                    }
+                }
+                drop(p);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    progress(format!(
+        "round {round}: opening {} connections: {benign_n} benign, hostile {} oversized names, {} slow senders, {} killed mid-frame, {} garbage",
+        a.connections, kinds[0], kinds[1], kinds[2], kinds[3]
+    ));
+    let mut handles: Vec<(&str, std::thread::JoinHandle<Tally>)> = Vec::new();
+    let benign_threads = 4.min(benign_n.max(1));
+    for k in 0..benign_threads {
+        let ids: Vec<usize> = (0..benign_n).filter(|i| i % benign_threads == k).collect();
+        let sh = Arc::clone(&sh);
+        handles.push(("benign", std::thread::spawn(move || load::benign(sh, ids))));
+    }
+    {
+        let sh2 = Arc::clone(&sh);
+        let n = kinds[0];
+        handles.push((
+            "oversized",
+            std::thread::spawn(move || load::oversized(sh2, n, max_frame)),
+        ));
+        let sh2 = Arc::clone(&sh);
+        let n = kinds[1];
+        handles.push(("slow", std::thread::spawn(move || load::slow(sh2, n))));
+        let sh2 = Arc::clone(&sh);
+        let n = kinds[2];
+        let exe = std::env::current_exe()?;
+        handles.push((
+            "killed",
+            std::thread::spawn(move || load::killer(sh2, n, exe)),
+        ));
+        let sh2 = Arc::clone(&sh);
+        let n = kinds[3];
+        handles.push((
+            "garbage",
+            std::thread::spawn(move || load::garbage_senders(sh2, n)),
+        ));
+    }
+    let open_deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = Instant::now();
+    while sh.opened.load(Ordering::Acquire) < a.connections
+        && Instant::now() < open_deadline
+        && !sh.stopped()
+    {
+        if last.elapsed() > Duration::from_secs(2) {
+            progress(format!(
+                "  {} of {} connections opened",
+                sh.opened.load(Ordering::Acquire),
+                a.connections
+            ));
+            last = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if sh.opened.load(Ordering::Acquire) < a.connections {
+        problems.push(format!(
+            "only {} of {} connections were attempted within 120 s",
+            sh.opened.load(Ordering::Acquire),
+            a.connections
+        ));
+    }
+    let open_at_peak = match call(admin, RequestBody::Status, REPLY_TIMEOUT) {
+        Ok(Reply::Status(s)) => Some(s.connections),
+        _ => None,
+    };
+    progress(format!(
+        "all connections attempted; the daemon counts {} open; load running",
+        open_at_peak.map_or("?".into(), |c| c.to_string())
+    ));
+    sh.go.store(true, Ordering::Release);
+    // The RT client's rate of requests is its own; hostile activity lasts
+    // as long as its run.
+    let loaded = rt_phase(
+        rt,
+        stream,
+        &a.model,
+        a.rt_requests,
+        gap,
+        deadline,
+        Some(&sh.stop),
+    );
+    progress(format!(
+        "loaded: mean {:.0} us, p99 {:.0} us; closing the connections",
+        loaded.client_us.mean, loaded.client_us.p99
+    ));
+    sh.stop.store(true, Ordering::Release);
+    let join_deadline = Instant::now() + Duration::from_secs(60);
+    let mut tallies: std::collections::BTreeMap<&str, Tally> = Default::default();
+    let mut threads_joined = true;
+    for (name, h) in handles {
+        while !h.is_finished() && Instant::now() < join_deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if h.is_finished() {
+            match h.join() {
+                Ok(t) => tallies.entry(name).or_default().merge(&t),
+                Err(_) => problems.push(format!("a {name} thread panicked")),
+            }
+        } else {
+            threads_joined = false;
+            problems.push(format!(
+                "a {name} thread did not finish within 60 s (blocked on the daemon?)"
+            ));
+        }
+    }
+    let _ = monitor.join();
+    let peak = peak.lock().expect("monitor done").clone();
+    if let Some(p) = &peak.problem {
+        problems.push(p.clone());
+    }
+
+    // ---- after
+    progress("waiting for the daemon to release the connections");
+    std::thread::sleep(Duration::from_secs(1));
+    let settle_start = Instant::now();
+    let mut after = daemon::sample(pid);
+    while let Some(s) = after {
+        if s.fds <= before_fds + a.fd_tolerance || settle_start.elapsed() > Duration::from_secs(10)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        after = daemon::sample(pid);
+    }
+    let seconds_to_settle = 1.0 + settle_start.elapsed().as_secs_f64();
+    match after {
+        Some(s) => progress(format!(
+            "after round {round}: RSS {} KiB, {} fds, {} threads",
+            s.rss_kib, s.fds, s.threads
+        )),
+        None => problems.push(format!("round {round}: the daemon is gone after the load")),
+    }
+    let loadavg = loadavg();
+    Ok(Round {
+        connections_open_at_peak: open_at_peak,
+        loaded,
+        peak,
+        after,
+        seconds_to_settle,
+        threads_joined,
+        loadavg,
+        benign: tallies.remove("benign").unwrap_or_default(),
+        oversized: tallies.remove("oversized").unwrap_or_default(),
+        slow: tallies.remove("slow").unwrap_or_default(),
+        killed: tallies.remove("killed").unwrap_or_default(),
+        garbage: tallies.remove("garbage").unwrap_or_default(),
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| {
+            let f: Vec<&str> = l.split_whitespace().take(3).collect();
+            (f.len() == 3).then(|| f.join(" "))
+        })
+        .unwrap_or_default()
 }
 
 pub fn main(a: HostileArgs) -> Result<()> {
@@ -450,6 +701,7 @@ pub fn main(a: HostileArgs) -> Result<()> {
         "quiet: mean {:.0} us, p99 {:.0} us",
         quiet.client_us.mean, quiet.client_us.p99
     ));
+    let loadavg_quiet = loadavg();
     let stats_before = stats(&mut admin);
     let before = daemon::sample(pid).context("the daemon is gone")?;
     progress(format!(
@@ -457,197 +709,50 @@ pub fn main(a: HostileArgs) -> Result<()> {
         before.rss_kib, before.fds, before.threads
     ));
 
-    // ---- the load
+    // ---- the load, `rounds` times
     let n_hostile = a.hostile;
     let per = |k: usize| n_hostile / 4 + usize::from(k < n_hostile % 4);
     let kinds = [per(0), per(1), per(2), per(3)];
-    let benign_n = a.connections - n_hostile;
-    let sh = Arc::new(Shared {
-        socket: d.socket.clone(),
-        cfg: LoadCfg {
-            be_every: a.be_every,
-            be_infers: a.be_infers,
-            be_model: a.be_model.clone(),
-            oversized_period: Duration::from_millis(a.oversized_period_ms),
-            slow_byte: Duration::from_millis(a.slow_byte_ms),
-            garbage_period: Duration::from_millis(a.garbage_period_ms),
-            kill_after: (
-                a.kill_after_ms[0],
-                a.kill_after_ms[1].max(a.kill_after_ms[0] + 1),
-            ),
-        },
-        opened: AtomicUsize::new(0),
-        go: AtomicBool::new(false),
-        stop: AtomicBool::new(false),
-        deadline,
-    });
-    let peak = Arc::new(Mutex::new(Peak::default()));
-    let monitor = {
-        let (sh, peak) = (Arc::clone(&sh), Arc::clone(&peak));
-        let cap = a.rss_cap_mib * 1024;
-        std::thread::spawn(move || {
-            while !sh.stopped() {
-                let s = daemon::sample(pid);
-                let mut p = peak.lock().expect("monitor lock");
-                match s {
-                    None => {
-                        p.problem = Some("the daemon exited during the load".into());
-                        sh.stop.store(true, Ordering::Release);
-                    }
-                    Some(s) => {
-                        p.samples += 1;
-                        p.max_rss_kib = p.max_rss_kib.max(s.rss_kib);
-                        p.max_fds = p.max_fds.max(s.fds);
-                        p.max_threads = p.max_threads.max(s.threads);
-                        if s.rss_kib > cap {
-                            p.problem = Some(format!(
-                                "the daemon's RSS reached {} MiB (cap {} MiB): load stopped",
-                                s.rss_kib / 1024,
-                                cap / 1024
-                            ));
-                            sh.stop.store(true, Ordering::Release);
-                        }
-                    }
-                }
-                drop(p);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
-    progress(format!(
-        "opening {} connections: {benign_n} benign, hostile {} oversized names, {} slow senders, {} killed mid-frame, {} garbage",
-        a.connections, kinds[0], kinds[1], kinds[2], kinds[3]
-    ));
-    let mut handles: Vec<(&str, std::thread::JoinHandle<Tally>)> = Vec::new();
-    let benign_threads = 4.min(benign_n.max(1));
-    for k in 0..benign_threads {
-        let ids: Vec<usize> = (0..benign_n).filter(|i| i % benign_threads == k).collect();
-        let sh = Arc::clone(&sh);
-        handles.push(("benign", std::thread::spawn(move || load::benign(sh, ids))));
-    }
-    {
-        let sh2 = Arc::clone(&sh);
-        let n = kinds[0];
-        handles.push((
-            "oversized",
-            std::thread::spawn(move || load::oversized(sh2, n, max_frame)),
-        ));
-        let sh2 = Arc::clone(&sh);
-        let n = kinds[1];
-        handles.push(("slow", std::thread::spawn(move || load::slow(sh2, n))));
-        let sh2 = Arc::clone(&sh);
-        let n = kinds[2];
-        let exe = std::env::current_exe()?;
-        handles.push((
-            "killed",
-            std::thread::spawn(move || load::killer(sh2, n, exe)),
-        ));
-        let sh2 = Arc::clone(&sh);
-        let n = kinds[3];
-        handles.push((
-            "garbage",
-            std::thread::spawn(move || load::garbage_senders(sh2, n)),
-        ));
-    }
-    let open_deadline = Instant::now() + Duration::from_secs(120);
-    let mut last = Instant::now();
-    while sh.opened.load(Ordering::Acquire) < a.connections
-        && Instant::now() < open_deadline
-        && !sh.stopped()
-    {
-        if last.elapsed() > Duration::from_secs(2) {
-            progress(format!(
-                "  {} of {} connections opened",
-                sh.opened.load(Ordering::Acquire),
-                a.connections
-            ));
-            last = Instant::now();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
     let mut problems = Vec::new();
-    if sh.opened.load(Ordering::Acquire) < a.connections {
-        problems.push(format!(
-            "only {} of {} connections were attempted within 120 s",
-            sh.opened.load(Ordering::Acquire),
-            a.connections
-        ));
-    }
-    let open_at_peak = match call(&mut admin, RequestBody::Status, REPLY_TIMEOUT) {
-        Ok(Reply::Status(s)) => Some(s.connections),
-        _ => None,
-    };
-    progress(format!(
-        "all connections attempted; the daemon counts {} open; load running",
-        open_at_peak.map_or("?".into(), |c| c.to_string())
-    ));
-    sh.go.store(true, Ordering::Release);
-    // The RT client's rate of requests is its own; hostile activity lasts
-    // as long as its run.
-    let loaded = rt_phase(
-        &mut rt,
-        stream,
-        &a.model,
-        a.rt_requests,
-        gap,
-        deadline,
-        Some(&sh.stop),
-    );
-    progress(format!(
-        "loaded: mean {:.0} us, p99 {:.0} us; closing the connections",
-        loaded.client_us.mean, loaded.client_us.p99
-    ));
-    sh.stop.store(true, Ordering::Release);
-    let join_deadline = Instant::now() + Duration::from_secs(60);
-    let mut tallies: std::collections::BTreeMap<&str, Tally> = Default::default();
-    let mut threads_joined = true;
-    for (name, h) in handles {
-        while !h.is_finished() && Instant::now() < join_deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if h.is_finished() {
-            match h.join() {
-                Ok(t) => tallies.entry(name).or_default().merge(&t),
-                Err(_) => problems.push(format!("a {name} thread panicked")),
-            }
-        } else {
-            threads_joined = false;
-            problems.push(format!(
-                "a {name} thread did not finish within 60 s (blocked on the daemon?)"
-            ));
-        }
-    }
-    let _ = monitor.join();
-    let peak = peak.lock().expect("monitor done").clone();
-    if let Some(p) = &peak.problem {
-        problems.push(p.clone());
-    }
-
-    // ---- after
-    progress("waiting for the daemon to release the connections");
-    std::thread::sleep(Duration::from_secs(1));
-    let settle_start = Instant::now();
-    let mut after = daemon::sample(pid);
-    while let Some(s) = after {
-        if s.fds <= before.fds + a.fd_tolerance || settle_start.elapsed() > Duration::from_secs(10)
-        {
+    let mut rounds = Vec::new();
+    for round in 1..=a.rounds.max(1) {
+        let r = load_round(
+            &a,
+            round,
+            &d.socket,
+            pid,
+            &mut admin,
+            &mut rt,
+            stream,
+            max_frame,
+            kinds,
+            before.fds,
+            deadline,
+            &mut problems,
+        )?;
+        let gone = r.after.is_none();
+        rounds.push(r);
+        if gone || Instant::now() >= deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
-        after = daemon::sample(pid);
     }
-    let seconds_to_settle = 1.0 + settle_start.elapsed().as_secs_f64();
+    let first = &rounds[0];
+    let last = &rounds[rounds.len() - 1];
+    let after = last.after;
     let fd_leak = after.map(|s| s.fds as i64 - before.fds as i64);
     let rss_growth = after.map(|s| s.rss_kib as i64 - before.rss_kib as i64);
+    // With several rounds, memory the allocator keeps after the first is
+    // told from a leak by what the later rounds add to it.
+    let rss_growth_later = match (first.after, after) {
+        (Some(f), Some(l)) if rounds.len() > 1 => Some(l.rss_kib as i64 - f.rss_kib as i64),
+        _ => None,
+    };
+    let tol = (a.rss_tolerance_mib * 1024) as i64;
     let leak_ok = fd_leak.is_some_and(|f| f <= a.fd_tolerance as i64)
-        && rss_growth.is_some_and(|r| r <= (a.rss_tolerance_mib * 1024) as i64);
-    match after {
-        Some(s) => progress(format!(
-            "after: RSS {} KiB, {} fds, {} threads",
-            s.rss_kib, s.fds, s.threads
-        )),
-        None => problems.push("the daemon is gone after the load".into()),
-    }
+        && match rss_growth_later {
+            Some(g) => g <= tol,
+            None => rss_growth.is_some_and(|r| r <= tol),
+        };
     let quiet_after = if after.is_some() {
         progress(format!("quiet again: {} RT requests", a.rt_requests));
         rt_phase(
@@ -711,21 +816,29 @@ pub fn main(a: HostileArgs) -> Result<()> {
             seen
         })
         .unwrap_or_default();
-    if loaded.failed > 0 {
-        problems.push(format!("{} RT requests failed under load", loaded.failed));
+    for (i, r) in rounds.iter().enumerate() {
+        if r.loaded.failed > 0 {
+            problems.push(format!(
+                "round {}: {} RT requests failed under load",
+                i + 1,
+                r.loaded.failed
+            ));
+        }
     }
     if hello_after.is_err() {
         problems.push("the daemon does not answer hello after the load".into());
     }
     if !leak_ok {
         problems.push(format!(
-            "after the load the daemon holds {} more fds and {} KiB more RSS than before (tolerance {} fds, {} MiB)",
+            "after the load the daemon holds {} more fds and {} KiB more RSS than before ({} KiB more than after the first round; tolerance {} fds, {} MiB)",
             fd_leak.map_or("?".into(), |f| f.to_string()),
             rss_growth.map_or("?".into(), |r| r.to_string()),
+            rss_growth_later.map_or("-".into(), |r| r.to_string()),
             a.fd_tolerance,
             a.rss_tolerance_mib
         ));
     }
+    let loaded = first.loaded.clone();
     let ratio = |l: f64, q: f64| if q > 0.0 { l / q } else { f64::NAN };
     let ratio_mean = ratio(loaded.client_us.mean, quiet.client_us.mean);
     let ratio_p99 = ratio(loaded.client_us.p99, quiet.client_us.p99);
@@ -737,28 +850,23 @@ pub fn main(a: HostileArgs) -> Result<()> {
         daemon_nofile,
         bench_nofile,
         connections: a.connections,
-        benign: benign_n,
+        benign: a.connections - a.hostile,
         hostile: kinds,
-        connections_open_at_peak: open_at_peak,
         within_5_percent: ratio_mean <= 1.05 && ratio_p99 <= 1.05 && loaded.failed == 0,
+        daemon_ratio_mean: ratio(loaded.daemon_us.mean, quiet.daemon_us.mean),
+        daemon_ratio_p99: ratio(loaded.daemon_us.p99, quiet.daemon_us.p99),
+        ratio_mean,
+        ratio_p99,
         quiet,
         loaded,
         quiet_after,
-        ratio_mean,
-        ratio_p99,
+        loadavg_quiet,
         before,
-        peak,
-        after,
-        seconds_to_settle,
         fd_leak,
         rss_growth_kib: rss_growth,
+        rss_growth_later_rounds_kib: rss_growth_later,
         leak_ok,
-        benign_tally: tallies.remove("benign").unwrap_or_default(),
-        oversized: tallies.remove("oversized").unwrap_or_default(),
-        slow: tallies.remove("slow").unwrap_or_default(),
-        killed: tallies.remove("killed").unwrap_or_default(),
-        garbage: tallies.remove("garbage").unwrap_or_default(),
-        threads_joined,
+        rounds,
         hello_after,
         daemon_connections_after,
         stats_delta,
@@ -775,98 +883,13 @@ pub fn main(a: HostileArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_table(r: &Report) {
-    println!("reef-bench hostile: {}", r.command);
-    println!(
-        "daemon pid {} ({}), max_connections {}, open-file limit {}; bench's open-file limit {} (hard {})",
-        r.daemon_pid,
-        if r.daemon_started_here { "started here" } else { "attached" },
-        r.max_connections.map_or("as configured".into(), |m| m.to_string()),
-        r.daemon_nofile.as_deref().unwrap_or("?"),
-        r.bench_nofile.0,
-        r.bench_nofile.1
-    );
-    println!(
-        "connections: {} ({} benign; hostile: {} oversized names, {} slow senders, {} killed mid-frame, {} garbage); open in the daemon at the peak: {}",
-        r.connections,
-        r.benign,
-        r.hostile[0],
-        r.hostile[1],
-        r.hostile[2],
-        r.hostile[3],
-        r.connections_open_at_peak.map_or("?".into(), |c| c.to_string())
-    );
-    println!();
-    println!("RT client (closed loop), latency from its send to the reply, us:");
-    println!(
-        "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}  {:>12} {:>12}",
-        "phase", "done", "failed", "mean", "p50", "p99", "max", "daemon mean", "daemon p99"
-    );
-    for (name, p) in [
-        ("quiet", &r.quiet),
-        ("loaded", &r.loaded),
-        ("quiet again", &r.quiet_after),
-    ] {
-        println!(
-            "{:<12} {:>6} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0}  {:>12.0} {:>12.0}",
-            name,
-            p.completed,
-            p.failed,
-            p.client_us.mean,
-            p.client_us.p50,
-            p.client_us.p99,
-            p.client_us.max,
-            p.daemon_us.mean,
-            p.daemon_us.p99
-        );
-    }
-    println!(
-        "loaded / quiet: mean {:.3}, p99 {:.3} -> {}",
-        r.ratio_mean,
-        r.ratio_p99,
-        if r.within_5_percent {
-            "within 5 %"
-        } else {
-            "NOT within 5 %"
-        }
-    );
-    println!();
-    println!("daemon process (/proc/{}):", r.daemon_pid);
-    println!("{:<26} {:>12} {:>8} {:>8}", "", "RSS KiB", "fds", "threads");
-    println!(
-        "{:<26} {:>12} {:>8} {:>8}",
-        "before the load", r.before.rss_kib, r.before.fds, r.before.threads
-    );
-    println!(
-        "{:<26} {:>12} {:>8} {:>8}",
-        format!("peak ({} samples)", r.peak.samples),
-        r.peak.max_rss_kib,
-        r.peak.max_fds,
-        r.peak.max_threads
-    );
-    match &r.after {
-        Some(s) => println!(
-            "{:<26} {:>12} {:>8} {:>8}",
-            format!("after (+{:.1} s)", r.seconds_to_settle),
-            s.rss_kib,
-            s.fds,
-            s.threads
-        ),
-        None => println!("after: the daemon is gone"),
-    }
-    println!(
-        "leak check: fds {:+}, RSS {:+} KiB -> {}",
-        r.fd_leak.unwrap_or(0),
-        r.rss_growth_kib.unwrap_or(0),
-        if r.leak_ok { "ok" } else { "LEAK or gone" }
-    );
-    println!();
+fn print_tally_table(r: &Round) {
     println!(
         "{:<10} {:>6} {:>6} {:>8} {:>11} {:>10} {:>8}  answers",
         "clients", "conns", "failed", "sent", "bytes", "unanswered", "closed"
     );
     for (name, t) in [
-        ("benign", &r.benign_tally),
+        ("benign", &r.benign),
         ("oversized", &r.oversized),
         ("slow", &r.slow),
         ("killed", &r.killed),
@@ -902,6 +925,121 @@ fn print_table(r: &Report) {
         .collect();
     if !g.is_empty() {
         println!("garbage answered: {}", g.join("; "));
+    }
+}
+
+fn print_table(r: &Report) {
+    println!("reef-bench hostile: {}", r.command);
+    println!(
+        "daemon pid {} ({}), max_connections {}, open-file limit {}; bench's open-file limit {} (hard {})",
+        r.daemon_pid,
+        if r.daemon_started_here {
+            "started here"
+        } else {
+            "attached"
+        },
+        r.max_connections
+            .map_or("as configured".into(), |m| m.to_string()),
+        r.daemon_nofile.as_deref().unwrap_or("?"),
+        r.bench_nofile.0,
+        r.bench_nofile.1
+    );
+    println!(
+        "connections per round: {} ({} benign; hostile: {} oversized names, {} slow senders, {} killed mid-frame, {} garbage); rounds: {}",
+        r.connections,
+        r.benign,
+        r.hostile[0],
+        r.hostile[1],
+        r.hostile[2],
+        r.hostile[3],
+        r.rounds.len()
+    );
+    println!();
+    println!("RT client (closed loop), latency from its send to the reply, us (daemon: arrival to completion):");
+    println!(
+        "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}  {:>11} {:>10}  loadavg",
+        "phase", "done", "failed", "mean", "p50", "p99", "max", "daemon mean", "daemon p99",
+    );
+    let mut rows: Vec<(String, &RtPhase, &str)> =
+        vec![("quiet".into(), &r.quiet, r.loadavg_quiet.as_str())];
+    for (i, rd) in r.rounds.iter().enumerate() {
+        rows.push((
+            format!("loaded #{}", i + 1),
+            &rd.loaded,
+            rd.loadavg.as_str(),
+        ));
+    }
+    rows.push(("quiet again".into(), &r.quiet_after, ""));
+    for (name, p, la) in rows {
+        println!(
+            "{:<12} {:>6} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0}  {:>11.0} {:>10.0}  {}",
+            name,
+            p.completed,
+            p.failed,
+            p.client_us.mean,
+            p.client_us.p50,
+            p.client_us.p99,
+            p.client_us.max,
+            p.daemon_us.mean,
+            p.daemon_us.p99,
+            la
+        );
+    }
+    println!(
+        "loaded #1 / quiet: mean {:.3}, p99 {:.3} -> {} (daemon's own latency: mean {:.3}, p99 {:.3})",
+        r.ratio_mean,
+        r.ratio_p99,
+        if r.within_5_percent {
+            "within 5 %"
+        } else {
+            "NOT within 5 %"
+        },
+        r.daemon_ratio_mean,
+        r.daemon_ratio_p99
+    );
+    println!();
+    println!("daemon process (/proc/{}):", r.daemon_pid);
+    println!(
+        "{:<26} {:>12} {:>8} {:>8} {:>16}",
+        "", "RSS KiB", "fds", "threads", "open (daemon)"
+    );
+    println!(
+        "{:<26} {:>12} {:>8} {:>8}",
+        "before the load", r.before.rss_kib, r.before.fds, r.before.threads
+    );
+    for (i, rd) in r.rounds.iter().enumerate() {
+        println!(
+            "{:<26} {:>12} {:>8} {:>8} {:>16}",
+            format!("round {} peak", i + 1),
+            rd.peak.max_rss_kib,
+            rd.peak.max_fds,
+            rd.peak.max_threads,
+            rd.connections_open_at_peak
+                .map_or("?".into(), |c| c.to_string())
+        );
+        match &rd.after {
+            Some(s) => println!(
+                "{:<26} {:>12} {:>8} {:>8}",
+                format!("round {} after (+{:.1} s)", i + 1, rd.seconds_to_settle),
+                s.rss_kib,
+                s.fds,
+                s.threads
+            ),
+            None => println!("round {} after: the daemon is gone", i + 1),
+        }
+    }
+    println!(
+        "leak check: fds {:+}, RSS {:+} KiB since before, {} KiB over the later rounds -> {}",
+        r.fd_leak.unwrap_or(0),
+        r.rss_growth_kib.unwrap_or(0),
+        r.rss_growth_later_rounds_kib
+            .map_or("-".into(), |g| format!("{g:+}")),
+        if r.leak_ok { "ok" } else { "LEAK or gone" }
+    );
+    for (i, rd) in r.rounds.iter().enumerate() {
+        println!();
+        println!("round {}:", i + 1);
+        print_tally_table(rd);
     }
     println!();
     match &r.hello_after {
