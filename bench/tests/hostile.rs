@@ -55,7 +55,7 @@ fn hostile_clients_at_a_tiny_scale_leave_the_daemon_serving_and_leak_nothing() {
             "--hostile",
             "4",
             "--rt-requests",
-            "60",
+            "150",
             "--kill-after-ms",
             "100",
             "300",
@@ -69,6 +69,8 @@ fn hostile_clients_at_a_tiny_scale_leave_the_daemon_serving_and_leak_nothing() {
             "50",
             "--slow-byte-ms",
             "2",
+            "--non-reader-frames",
+            "5",
             "--time-limit-s",
             "120",
             "--json",
@@ -92,7 +94,7 @@ fn hostile_clients_at_a_tiny_scale_leave_the_daemon_serving_and_leak_nothing() {
     let mut phases = vec![&r["quiet"], &r["quiet_after"]];
     phases.extend(rounds.iter().map(|x| &x["loaded"]));
     for (phase, p) in phases.into_iter().enumerate() {
-        assert_eq!(p["completed"], 60, "phase {phase}: {}", ctx());
+        assert_eq!(p["completed"], 150, "phase {phase}: {}", ctx());
         assert_eq!(p["failed"], 0, "phase {phase}: {}", ctx());
         assert_eq!(p["not_verified"], 0, "phase {phase}: {}", ctx());
     }
@@ -129,5 +131,16 @@ fn hostile_clients_at_a_tiny_scale_leave_the_daemon_serving_and_leak_nothing() {
         assert_eq!(x["oversized"]["unanswered"], 0, "{}", ctx());
     }
     assert_eq!(r["stats_delta"]["corrupted_outputs"], 0, "{}", ctx());
-    assert!(r["problems"].as_array().unwrap().is_empty(), "{}", ctx());
+    // The non-reader probe ran (its finding, answers queued without bound
+    // for a client that never reads, is reported, not asserted: reefd's
+    // to fix, docs/daemon.md "Hostile clients: load test").
+    assert_eq!(r["non_reader"]["frames"], 5, "{}", ctx());
+    let problems: Vec<&str> = r["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .filter(|p| !p.starts_with("a client that never reads"))
+        .collect();
+    assert!(problems.is_empty(), "{}", ctx());
 }

@@ -403,7 +403,8 @@ struct Slow {
 }
 
 /// Hostile (b): slow senders: each sends a `hello` or `status` frame one
-/// byte every `slow_byte` (with a pause of 0.5–1 s inside some frames),
+/// byte every `slow_byte` (with a pause of 25–50 times that inside a
+/// quarter of the frames: 0.5–1 s by default),
 /// waits for the answer, and starts again.
 pub fn slow(sh: Arc<Shared>, n: usize) -> Tally {
     let mut t = Tally::default();
@@ -425,8 +426,9 @@ pub fn slow(sh: Arc<Shared>, n: usize) -> Tally {
     }
     wait_go(&sh);
     let mut id = 1u64;
+    let byte_ms = sh.cfg.slow_byte.as_millis() as u64;
     for s in conns.iter_mut() {
-        s.next = Instant::now() + rng.ms(0, 500);
+        s.next = Instant::now() + rng.ms(0, 10 * byte_ms + 1);
     }
     while !sh.stopped() {
         let now = Instant::now();
@@ -470,7 +472,7 @@ pub fn slow(sh: Arc<Shared>, n: usize) -> Tally {
             }
             s.next = now + sh.cfg.slow_byte;
             if s.pos == HEADER_LEN + 1 && rng.next_u64() % 4 == 0 {
-                s.next += rng.ms(500, 1000);
+                s.next += rng.ms(25 * byte_ms, 50 * byte_ms + 1);
             }
             if s.pos == s.frame.len() {
                 t.sent += 1;
@@ -745,4 +747,50 @@ pub fn garbage_senders(sh: Arc<Shared>, n: usize) -> Tally {
         t.answers.insert(format!("[{k}]"), v);
     }
     t
+}
+
+// ------------------------------------ probe: a client that never reads
+
+/// What the daemon did with a client that never reads its answers.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct NonReader {
+    /// Frames sent (each a `load_model` just under the frame limit).
+    pub frames: u64,
+    pub bytes: u64,
+    /// Whether the daemon stopped reading (a send timed out) before the
+    /// count was reached: backpressure.
+    pub backpressure: bool,
+    pub rss_before_kib: u64,
+    /// Half a second after the last frame, the connection still open.
+    pub rss_open_kib: u64,
+    /// A second after the connection closed.
+    pub rss_closed_kib: u64,
+}
+
+/// Sends `frames` `load_model` frames just under the frame limit on one
+/// connection and never reads an answer; reads the daemon's RSS before,
+/// with the connection still open, and after it closed. Bounded by the
+/// count and by a 2 s send timeout.
+pub fn non_reader(socket: &Path, pid: u32, max_frame: usize, frames: u64) -> Option<NonReader> {
+    let mut r = NonReader {
+        rss_before_kib: super::daemon::sample(pid)?.rss_kib,
+        ..Default::default()
+    };
+    let mut c = Client::connect(socket).ok()?;
+    let _ = c.socket().set_write_timeout(Some(Duration::from_secs(2)));
+    for i in 0..frames {
+        let f = sized_request(i + 1, "load_model", max_frame - 64);
+        if c.send_raw(&f).is_err() {
+            r.backpressure = true;
+            break;
+        }
+        r.frames += 1;
+        r.bytes += f.len() as u64;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    r.rss_open_kib = super::daemon::sample(pid)?.rss_kib;
+    drop(c);
+    std::thread::sleep(Duration::from_secs(1));
+    r.rss_closed_kib = super::daemon::sample(pid)?.rss_kib;
+    Some(r)
 }

@@ -63,8 +63,9 @@ pub struct HostileArgs {
     /// RT requests before the quiet phase, not counted.
     #[arg(long, default_value_t = 50)]
     pub warmup: usize,
-    /// The RT client's pause between a reply and its next request, ms.
-    #[arg(long, default_value_t = 2.0)]
+    /// The RT client's pause between a reply and its next request, ms (0:
+    /// the next request as soon as the reply is read).
+    #[arg(long, default_value_t = 0.0)]
     pub rt_gap_ms: f64,
     /// Every this many benign clients, one runs BE inferences.
     #[arg(long, default_value_t = 10)]
@@ -97,6 +98,11 @@ pub struct HostileArgs {
     /// RSS the daemon may keep after the load beyond before it, MiB.
     #[arg(long, default_value_t = 32)]
     pub rss_tolerance_mib: u64,
+    /// Frames of the non-reader probe (after the rounds): one connection
+    /// sends this many `load_model` frames just under the frame limit and
+    /// never reads an answer; 0: no probe.
+    #[arg(long, default_value_t = 100)]
+    pub non_reader_frames: u64,
     /// Load rounds (each: open, load, close, settle). With more than one,
     /// the leak check compares the last round's RSS with the first's, so
     /// memory the allocator keeps is not taken for a leak.
@@ -146,6 +152,10 @@ pub struct RtPhase {
     pub client_us: Summary,
     /// The daemon's `latency_us` (arrival at the socket to completion).
     pub daemon_us: Summary,
+    /// From the client's send (its write returned) to the request's first
+    /// kernel in the device queue, both on CLOCK_MONOTONIC: counts the time
+    /// the request waited in the socket to be read.
+    pub send_to_first_kernel_us: Summary,
     /// Outputs the daemon did not verify as equal to an unpreempted run.
     pub not_verified: usize,
     pub preempted_tasks: usize,
@@ -194,6 +204,7 @@ fn rt_phase(
         ..Default::default()
     };
     let (mut cl, mut dm) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut cp = Vec::with_capacity(n);
     let t0 = Instant::now();
     let mut timeouts_in_row = 0;
     for _ in 0..n {
@@ -221,6 +232,9 @@ fn rt_phase(
                 p.completed += 1;
                 cl.push(us);
                 dm.push(t.latency_us);
+                if let Some(fk) = t.first_kernel_monotonic_ns {
+                    cp.push(fk.saturating_sub(c.last_send_monotonic_ns()) as f64 / 1e3);
+                }
                 if t.outputs_verified == Some(false) {
                     p.not_verified += 1;
                 }
@@ -255,6 +269,7 @@ fn rt_phase(
     p.seconds = t0.elapsed().as_secs_f64();
     p.client_us = summary(&cl);
     p.daemon_us = summary(&dm);
+    p.send_to_first_kernel_us = summary(&cp);
     p
 }
 
@@ -301,6 +316,8 @@ pub struct Report {
     /// The last round's after minus the first round's after.
     pub rss_growth_later_rounds_kib: Option<i64>,
     pub leak_ok: bool,
+    /// The non-reader probe (after the rounds and the second quiet phase).
+    pub non_reader: Option<load::NonReader>,
     pub hello_after: Result<String, String>,
     pub daemon_connections_after: Option<usize>,
     pub stats_delta: Option<StatsDelta>,
@@ -767,6 +784,31 @@ pub fn main(a: HostileArgs) -> Result<()> {
     } else {
         RtPhase::default()
     };
+    let non_reader = if a.non_reader_frames > 0 && d.exited().is_none() {
+        progress(format!(
+            "non-reader probe: {} frames of {} bytes, answers never read",
+            a.non_reader_frames, max_frame
+        ));
+        let nr = load::non_reader(&d.socket, pid, max_frame, a.non_reader_frames);
+        if let Some(n) = &nr {
+            progress(format!(
+                "non-reader: RSS {} KiB before, {} KiB with the connection open, {} KiB after it closed",
+                n.rss_before_kib, n.rss_open_kib, n.rss_closed_kib
+            ));
+            let grew = n.rss_open_kib.saturating_sub(n.rss_before_kib);
+            if !n.backpressure && grew > n.bytes / 1024 / 2 {
+                problems.push(format!(
+                    "a client that never reads made the daemon's RSS grow by {} MiB for {} MiB sent, with no backpressure (answers are queued without bound; released when the connection closed: {} KiB after)",
+                    grew / 1024,
+                    n.bytes >> 20,
+                    n.rss_closed_kib
+                ));
+            }
+        }
+        nr
+    } else {
+        None
+    };
     let hello_after = Client::connect(&d.socket)
         .map_err(|e| e.to_string())
         .and_then(
@@ -866,6 +908,7 @@ pub fn main(a: HostileArgs) -> Result<()> {
         rss_growth_kib: rss_growth,
         rss_growth_later_rounds_kib: rss_growth_later,
         leak_ok,
+        non_reader,
         rounds,
         hello_after,
         daemon_connections_after,
@@ -955,10 +998,20 @@ fn print_table(r: &Report) {
         r.rounds.len()
     );
     println!();
-    println!("RT client (closed loop), latency from its send to the reply, us (daemon: arrival to completion):");
+    println!("RT client (closed loop), latency from its send to the reply, us (daemon: arrival to completion; send->k0: the client's send to the first kernel in the device queue):");
     println!(
-        "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}  {:>11} {:>10}  loadavg",
-        "phase", "done", "failed", "mean", "p50", "p99", "max", "daemon mean", "daemon p99",
+        "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}  {:>11} {:>10}  {:>13} {:>12}  loadavg",
+        "phase",
+        "done",
+        "failed",
+        "mean",
+        "p50",
+        "p99",
+        "max",
+        "daemon mean",
+        "daemon p99",
+        "send->k0 p50",
+        "send->k0 p99",
     );
     let mut rows: Vec<(String, &RtPhase, &str)> =
         vec![("quiet".into(), &r.quiet, r.loadavg_quiet.as_str())];
@@ -972,7 +1025,7 @@ fn print_table(r: &Report) {
     rows.push(("quiet again".into(), &r.quiet_after, ""));
     for (name, p, la) in rows {
         println!(
-            "{:<12} {:>6} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0}  {:>11.0} {:>10.0}  {}",
+            "{:<12} {:>6} {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0}  {:>11.0} {:>10.0}  {:>13.1} {:>12.1}  {}",
             name,
             p.completed,
             p.failed,
@@ -982,6 +1035,8 @@ fn print_table(r: &Report) {
             p.client_us.max,
             p.daemon_us.mean,
             p.daemon_us.p99,
+            p.send_to_first_kernel_us.p50,
+            p.send_to_first_kernel_us.p99,
             la
         );
     }
@@ -1036,6 +1091,18 @@ fn print_table(r: &Report) {
             .map_or("-".into(), |g| format!("{g:+}")),
         if r.leak_ok { "ok" } else { "LEAK or gone" }
     );
+    if let Some(n) = &r.non_reader {
+        println!(
+            "non-reader probe: {} frames, {} MiB sent, answers never read{}: RSS {} KiB before, {} KiB open (+{} MiB), {} KiB after close",
+            n.frames,
+            n.bytes >> 20,
+            if n.backpressure { ", the daemon stopped reading (backpressure)" } else { ", all read by the daemon" },
+            n.rss_before_kib,
+            n.rss_open_kib,
+            n.rss_open_kib.saturating_sub(n.rss_before_kib) / 1024,
+            n.rss_closed_kib
+        );
+    }
     for (i, rd) in r.rounds.iter().enumerate() {
         println!();
         println!("round {}:", i + 1);
