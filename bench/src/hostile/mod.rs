@@ -858,6 +858,17 @@ pub fn main(a: HostileArgs) -> Result<()> {
             seen
         })
         .unwrap_or_default();
+    for (name, p) in [("quiet", &quiet), ("quiet again", &quiet_after)]
+        .into_iter()
+        .chain(rounds.iter().map(|r| ("loaded", &r.loaded)))
+    {
+        if p.not_verified > 0 {
+            problems.push(format!(
+                "{name}: {} RT outputs differ from an unpreempted run",
+                p.not_verified
+            ));
+        }
+    }
     for (i, r) in rounds.iter().enumerate() {
         if r.loaded.failed > 0 {
             problems.push(format!(
