@@ -7,6 +7,7 @@ pub mod disb;
 pub mod dkp;
 pub mod fidelity;
 pub mod fikit;
+pub mod hostile;
 pub mod kernels;
 pub mod multigpu;
 pub mod run;

@@ -34,6 +34,11 @@ enum Cmd {
     Aker(reef_bench::aker::AkerArgs),
     /// Every DISB and preemption figure the REEF paper's text quotes beside the simulator's (issue 15); fails when one is off by more than ±25 %.
     Fidelity(reef_bench::fidelity::FidelityArgs),
+    /// Load test of a live reefd (issue 25): a closed-loop RT client quiet, then beside 1000 connections of which 100 hostile (oversized names, slow senders, SIGKILL mid-frame, garbage); the daemon's RSS and fds before, at the peak and after.
+    Hostile(reef_bench::hostile::HostileArgs),
+    /// (internal) A child of `hostile` that is SIGKILLed mid-frame.
+    #[command(hide = true)]
+    HostileChild(reef_bench::hostile::ChildArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,6 +68,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Fikit(a) => reef_bench::fikit::main(a),
         Cmd::Aker(a) => reef_bench::aker::main(a),
         Cmd::Fidelity(a) => reef_bench::fidelity::main(a),
+        Cmd::Hostile(a) => reef_bench::hostile::main(a),
+        Cmd::HostileChild(a) => reef_bench::hostile::child_main(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
