@@ -237,6 +237,7 @@ fn run(
     if let Some(n) = &selected.notice {
         tracing::warn!("{n}");
     }
+    raise_descriptor_limit(cfg.daemon.max_connections);
     let placement = crate::runtime::Placement {
         cpus: cfg.daemon.device_cpus.clone(),
         nice: cfg.daemon.device_nice,
@@ -433,6 +434,38 @@ pub fn error_chain(e: &anyhow::Error) -> String {
         out.push_str(&s);
     }
     out
+}
+
+/// Descriptors beyond the connections: the socket, the log, model files
+/// being read, the metrics listener and its clients, the runtime's own.
+const SPARE_DESCRIPTORS: u64 = 64;
+
+/// Raises the soft limit on open files to what `max_connections` needs (up
+/// to the hard limit), so that a full daemon answers `busy` instead of
+/// failing to accept (issue 25: under the systemd default of 1024 a daemon
+/// with max_connections = 1024 could not accept its last connections and
+/// retried `accept` every 10 ms). Short of it, says what to change.
+fn raise_descriptor_limit(max_connections: usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let want = max_connections as u64 + SPARE_DESCRIPTORS;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= want {
+        return;
+    }
+    let new = want.min(hard);
+    if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, new, hard) {
+        tracing::warn!(error = %e, soft, "cannot raise the open-file limit");
+    }
+    if new < want {
+        tracing::warn!(
+            limit = new,
+            needed = want,
+            "the open-file limit is below daemon.max_connections + {SPARE_DESCRIPTORS}: \
+             lower max_connections or raise the hard limit (LimitNOFILE= in the systemd unit)"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use nix::unistd::{Gid, Uid};
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -143,6 +143,7 @@ pub async fn serve(
         None => None,
     };
     tokio::pin!(shutdown);
+    let mut last_accept_warning: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -151,7 +152,14 @@ pub async fn serve(
                 let (stream, _) = match accepted {
                     Ok(s) => s,
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
+                        // Out of descriptors (EMFILE/ENFILE): the waiting
+                        // connection stays in the backlog until one closes;
+                        // said once a second, not at every retry.
+                        let now = Instant::now();
+                        if last_accept_warning.is_none_or(|t| now - t > Duration::from_secs(1)) {
+                            tracing::warn!(error = %e, "accept failed (descriptor limit: see daemon.max_connections and LimitNOFILE)");
+                            last_accept_warning = Some(now);
+                        }
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -242,10 +250,22 @@ async fn connection(
     }
     tracing::debug!(conn = id, uid = peer.uid, pid = ?peer.pid, "connection");
     let (tx, mut rx) = mpsc::unbounded_channel::<ServerMessage>();
+    // Requests read but not yet answered on the socket: each request gets
+    // exactly one reply or error. Past `MAX_UNANSWERED` the connection is
+    // not read until the client takes its answers, so a client that sends
+    // and never reads holds a bounded amount of the daemon's memory
+    // (issue 25: answers to such a client had queued without bound).
+    let unanswered = Arc::new((AtomicUsize::new(0), tokio::sync::Notify::new()));
+    let written = Arc::clone(&unanswered);
     let writer = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
+            let answer = !matches!(msg, ServerMessage::Event { .. });
             if wr.write_all(&encode(&msg)).await.is_err() {
                 break;
+            }
+            if answer {
+                written.0.fetch_sub(1, Ordering::AcqRel);
+                written.1.notify_one();
             }
         }
     });
@@ -259,6 +279,20 @@ async fn connection(
     let mut decoder = FrameDecoder::new(opts.max_frame_bytes);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        let mut stopping = false;
+        while unanswered.0.load(Ordering::Acquire) >= MAX_UNANSWERED && !writer.is_finished() {
+            tokio::select! {
+                _ = unanswered.1.notified() => {}
+                _ = stop.changed() => {
+                    stopping = true;
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+        if stopping {
+            break;
+        }
         let n = tokio::select! {
             r = rd.read(&mut buf) => match r {
                 Ok(0) | Err(_) => break,
@@ -273,6 +307,7 @@ async fn connection(
         let arrival = Instant::now();
         decoder.push(&buf[..n]);
         while let Some(frame) = decoder.next_frame() {
+            unanswered.0.fetch_add(1, Ordering::AcqRel);
             match frame {
                 Decoded::TooLarge { len } => {
                     rt.count_bad_request();
@@ -357,6 +392,11 @@ async fn connection(
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
 }
+
+/// Requests a connection may have unanswered before the daemon stops
+/// reading it (an RT client has one; an asynchronous client one per
+/// `infer` until its `infer_queued` reply is written).
+const MAX_UNANSWERED: usize = 1024;
 
 /// Warms the read path of a connection with a real-time stream: between its
 /// requests the thread that serves it simulates the device for

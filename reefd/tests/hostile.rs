@@ -288,3 +288,49 @@ fn oversized_names_impossible_shapes_and_late_loads_are_refused() {
     assert_eq!(e.code(), Some(ErrorCode::ShuttingDown), "{e}");
     let _ = d.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
 }
+
+/// A client that sends and never reads its answers holds a bounded part of
+/// the daemon: past 1024 unanswered requests its connection is not read,
+/// so its own sends stall, while other clients are served; once it reads,
+/// every request it sent is answered. Before, answers queued without bound
+/// (`reef-bench hostile`: 99 MiB of requests raised RSS by 202-211 MiB).
+#[test]
+fn a_client_that_never_reads_is_throttled_not_buffered() {
+    use std::io::Write;
+    let d = Daemon::start("");
+    let mut c = d.client();
+    let mut other = d.client();
+    let frame = reefd::protocol::encode(&reefd::protocol::Request {
+        id: 7,
+        body: RequestBody::Status,
+    });
+    let mut sock = c.socket().try_clone().unwrap();
+    sock.set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let total = 200_000;
+    let mut sent = 0;
+    for _ in 0..total {
+        if sock.write_all(&frame).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    assert!(
+        sent < total,
+        "the daemon read all {total} requests unanswered"
+    );
+    other.hello().unwrap();
+    let rss = rss_kb(d.pid());
+    assert!(rss < 64 * 1024, "RSS {rss} kB with {sent} requests sent");
+    // Reading, the client gets an answer to every whole frame it sent.
+    c.socket()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for i in 0..sent {
+        match c.read_message(Some(Duration::from_secs(10))) {
+            Ok(ServerMessage::Reply { id: 7, .. }) => {}
+            m => panic!("answer {i} of {sent}: {m:?}"),
+        }
+    }
+    eprintln!("a non-reading client got {sent} requests in before its sends stalled; RSS {rss} kB");
+}
