@@ -320,7 +320,24 @@ async fn connection(
                         ),
                     });
                 }
-                Decoded::Frame(payload) => match parse_request(&payload) {
+                Decoded::Frame(payload) => match if payload.len() > BIG_FRAME {
+                    // A large frame is parsed off the thread that serves
+                    // the socket (in poll mode it also runs the device and
+                    // reads RT requests): 1 MiB of JSON costs it about a
+                    // millisecond, which RT requests waited in the socket
+                    // (reef-bench hostile: send to first kernel p99 1.1 ms
+                    // under near-limit frames, 40 us quiet).
+                    tokio::task::spawn_blocking(move || parse_request(&payload))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(crate::protocol::BadRequest {
+                                id: None,
+                                message: "the request could not be parsed".into(),
+                            })
+                        })
+                } else {
+                    parse_request(&payload)
+                } {
                     Err(bad) => {
                         rt.count_bad_request();
                         let _ = tx.send(ServerMessage::Error {
@@ -392,6 +409,9 @@ async fn connection(
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
 }
+
+/// Frames larger than this are parsed on a blocking thread.
+const BIG_FRAME: usize = 64 * 1024;
 
 /// Requests a connection may have unanswered before the daemon stops
 /// reading it (an RT client has one; an asynchronous client one per
