@@ -579,33 +579,7 @@ fn a_request_whose_later_launch_is_refused_leaves_its_stream_free() {
     );
     let mut c = d.client();
     c.load_model(model_dir().to_str().unwrap(), None).unwrap();
-    let mut clients = Vec::new();
-    for p in [Priority::Rt, Priority::Be] {
-        let mut c = d.client();
-        let s = c.register(p, None).unwrap();
-        for _ in 0..100 {
-            c.infer_async(s.stream, MODEL).unwrap();
-        }
-        clients.push(c);
-    }
-    let mut failed = Vec::new();
-    let mut done = 0;
-    for c in &mut clients {
-        for _ in 0..100 {
-            match c
-                .next_event(Some(std::time::Duration::from_secs(30)))
-                .unwrap()
-            {
-                reefd::protocol::Event::TaskDone(r) => {
-                    assert_eq!(r.outputs_verified, Some(true), "task {}", r.task);
-                    done += 1;
-                }
-                reefd::protocol::Event::TaskFailed { task, message, .. } => {
-                    failed.push((task, message))
-                }
-            }
-        }
-    }
+    let (done, failed) = rt_and_be_clients_queue_100_each(&d);
     assert_eq!(failed.len(), 1, "{failed:#?}");
     assert!(
         failed[0].1.contains("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
@@ -635,6 +609,21 @@ fn baymax_serves_rt_and_be_requests_of_one_model_on_its_one_stream() {
     );
     let mut c = d.client();
     c.load_model(model_dir().to_str().unwrap(), None).unwrap();
+    let (done, failed) = rt_and_be_clients_queue_100_each(&d);
+    assert_eq!(done + failed.len(), 200);
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(c.stats().unwrap().tasks_failed, 0);
+}
+
+/// An RT and a BE client each queue 100 asynchronous inferences of the
+/// test model at once; the inferences done (each output verified) and the
+/// failures (task, message).
+fn rt_and_be_clients_queue_100_each(d: &Daemon) -> (usize, Vec<(u64, String)>) {
     let mut clients = Vec::new();
     for p in [Priority::Rt, Priority::Be] {
         let mut c = d.client();
@@ -644,7 +633,7 @@ fn baymax_serves_rt_and_be_requests_of_one_model_on_its_one_stream() {
         }
         clients.push(c);
     }
-    let mut failed = Vec::new();
+    let (mut done, mut failed) = (0, Vec::new());
     for c in &mut clients {
         for _ in 0..100 {
             match c
@@ -652,7 +641,8 @@ fn baymax_serves_rt_and_be_requests_of_one_model_on_its_one_stream() {
                 .unwrap()
             {
                 reefd::protocol::Event::TaskDone(r) => {
-                    assert_eq!(r.outputs_verified, Some(true), "task {}", r.task)
+                    assert_eq!(r.outputs_verified, Some(true), "task {}", r.task);
+                    done += 1;
                 }
                 reefd::protocol::Event::TaskFailed { task, message, .. } => {
                     failed.push((task, message))
@@ -660,11 +650,5 @@ fn baymax_serves_rt_and_be_requests_of_one_model_on_its_one_stream() {
             }
         }
     }
-    assert!(
-        failed.is_empty(),
-        "{} failed: {:?}",
-        failed.len(),
-        failed.first()
-    );
-    assert_eq!(c.stats().unwrap().tasks_failed, 0);
+    (done, failed)
 }
