@@ -9,7 +9,7 @@
 //! file.
 
 use crate::protocol::{
-    encode, parse_request, Decoded, ErrorCode, FrameDecoder, Reply, RequestBody, ServerMessage,
+    encode, parse_request, Decoded, ErrorCode, FrameDecoder, RequestBody, ServerMessage,
 };
 use crate::runtime::{Conn, Handled, Peer, Runtime};
 use anyhow::{bail, Context};
@@ -320,39 +320,40 @@ async fn connection(
                         ),
                     });
                 }
-                Decoded::Frame(payload) => match if payload.len() > BIG_FRAME {
-                    // A large frame is parsed off the thread that serves
-                    // the socket (in poll mode it also runs the device and
-                    // reads RT requests): 1 MiB of JSON costs it about a
-                    // millisecond, which RT requests waited in the socket
-                    // (reef-bench hostile: send to first kernel p99 1.1 ms
-                    // under near-limit frames, 40 us quiet).
-                    tokio::task::spawn_blocking(move || parse_request(&payload))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(crate::protocol::BadRequest {
-                                id: None,
-                                message: "the request could not be parsed".into(),
+                Decoded::Frame(payload) => {
+                    match if payload.len() > BIG_FRAME {
+                        // A large frame is parsed off the thread that serves
+                        // the socket (in poll mode it also runs the device and
+                        // reads RT requests): 1 MiB of JSON costs it about a
+                        // millisecond, which RT requests waited in the socket
+                        // (reef-bench hostile: send to first kernel p99 1.1 ms
+                        // under near-limit frames, 40 us quiet).
+                        tokio::task::spawn_blocking(move || parse_request(&payload))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(crate::protocol::BadRequest {
+                                    id: None,
+                                    message: "the request could not be parsed".into(),
+                                })
                             })
-                        })
-                } else {
-                    parse_request(&payload)
-                } {
-                    Err(bad) => {
-                        rt.count_bad_request();
-                        let _ = tx.send(ServerMessage::Error {
-                            id: bad.id,
-                            code: ErrorCode::BadRequest,
-                            message: bad.message,
-                        });
-                    }
-                    Ok(req) => {
-                        let rid = req.id;
-                        let handled = if matches!(req.body, RequestBody::LoadModel { .. }) {
-                            // Reads model files: off the thread that serves
-                            // the socket (and, in poll mode, runs the device).
-                            let (rt, conn) = (Arc::clone(&rt), conn.clone());
-                            tokio::task::spawn_blocking(move || rt.handle(&conn, req.body, arrival))
+                    } else {
+                        parse_request(&payload)
+                    } {
+                        Err(bad) => {
+                            rt.count_bad_request();
+                            let _ = tx.send(ServerMessage::Error {
+                                id: bad.id,
+                                code: ErrorCode::BadRequest,
+                                message: bad.message,
+                            });
+                        }
+                        Ok(req) => {
+                            let rid = req.id;
+                            let handled = if matches!(req.body, RequestBody::LoadModel { .. }) {
+                                // Reads model files: off the thread that serves
+                                // the socket (and, in poll mode, runs the device).
+                                let (rt, conn) = (Arc::clone(&rt), conn.clone());
+                                tokio::task::spawn_blocking(move || rt.handle(&conn, rid, req.body, arrival))
                                 .await
                                 .unwrap_or_else(|_| {
                                     Handled::Error(crate::runtime::Failure::new(
@@ -360,46 +361,27 @@ async fn connection(
                                         "loading the model failed unexpectedly; see the daemon's log",
                                     ))
                                 })
-                        } else {
-                            rt.handle(&conn, req.body, arrival)
-                        };
-                        match handled {
-                            Handled::Reply(r) => {
-                                let _ = tx.send(ServerMessage::Reply { id: rid, result: r });
-                            }
-                            Handled::Error(f) => {
-                                let _ = tx.send(ServerMessage::Error {
-                                    id: Some(rid),
-                                    code: f.code,
-                                    message: f.message,
-                                });
-                            }
-                            Handled::Pending(done) => {
-                                let tx = tx.clone();
-                                tokio::spawn(async move {
-                                    let msg = match done.await {
-                                        Ok(Ok(t)) => ServerMessage::Reply {
-                                            id: rid,
-                                            result: Reply::InferDone(t),
-                                        },
-                                        Ok(Err(f)) => ServerMessage::Error {
-                                            id: Some(rid),
-                                            code: f.code,
-                                            message: f.message,
-                                        },
-                                        Err(_) => ServerMessage::Error {
-                                            id: Some(rid),
-                                            code: ErrorCode::Internal,
-                                            message: "the task was dropped without an outcome"
-                                                .into(),
-                                        },
-                                    };
-                                    let _ = tx.send(msg);
-                                });
+                            } else {
+                                rt.handle(&conn, rid, req.body, arrival)
+                            };
+                            match handled {
+                                Handled::Reply(r) => {
+                                    let _ = tx.send(ServerMessage::Reply { id: rid, result: r });
+                                }
+                                Handled::Error(f) => {
+                                    let _ = tx.send(ServerMessage::Error {
+                                        id: Some(rid),
+                                        code: f.code,
+                                        message: f.message,
+                                    });
+                                }
+                                // Answered by the runtime through the
+                                // connection's writer when the task ends.
+                                Handled::Sent => {}
                             }
                         }
                     }
-                },
+                }
             }
         }
     }

@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 mod affinity;
 mod models;
@@ -102,13 +102,45 @@ pub struct Conn {
 pub enum Handled {
     Reply(Reply),
     Error(Failure),
-    /// A blocking infer: the reply comes through the receiver.
-    Pending(oneshot::Receiver<Result<TaskResult, Failure>>),
+    /// A blocking infer: its reply (or error) will be sent to the
+    /// connection's writer when the task ends.
+    Sent,
 }
 
 enum Waiter {
-    Reply(oneshot::Sender<Result<TaskResult, Failure>>),
+    /// A blocking `infer`: the reply to its request, written by the
+    /// connection's writer (no hop through the connection's reader task,
+    /// which under many busy connections waited its turn on the socket
+    /// thread).
+    Reply(ReplyTo),
     Event(Outbox),
+}
+
+/// Where a blocking `infer`'s answer goes. Dropped without one (a bug),
+/// it answers `internal` rather than leave the client waiting.
+struct ReplyTo {
+    outbox: Outbox,
+    id: u64,
+    answered: bool,
+}
+
+impl ReplyTo {
+    fn send(mut self, msg: ServerMessage) {
+        self.answered = true;
+        let _ = self.outbox.send(msg);
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.outbox.send(ServerMessage::Error {
+                id: Some(self.id),
+                code: ErrorCode::Internal,
+                message: "the task was dropped without an outcome".into(),
+            });
+        }
+    }
 }
 
 struct Task {
@@ -451,7 +483,10 @@ impl Runtime {
 
     /// Handles one request from `conn`; `arrival` is when its last byte was
     /// read from the socket.
-    pub fn handle(&self, conn: &Conn, body: RequestBody, arrival: Instant) -> Handled {
+    /// Handles request `id` of `conn`. A blocking `infer`'s reply goes
+    /// straight to the connection's writer when the task ends
+    /// ([`Handled::Sent`]).
+    pub fn handle(&self, conn: &Conn, id: u64, body: RequestBody, arrival: Instant) -> Handled {
         if let Some(f) = oversized_name(&body) {
             self.lock().metrics.requests += 1;
             return Handled::Error(f);
@@ -467,7 +502,7 @@ impl Runtime {
         }
         let mut st = self.lock();
         st.metrics.requests += 1;
-        let r = self.handle_locked(&mut st, conn, body, arrival);
+        let r = self.handle_locked(&mut st, conn, id, body, arrival);
         // Device events already due are caught up here, by whichever
         // request holds the lock, so their completions are delivered now
         // rather than when the poll loop next gets the thread: with many
@@ -490,6 +525,7 @@ impl Runtime {
         &self,
         st: &mut State,
         conn: &Conn,
+        id: u64,
         body: RequestBody,
         arrival: Instant,
     ) -> Handled {
@@ -509,7 +545,7 @@ impl Runtime {
                     ));
                 }
                 let qos_ns = qos_ms.map(|q| (q * 1e6).round() as u64);
-                self.infer(st, conn, stream, &model, wait, qos_ns, arrival)
+                self.infer(st, conn, stream, &model, wait.then_some(id), qos_ns, arrival)
             }
             RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
@@ -616,8 +652,19 @@ impl Runtime {
 
 fn deliver(task: u64, w: Waiter, r: Result<TaskResult, Failure>) {
     match w {
-        Waiter::Reply(tx) => {
-            let _ = tx.send(r);
+        Waiter::Reply(to) => {
+            let id = to.id;
+            to.send(match r {
+                Ok(t) => ServerMessage::Reply {
+                    id,
+                    result: Reply::InferDone(t),
+                },
+                Err(f) => ServerMessage::Error {
+                    id: Some(id),
+                    code: f.code,
+                    message: f.message,
+                },
+            });
         }
         Waiter::Event(out) => {
             let event = match r {

@@ -195,7 +195,7 @@ impl Runtime {
         conn: &Conn,
         stream: u64,
         model: &str,
-        wait: bool,
+        wait: Option<u64>,
         qos_ns: Option<u64>,
         arrival: Instant,
     ) -> Handled {
@@ -255,9 +255,15 @@ impl Runtime {
             st.events = ev;
             return Handled::Error(engine_failure(e));
         }
-        let (waiter, handled) = if wait {
-            let (tx, rx) = oneshot::channel();
-            (Waiter::Reply(tx), Handled::Pending(rx))
+        let (waiter, handled) = if let Some(id) = wait {
+            (
+                Waiter::Reply(ReplyTo {
+                    outbox: conn.outbox.clone(),
+                    id,
+                    answered: false,
+                }),
+                Handled::Sent,
+            )
         } else {
             (
                 Waiter::Event(conn.outbox.clone()),
