@@ -374,31 +374,13 @@ impl Runtime {
                     st.metrics.device_errors += 1;
                     tracing::error!(action = %action, "device error: {error}");
                 }
+                // Rejected: the policy does not serve it; failed: the
+                // device refused one of its kernels.
                 EngineEvent::TaskRejected { task, reason } => {
-                    if let Some(t) = st.tasks.remove(&task) {
-                        st.metrics.tasks_failed += 1;
-                        if let Some(s) = st.streams.get_mut(&t.stream) {
-                            s.tasks.remove(&task);
-                        }
-                        st.deliveries.push((
-                            task,
-                            t.waiter,
-                            Err(Failure::new(ErrorCode::Unsupported, reason)),
-                        ));
-                    }
+                    fail_task(st, task, Failure::new(ErrorCode::Unsupported, reason))
                 }
                 EngineEvent::TaskFailed { task, reason } => {
-                    if let Some(t) = st.tasks.remove(&task) {
-                        st.metrics.tasks_failed += 1;
-                        if let Some(s) = st.streams.get_mut(&t.stream) {
-                            s.tasks.remove(&task);
-                        }
-                        st.deliveries.push((
-                            task,
-                            t.waiter,
-                            Err(Failure::new(ErrorCode::Internal, reason)),
-                        ));
-                    }
+                    fail_task(st, task, Failure::new(ErrorCode::Internal, reason))
                 }
             }
         }
@@ -647,6 +629,18 @@ impl Runtime {
         }
         self.unlock(st);
         n
+    }
+}
+
+/// Task `task` ended without a result: counted, taken off its stream, and
+/// its client told why (after the lock is released).
+fn fail_task(st: &mut State, task: u64, why: Failure) {
+    if let Some(t) = st.tasks.remove(&task) {
+        st.metrics.tasks_failed += 1;
+        if let Some(s) = st.streams.get_mut(&t.stream) {
+            s.tasks.remove(&task);
+        }
+        st.deliveries.push((task, t.waiter, Err(why)));
     }
 }
 

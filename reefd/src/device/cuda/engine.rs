@@ -117,7 +117,7 @@ impl CudaKernels {
     fn files_of(&self, m: &EngineModel) -> Option<Result<super::ModelFiles, super::CudaError>> {
         let dir = m.model.path.parent()?;
         Some(match &m.package {
-            Some(p) => super::ModelFiles::from_package(dir, (**p).clone()),
+            Some(p) => super::ModelFiles::from_package(dir, p.clone()),
             None => self.device().read_model(dir),
         })
     }

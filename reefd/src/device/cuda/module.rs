@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 use std::ffi::CString;
 use std::path::Path;
+use std::sync::Arc;
 
 use reef_model::package::{Limits, Package};
 
@@ -21,7 +22,8 @@ use super::driver::CudaError;
 /// A model read from its directory and made ready for the driver.
 #[derive(Debug, Clone)]
 pub struct ModelFiles {
-    pub pkg: Package,
+    /// Shared with the runtime that read it: its weights are not copied.
+    pub pkg: Arc<Package>,
     /// The PTX after reef-ptx-inject, NUL-terminated for cuModuleLoadData.
     pub(crate) ptx: CString,
 }
@@ -48,12 +50,12 @@ impl ModelFiles {
         limits: &Limits,
     ) -> Result<ModelFiles, CudaError> {
         let pkg = Package::read(dir, &|archs| pick_arch(archs, cc), limits)?;
-        Self::from_package(dir, pkg)
+        Self::from_package(dir, Arc::new(pkg))
     }
 
     /// A package already read (by the runtime, with the client's rights)
     /// made ready for the driver: its PTX injected.
-    pub fn from_package(dir: &Path, pkg: Package) -> Result<ModelFiles, CudaError> {
+    pub fn from_package(dir: &Path, pkg: Arc<Package>) -> Result<ModelFiles, CudaError> {
         let err = |detail: String| CudaError::Model {
             path: dir.display().to_string(),
             detail,
