@@ -110,6 +110,10 @@ else
 fi
 
 step "apply ${patches[*]##*/}"
+# The work directory may sit inside a git work tree (.tools of a checkout);
+# git apply there would skip every path as outside the current directory.
+GIT_CEILING_DIRECTORIES="$(cd "$work" && pwd -P)"
+export GIT_CEILING_DIRECTORIES
 applied="$tree/.reef-applied.patch"
 if [ -f "$applied" ]; then
     # Back to the pristine source (Kbuild then rebuilds what changes).
@@ -122,7 +126,9 @@ if [ -f "$applied" ]; then
 fi
 # git apply: no fuzz, no offsets beyond context matching, all or nothing.
 cat "${patches[@]}" >"$applied.new"
-if ! (cd "$tree" && git apply --verbose "$applied.new"); then
+if ! (cd "$tree" && git apply --verbose "$applied.new" 2>&1) | tee "$work/apply.log" \
+    || ! grep -q '^Applied patch' "$work/apply.log" \
+    || grep -q '^Skipped patch' "$work/apply.log"; then
     rm -f "$applied.new"
     echo "check-rocm-patch: FAILED: the patch does not apply to linux-source-6.12 $version" >&2
     exit 1
@@ -133,7 +139,10 @@ step "configure (defconfig + DRM_AMDGPU=m, HSA_AMD, HSA_AMD_SVM, DEBUG_FS; modul
 cd "$tree"
 if [ ! -f .reef-configured ] || ! grep -q '^CONFIG_HSA_AMD=y' .config; then
     nice make -s defconfig
+    # HSA_AMD_SVM needs DEVICE_PRIVATE, hence ZONE_DEVICE and memory
+    # hot(un)plug, as in Debian's own amd64 configuration.
     ./scripts/config --enable DRM --module DRM_AMDGPU --enable HSA_AMD \
+        --enable MEMORY_HOTPLUG --enable MEMORY_HOTREMOVE \
         --enable ZONE_DEVICE --enable DEVICE_PRIVATE --enable HSA_AMD_SVM \
         --enable DEBUG_FS
     nice make -s olddefconfig
