@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Applies rocm-patch/ (REEF's KFD ioctls, REEF §4.5) to Debian's Linux 6.12
-# source and compiles the amdkfd objects it touches with the tree's own
-# Kbuild. Exits 0 when the patch applies without fuzz and every object
+# source, checks its style with the tree's checkpatch.pl and compiles the
+# amdkfd objects it touches with the tree's own Kbuild. Exits 0 when the
+# patch applies without fuzz, checkpatch finds nothing and every object
 # compiles (the configuration has CONFIG_WERROR=y, so a warning fails too);
 # prints the compiler's errors and the time each step took.
 #
@@ -134,6 +135,17 @@ if ! (cd "$tree" && git apply --verbose "$applied.new" 2>&1) | tee "$work/apply.
     exit 1
 fi
 mv "$applied.new" "$applied"
+
+step "kernel style (the tree's scripts/checkpatch.pl)"
+for p in "${patches[@]}"; do
+    # --no-signoff: the patch is not submitted upstream from here.
+    if ! out="$(perl "$tree/scripts/checkpatch.pl" --no-tree --no-signoff "$p" 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        echo "check-rocm-patch: FAILED: checkpatch.pl finds errors or warnings in ${p##*/}" >&2
+        exit 1
+    fi
+    echo "$out" | grep '^total:' | sed "s/^/    ${p##*/}: /"
+done
 
 step "configure (defconfig + DRM_AMDGPU=m, HSA_AMD, HSA_AMD_SVM, DEBUG_FS; modules_prepare)"
 cd "$tree"
