@@ -23,6 +23,7 @@ import numpy as np
 from .onnx_input import CompileError
 
 WEIGHT_ALIGN = 256  # bytes; cudaMalloc's alignment, so each weight can be copied in place
+CPU_LIBRARY = "cpu.so"  # the CPU build of the launched TIR functions (docs/compile.md)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,6 +149,9 @@ def compile_model(args) -> None:
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
 
+    t = time.monotonic()
+    lower.cpu_library(first.fused_prims, out / CPU_LIBRARY)
+    timing["cpu_s"] = round(time.monotonic() - t, 3)
     weights = _write_weights(out, first.storages)
     reference = None
     if not args.no_reference:
@@ -173,6 +177,7 @@ def compile_model(args) -> None:
             "params": first.params,
             "weights": weights,
             "reference": reference,
+            "cpu": _cpu_section(first),
             "names": {k: v for k, v in names.items() if k != v},
             "resources": resources,
             "compile_time": timing,
@@ -221,6 +226,26 @@ def _schedule(lowered, resources, arch0) -> dict:
         "kernels": kernels,
         "args": lowered.inputs + lowered.params,
         "shared_memory": shared,
+    }
+
+
+def _cpu_section(lowered) -> dict:
+    """What runs each kernel's computation on the CPU: one entry per call of
+    a TIR function, in launch order; its CPU build runs once the last of its
+    `kernels` completes."""
+    return {
+        "library": CPU_LIBRARY,
+        "target": "llvm",
+        "abi": "tvm-ffi",
+        "calls": [
+            {
+                "function": c.function,
+                "symbol": f"__tvm_ffi_{c.function}",
+                "args": [{"storage": a.storage, "dtype": a.dtype, "shape": a.shape} for a in c.args],
+                "kernels": c.kernels,
+            }
+            for c in lowered.calls
+        ],
     }
 
 
