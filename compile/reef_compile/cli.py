@@ -134,6 +134,8 @@ def compile_model(args) -> None:
             t = time.monotonic()
             nvidia.cuda_to_ptx(cu, ptx, arch)
             timing[f"nvcc_{arch}_s"] = round(time.monotonic() - t, 3)
+            with open(ptx, "a") as f:
+                f.write(_cpu_annotations(first, (out / CPU_LIBRARY).resolve()))
             t = time.monotonic()
             res = nvidia.ptxas_resources(ptx, arch, Path(tmp) / f"{arch}.cubin")
             timing[f"ptxas_{arch}_s"] = round(time.monotonic() - t, 3)
@@ -247,6 +249,33 @@ def _cpu_section(lowered) -> dict:
             for c in lowered.calls
         ],
     }
+
+
+def _cpu_annotations(lowered, library: Path) -> str:
+    """`// reef-cpu:` lines for the simulated libcuda (libcuda-sim/src/cpu.rs):
+    which function of `library` a kernel computes and in which of its PTX
+    parameters each argument's pointer is. Only for a call's last kernel,
+    and only when that kernel's parameters carry every argument of the call
+    (else the kernel keeps the stand-in values there)."""
+    lines = [f"// reef-cpu: library={library}"]
+    seen: dict[str, str] = {}
+    for c in lowered.calls:
+        ln = lowered.launches[c.kernels[-1]]
+        if any(a.storage not in ln.args for a in c.args):
+            continue
+        args = ",".join(
+            f"{ln.args.index(a.storage)}:{a.dtype}:{'x'.join(map(str, a.shape)) or '_'}" for a in c.args
+        )
+        writes = ",".join(
+            str(ln.args.index(a.storage)) for a in c.args if a.storage in ln.writes
+        )
+        line = f"// reef-cpu: kernel={ln.name} function={c.function} args={args} writes={writes}"
+        if seen.get(ln.name, line) != line:
+            raise CompileError(f"kernel {ln.name}: two calls give it different CPU arguments")
+        if ln.name not in seen:
+            seen[ln.name] = line
+            lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def _write_weights(out: Path, storages) -> dict:
