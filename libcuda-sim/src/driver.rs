@@ -108,6 +108,8 @@ struct Ctx {
 struct Module {
     ctx: u64,
     entries: Vec<ptx::Entry>,
+    /// The CPU build of compiled kernels, by kernel name (crate::cpu).
+    cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
     /// name -> device address
     globals: HashMap<String, (u64, usize)>,
     functions: Vec<u64>,
@@ -236,6 +238,9 @@ struct InFlight {
     writes: Vec<u64>,
     /// Scalar arguments, less the execution index: they are inputs too.
     scalars: Vec<u8>,
+    /// A compiled kernel's CPU build and the device pointers of its
+    /// arguments (crate::cpu).
+    cpu: Option<(Arc<crate::cpu::CpuKernel>, Vec<u64>)>,
 }
 
 /// Counters the crate's tests and docs read.
@@ -245,6 +250,9 @@ pub struct Stats {
     pub completed: u64,
     /// Exited at the preempt-flag check (REEF Fig. 8 lines 1-2).
     pub evicted: u64,
+    /// Completions computed by a compiled kernel's CPU build (crate::cpu)
+    /// rather than the stand-in function.
+    pub cpu_calls: u64,
 }
 
 /// One simulated GPU of the driver.
@@ -505,6 +513,12 @@ impl Driver {
         let Some(f) = self.inflight.remove(&l) else {
             return;
         };
+        if let Some((k, ptrs)) = &f.cpu {
+            if self.compute(f.ctx, k, ptrs) {
+                self.gpus[l.0].stats.cpu_calls += 1;
+                return;
+            }
+        }
         let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
         for &r in &f.reads {
             match self.find_in(f.ctx, r) {
@@ -529,6 +543,57 @@ impl Driver {
             let seed = h ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             self.allocs.get_mut(&base).unwrap().kernel_write(off, seed);
         }
+    }
+
+    /// A compiled kernel's real function (crate::cpu): its TIR function's
+    /// CPU build on copies of its arguments' bytes (TVM's code wants
+    /// 64-byte aligned tensors), the written ones copied back. `false`
+    /// when it cannot run (an argument past its allocation, the function
+    /// refusing a shape): the caller falls back to the stand-in function.
+    fn compute(&mut self, ctx: u64, k: &crate::cpu::CpuKernel, ptrs: &[u64]) -> bool {
+        let mut bufs = Vec::with_capacity(ptrs.len());
+        let mut places = Vec::with_capacity(ptrs.len());
+        for (&p, (_, dt, shape)) in ptrs.iter().zip(&k.args) {
+            let need = dt.bytes_for(shape);
+            let Some((base, off)) = self.find_in(ctx, p) else {
+                self.sticky
+                    .insert(ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                return true;
+            };
+            let a = self.allocs.get_mut(&base).unwrap();
+            if off + need > a.data.len() {
+                return false;
+            }
+            a.materialize();
+            bufs.push(reef_cpu_kernels::Buffer::from_bytes(
+                &a.data[off..off + need],
+            ));
+            places.push((base, off));
+        }
+        let tensors: Vec<reef_cpu_kernels::RawTensor<'_>> = bufs
+            .iter_mut()
+            .zip(&k.args)
+            .map(|(b, (_, dt, shape))| reef_cpu_kernels::RawTensor {
+                data: b.as_mut_ptr(),
+                len: b.len(),
+                dtype: *dt,
+                shape,
+            })
+            .collect();
+        // SAFETY: each tensor is one of `bufs`, aligned and as long as said.
+        if let Err(e) = unsafe { k.function.call_raw(&tensors) } {
+            eprintln!("reef-libcuda-sim: {e}");
+            return false;
+        }
+        for &w in &k.writes {
+            let (base, off) = places[w];
+            self.allocs
+                .get_mut(&base)
+                .unwrap()
+                .write(off, bufs[w].as_bytes());
+        }
+        self.stats.cpu_calls += 1;
+        true
     }
 
     /// Whether `w` is ready, or how long to sleep before asking again.
@@ -772,6 +837,12 @@ impl Driver {
     pub fn module_load(&mut self, ctx: u64, image: &[u8]) -> R<u64> {
         let text = std::str::from_utf8(image).map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
         let parsed = ptx::parse(text).map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
+        // A compiled model's CPU build; a module whose library cannot be
+        // loaded keeps the stand-in function (and says so once).
+        let cpu = crate::cpu::load(text).unwrap_or_else(|e| {
+            eprintln!("reef-libcuda-sim: kernels keep stand-in values: {e}");
+            HashMap::new()
+        });
         let id = self.fresh();
         let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
@@ -784,6 +855,7 @@ impl Driver {
             Module {
                 ctx,
                 entries: parsed.entries,
+                cpu,
                 globals,
                 functions: Vec::new(),
             },
@@ -1068,6 +1140,10 @@ impl Driver {
             reads: work.reads.iter().map(|&i| ptr(i)).collect(),
             writes: work.writes.iter().map(|&i| ptr(i)).collect(),
             scalars,
+            cpu: self.modules[&m].cpu.get(&entry.name).and_then(|k| {
+                let ok = k.args.iter().all(|a| pointer_ok(&a.0));
+                ok.then(|| (k.clone(), k.args.iter().map(|a| ptr(a.0)).collect()))
+            }),
         };
         let (regs, curve) = block_curve(&work, blocks as u32, threads as u32, shared_total, spec)
             .unwrap_or((regs, vec![work.block_ns]));
