@@ -47,6 +47,7 @@ def main() -> None:
         x.astype(x.dtype.newbyteorder("<")).tofile(a.out / fn)
         ins.append({"name": vi.name, "dtype": str(dt), "shape": shape, "file": fn})
     opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # errors only
     # The plain graph: ORT's fusions would change the order of float sums.
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(a.model), opts, providers=["CPUExecutionProvider"])

@@ -1,6 +1,7 @@
 //! The CPU build of compiled models against ONNX Runtime (issue 30): a model
 //! made with `onnx.helper` (two inputs, one of them int64, two outputs) and
-//! the onnx package's light_squeezenet are compiled by reef-compile (the
+//! the onnx package's light_squeezenet (its weights made random) are
+//! compiled by reef-compile (the
 //! worktree's `compile/`, through the repository's `.venv`), run call by
 //! call through `cpu.so` on byte buffers, and every output compared with
 //! ONNX Runtime's on the same seeded input.
@@ -149,6 +150,12 @@ fn check_against_ort(
         let want = f32s(&std::fs::read(work.join("ort").join(&t.file)).unwrap());
         let got = f32s(got);
         let (worst, bad) = compare(&got, &want);
+        let distinct: std::collections::BTreeSet<u32> = want.iter().map(|v| v.to_bits()).collect();
+        assert!(
+            distinct.len() > 1,
+            "{name}: ONNX Runtime's {} is constant",
+            t.name
+        );
         println!(
             "{name}: output {} ({} values): max relative diff {worst:.2e}, {bad} outside tolerance; \
              {} calls on the CPU in {took:?}",
@@ -192,7 +199,7 @@ fn two_inputs_two_outputs_match_onnx_runtime() {
 }
 
 #[test]
-fn light_squeezenet_matches_onnx_runtime() {
+fn light_squeezenet_with_random_weights_matches_onnx_runtime() {
     let out = python()
         .args([
             "-c",
@@ -201,9 +208,21 @@ fn light_squeezenet_matches_onnx_runtime() {
         ])
         .output()
         .unwrap();
-    let onnx = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    assert!(onnx.is_file(), "the onnx package ships {}", onnx.display());
+    let light = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    assert!(
+        light.is_file(),
+        "the onnx package ships {}",
+        light.display()
+    );
+    // The light models' weights are one constant per tensor (all 1000
+    // outputs of light_squeezenet are 0.001): random weights make the
+    // comparison mean something (compile/tests/randomize_light.py).
     let work = tmp("squeezenet");
+    let onnx = work.join("squeezenet_random.onnx");
+    ok(python()
+        .arg(root().join("compile/tests/randomize_light.py"))
+        .arg(&light)
+        .arg(&onnx));
     check_against_ort(&onnx, &work, "squeezenet", 2);
     let _ = std::fs::remove_dir_all(&work);
 }
