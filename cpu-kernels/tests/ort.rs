@@ -308,3 +308,36 @@ fn block_ranges_write_their_part_and_errors_name_what_is_wrong() {
     assert!(e.to_string().contains("nope.so"), "{e}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Every light model named in `REEF_LIGHT_MODELS` (comma-separated, e.g.
+/// `shufflenet,inception_v1`; default: all nine), weights made random, on
+/// the CPU build against ONNX Runtime. Not run by default: compiling the
+/// large ones takes minutes and GBs (`cargo test -p reef-cpu-kernels --test
+/// ort -- --ignored --nocapture`); docs/compile.md has the figures.
+#[test]
+#[ignore]
+fn light_models_match_onnx_runtime() {
+    let names = std::env::var("REEF_LIGHT_MODELS").unwrap_or_else(|_| {
+        "bvlc_alexnet,densenet121,inception_v1,inception_v2,resnet50,shufflenet,squeezenet,vgg19,zfnet512"
+            .into()
+    });
+    let out = python()
+        .args([
+            "-c",
+            "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), \
+             'backend/test/data/light'))",
+        ])
+        .output()
+        .unwrap();
+    let light = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    for name in names.split(',').filter(|n| !n.is_empty()) {
+        let work = tmp(name);
+        let onnx = work.join(format!("{name}_random.onnx"));
+        ok(python()
+            .arg(root().join("compile/tests/randomize_light.py"))
+            .arg(light.join(format!("light_{name}.onnx")))
+            .arg(&onnx));
+        check_against_ort(&onnx, &work, name, 2);
+        let _ = std::fs::remove_dir_all(&work);
+    }
+}
