@@ -110,6 +110,33 @@ def _shape_of(ty) -> list[int]:
     return [int(v) for v in ty.shape.values]
 
 
+@relax.expr_functor.mutator
+class _ClipTake(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if (
+            isinstance(call.op, tvm.ir.Op)
+            and call.op.name == "relax.take"
+            and call.attrs.mode == "fast"
+        ):
+            return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
+        return call
+
+
+def _clip_takes(mod):
+    """The CPU build's copy of the module with every `take` (ONNX Gather)
+    clipping its indices: TVM's default "fast" mode does no bounds check,
+    which on a GPU reads stray memory but on the CPU build can crash the
+    process that runs it (a daemon given an out-of-range index, or stale
+    bytes after a wrong restore). In range, both give the same values; the
+    operator, its fusion, the function names and signatures are unchanged."""
+    m = _ClipTake(mod)
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function):
+            m.builder_.update_func(gv, m.visit_expr(f))
+    return m.builder_.get()
+
+
 def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
     from tvm.relax.backend.cuda import pipeline as cuda
     from tvm.s_tir.analysis import estimate_tir_flops
@@ -133,7 +160,7 @@ def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
         # functions come out scheduled too), so the CPU build gets a fused
         # module of its own (the passes are deterministic: same names and
         # signatures, checked below).
-        fused_copy = fuse(mod)
+        fused_copy = fuse(_clip_takes(mod))
         fused = fuse(mod)
         seq = tvm.transform.Sequential(legalize[-1:] + cuda.dataflow_lower_passes(target))
         scheduled = seq(fused)
