@@ -345,3 +345,55 @@ fn a_schedule_without_code_keeps_version_tracking() {
     assert!(sim.values().real().is_none());
     assert_eq!(sim.values().bytes(BufferId(1)), None);
 }
+
+#[test]
+fn a_partly_run_kernel_writes_only_its_blocks_part() {
+    // softmax_kernel (the last, 2 blocks) writes probs/out: run as blocks
+    // 0..1 the first half of the output is the answer and the second keeps
+    // what was there (zeros: never written); blocks 1..2 complete it. The
+    // same through `blocks_ran`, the hook for an engine that runs a killed
+    // launch's blocks partly.
+    let f = fixture("partial");
+    let n = f.model.kernels.len();
+    let last = n - 1;
+    assert_eq!(f.model.kernels[last].num_blocks(), 2);
+    let probs = f.model.compiled.as_ref().unwrap().outputs[1];
+    let want = &f.want[1];
+    let half = want.len() / 2;
+    let run_all_but_last = |d: &mut Device| {
+        for k in 0..last {
+            d.launch(&f, k);
+        }
+        while d.sim.step().is_some() {}
+    };
+    let probs_now = |d: &Device| f32s(&d.sim.values().bytes(buf(probs)).unwrap_or(vec![0; 24]));
+
+    let mut d = device(&f, true);
+    run_all_but_last(&mut d);
+    let kern = &f.model.kernels[last];
+    let launch = |d: &mut Device, blocks: std::ops::Range<u32>| {
+        let l = KernelLaunch::new(d.shapes[last].clone(), Tags::default())
+            .with_buffers(
+                kern.reads.iter().map(|&s| buf(s)).collect(),
+                kern.writes.iter().map(|&s| buf(s)).collect(),
+            )
+            .with_blocks(blocks);
+        d.sim.launch(d.stream, l).unwrap();
+        while d.sim.step().is_some() {}
+    };
+    launch(&mut d, 0..1);
+    let got = probs_now(&d);
+    assert!(matches(&got[..half], &want[..half]), "{got:?} {want:?}");
+    assert!(got[half..].iter().all(|&v| v == 0.0), "{got:?}");
+    launch(&mut d, 1..2);
+    assert!(matches(&probs_now(&d), want));
+
+    let mut h = device(&f, true);
+    run_all_but_last(&mut h);
+    let writes: Vec<BufferId> = kern.writes.iter().map(|&s| buf(s)).collect();
+    let id = h.shapes[last].identity;
+    h.sim.values_mut().blocks_ran(id, &writes, 1..2, 2);
+    let got = probs_now(&h);
+    assert!(got[..half].iter().all(|&v| v == 0.0), "{got:?}");
+    assert!(matches(&got[half..], &want[half..]), "{got:?} {want:?}");
+}
