@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the CPU (llvm) reference input/output pair",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the reference input (default 0)")
+    p.add_argument(
+        "--no-cpu",
+        action="store_true",
+        help="skip the CPU build (cpu.so) the simulated devices compute real values with; "
+        "they then keep version tracking for this model",
+    )
     return p
 
 
@@ -103,7 +109,7 @@ def compile_model(args) -> None:
     for arch in archs:
         t = time.monotonic()
         try:
-            lowered = lower.lower(mod, param_values, arch)
+            lowered = lower.lower(mod, param_values, arch, cpu=not args.no_cpu and arch == archs[0])
         except CompileError:
             raise
         except Exception as e:  # TVM's own errors: first line only
@@ -134,8 +140,9 @@ def compile_model(args) -> None:
             t = time.monotonic()
             nvidia.cuda_to_ptx(cu, ptx, arch)
             timing[f"nvcc_{arch}_s"] = round(time.monotonic() - t, 3)
-            with open(ptx, "a") as f:
-                f.write(_cpu_annotations(first, (out / CPU_LIBRARY).resolve()))
+            if not args.no_cpu:
+                with open(ptx, "a") as f:
+                    f.write(_cpu_annotations(first, (out / CPU_LIBRARY).resolve()))
             t = time.monotonic()
             res = nvidia.ptxas_resources(ptx, arch, Path(tmp) / f"{arch}.cubin")
             timing[f"ptxas_{arch}_s"] = round(time.monotonic() - t, 3)
@@ -151,9 +158,12 @@ def compile_model(args) -> None:
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
 
-    t = time.monotonic()
-    lower.cpu_library(first.fused_prims, out / CPU_LIBRARY)
-    timing["cpu_s"] = round(time.monotonic() - t, 3)
+    if args.no_cpu:
+        (out / CPU_LIBRARY).unlink(missing_ok=True)
+    else:
+        t = time.monotonic()
+        lower.cpu_library(first.fused_prims, out / CPU_LIBRARY)
+        timing["cpu_s"] = round(time.monotonic() - t, 3)
     weights = _write_weights(out, first.storages)
     reference = None
     if not args.no_reference:
@@ -179,7 +189,7 @@ def compile_model(args) -> None:
             "params": first.params,
             "weights": weights,
             "reference": reference,
-            "cpu": _cpu_section(first),
+            "cpu": None if args.no_cpu else _cpu_section(first),
             "names": {k: v for k, v in names.items() if k != v},
             "resources": resources,
             "compile_time": timing,

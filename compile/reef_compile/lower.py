@@ -137,7 +137,7 @@ def _clip_takes(mod):
     return m.builder_.get()
 
 
-def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
+def lower(mod, param_values: list[np.ndarray], arch: str, cpu: bool = True) -> Lowered:
     from tvm.relax.backend.cuda import pipeline as cuda
     from tvm.s_tir.analysis import estimate_tir_flops
     from tvm.tirx.build import codegen_build, split_host_device_mods
@@ -160,7 +160,7 @@ def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
         # functions come out scheduled too), so the CPU build gets a fused
         # module of its own (the passes are deterministic: same names and
         # signatures, checked below).
-        fused_copy = fuse(_clip_takes(mod))
+        fused_copy = fuse(_clip_takes(mod)) if cpu else None
         fused = fuse(mod)
         seq = tvm.transform.Sequential(legalize[-1:] + cuda.dataflow_lower_passes(target))
         scheduled = seq(fused)
@@ -210,6 +210,8 @@ def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
     storages, launches, inputs, outputs, params, calls = _walk_main(
         planned, prims, kernels, host_launches, param_values, flops
     )
+    if fused_copy is None:
+        return Lowered(storages, launches, inputs, outputs, params, source, calls, {})
     fused_prims = {
         gv.name_hint: f
         for gv, f in fused_copy.functions.items()
