@@ -17,11 +17,124 @@
 //! (a loader that moved the model directory can append its own). Kernels
 //! without a line, and modules whose library cannot be loaded, keep the
 //! deterministic stand-in function (driver.rs `completed`).
+//!
+//! Off the driver's path: at the completion the driver only copies the
+//! arguments' bytes and queues a [`Job`]; one worker thread per process
+//! runs the jobs in completion order and fills a [`Slot`] per written
+//! argument. The allocation keeps the slot and copies its bytes in the
+//! first time anything reads or writes it (driver.rs `Alloc`), so a host
+//! copy of an output waits for exactly the work it depends on, and the
+//! simulated device and the launching host never wait for the CPU.
 
-use reef_cpu_kernels::{DType, Function, Library};
+use reef_cpu_kernels::{Buffer, DType, Function, Library, RawTensor};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+/// The bytes a queued computation will write at `off..off + len` of one
+/// allocation.
+#[derive(Debug)]
+pub struct Slot {
+    pub off: usize,
+    pub len: usize,
+    bytes: Mutex<Option<Vec<u8>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    pub fn new(off: usize, len: usize) -> Arc<Slot> {
+        Arc::new(Slot {
+            off,
+            len,
+            bytes: Mutex::new(None),
+            ready: Condvar::new(),
+        })
+    }
+
+    fn fill(&self, b: Vec<u8>) {
+        *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = Some(b);
+        self.ready.notify_all();
+    }
+
+    /// Waits for the bytes and copies the part overlapping `at..at +
+    /// out.len()` (allocation offsets) into `out`.
+    pub fn overlay(&self, at: usize, out: &mut [u8]) {
+        let (a, e) = (self.off.max(at), (self.off + self.len).min(at + out.len()));
+        if a >= e {
+            return;
+        }
+        let mut g = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        while g.is_none() {
+            g = self.ready.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        let b = g.as_ref().expect("filled");
+        out[a - at..e - at].copy_from_slice(&b[a - self.off..e - self.off]);
+    }
+
+    pub fn overlaps(&self, at: usize, len: usize) -> bool {
+        self.off < at + len && at < self.off + self.len
+    }
+}
+
+/// One completed kernel's computation: per argument, its bytes at the
+/// completion and the slots of earlier jobs that will overwrite parts of
+/// them; the slots of its written arguments.
+pub struct Job {
+    pub kernel: Arc<CpuKernel>,
+    pub inputs: Vec<(usize, Vec<u8>, Vec<Arc<Slot>>)>,
+    pub outputs: Vec<(usize, Arc<Slot>)>,
+}
+
+fn run(job: Job) {
+    let mut bufs: Vec<Buffer> = job
+        .inputs
+        .iter()
+        .map(|(at, snap, slots)| {
+            let mut b = Buffer::from_bytes(snap);
+            for s in slots {
+                s.overlay(*at, b.as_bytes_mut());
+            }
+            b
+        })
+        .collect();
+    let tensors: Vec<RawTensor<'_>> = bufs
+        .iter_mut()
+        .zip(&job.kernel.args)
+        .map(|(b, (_, dt, shape))| RawTensor {
+            data: b.as_mut_ptr(),
+            len: b.len(),
+            dtype: *dt,
+            shape,
+        })
+        .collect();
+    // SAFETY: each tensor is one of `bufs`, aligned and as long as said.
+    if let Err(e) = unsafe { job.kernel.function.call_raw(&tensors) } {
+        // The outputs keep their bytes (the written arguments' snapshot).
+        eprintln!("reef-libcuda-sim: {e}");
+    }
+    for (i, slot) in job.outputs {
+        slot.fill(bufs[i].as_bytes().to_vec());
+    }
+}
+
+/// Queues a job to the process's worker thread.
+pub fn submit(job: Job) {
+    static WORKER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
+    let tx = WORKER.get_or_init(|| {
+        let (tx, rx) = channel::<Job>();
+        std::thread::Builder::new()
+            .name("reef-libcuda-cpu".into())
+            .spawn(move || {
+                while let Ok(j) = rx.recv() {
+                    run(j);
+                }
+            })
+            .expect("spawn the CPU-build worker");
+        Mutex::new(tx)
+    });
+    let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(job);
+}
 
 /// One kernel's CPU computation.
 #[derive(Debug)]

@@ -165,6 +165,10 @@ struct Alloc {
     /// more host time than the simulated GPU time). Its hash is then the
     /// seed's, not the bytes': a buffer's hash follows its writes.
     pending: Option<u64>,
+    /// Parts a compiled kernel's CPU build will write (crate::cpu), in
+    /// completion order, copied in when the allocation is next read or
+    /// written. Never together with `pending` (that is generated first).
+    cpu: Vec<Arc<crate::cpu::Slot>>,
 }
 
 fn generate(mut seed: u64, out: &mut [u8]) {
@@ -180,20 +184,37 @@ impl Alloc {
             self.materialize();
             return fnv1a(&self.data[off..], CONTENT_SEED);
         }
+        self.resolve_cpu();
         *self
             .hash
             .get_or_insert_with(|| fnv1a(&self.data, CONTENT_SEED))
     }
 
     fn materialize(&mut self) {
+        self.materialize_seed();
+        self.resolve_cpu();
+    }
+
+    fn materialize_seed(&mut self) {
         if let Some(seed) = self.pending.take() {
             generate(seed, &mut self.data);
+        }
+    }
+
+    /// Copies in the bytes of the CPU computations queued on it (waiting
+    /// for them).
+    fn resolve_cpu(&mut self) {
+        for s in std::mem::take(&mut self.cpu) {
+            let (off, len) = (s.off, s.len);
+            s.overlay(off, &mut self.data[off..off + len]);
         }
     }
 
     /// A kernel wrote the allocation from `off` on with the stream of `seed`.
     fn kernel_write(&mut self, off: usize, seed: u64) {
         if off == 0 {
+            // The whole allocation is overwritten: queued parts are moot.
+            self.cpu.clear();
             self.pending = Some(seed);
             self.hash = Some(fnv1a(
                 &seed.to_le_bytes(),
@@ -221,6 +242,9 @@ impl Alloc {
                 out.copy_from_slice(&all[off..]);
             }
             None => out.copy_from_slice(&self.data[off..off + out.len()]),
+        }
+        for s in &self.cpu {
+            s.overlay(off, out);
         }
     }
 }
@@ -546,12 +570,11 @@ impl Driver {
     }
 
     /// A compiled kernel's real function (crate::cpu): its TIR function's
-    /// CPU build on copies of its arguments' bytes (TVM's code wants
-    /// 64-byte aligned tensors), the written ones copied back. `false`
-    /// when it cannot run (an argument past its allocation, the function
-    /// refusing a shape): the caller falls back to the stand-in function.
-    fn compute(&mut self, ctx: u64, k: &crate::cpu::CpuKernel, ptrs: &[u64]) -> bool {
-        let mut bufs = Vec::with_capacity(ptrs.len());
+    /// CPU build, queued to the CPU worker with a copy of its arguments'
+    /// bytes; each written argument's allocation gets a slot the worker
+    /// fills. `false` when it cannot run (an argument past its
+    /// allocation): the caller falls back to the stand-in function.
+    fn compute(&mut self, ctx: u64, k: &Arc<crate::cpu::CpuKernel>, ptrs: &[u64]) -> bool {
         let mut places = Vec::with_capacity(ptrs.len());
         for (&p, (_, dt, shape)) in ptrs.iter().zip(&k.args) {
             let need = dt.bytes_for(shape);
@@ -560,38 +583,37 @@ impl Driver {
                     .insert(ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
                 return true;
             };
-            let a = self.allocs.get_mut(&base).unwrap();
-            if off + need > a.data.len() {
+            if off + need > self.allocs[&base].data.len() {
                 return false;
             }
-            a.materialize();
-            bufs.push(reef_cpu_kernels::Buffer::from_bytes(
-                &a.data[off..off + need],
-            ));
-            places.push((base, off));
+            places.push((base, off, need));
         }
-        let tensors: Vec<reef_cpu_kernels::RawTensor<'_>> = bufs
-            .iter_mut()
-            .zip(&k.args)
-            .map(|(b, (_, dt, shape))| reef_cpu_kernels::RawTensor {
-                data: b.as_mut_ptr(),
-                len: b.len(),
-                dtype: *dt,
-                shape,
-            })
-            .collect();
-        // SAFETY: each tensor is one of `bufs`, aligned and as long as said.
-        if let Err(e) = unsafe { k.function.call_raw(&tensors) } {
-            eprintln!("reef-libcuda-sim: {e}");
-            return false;
+        let mut inputs = Vec::with_capacity(places.len());
+        for &(base, off, need) in &places {
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.materialize_seed();
+            let slots = a
+                .cpu
+                .iter()
+                .filter(|s| s.overlaps(off, need))
+                .cloned()
+                .collect();
+            inputs.push((off, a.data[off..off + need].to_vec(), slots));
         }
+        let mut outputs = Vec::with_capacity(k.writes.len());
         for &w in &k.writes {
-            let (base, off) = places[w];
-            self.allocs
-                .get_mut(&base)
-                .unwrap()
-                .write(off, bufs[w].as_bytes());
+            let (base, off, need) = places[w];
+            let slot = crate::cpu::Slot::new(off, need);
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.cpu.push(slot.clone());
+            a.hash = None;
+            outputs.push((w, slot));
         }
+        crate::cpu::submit(crate::cpu::Job {
+            kernel: k.clone(),
+            inputs,
+            outputs,
+        });
         self.stats.cpu_calls += 1;
         true
     }
@@ -712,6 +734,7 @@ impl Driver {
                 owner,
                 hash: None,
                 pending: None,
+                cpu: Vec::new(),
             },
         );
         Ok(base)

@@ -59,7 +59,8 @@
 //! compiled by reef-compile computes its real function: its TIR function's
 //! CPU build (`cpu.so`, named by the module's `// reef-cpu:` annotations,
 //! [`cpu`]) runs on its arguments' device bytes when it completes (or, for
-//! a function TVM split into several kernels, when the last completes), so
+//! a function TVM split into several kernels, when the last completes; on
+//! a worker thread, its outputs copied in when next read), so
 //! outputs are the model's numbers, comparable with ONNX Runtime. Other
 //! kernels' written buffers get a deterministic function of the kernel's
 //! name, its read buffers' bytes and its scalar arguments (driver.rs

@@ -55,7 +55,7 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
     std::fs::create_dir_all(&work).unwrap();
     let onnx = work.join("two_io.onnx");
     let dir = work.join("two_io");
-    let refd = work.join("ort");
+    let refs = [work.join("ort0"), work.join("ort1")];
     py(&[
         root().join("compile/tests/make_two_io.py").as_os_str(),
         onnx.as_os_str(),
@@ -70,13 +70,17 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
         "-o".as_ref(),
         dir.as_os_str(),
     ]);
-    py(&[
-        root().join("compile/tests/ort_reference.py").as_os_str(),
-        onnx.as_os_str(),
-        refd.as_os_str(),
-        "--int-high".as_ref(),
-        "10".as_ref(),
-    ]);
+    for (seed, refd) in refs.iter().enumerate() {
+        py(&[
+            root().join("compile/tests/ort_reference.py").as_os_str(),
+            onnx.as_os_str(),
+            refd.as_os_str(),
+            "--seed".as_ref(),
+            seed.to_string().as_ref(),
+            "--int-high".as_ref(),
+            "10".as_ref(),
+        ]);
+    }
     let sched: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("two_io.json")).unwrap()).unwrap();
     let kernels = sched["kernels"].as_array().unwrap();
@@ -158,63 +162,67 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
             OK
         );
     }
-    for (i, s) in idx(&sched["inputs"]).into_iter().enumerate() {
-        let x = std::fs::read(refd.join(format!("input{i}.bin"))).unwrap();
-        assert_eq!(x.len(), storages[s].1);
-        assert_eq!(
-            cuMemcpyHtoD_v2(storages[s].0, x.as_ptr() as *const c_void, x.len()),
-            OK
-        );
-    }
-
-    for k in kernels {
-        let name = CString::new(k["name"].as_str().unwrap()).unwrap();
-        let mut f = null_mut();
-        assert_eq!(cuModuleGetFunction(&mut f, module, name.as_ptr()), OK);
-        let mut ptrs: Vec<u64> = idx(&k["args"]).iter().map(|&s| storages[s].0).collect();
-        let mut params: Vec<*mut c_void> = ptrs
-            .iter_mut()
-            .map(|p| p as *mut u64 as *mut c_void)
-            .collect();
-        let lp = idx(&k["launch_params"]);
-        let r = unsafe {
-            cuLaunchKernel(
-                f,
-                lp[0] as u32,
-                lp[1] as u32,
-                lp[2] as u32,
-                lp[3] as u32,
-                lp[4] as u32,
-                lp[5] as u32,
-                k["dynamic_shared_bytes"].as_u64().unwrap() as u32,
-                stream,
-                params.as_mut_ptr(),
-                null_mut(),
-            )
-        };
-        assert_eq!(r, OK, "launch {name:?}");
-    }
-    assert_eq!(cuStreamSynchronize(stream), OK);
-    assert_eq!(
-        device_stats(0).unwrap().cpu_calls,
-        kernels.len() as u64,
-        "every kernel computed by its CPU build"
-    );
-
-    for (i, s) in idx(&sched["outputs"]).into_iter().enumerate() {
-        let mut got = vec![0u8; storages[s].1];
-        assert_eq!(
-            cuMemcpyDtoH_v2(got.as_mut_ptr() as *mut c_void, storages[s].0, got.len()),
-            OK
-        );
-        let want = f32s(&std::fs::read(refd.join(format!("output{i}.bin"))).unwrap());
-        let got = f32s(&got);
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(&want) {
-            assert!(
-                ((g - w).abs() as f64) <= 1e-4 * w.abs() as f64 + 1e-5,
-                "output {i}: {got:?} against ONNX Runtime {want:?}"
+    // Two inferences on the same buffers, with different inputs: the
+    // second's input copies and kernels follow the first's queued CPU work.
+    for (round, refd) in refs.iter().enumerate() {
+        for (i, s) in idx(&sched["inputs"]).into_iter().enumerate() {
+            let x = std::fs::read(refd.join(format!("input{i}.bin"))).unwrap();
+            assert_eq!(x.len(), storages[s].1);
+            assert_eq!(
+                cuMemcpyHtoD_v2(storages[s].0, x.as_ptr() as *const c_void, x.len()),
+                OK
             );
+        }
+
+        for k in kernels {
+            let name = CString::new(k["name"].as_str().unwrap()).unwrap();
+            let mut f = null_mut();
+            assert_eq!(cuModuleGetFunction(&mut f, module, name.as_ptr()), OK);
+            let mut ptrs: Vec<u64> = idx(&k["args"]).iter().map(|&s| storages[s].0).collect();
+            let mut params: Vec<*mut c_void> = ptrs
+                .iter_mut()
+                .map(|p| p as *mut u64 as *mut c_void)
+                .collect();
+            let lp = idx(&k["launch_params"]);
+            let r = unsafe {
+                cuLaunchKernel(
+                    f,
+                    lp[0] as u32,
+                    lp[1] as u32,
+                    lp[2] as u32,
+                    lp[3] as u32,
+                    lp[4] as u32,
+                    lp[5] as u32,
+                    k["dynamic_shared_bytes"].as_u64().unwrap() as u32,
+                    stream,
+                    params.as_mut_ptr(),
+                    null_mut(),
+                )
+            };
+            assert_eq!(r, OK, "launch {name:?}");
+        }
+        assert_eq!(cuStreamSynchronize(stream), OK);
+        assert_eq!(
+            device_stats(0).unwrap().cpu_calls,
+            (round + 1) as u64 * kernels.len() as u64,
+            "every kernel computed by its CPU build"
+        );
+
+        for (i, s) in idx(&sched["outputs"]).into_iter().enumerate() {
+            let mut got = vec![0u8; storages[s].1];
+            assert_eq!(
+                cuMemcpyDtoH_v2(got.as_mut_ptr() as *mut c_void, storages[s].0, got.len()),
+                OK
+            );
+            let want = f32s(&std::fs::read(refd.join(format!("output{i}.bin"))).unwrap());
+            let got = f32s(&got);
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    ((g - w).abs() as f64) <= 1e-4 * w.abs() as f64 + 1e-5,
+                    "round {round} output {i}: {got:?} against ONNX Runtime {want:?}"
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&work);
