@@ -183,8 +183,12 @@ impl Program {
     /// Whether the model directory has a CPU build (reef-compile writes one;
     /// the measured REEF schedules have none).
     pub fn has_code(dir: &Path) -> bool {
-        let p = Self::schedule_path(dir);
-        std::fs::read(&p)
+        Self::file_has_code(&Self::schedule_path(dir))
+    }
+
+    /// [`Program::has_code`] of a schedule file.
+    pub fn file_has_code(p: &Path) -> bool {
+        std::fs::read(p)
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .is_some_and(|v| v.get("cpu").is_some_and(|c| c.is_object()))
@@ -193,7 +197,15 @@ impl Program {
     /// Loads the schedule, the library and the weights of model directory
     /// `dir`.
     pub fn load(dir: &Path) -> Result<Arc<Program>, Error> {
-        let path = Self::schedule_path(dir);
+        Self::load_file(&Self::schedule_path(dir))
+    }
+
+    /// [`Program::load`] from the schedule file (`cpu.so` and the weights
+    /// beside it).
+    pub fn load_file(path: &Path) -> Result<Arc<Program>, Error> {
+        let path = path.to_path_buf();
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let dir = dir.as_path();
         let raw = std::fs::read(&path).map_err(|source| Error::Io {
             path: path.clone(),
             source,

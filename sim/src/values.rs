@@ -284,13 +284,10 @@ impl ValueTracker {
         model: &reef_model::Model,
         shapes: &[std::sync::Arc<crate::KernelShape>],
     ) -> Result<bool, reef_cpu_kernels::Error> {
-        let Some(dir) = model.path.parent() else {
-            return Ok(false);
-        };
-        if model.compiled.is_none() || !reef_cpu_kernels::Program::has_code(dir) {
+        if model.compiled.is_none() || !reef_cpu_kernels::Program::file_has_code(&model.path) {
             return Ok(false);
         }
-        let program = reef_cpu_kernels::Program::load(dir)?;
+        let program = reef_cpu_kernels::Program::load_file(&model.path)?;
         let ids: Vec<u64> = shapes.iter().map(|s| s.identity).collect();
         self.register_program(&ids, program);
         Ok(true)
