@@ -63,6 +63,8 @@ fn request_round_trip_and_wire_shape() {
             model: "vgg".into(),
             wait: false,
             qos_ms: None,
+            inputs: None,
+            outputs: Vec::new(),
         },
     };
     let frame = encode(&r);
