@@ -103,7 +103,7 @@ impl Region {
     /// The range `offset..offset + bytes` if it lies inside the region.
     pub fn range(&self, offset: u64, bytes: u64) -> Option<Range<usize>> {
         let end = offset.checked_add(bytes)?;
-        (end <= self.len() as u64).then(|| offset as usize..end as usize)
+        (end <= self.len() as u64).then_some(offset as usize..end as usize)
     }
 
     /// Writes `src` at `at` (within the region, checked when the request

@@ -187,13 +187,15 @@ pub(super) fn request_data(
                         data: f.clone(),
                         range: t.offset as usize..e as usize,
                     },
-                    None => return Err(bad(format!(
+                    None => {
+                        return Err(bad(format!(
                         "input {:?}: offset {} + {} bytes runs past the data section of {} bytes",
                         t.name,
                         t.offset,
                         t.bytes,
                         f.len()
-                    ))),
+                    )))
+                    }
                 }
             }
             Some(r) => {
