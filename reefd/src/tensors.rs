@@ -169,6 +169,20 @@ impl Bytes {
         }
     }
 
+    /// Replaces `v`'s contents with the bytes: one pass, no zeroing first
+    /// (its allocation is reused when large enough).
+    pub fn copy_into(&self, v: &mut Vec<u8>) {
+        v.clear();
+        v.reserve(self.len());
+        // SAFETY: `as_ptr` points at `len()` readable bytes (see
+        // `copy_to`), `v` has room for them, and they are initialised by
+        // the copy before the length covers them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.as_ptr(), v.as_mut_ptr(), self.len());
+            v.set_len(self.len());
+        }
+    }
+
     /// Copies the bytes into `dst` (of the same length; a shorter `dst`
     /// takes the first bytes).
     pub fn copy_to(&self, dst: &mut [u8]) {

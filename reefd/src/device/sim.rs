@@ -42,7 +42,14 @@ pub struct SimDevice {
     outputs: HashMap<u64, Outputs>,
     /// Device streams lost by fault injection ([`SimDevice::lose_stream`]).
     lost: Vec<StreamId>,
+    /// Input buffers of finished requests, kept for the next ones (a
+    /// GPU's buffers stay allocated too: no page faults per request), at
+    /// most [`SPARE_BYTES`] in all.
+    spare: Vec<Vec<u8>>,
 }
+
+/// The most bytes of input buffers kept for reuse.
+const SPARE_BYTES: usize = 256 << 20;
 
 struct Attached {
     data: Arc<RequestData>,
@@ -57,6 +64,7 @@ impl SimDevice {
             attached: HashMap::new(),
             outputs: HashMap::new(),
             lost: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -117,7 +125,12 @@ impl SimDevice {
         }
         // The request's input buffers are freed with it.
         for b in a.buffers.iter().skip(a.data.outputs.len()) {
-            self.bytes.remove(b);
+            if let Some(v) = self.bytes.remove(b) {
+                let kept: usize = self.spare.iter().map(Vec::capacity).sum();
+                if kept + v.capacity() <= SPARE_BYTES {
+                    self.spare.push(v);
+                }
+            }
         }
         self.outputs.insert(req, result);
     }
@@ -143,10 +156,15 @@ impl EngineDevice for SimDevice {
         let mut buffers: Vec<BufferId> = data.outputs.iter().map(|o| buffer(o.storage)).collect();
         for (storage, src) in &data.inputs {
             let b = buffer(*storage);
-            let dst = self.bytes.entry(b).or_default();
-            dst.clear();
-            dst.resize(src.len(), 0);
-            src.copy_to(dst);
+            let dst = match self.bytes.entry(b) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    // A kept buffer large enough, else a new one.
+                    let i = self.spare.iter().position(|v| v.capacity() >= src.len());
+                    e.insert(i.map(|i| self.spare.swap_remove(i)).unwrap_or_default())
+                }
+            };
+            src.copy_into(dst);
             buffers.push(b);
         }
         self.attached.insert(req.0, Attached { data, buffers });
