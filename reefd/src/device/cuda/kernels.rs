@@ -67,9 +67,18 @@ pub const POLL_NS: Time = 20_000;
 /// protocol carries no input tensors today; request `t` takes seed
 /// `t % INPUT_SEEDS`.)
 pub fn input(seed: u64, bytes: usize) -> Vec<u8> {
-    (0..bytes)
-        .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
-        .collect()
+    // Byte i is (131 seed + 7 i) mod 251: one period of 251 bytes,
+    // repeated (copies, not a division per byte: a 16 MiB input took
+    // longer to make than its request took to run).
+    let period: Vec<u8> = (0..251u64)
+        .map(|i| (seed.wrapping_mul(131).wrapping_add(i * 7) % 251) as u8)
+        .collect();
+    let mut v = Vec::with_capacity(bytes);
+    while v.len() < bytes {
+        let n = (bytes - v.len()).min(period.len());
+        v.extend_from_slice(&period[..n]);
+    }
+    v
 }
 
 /// One kernel handed to CUDA.
@@ -723,5 +732,26 @@ impl CudaKernels {
     /// The outputs of request `req`, once its last kernel completed.
     pub fn take_outputs(&mut self, req: RequestId) -> Option<crate::tensors::Outputs> {
         self.outputs.remove(&req.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The seeded input is the same bytes as the per-byte formula the
+    /// references were defined by.
+    #[test]
+    fn seeded_input_repeats_its_period() {
+        for seed in 0..super::INPUT_SEEDS {
+            for bytes in [0, 1, 250, 251, 252, 8192, 100_003] {
+                let want: Vec<u8> = (0..bytes)
+                    .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
+                    .collect();
+                assert_eq!(
+                    super::input(seed, bytes),
+                    want,
+                    "seed {seed}, {bytes} bytes"
+                );
+            }
+        }
     }
 }
