@@ -338,6 +338,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 results.push(r);
             }
+            if let Some(why) = results.last().and_then(|r| r.outputs_missing.as_ref()) {
+                if !cli.json {
+                    eprintln!("reefctl: note: no outputs: {why}");
+                }
+            }
             let sum = summarize(results.iter().map(|r| r.latency_us));
             if cli.json {
                 return print_json(
