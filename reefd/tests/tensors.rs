@@ -664,3 +664,109 @@ fn cuda0_returns_outputs_inline_and_in_shared_memory() {
         "{v}"
     );
 }
+
+/// Another user's limits (root has none): regions over all of one uid's
+/// connections, and inline tensor bytes in flight, each refused `busy`
+/// naming its key; the daemon serves on.
+#[test]
+fn a_users_regions_and_inline_bytes_are_limited() {
+    use std::os::unix::process::CommandExt;
+    if !nix::unistd::geteuid().is_root() {
+        common::log_skip(
+            "a_users_regions_and_inline_bytes_are_limited",
+            "needs root to run a client as another user",
+        );
+        return;
+    }
+    let d = Daemon::start_on(
+        "sim:h100",
+        "socket_group = \"nogroup\"\nmax_regions_per_uid = 1\nmax_tensor_bytes_per_uid = 12000",
+        "",
+    );
+    let pid = d.pid();
+    let mut c = d.client();
+    c.load_model("two-kernel", Some(&common::two_kernel_dir()))
+        .unwrap();
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let input = t.path().join("in.npz");
+    reefd::npz::write(
+        &input,
+        &[reefd::npz::Array {
+            name: "x".into(),
+            dtype: "float32".into(),
+            shape: vec![2048],
+            data: x_bytes(0),
+        }],
+    )
+    .unwrap();
+    std::fs::set_permissions(&input, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let nobody = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(common::reefctl_bin());
+        cmd.arg("--socket")
+            .arg(&d.socket)
+            .args(args)
+            .uid(65534)
+            .gid(65534);
+        cmd
+    };
+    let inp = input.to_str().unwrap();
+    // Inline: an 8 KiB input and its 8 KiB output are over 12000 bytes.
+    let o = nobody(&["infer", "two-kernel", "--inputs", inp])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "served over the limit");
+    assert!(
+        err.contains("busy") && err.contains("max_tensor_bytes_per_uid"),
+        "{err}"
+    );
+    // Through shared memory the same request is within it.
+    let o = nobody(&["infer", "two-kernel", "--inputs", inp, "--shm"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // One region per uid: a second connection of the same user is refused
+    // while the first holds its region.
+    let mut first = nobody(&[
+        "infer",
+        "two-kernel",
+        "--inputs",
+        inp,
+        "--shm",
+        "--count",
+        "1000000",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || region_maps(pid) == 1),
+        "the first client's region"
+    );
+    let o = nobody(&["infer", "two-kernel", "--inputs", inp, "--shm"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("busy") && err.contains("max_regions_per_uid"),
+        "{err}"
+    );
+    // Root is not limited.
+    let mut region = ShmRegion::new(8192).unwrap();
+    region.as_mut_slice().copy_from_slice(&x_bytes(0));
+    c.register_region(&region).unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    drop(c);
+    assert!(
+        wait_until(Duration::from_secs(10), || region_maps(pid) == 0),
+        "regions outlived their connections"
+    );
+}
