@@ -770,3 +770,41 @@ fn a_users_regions_and_inline_bytes_are_limited() {
         "regions outlived their connections"
     );
 }
+
+/// On a node (two simulated GPUs) a request's data goes to the device its
+/// stream was placed on.
+#[test]
+fn a_node_serves_requests_with_tensors() {
+    let d = Daemon::start_on("sim:h100x2", "", "");
+    let t = tempfile::tempdir().unwrap();
+    let dir = two_io_model(t.path());
+    let mut c = d.client();
+    let m = c.load_model("twoio", Some(&dir)).unwrap();
+    assert!(m.device.is_some());
+    let stream = c.register(Priority::Be, None).unwrap().stream;
+    let (img, ids) = (image_bytes(), ids_bytes());
+    for _ in 0..3 {
+        let r = c
+            .infer_tensors(
+                stream,
+                "twoio",
+                &[
+                    Input::Inline {
+                        name: "image:0",
+                        dtype: "float32",
+                        shape: &[1, 4],
+                        data: &img,
+                    },
+                    Input::Inline {
+                        name: "ids",
+                        dtype: "int64",
+                        shape: &[2],
+                        data: &ids,
+                    },
+                ],
+                &[],
+            )
+            .unwrap();
+        assert!(r.outputs_missing.is_some());
+    }
+}
