@@ -291,6 +291,10 @@ async fn connection(
     let mut buf = vec![0u8; 64 * 1024];
     // Descriptors the client sent (SCM_RIGHTS), for register_region.
     let mut fds: std::collections::VecDeque<std::os::fd::OwnedFd> = Default::default();
+    // Room for the most descriptors one message can carry (SCM_MAX_FD):
+    // a truncated control message would leave the received ones open
+    // where nothing could close them.
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; SCM_MAX_FD]);
     loop {
         let mut stopping = false;
         while unanswered.0.load(Ordering::Acquire) >= MAX_UNANSWERED && !writer.is_finished() {
@@ -307,7 +311,7 @@ async fn connection(
             break;
         }
         let n = tokio::select! {
-            r = read_some(&rd, &mut decoder, &mut buf, &mut fds) => match r {
+            r = read_some(&rd, &mut decoder, &mut buf, &mut cmsg, &mut fds) => match r {
                 Ok(Read::Eof) | Err(_) => break,
                 Ok(Read::Fill) => 0,
                 Ok(Read::Buf(n)) => n,
@@ -438,6 +442,10 @@ enum Read {
 /// register_region takes one); more are closed at once.
 const MAX_PENDING_FDS: usize = 4;
 
+/// The most descriptors one SCM_RIGHTS message carries (Linux's
+/// SCM_MAX_FD).
+const SCM_MAX_FD: usize = 253;
+
 /// Reads what the client sent. Into the large frame the decoder is
 /// gathering, when there is one (the bytes land where the request will
 /// keep them: no second copy); else into `buf`, with the descriptors sent
@@ -446,6 +454,7 @@ async fn read_some(
     rd: &tokio::net::unix::OwnedReadHalf,
     decoder: &mut FrameDecoder,
     buf: &mut [u8],
+    cmsg: &mut Vec<u8>,
     fds: &mut std::collections::VecDeque<std::os::fd::OwnedFd>,
 ) -> std::io::Result<Read> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -480,15 +489,17 @@ async fn read_some(
             s.try_io(tokio::io::Interest::READABLE, || {
                 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
                 let mut iov = [std::io::IoSliceMut::new(&mut *buf)];
-                let mut space = nix::cmsg_space!([std::os::fd::RawFd; MAX_PENDING_FDS]);
                 let msg = recvmsg::<()>(
                     fd,
                     &mut iov,
-                    Some(&mut space),
+                    Some(&mut *cmsg),
                     MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
                 )
                 .map_err(std::io::Error::from)?;
                 let n = msg.bytes;
+                // Every descriptor received is owned at once (and closed
+                // past the first few): the buffer holds SCM_MAX_FD, so
+                // the control message is never truncated.
                 if let Ok(cmsgs) = msg.cmsgs() {
                     for c in cmsgs {
                         if let ControlMessageOwned::ScmRights(v) = c {

@@ -808,3 +808,68 @@ fn a_node_serves_requests_with_tensors() {
         assert!(r.outputs_missing.is_some());
     }
 }
+
+/// Descriptors sent with frames that are not `register_region` (16 with
+/// one `hello`): the daemon keeps at most a few for a later registration,
+/// the kernel drops the rest, and all are closed when the connection goes.
+#[test]
+fn stray_descriptors_are_bounded_and_closed_with_the_connection() {
+    let d = Daemon::start_on("sim:h100", "", "");
+    let pid = d.pid();
+    let mut c = d.client();
+    c.hello().unwrap();
+    let before = fds(pid);
+    let files: Vec<std::fs::File> = (0..16)
+        .map(|_| std::fs::File::open("/dev/null").unwrap())
+        .collect();
+    let raw: Vec<i32> = files.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    let frame = reefd::protocol::encode(&reefd::protocol::Request {
+        id: 99,
+        body: RequestBody::Hello,
+    });
+    // SAFETY: CMSG_SPACE is a pure computation; the msghdr points at
+    // buffers that outlive the call.
+    let sent = unsafe {
+        let n = std::mem::size_of_val(raw.as_slice()) as u32;
+        let space = libc::CMSG_SPACE(n) as usize;
+        let mut cbuf = vec![0u8; space];
+        let mut iov = libc::iovec {
+            iov_base: frame.as_ptr() as *mut libc::c_void,
+            iov_len: frame.len(),
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cm = libc::CMSG_FIRSTHDR(&msg);
+        (*cm).cmsg_level = libc::SOL_SOCKET;
+        (*cm).cmsg_type = libc::SCM_RIGHTS;
+        (*cm).cmsg_len = libc::CMSG_LEN(n) as _;
+        std::ptr::copy_nonoverlapping(raw.as_ptr(), libc::CMSG_DATA(cm).cast::<i32>(), raw.len());
+        libc::sendmsg(
+            std::os::fd::AsRawFd::as_raw_fd(c.socket()),
+            &msg,
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    assert_eq!(sent as usize, frame.len());
+    match c.wait_reply(99).unwrap() {
+        Reply::Hello(_) => {}
+        r => panic!("{r:?}"),
+    }
+    let held = fds(pid);
+    assert!(held <= before + 4, "{before} before, {held} held");
+    drop(files);
+    drop(c);
+    assert!(
+        wait_until(Duration::from_secs(5), || fds(pid) < before),
+        "descriptors left: {} before (with the client's socket), {} after: {:?}",
+        before,
+        fds(pid),
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|e| std::fs::read_link(e.unwrap().path()).unwrap_or_default())
+            .collect::<Vec<_>>()
+    );
+}
