@@ -656,6 +656,32 @@ pub struct TaskResult {
     /// receive them as one buffer: see [`TaskResult::output_bytes`]).
     #[serde(skip)]
     pub data: Vec<Vec<u8>>,
+    /// What the daemon holds for this answer until it is written (its
+    /// count of the user's inline bytes); nothing on the wire.
+    #[serde(skip)]
+    pub hold: DataHold,
+}
+
+/// An opaque token an answer carries inside the daemon, released when the
+/// answer is dropped (once written, or with its connection): the daemon
+/// counts a user's inline tensor bytes until then. Equal to any other.
+#[derive(Clone, Default)]
+pub struct DataHold(pub Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>);
+
+impl PartialEq for DataHold {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for DataHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "DataHold(held)"
+        } else {
+            "DataHold"
+        })
+    }
 }
 
 impl TaskResult {

@@ -256,6 +256,7 @@ fn answers_with_outputs_round_trip() {
         ],
         outputs_missing: None,
         data: vec![vec![1, 2, 3], vec![4, 5]],
+        hold: DataHold::default(),
     };
     let msg = ServerMessage::Reply {
         id: 9,

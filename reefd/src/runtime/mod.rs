@@ -151,10 +151,10 @@ struct Task {
         Arc<crate::tensors::RequestData>,
         Arc<crate::tensors::ModelIo>,
     )>,
-    /// Inline tensor bytes it holds, counted against its user
-    /// (`daemon.max_tensor_bytes_per_uid`).
-    tensor_bytes: u64,
-    uid: u32,
+    /// Its inline tensor bytes, counted against its user
+    /// (`daemon.max_tensor_bytes_per_uid`) until its answer is written or
+    /// dropped (the hold goes with the answer).
+    hold: Option<Arc<BytesHeld>>,
     stream: u64,
     model: String,
     priority: Priority,
@@ -213,19 +213,27 @@ struct State {
     /// Registered shared-memory regions, by id.
     regions: HashMap<u64, tensors::RegionRec>,
     next_region: u64,
-    /// Inline tensor bytes each uid has in flight.
-    uid_tensor_bytes: HashMap<u32, u64>,
 }
 
-impl State {
-    /// Task `t` is over: what it held is released.
-    fn release(&mut self, t: &Task) {
-        if t.tensor_bytes > 0 {
-            if let Some(b) = self.uid_tensor_bytes.get_mut(&t.uid) {
-                *b = b.saturating_sub(t.tensor_bytes);
-                if *b == 0 {
-                    self.uid_tensor_bytes.remove(&t.uid);
-                }
+/// Inline tensor bytes in flight per uid: counted when a request is
+/// admitted, released when the last holder of its [`BytesHeld`] drops it
+/// (its answer written or dropped, or the request failed).
+type UidBytes = Arc<Mutex<HashMap<u32, u64>>>;
+
+/// One request's share of [`UidBytes`].
+struct BytesHeld {
+    map: UidBytes,
+    uid: u32,
+    bytes: u64,
+}
+
+impl Drop for BytesHeld {
+    fn drop(&mut self) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = m.get_mut(&self.uid) {
+            *b = b.saturating_sub(self.bytes);
+            if *b == 0 {
+                m.remove(&self.uid);
             }
         }
     }
@@ -283,6 +291,7 @@ pub struct Runtime {
     epoch_monotonic_ns: u64,
     settings: RuntimeSettings,
     daemon_uid: u32,
+    uid_bytes: UidBytes,
 }
 
 impl Runtime {
@@ -311,8 +320,8 @@ impl Runtime {
                 next_declared: 1,
                 regions: HashMap::new(),
                 next_region: 0,
-                uid_tensor_bytes: HashMap::new(),
             }),
+            uid_bytes: Arc::default(),
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
             epoch_monotonic_ns: crate::protocol::monotonic_ns(),
@@ -390,7 +399,6 @@ impl Runtime {
                     let Some(t) = st.tasks.remove(&task) else {
                         continue;
                     };
-                    st.release(&t);
                     let done = self.at(at).max(t.arrival);
                     let latency_us = done.duration_since(t.arrival).as_secs_f64() * 1e6;
                     let standalone = st.models.get(&t.model).and_then(|m| m.standalone_ns);
@@ -429,6 +437,11 @@ impl Runtime {
                         outputs: Vec::new(),
                         outputs_missing: None,
                         data: Vec::new(),
+                        hold: crate::protocol::DataHold(
+                            t.hold
+                                .clone()
+                                .map(|h| h as Arc<dyn std::any::Any + Send + Sync>),
+                        ),
                     };
                     let mut result = result;
                     if let Some((data, io)) = &t.data {
@@ -512,7 +525,6 @@ impl Runtime {
         }
         for task in pending {
             if let Some(t) = st.tasks.remove(&task) {
-                st.release(&t);
                 let _ = st.engine.take_outputs(task);
                 n += 1;
                 st.metrics.tasks_failed += 1;
@@ -718,7 +730,6 @@ impl Runtime {
         let tasks: Vec<u64> = st.tasks.keys().copied().collect();
         for task in tasks {
             if let Some(t) = st.tasks.remove(&task) {
-                st.release(&t);
                 n += 1;
                 st.metrics.tasks_failed += 1;
                 deliver(
@@ -740,7 +751,6 @@ impl Runtime {
 /// its client told why (after the lock is released).
 fn fail_task(st: &mut State, task: u64, why: Failure) {
     if let Some(t) = st.tasks.remove(&task) {
-        st.release(&t);
         let _ = st.engine.take_outputs(task);
         st.metrics.tasks_failed += 1;
         if let Some(s) = st.streams.get_mut(&t.stream) {

@@ -278,8 +278,10 @@ impl Runtime {
                         .map(|o| o.bytes as u64)
                         .sum::<u64>();
                 if !conn.peer.is_root() && tensor_bytes > 0 {
-                    let held = st
-                        .uid_tensor_bytes
+                    let held = self
+                        .uid_bytes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
                         .get(&conn.peer.uid)
                         .copied()
                         .unwrap_or(0);
@@ -335,8 +337,19 @@ impl Runtime {
             task,
             Task {
                 data,
-                tensor_bytes,
-                uid: conn.peer.uid,
+                hold: (tensor_bytes > 0).then(|| {
+                    *self
+                        .uid_bytes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(conn.peer.uid)
+                        .or_default() += tensor_bytes;
+                    Arc::new(BytesHeld {
+                        map: Arc::clone(&self.uid_bytes),
+                        uid: conn.peer.uid,
+                        bytes: tensor_bytes,
+                    })
+                }),
                 stream,
                 model,
                 priority,
@@ -347,9 +360,7 @@ impl Runtime {
             },
         );
         st.metrics.tasks_submitted += 1;
-        if tensor_bytes > 0 {
-            *st.uid_tensor_bytes.entry(conn.peer.uid).or_default() += tensor_bytes;
-        }
+
         if let Some(s) = st.streams.get_mut(&stream) {
             s.tasks.insert(task);
         }
