@@ -22,6 +22,8 @@ pub mod device;
 pub mod engine;
 pub mod lazy;
 #[cfg(feature = "daemon")]
+pub mod kserve;
+#[cfg(feature = "daemon")]
 pub mod metrics;
 pub mod protocol;
 #[cfg(feature = "daemon")]

@@ -48,6 +48,7 @@ mod status;
 mod streams;
 
 pub use affinity::{set_realtime_priority, Placement, SavedPlacement};
+pub use models::name_is_path;
 use models::{canonical_model, not_loaded};
 use pacing::SPIN_WINDOW;
 use streams::stream_info;
@@ -594,6 +595,11 @@ impl Runtime {
     /// Refuses new work from now on (shutdown has begun).
     pub fn begin_shutdown(&self) {
         self.lock().shutting_down = true;
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
     }
 
     pub fn tasks_in_flight(&self) -> usize {
