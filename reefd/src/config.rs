@@ -372,7 +372,9 @@ impl Config {
                 return Ok(None);
             }
             let a: SocketAddr = v.parse().map_err(|_| {
-                ConfigError::Invalid(format!("kserve.{key} = {v:?} is not an address such as \"127.0.0.1:8000\""))
+                ConfigError::Invalid(format!(
+                    "kserve.{key} = {v:?} is not an address such as \"127.0.0.1:8000\""
+                ))
             })?;
             if !a.ip().is_loopback() {
                 if !k.allow_remote {
@@ -388,12 +390,14 @@ impl Config {
             }
             Ok(Some(a))
         };
-        let default_priority = k.default_priority.parse().map_err(|e| {
-            ConfigError::Invalid(format!("kserve.default_priority: {e}"))
-        })?;
+        let default_priority = k
+            .default_priority
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("kserve.default_priority: {e}")))?;
         if k.max_body_bytes == 0 || k.max_connections == 0 || k.max_in_flight == 0 {
             return Err(ConfigError::Invalid(
-                "kserve.max_body_bytes, max_connections and max_in_flight must be at least 1".into(),
+                "kserve.max_body_bytes, max_connections and max_in_flight must be at least 1"
+                    .into(),
             ));
         }
         Ok(crate::kserve::KserveOptions {

@@ -20,9 +20,9 @@ pub mod daemon;
 pub mod device;
 #[cfg(feature = "daemon")]
 pub mod engine;
-pub mod lazy;
 #[cfg(feature = "daemon")]
 pub mod kserve;
+pub mod lazy;
 #[cfg(feature = "daemon")]
 pub mod metrics;
 pub mod protocol;

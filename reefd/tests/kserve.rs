@@ -40,15 +40,28 @@ fn start(device: &str, extra: &str) -> Fronts {
         &format!("[kserve]\nhttp = {http:?}\ngrpc = {grpc:?}\ntoken = {TOKEN:?}\n{extra}"),
     );
     // The fronts come up before the daemon reports ready.
-    assert!(TcpStream::connect(&http).is_ok(), "HTTP front not listening; log:\n{}", d.log());
+    assert!(
+        TcpStream::connect(&http).is_ok(),
+        "HTTP front not listening; log:\n{}",
+        d.log()
+    );
     Fronts { d, http, grpc }
 }
 
 /// One HTTP/1.1 request; returns (status, headers, body).
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, Vec<u8>) {
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -57,11 +70,17 @@ fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[
     s.write_all(body).unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).unwrap();
-    let split = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
     let head = String::from_utf8_lossy(&out[..split]).to_string();
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     let mut body = out[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         body = dechunk(&body);
     }
     (status, head, body)
@@ -81,8 +100,12 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 fn error_of(body: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(body)));
-    v["error"].as_str().unwrap_or_else(|| panic!("no error field: {v}")).to_string()
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(body)));
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error field: {v}"))
+        .to_string()
 }
 
 fn venv_python() -> std::path::PathBuf {
@@ -92,7 +115,10 @@ fn venv_python() -> std::path::PathBuf {
 #[test]
 fn tritonclient_over_http_and_grpc_sync_and_async() {
     let py = venv_python();
-    assert!(py.is_file(), "run scripts/setup.sh: it installs .venv with tritonclient");
+    assert!(
+        py.is_file(),
+        "run scripts/setup.sh: it installs .venv with tritonclient"
+    );
     let f = start("sim:mi50", "");
     let out = Command::new(&py)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kserve_client.py"))
@@ -116,11 +142,29 @@ fn bad_requests_get_the_protocols_errors_and_the_daemon_goes_on() {
     let (s, _, b) = http(&f.http, "POST", "/v2/repository/models/vgg/load", &[], b"");
     assert_eq!(s, 401, "{}", String::from_utf8_lossy(&b));
     assert!(error_of(&b).contains("token"));
-    let (s, _, b) = http(&f.http, "POST", "/v2/repository/models/vgg/load", &[("Authorization", "Bearer wrong-token-wrong-token")], b"");
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/vgg/load",
+        &[("Authorization", "Bearer wrong-token-wrong-token")],
+        b"",
+    );
     assert_eq!(s, 401, "{}", String::from_utf8_lossy(&b));
-    let (s, _, b) = http(&f.http, "POST", "/v2/repository/models/vgg/load", &admin, b"");
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/vgg/load",
+        &admin,
+        b"",
+    );
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
-    let (s, _, b) = http(&f.http, "POST", "/v2/repository/models/..%2Fetc/load", &admin, b"");
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/..%2Fetc/load",
+        &admin,
+        b"",
+    );
     assert!(s == 400 || s == 404, "{s} {}", String::from_utf8_lossy(&b));
 
     let infer = "/v2/models/vgg/infer";
@@ -137,21 +181,63 @@ fn bad_requests_get_the_protocols_errors_and_the_daemon_goes_on() {
     let mut body = head.to_vec();
     body.extend_from_slice(&[0u8; 4]);
     let len = head.len().to_string();
-    let (s, _, b) = http(&f.http, "POST", infer, &[("Inference-Header-Content-Length", &len)], &body);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[("Inference-Header-Content-Length", &len)],
+        &body,
+    );
     assert_eq!(s, 400);
-    assert!(error_of(&b).contains("only 4 bytes of binary data remain"), "{}", error_of(&b));
-    let (s, _, b) = http(&f.http, "POST", infer, &[("Inference-Header-Content-Length", "99999")], &body);
+    assert!(
+        error_of(&b).contains("only 4 bytes of binary data remain"),
+        "{}",
+        error_of(&b)
+    );
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[("Inference-Header-Content-Length", "99999")],
+        &body,
+    );
     assert_eq!(s, 400);
-    assert!(error_of(&b).contains("Inference-Header-Content-Length"), "{}", error_of(&b));
+    assert!(
+        error_of(&b).contains("Inference-Header-Content-Length"),
+        "{}",
+        error_of(&b)
+    );
     // A wrong datatype or shape.
-    let (s, _, b) = http(&f.http, "POST", infer, &[], br#"{"inputs":[{"name":"x","datatype":"STRING","shape":[1],"data":["a"]}]}"#);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[{"name":"x","datatype":"STRING","shape":[1],"data":["a"]}]}"#,
+    );
     assert_eq!(s, 400);
     assert!(error_of(&b).contains("STRING"), "{}", error_of(&b));
-    let (s, _, b) = http(&f.http, "POST", infer, &[], br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[1,2]}]}"#);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[1,2]}]}"#,
+    );
     assert_eq!(s, 400);
-    assert!(error_of(&b).contains("2 elements but its shape says 3"), "{}", error_of(&b));
+    assert!(
+        error_of(&b).contains("2 elements but its shape says 3"),
+        "{}",
+        error_of(&b)
+    );
     // An unknown model or version.
-    let (s, _, b) = http(&f.http, "POST", "/v2/models/nope/infer", &[], br#"{"inputs":[]}"#);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/models/nope/infer",
+        &[],
+        br#"{"inputs":[]}"#,
+    );
     assert_eq!(s, 404);
     assert!(error_of(&b).contains("not loaded"), "{}", error_of(&b));
     let (s, _, b) = http(&f.http, "GET", "/v2/models/vgg/versions/7", &[], b"");
@@ -166,16 +252,32 @@ fn bad_requests_get_the_protocols_errors_and_the_daemon_goes_on() {
         br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"parameters":{"shared_memory_region":"nope","shared_memory_byte_size":4}}]}"#,
     );
     assert_eq!(s, 400);
-    assert!(error_of(&b).contains("register it first"), "{}", error_of(&b));
+    assert!(
+        error_of(&b).contains("register it first"),
+        "{}",
+        error_of(&b)
+    );
     let key = format!("reef_kserve_test_{}", std::process::id());
     let obj = Path::new("/dev/shm").join(&key);
     std::fs::write(&obj, [0u8; 64]).unwrap();
     let reg = format!(r#"{{"key":"/{key}","offset":0,"byte_size":128}}"#);
-    let (s, _, b) = http(&f.http, "POST", "/v2/systemsharedmemory/region/r/register", &[], reg.as_bytes());
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        &[],
+        reg.as_bytes(),
+    );
     assert_eq!(s, 400);
     assert!(error_of(&b).contains("does not fit"), "{}", error_of(&b));
     let reg = format!(r#"{{"key":"/{key}","offset":0,"byte_size":64}}"#);
-    let (s, _, _) = http(&f.http, "POST", "/v2/systemsharedmemory/region/r/register", &[], reg.as_bytes());
+    let (s, _, _) = http(
+        &f.http,
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        &[],
+        reg.as_bytes(),
+    );
     assert_eq!(s, 200);
     let (s, _, b) = http(
         &f.http,
@@ -186,11 +288,23 @@ fn bad_requests_get_the_protocols_errors_and_the_daemon_goes_on() {
     );
     assert_eq!(s, 400);
     assert!(error_of(&b).contains("past its end"), "{}", error_of(&b));
-    let (s, _, _) = http(&f.http, "POST", "/v2/systemsharedmemory/unregister", &[], b"");
+    let (s, _, _) = http(
+        &f.http,
+        "POST",
+        "/v2/systemsharedmemory/unregister",
+        &[],
+        b"",
+    );
     assert_eq!(s, 200);
     std::fs::remove_file(&obj).unwrap();
     // The daemon is unaffected: a good request is served.
-    let (s, _, b) = http(&f.http, "POST", infer, &[], br#"{"inputs":[],"parameters":{"priority":1}}"#);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[],"parameters":{"priority":1}}"#,
+    );
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
     let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(v["model_name"], "vgg");
@@ -202,8 +316,14 @@ fn non_loopback_binds_need_allow_remote_and_a_token() {
     let dir = tempfile::tempdir().unwrap();
     for (section, words) in [
         ("[kserve]\nhttp = \"0.0.0.0:18000\"\n", "allow_remote"),
-        ("[kserve]\nhttp = \"0.0.0.0:18000\"\nallow_remote = true\n", "token"),
-        ("[kserve]\nhttp = \"127.0.0.1:1\"\ntoken = \"short\"\n", "16 characters"),
+        (
+            "[kserve]\nhttp = \"0.0.0.0:18000\"\nallow_remote = true\n",
+            "token",
+        ),
+        (
+            "[kserve]\nhttp = \"127.0.0.1:1\"\ntoken = \"short\"\n",
+            "16 characters",
+        ),
         ("[kserve]\ngrpc = \"localhost\"\n", "not an address"),
     ] {
         let cfg = dir.path().join("reefd.toml");

@@ -107,16 +107,25 @@ fn int_param(p: &HashMap<String, pb::InferParameter>, k: &str) -> Result<Option<
         Some(ParameterChoice::Uint64Param(n)) => i64::try_from(*n)
             .map(Some)
             .map_err(|_| V2Error::bad(format!("parameter {k} is too large"))),
-        Some(other) => Err(V2Error::bad(format!("parameter {k} must be an integer, got {other:?}"))),
+        Some(other) => Err(V2Error::bad(format!(
+            "parameter {k} must be an integer, got {other:?}"
+        ))),
     }
 }
 
-fn schedule_of(front: &Front, p: &HashMap<String, pb::InferParameter>) -> Result<Schedule, V2Error> {
+fn schedule_of(
+    front: &Front,
+    p: &HashMap<String, pb::InferParameter>,
+) -> Result<Schedule, V2Error> {
     let level = level_of_priority(int_param(p, "priority")?, front.opts.default_priority)?;
     let timeout = match int_param(p, "timeout")? {
         None | Some(0) => None,
         Some(us) if us > 0 => Some(std::time::Duration::from_micros(us as u64)),
-        Some(us) => return Err(V2Error::bad(format!("timeout must be a positive number of microseconds, got {us}"))),
+        Some(us) => {
+            return Err(V2Error::bad(format!(
+                "timeout must be a positive number of microseconds, got {us}"
+            )))
+        }
     };
     let qos_ms = match p.get("qos_ms").and_then(|v| v.parameter_choice.as_ref()) {
         None => None,
@@ -128,32 +137,55 @@ fn schedule_of(front: &Front, p: &HashMap<String, pb::InferParameter>) -> Result
             )))
         }
     };
-    Ok(Schedule { level, timeout, qos_ms })
+    Ok(Schedule {
+        level,
+        timeout,
+        qos_ms,
+    })
 }
 
-fn shm_of(p: &HashMap<String, pb::InferParameter>, what: &str) -> Result<Option<(String, u64, u64)>, V2Error> {
-    let Some(r) = p.get("shared_memory_region").and_then(|v| v.parameter_choice.as_ref()) else {
+fn shm_of(
+    p: &HashMap<String, pb::InferParameter>,
+    what: &str,
+) -> Result<Option<(String, u64, u64)>, V2Error> {
+    let Some(r) = p
+        .get("shared_memory_region")
+        .and_then(|v| v.parameter_choice.as_ref())
+    else {
         return Ok(None);
     };
     let ParameterChoice::StringParam(region) = r else {
-        return Err(V2Error::bad(format!("{what}: shared_memory_region must be a string")));
+        return Err(V2Error::bad(format!(
+            "{what}: shared_memory_region must be a string"
+        )));
     };
-    let size = int_param(p, "shared_memory_byte_size")?
-        .ok_or_else(|| V2Error::bad(format!("{what}: shared_memory_region needs shared_memory_byte_size")))?;
+    let size = int_param(p, "shared_memory_byte_size")?.ok_or_else(|| {
+        V2Error::bad(format!(
+            "{what}: shared_memory_region needs shared_memory_byte_size"
+        ))
+    })?;
     let offset = int_param(p, "shared_memory_offset")?.unwrap_or(0);
     if size < 0 || offset < 0 {
-        return Err(V2Error::bad(format!("{what}: shared memory offset and size must not be negative")));
+        return Err(V2Error::bad(format!(
+            "{what}: shared memory offset and size must not be negative"
+        )));
     }
     Ok(Some((region.clone(), offset as u64, size as u64)))
 }
 
 /// Typed contents as little-endian bytes of `datatype`.
-fn contents_bytes(name: &str, datatype: &str, c: &pb::InferTensorContents) -> Result<Vec<u8>, V2Error> {
+fn contents_bytes(
+    name: &str,
+    datatype: &str,
+    c: &pb::InferTensorContents,
+) -> Result<Vec<u8>, V2Error> {
     let mut out = Vec::new();
     macro_rules! le {
         ($v:expr, $t:ty) => {
             for x in $v {
-                let y = <$t>::try_from(*x).map_err(|_| V2Error::bad(format!("input {name:?}: {x} does not fit {datatype}")))?;
+                let y = <$t>::try_from(*x).map_err(|_| {
+                    V2Error::bad(format!("input {name:?}: {x} does not fit {datatype}"))
+                })?;
                 out.extend_from_slice(&y.to_le_bytes());
             }
         };
@@ -168,8 +200,14 @@ fn contents_bytes(name: &str, datatype: &str, c: &pb::InferTensorContents) -> Re
         "UINT16" => le!(&c.uint_contents, u16),
         "UINT32" => le!(&c.uint_contents, u32),
         "UINT64" => le!(&c.uint64_contents, u64),
-        "FP32" => c.fp32_contents.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        "FP64" => c.fp64_contents.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        "FP32" => c
+            .fp32_contents
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        "FP64" => c
+            .fp64_contents
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         other => {
             return Err(V2Error::bad(format!(
                 "input {name:?}: {other} cannot be sent as typed contents; send raw_input_contents"
@@ -218,10 +256,11 @@ impl Service {
                 }
                 b.to_vec()
             } else {
-                let c = t
-                    .contents
-                    .as_ref()
-                    .ok_or_else(|| V2Error::bad(format!("{what} has no contents, raw_input_contents or shared memory region")))?;
+                let c = t.contents.as_ref().ok_or_else(|| {
+                    V2Error::bad(format!(
+                        "{what} has no contents, raw_input_contents or shared memory region"
+                    ))
+                })?;
                 let b = contents_bytes(&t.name, &t.datatype, c)?;
                 if b.len() != size {
                     return Err(V2Error::bad(format!(
@@ -242,11 +281,18 @@ impl Service {
         }
         let mut wanted: Vec<(String, Option<(String, u64, u64)>)> = Vec::new();
         for o in &r.outputs {
-            wanted.push((o.name.clone(), shm_of(&o.parameters, &format!("output {:?}", o.name))?));
+            wanted.push((
+                o.name.clone(),
+                shm_of(&o.parameters, &format!("output {:?}", o.name))?,
+            ));
         }
         let answer = f.infer(&m.name, sched, inputs).await?;
         if wanted.is_empty() {
-            wanted = answer.outputs.iter().map(|o| (o.name.clone(), None)).collect();
+            wanted = answer
+                .outputs
+                .iter()
+                .map(|o| (o.name.clone(), None))
+                .collect();
         }
         let mut resp = pb::ModelInferResponse {
             model_name: m.name.clone(),
@@ -257,9 +303,14 @@ impl Service {
         let p = |c: ParameterChoice| pb::InferParameter {
             parameter_choice: Some(c),
         };
-        resp.parameters.insert("reef_task".into(), p(ParameterChoice::Uint64Param(answer.task.task)));
-        resp.parameters
-            .insert("reef_latency_us".into(), p(ParameterChoice::DoubleParam(answer.task.latency_us)));
+        resp.parameters.insert(
+            "reef_task".into(),
+            p(ParameterChoice::Uint64Param(answer.task.task)),
+        );
+        resp.parameters.insert(
+            "reef_latency_us".into(),
+            p(ParameterChoice::DoubleParam(answer.task.latency_us)),
+        );
         resp.parameters.insert(
             "reef_preemptions".into(),
             p(ParameterChoice::Int64Param(answer.task.preemptions as i64)),
@@ -269,7 +320,9 @@ impl Service {
                 .outputs
                 .iter()
                 .find(|o| o.name == name)
-                .ok_or_else(|| V2Error::bad(format!("model {} has no output named {name:?}", m.name)))?;
+                .ok_or_else(|| {
+                    V2Error::bad(format!("model {} has no output named {name:?}", m.name))
+                })?;
             let mut t = pb::model_infer_response::InferOutputTensor {
                 name: o.name.clone(),
                 datatype: o.datatype.clone(),
@@ -284,8 +337,10 @@ impl Service {
                     )));
                 }
                 f.shm.write(&region, offset, &o.bytes)?;
-                t.parameters
-                    .insert("shared_memory_region".into(), p(ParameterChoice::StringParam(region)));
+                t.parameters.insert(
+                    "shared_memory_region".into(),
+                    p(ParameterChoice::StringParam(region)),
+                );
                 t.parameters.insert(
                     "shared_memory_byte_size".into(),
                     p(ParameterChoice::Int64Param(o.bytes.len() as i64)),
@@ -299,23 +354,33 @@ impl Service {
     }
 }
 
-type InferStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
+type InferStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl GrpcInferenceService for Service {
-    async fn server_live(&self, req: Request<pb::ServerLiveRequest>) -> Result<Response<pb::ServerLiveResponse>, Status> {
+    async fn server_live(
+        &self,
+        req: Request<pb::ServerLiveRequest>,
+    ) -> Result<Response<pb::ServerLiveResponse>, Status> {
         self.check(&req, false)?;
         Ok(Response::new(pb::ServerLiveResponse { live: true }))
     }
 
-    async fn server_ready(&self, req: Request<pb::ServerReadyRequest>) -> Result<Response<pb::ServerReadyResponse>, Status> {
+    async fn server_ready(
+        &self,
+        req: Request<pb::ServerReadyRequest>,
+    ) -> Result<Response<pb::ServerReadyResponse>, Status> {
         self.check(&req, false)?;
         Ok(Response::new(pb::ServerReadyResponse {
             ready: self.front.ready(),
         }))
     }
 
-    async fn model_ready(&self, req: Request<pb::ModelReadyRequest>) -> Result<Response<pb::ModelReadyResponse>, Status> {
+    async fn model_ready(
+        &self,
+        req: Request<pb::ModelReadyRequest>,
+    ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         self.check(&req, false)?;
         let r = req.into_inner();
         let ready = self.front.model(&r.name, &r.version).await.is_ok();
@@ -344,7 +409,13 @@ impl GrpcInferenceService for Service {
         let (inputs, outputs) = super::model_io(&m);
         let meta = |t: Vec<super::TensorMeta>| {
             t.into_iter()
-                .map(|(name, datatype, shape)| pb::model_metadata_response::TensorMetadata { name, datatype, shape })
+                .map(
+                    |(name, datatype, shape)| pb::model_metadata_response::TensorMetadata {
+                        name,
+                        datatype,
+                        shape,
+                    },
+                )
                 .collect()
         };
         Ok(Response::new(pb::ModelMetadataResponse {
@@ -356,7 +427,10 @@ impl GrpcInferenceService for Service {
         }))
     }
 
-    async fn model_infer(&self, req: Request<pb::ModelInferRequest>) -> Result<Response<pb::ModelInferResponse>, Status> {
+    async fn model_infer(
+        &self,
+        req: Request<pb::ModelInferRequest>,
+    ) -> Result<Response<pb::ModelInferResponse>, Status> {
         self.check(&req, false)?;
         Ok(Response::new(self.infer_one(req.into_inner()).await?))
     }
@@ -389,7 +463,9 @@ impl GrpcInferenceService for Service {
                 }
             }
         });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn model_statistics(
@@ -404,7 +480,12 @@ impl GrpcInferenceService for Service {
             self.front.model(&r.name, &r.version).await?;
             Some(r.name.as_str())
         };
-        let d = |x: (u64, u64)| Some(pb::StatisticDuration { count: x.0, ns: x.1 });
+        let d = |x: (u64, u64)| {
+            Some(pb::StatisticDuration {
+                count: x.0,
+                ns: x.1,
+            })
+        };
         let model_stats = self
             .front
             .statistics(which)
@@ -443,7 +524,11 @@ impl GrpcInferenceService for Service {
             .into_iter()
             .map(|(name, state)| pb::repository_index_response::ModelIndex {
                 name,
-                version: if state == "READY" { "1".into() } else { String::new() },
+                version: if state == "READY" {
+                    "1".into()
+                } else {
+                    String::new()
+                },
                 state: state.into(),
                 reason: if state == "READY" {
                     String::new()
@@ -461,7 +546,10 @@ impl GrpcInferenceService for Service {
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
         self.check(&req, true)?;
         let r = req.into_inner();
-        if r.parameters.keys().any(|k| k == "config" || k.starts_with("file:")) {
+        if r.parameters
+            .keys()
+            .any(|k| k == "config" || k.starts_with("file:"))
+        {
             return Err(V2Error::new(
                 Kind::Unsupported,
                 "reefd loads models from its models directory only; a config or files in the request are not accepted",
@@ -504,7 +592,9 @@ impl GrpcInferenceService for Service {
                 )
             })
             .collect();
-        Ok(Response::new(pb::SystemSharedMemoryStatusResponse { regions }))
+        Ok(Response::new(pb::SystemSharedMemoryStatusResponse {
+            regions,
+        }))
     }
 
     async fn system_shared_memory_register(
@@ -513,7 +603,9 @@ impl GrpcInferenceService for Service {
     ) -> Result<Response<pb::SystemSharedMemoryRegisterResponse>, Status> {
         self.check(&req, false)?;
         let r = req.into_inner();
-        self.front.shm.register(&r.name, &r.key, r.offset, r.byte_size)?;
+        self.front
+            .shm
+            .register(&r.name, &r.key, r.offset, r.byte_size)?;
         Ok(Response::new(pb::SystemSharedMemoryRegisterResponse {}))
     }
 
@@ -523,9 +615,11 @@ impl GrpcInferenceService for Service {
     ) -> Result<Response<pb::SystemSharedMemoryUnregisterResponse>, Status> {
         self.check(&req, false)?;
         let r = req.into_inner();
-        self.front
-            .shm
-            .unregister(if r.name.is_empty() { None } else { Some(&r.name) });
+        self.front.shm.unregister(if r.name.is_empty() {
+            None
+        } else {
+            Some(&r.name)
+        });
         Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
     }
 }

@@ -50,7 +50,12 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-fn check(front: &Front, peer: &super::limit::PeerAddr, h: &HeaderMap, admin: bool) -> Result<(), V2Error> {
+fn check(
+    front: &Front,
+    peer: &super::limit::PeerAddr,
+    h: &HeaderMap,
+    admin: bool,
+) -> Result<(), V2Error> {
     front
         .opts
         .access
@@ -115,7 +120,11 @@ async fn ready(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap) -> Result<Stat
     })
 }
 
-async fn server_metadata(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap) -> Result<Response, V2Error> {
+async fn server_metadata(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+) -> Result<Response, V2Error> {
     check(&f, &p, &h, false)?;
     Ok(axum::Json(json!({
         "name": super::SERVER_NAME,
@@ -146,7 +155,12 @@ async fn metadata(f: &Front, model: &str, version: &str) -> Result<Response, V2E
     .into_response())
 }
 
-async fn model_metadata(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, Path(model): Path<String>) -> Result<Response, V2Error> {
+async fn model_metadata(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    Path(model): Path<String>,
+) -> Result<Response, V2Error> {
     check(&f, &p, &h, false)?;
     metadata(&f, &model, "").await
 }
@@ -161,7 +175,12 @@ async fn model_metadata_v(
     metadata(&f, &model, &version).await
 }
 
-async fn model_ready(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, Path(model): Path<String>) -> Result<StatusCode, V2Error> {
+async fn model_ready(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    Path(model): Path<String>,
+) -> Result<StatusCode, V2Error> {
     check(&f, &p, &h, false)?;
     f.model(&model, "").await?;
     Ok(StatusCode::OK)
@@ -213,7 +232,12 @@ async fn stats_all(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap) -> Result<
     Ok(axum::Json(stats_json(&f, None)).into_response())
 }
 
-async fn stats_model(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, Path(model): Path<String>) -> Result<Response, V2Error> {
+async fn stats_model(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    Path(model): Path<String>,
+) -> Result<Response, V2Error> {
     check(&f, &p, &h, false)?;
     f.model(&model, "").await?;
     Ok(axum::Json(stats_json(&f, Some(&model))).into_response())
@@ -234,10 +258,16 @@ fn parse_json(body: &[u8]) -> Result<Value, V2Error> {
     if body.is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    serde_json::from_slice(body).map_err(|e| V2Error::bad(format!("the request body is not valid JSON: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| V2Error::bad(format!("the request body is not valid JSON: {e}")))
 }
 
-async fn repository_index(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, body: Bytes) -> Result<Response, V2Error> {
+async fn repository_index(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    body: Bytes,
+) -> Result<Response, V2Error> {
     check(&f, &p, &h, false)?;
     let req = parse_json(&body)?;
     let ready = req.get("ready").and_then(Value::as_bool).unwrap_or(false);
@@ -279,18 +309,32 @@ async fn repository_load(
     Ok(StatusCode::OK)
 }
 
-async fn repository_unload(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, Path(model): Path<String>) -> Result<StatusCode, V2Error> {
+async fn repository_unload(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    Path(model): Path<String>,
+) -> Result<StatusCode, V2Error> {
     check(&f, &p, &h, true)?;
     f.unload(&model).await?;
     Ok(StatusCode::OK)
 }
 
-async fn shm_status_all(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap) -> Result<Response, V2Error> {
+async fn shm_status_all(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+) -> Result<Response, V2Error> {
     check(&f, &p, &h, false)?;
     shm_status_of(&f, None)
 }
 
-async fn shm_status(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, Path(region): Path<String>) -> Result<Response, V2Error> {
+async fn shm_status(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    Path(region): Path<String>,
+) -> Result<Response, V2Error> {
     check(&f, &p, &h, false)?;
     shm_status_of(&f, Some(&region))
 }
@@ -327,13 +371,22 @@ async fn shm_register(
     Ok(StatusCode::OK)
 }
 
-async fn shm_unregister(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap, Path(region): Path<String>) -> Result<StatusCode, V2Error> {
+async fn shm_unregister(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+    Path(region): Path<String>,
+) -> Result<StatusCode, V2Error> {
     check(&f, &p, &h, false)?;
     f.shm.unregister(Some(&region));
     Ok(StatusCode::OK)
 }
 
-async fn shm_unregister_all(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap) -> Result<StatusCode, V2Error> {
+async fn shm_unregister_all(
+    State(f): Ctx,
+    ConnectInfo(p): Peer,
+    h: HeaderMap,
+) -> Result<StatusCode, V2Error> {
     check(&f, &p, &h, false)?;
     f.shm.unregister(None);
     Ok(StatusCode::OK)
@@ -362,7 +415,10 @@ async fn infer_v(
 }
 
 /// A shared memory reference in a tensor's parameters, if any.
-fn shm_ref(params: Option<&Map<String, Value>>, what: &str) -> Result<Option<(String, u64, u64)>, V2Error> {
+fn shm_ref(
+    params: Option<&Map<String, Value>>,
+    what: &str,
+) -> Result<Option<(String, u64, u64)>, V2Error> {
     let Some(p) = params else { return Ok(None) };
     let Some(region) = p.get("shared_memory_region") else {
         return Ok(None);
@@ -373,8 +429,15 @@ fn shm_ref(params: Option<&Map<String, Value>>, what: &str) -> Result<Option<(St
     let size = p
         .get("shared_memory_byte_size")
         .and_then(Value::as_u64)
-        .ok_or_else(|| V2Error::bad(format!("{what}: shared_memory_region needs shared_memory_byte_size")))?;
-    let offset = p.get("shared_memory_offset").and_then(Value::as_u64).unwrap_or(0);
+        .ok_or_else(|| {
+            V2Error::bad(format!(
+                "{what}: shared_memory_region needs shared_memory_byte_size"
+            ))
+        })?;
+    let offset = p
+        .get("shared_memory_offset")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     Ok(Some((region.to_string(), offset, size)))
 }
 
@@ -393,20 +456,38 @@ pub fn schedule_of(f: &Front, params: Option<&Map<String, Value>>) -> Result<Sch
     let timeout = match get_i("timeout")? {
         None | Some(0) => None,
         Some(us) if us > 0 => Some(std::time::Duration::from_micros(us as u64)),
-        Some(us) => return Err(V2Error::bad(format!("timeout must be a positive number of microseconds, got {us}"))),
+        Some(us) => {
+            return Err(V2Error::bad(format!(
+                "timeout must be a positive number of microseconds, got {us}"
+            )))
+        }
     };
     let qos_ms = match params.and_then(|p| p.get("qos_ms")) {
         None => None,
         Some(v) => Some(
             v.as_f64()
                 .filter(|q| q.is_finite() && *q > 0.0)
-                .ok_or_else(|| V2Error::bad(format!("qos_ms must be a positive number of milliseconds, got {v}")))?,
+                .ok_or_else(|| {
+                    V2Error::bad(format!(
+                        "qos_ms must be a positive number of milliseconds, got {v}"
+                    ))
+                })?,
         ),
     };
-    Ok(Schedule { level, timeout, qos_ms })
+    Ok(Schedule {
+        level,
+        timeout,
+        qos_ms,
+    })
 }
 
-async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[u8]) -> Result<Response, V2Error> {
+async fn infer_on(
+    f: &Front,
+    h: &HeaderMap,
+    model: &str,
+    version: &str,
+    body: &[u8],
+) -> Result<Response, V2Error> {
     // The JSON header and the binary section.
     let (head, mut binary) = match h.get(HEADER_LENGTH) {
         Some(v) => {
@@ -414,7 +495,9 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
                 .to_str()
                 .ok()
                 .and_then(|s| s.trim().parse().ok())
-                .ok_or_else(|| V2Error::bad("Inference-Header-Content-Length must be a number of bytes"))?;
+                .ok_or_else(|| {
+                    V2Error::bad("Inference-Header-Content-Length must be a number of bytes")
+                })?;
             if n > body.len() {
                 return Err(V2Error::bad(format!(
                     "Inference-Header-Content-Length says {n} bytes of JSON but the body has {}",
@@ -453,10 +536,16 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
             .get("shape")
             .and_then(Value::as_array)
             .and_then(|a| a.iter().map(Value::as_i64).collect())
-            .ok_or_else(|| V2Error::bad(format!("input {name:?} needs \"shape\", an array of integers")))?;
-        let size = tensor::byte_size(&datatype, &shape).map_err(|e| V2Error::bad(format!("input {name:?}: {e}")))?;
+            .ok_or_else(|| {
+                V2Error::bad(format!(
+                    "input {name:?} needs \"shape\", an array of integers"
+                ))
+            })?;
+        let size = tensor::byte_size(&datatype, &shape)
+            .map_err(|e| V2Error::bad(format!("input {name:?}: {e}")))?;
         let params = t.get("parameters").and_then(Value::as_object);
-        let bytes = if let Some((region, offset, n)) = shm_ref(params, &format!("input {name:?}"))? {
+        let bytes = if let Some((region, offset, n)) = shm_ref(params, &format!("input {name:?}"))?
+        {
             if n as usize != size {
                 return Err(V2Error::bad(format!(
                     "input {name:?}: shared_memory_byte_size {n} but {datatype} {shape:?} is {size} bytes"
@@ -464,9 +553,9 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
             }
             f.shm.read(&region, offset, n)?
         } else if let Some(n) = params.and_then(|p| p.get("binary_data_size")) {
-            let n = n
-                .as_u64()
-                .ok_or_else(|| V2Error::bad(format!("input {name:?}: binary_data_size must be a number")))? as usize;
+            let n = n.as_u64().ok_or_else(|| {
+                V2Error::bad(format!("input {name:?}: binary_data_size must be a number"))
+            })? as usize;
             if n != size {
                 return Err(V2Error::bad(format!(
                     "input {name:?}: binary_data_size {n} but {datatype} {shape:?} is {size} bytes"
@@ -482,9 +571,11 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
             binary = rest;
             this.to_vec()
         } else {
-            let data = t
-                .get("data")
-                .ok_or_else(|| V2Error::bad(format!("input {name:?} has no \"data\", binary_data_size or shared memory region")))?;
+            let data = t.get("data").ok_or_else(|| {
+                V2Error::bad(format!(
+                    "input {name:?} has no \"data\", binary_data_size or shared memory region"
+                ))
+            })?;
             tensor::json_to_bytes(&name, &datatype, tensor::elements(&shape)?, data)?
         };
         inputs.push(Input {
@@ -526,7 +617,11 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
     let id = req.get("id").cloned();
     let answer = f.infer(&m.name, sched, inputs).await?;
     if wanted.is_empty() {
-        wanted = answer.outputs.iter().map(|o| (o.name.clone(), binary_all, None)).collect();
+        wanted = answer
+            .outputs
+            .iter()
+            .map(|o| (o.name.clone(), binary_all, None))
+            .collect();
     }
     let mut outs = Vec::new();
     let mut tail: Vec<u8> = Vec::new();
@@ -535,7 +630,9 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
             .outputs
             .iter()
             .find(|o| o.name == name)
-            .ok_or_else(|| V2Error::bad(format!("model {} has no output named {name:?}", m.name)))?;
+            .ok_or_else(|| {
+                V2Error::bad(format!("model {} has no output named {name:?}", m.name))
+            })?;
         let mut t = json!({"name": o.name, "datatype": o.datatype, "shape": o.shape});
         if let Some((region, offset, n)) = shm {
             if (n as usize) < o.bytes.len() {
@@ -545,7 +642,8 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
                 )));
             }
             f.shm.write(&region, offset, &o.bytes)?;
-            t["parameters"] = json!({"shared_memory_region": region, "shared_memory_byte_size": o.bytes.len()});
+            t["parameters"] =
+                json!({"shared_memory_region": region, "shared_memory_byte_size": o.bytes.len()});
         } else if bin {
             t["parameters"] = json!({"binary_data_size": o.bytes.len()});
             tail.extend_from_slice(&o.bytes);
@@ -569,14 +667,24 @@ async fn infer_on(f: &Front, h: &HeaderMap, model: &str, version: &str, body: &[
     }
     let head = serde_json::to_vec(&resp).expect("a JSON value serialises");
     if tail.is_empty() {
-        return Ok(([(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], head).into_response());
+        return Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            head,
+        )
+            .into_response());
     }
     let len = head.len();
     let mut body = head;
     body.extend_from_slice(&tail);
     Ok((
         [
-            (axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
+            (
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
             (
                 axum::http::HeaderName::from_static(HEADER_LENGTH),
                 HeaderValue::from(len),

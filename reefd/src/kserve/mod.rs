@@ -119,7 +119,12 @@ impl Access {
     /// Checks a request from `peer` carrying `presented` (the token in its
     /// `Authorization` header, without `Bearer `). `admin` operations (load,
     /// unload) need the token even from loopback.
-    pub fn check(&self, peer: Option<IpAddr>, presented: Option<&str>, admin: bool) -> Result<(), Denied> {
+    pub fn check(
+        &self,
+        peer: Option<IpAddr>,
+        presented: Option<&str>,
+        admin: bool,
+    ) -> Result<(), Denied> {
         let loopback = peer.is_some_and(|ip| ip.is_loopback());
         match &self.token {
             Some(t) => {
@@ -399,7 +404,10 @@ impl Front {
             tokio::task::spawn_blocking(move || rt.handle(&conn, id, body, Instant::now()))
                 .await
                 .unwrap_or_else(|_| {
-                    Handled::Error(Failure::new(ErrorCode::Internal, "loading the model failed unexpectedly; see the daemon's log"))
+                    Handled::Error(Failure::new(
+                        ErrorCode::Internal,
+                        "loading the model failed unexpectedly; see the daemon's log",
+                    ))
                 })
         } else {
             self.rt.handle(&self.conn, id, body, Instant::now())
@@ -414,7 +422,10 @@ impl Front {
                 Err(f)
             }
             Handled::Sent => rx.await.unwrap_or_else(|_| {
-                Err(Failure::new(ErrorCode::Internal, "the daemon dropped the request"))
+                Err(Failure::new(
+                    ErrorCode::Internal,
+                    "the daemon dropped the request",
+                ))
             }),
         }
     }
@@ -531,7 +542,12 @@ impl Front {
     }
 
     /// Runs one inference of `model` under `sched` on `inputs`.
-    pub async fn infer(&self, model: &str, sched: Schedule, inputs: Vec<Input>) -> Result<Answer, V2Error> {
+    pub async fn infer(
+        &self,
+        model: &str,
+        sched: Schedule,
+        inputs: Vec<Input>,
+    ) -> Result<Answer, V2Error> {
         let _ = inputs;
         let _permit = self.in_flight.clone().try_acquire_owned().map_err(|_| {
             V2Error::new(
@@ -565,7 +581,10 @@ impl Front {
                 add(&mut s.success, total);
                 add(&mut s.queue, queue);
                 add(&mut s.compute_infer, total.saturating_sub(queue));
-                Ok(Answer { task, outputs: Vec::new() })
+                Ok(Answer {
+                    task,
+                    outputs: Vec::new(),
+                })
             }
             Ok(other) => Err(unexpected(&other)),
             Err(f) => {
@@ -599,12 +618,19 @@ fn names(models: &[ModelInfo]) -> String {
     if models.is_empty() {
         "none".into()
     } else {
-        models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+        models
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
 fn unexpected(r: &Reply) -> V2Error {
-    V2Error::new(Kind::Internal, format!("unexpected answer from the runtime: {r:?}"))
+    V2Error::new(
+        Kind::Internal,
+        format!("unexpected answer from the runtime: {r:?}"),
+    )
 }
 
 /// Starts the listeners of `opts` on the current tokio runtime. Returns
@@ -643,7 +669,10 @@ mod tests {
     fn priority_maps_as_the_schedule_policy_extension_says() {
         let be = Priority::Be;
         assert_eq!(level_of_priority(None, be).unwrap(), be);
-        assert_eq!(level_of_priority(Some(0), Priority::Rt).unwrap(), Priority::Rt);
+        assert_eq!(
+            level_of_priority(Some(0), Priority::Rt).unwrap(),
+            Priority::Rt
+        );
         assert_eq!(level_of_priority(Some(1), be).unwrap(), Priority::Rt);
         assert_eq!(level_of_priority(Some(2), be).unwrap().get(), 1);
         assert_eq!(level_of_priority(Some(10), be).unwrap(), Priority::Be);
@@ -657,16 +686,31 @@ mod tests {
         let far: IpAddr = "10.1.2.3".parse().unwrap();
         let open = Access::default();
         assert_eq!(open.check(Some(lo), None, false), Ok(()));
-        assert_eq!(open.check(Some(lo), None, true), Err(Denied::Unauthenticated));
-        assert_eq!(open.check(Some(far), None, false), Err(Denied::Unauthenticated));
+        assert_eq!(
+            open.check(Some(lo), None, true),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(
+            open.check(Some(far), None, false),
+            Err(Denied::Unauthenticated)
+        );
         let tok = Access {
             token: Some("s3cret".into()),
         };
         assert_eq!(tok.check(Some(lo), None, false), Ok(()));
         assert_eq!(tok.check(Some(lo), Some("s3cret"), true), Ok(()));
-        assert_eq!(tok.check(Some(lo), Some("wrong"), false), Err(Denied::Unauthenticated));
-        assert_eq!(tok.check(Some(far), None, false), Err(Denied::Unauthenticated));
+        assert_eq!(
+            tok.check(Some(lo), Some("wrong"), false),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(
+            tok.check(Some(far), None, false),
+            Err(Denied::Unauthenticated)
+        );
         assert_eq!(tok.check(Some(far), Some("s3cret"), false), Ok(()));
-        assert_eq!(tok.check(Some(far), Some("s3cre"), false), Err(Denied::Unauthenticated));
+        assert_eq!(
+            tok.check(Some(far), Some("s3cre"), false),
+            Err(Denied::Unauthenticated)
+        );
     }
 }

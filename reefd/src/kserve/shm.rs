@@ -72,9 +72,17 @@ impl Regions {
     }
 
     /// Registers `name` as `byte_size` bytes at `offset` of the object `key`.
-    pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), V2Error> {
+    pub fn register(
+        &self,
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+    ) -> Result<(), V2Error> {
         if name.is_empty() || name.len() > 255 {
-            return Err(V2Error::bad("a shared memory region needs a name of 1-255 bytes"));
+            return Err(V2Error::bad(
+                "a shared memory region needs a name of 1-255 bytes",
+            ));
         }
         let file_name = check_key(key)?;
         let path = std::path::Path::new(SHM_DIR).join(file_name);
@@ -88,11 +96,16 @@ impl Regions {
                     "cannot open shared memory key {key:?} ({e}); create it with shm_open before registering"
                 ))
             })?;
-        let meta = file
-            .metadata()
-            .map_err(|e| V2Error::new(Kind::Internal, format!("cannot stat shared memory {key:?}: {e}")))?;
+        let meta = file.metadata().map_err(|e| {
+            V2Error::new(
+                Kind::Internal,
+                format!("cannot stat shared memory {key:?}: {e}"),
+            )
+        })?;
         if !meta.file_type().is_file() {
-            return Err(V2Error::bad(format!("shared memory key {key:?} is not a shared memory object")));
+            return Err(V2Error::bad(format!(
+                "shared memory key {key:?} is not a shared memory object"
+            )));
         }
         let me = nix::unistd::Uid::effective().as_raw();
         if meta.uid() != me && !self.allowed_uids.contains(&meta.uid()) {
@@ -104,7 +117,9 @@ impl Regions {
                 ),
             ));
         }
-        let end = offset.checked_add(byte_size).ok_or_else(|| V2Error::bad("offset + byte_size overflows"))?;
+        let end = offset
+            .checked_add(byte_size)
+            .ok_or_else(|| V2Error::bad("offset + byte_size overflows"))?;
         if byte_size == 0 || end > meta.len() {
             return Err(V2Error::bad(format!(
                 "region {name:?}: offset {offset} + byte_size {byte_size} does not fit shared memory {key:?} of {} bytes",
@@ -151,9 +166,12 @@ impl Regions {
     pub fn status(&self, name: Option<&str>) -> Result<Vec<(String, String, u64, u64)>, V2Error> {
         let map = self.map.lock().unwrap();
         if let Some(n) = name.filter(|n| !n.is_empty()) {
-            let r = map
-                .get(n)
-                .ok_or_else(|| V2Error::new(Kind::NotFound, format!("no shared memory region named {n:?} is registered")))?;
+            let r = map.get(n).ok_or_else(|| {
+                V2Error::new(
+                    Kind::NotFound,
+                    format!("no shared memory region named {n:?} is registered"),
+                )
+            })?;
             return Ok(vec![(n.to_string(), r.key.clone(), r.offset, r.byte_size)]);
         }
         Ok(map
@@ -242,7 +260,11 @@ mod tests {
         assert_eq!(r.read("in", 28, 4).unwrap(), vec![1, 2, 3, 4]);
         let past = r.read("in", 30, 4).unwrap_err();
         assert!(past.message.contains("past its end"), "{past}");
-        assert!(r.read("nope", 0, 1).unwrap_err().message.contains("register it first"));
+        assert!(r
+            .read("nope", 0, 1)
+            .unwrap_err()
+            .message
+            .contains("register it first"));
         // The region's offset is into the object: byte 16+28 of the file.
         let file = std::fs::read(_o.0.clone()).unwrap();
         assert_eq!(&file[44..48], &[1, 2, 3, 4]);
@@ -258,7 +280,11 @@ mod tests {
         assert!(e.message.contains("does not fit"), "{e}");
         assert!(r.register("a", "/reef_no_such_object", 0, 1).is_err());
         r.register("a", &key, 0, 64).unwrap();
-        assert!(r.register("a", &key, 0, 64).unwrap_err().message.contains("already"));
+        assert!(r
+            .register("a", &key, 0, 64)
+            .unwrap_err()
+            .message
+            .contains("already"));
         assert_eq!(r.status(None).unwrap().len(), 1);
         r.unregister(Some("a"));
         assert!(r.is_empty());
@@ -269,7 +295,12 @@ mod tests {
         let (key, o) = object("trunc", 4096);
         let r = Regions::default();
         r.register("t", &key, 0, 4096).unwrap();
-        std::fs::OpenOptions::new().write(true).open(&o.0).unwrap().set_len(10).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&o.0)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
         let e = r.read("t", 0, 4096).unwrap_err();
         assert!(e.message.contains("truncated"), "{e}");
     }

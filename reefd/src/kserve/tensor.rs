@@ -43,7 +43,12 @@ pub fn byte_size(datatype: &str, shape: &[i64]) -> Result<usize, V2Error> {
 
 /// JSON `data` (nested or flat arrays of numbers or booleans) as the
 /// little-endian bytes of `count` elements of `datatype`.
-pub fn json_to_bytes(name: &str, datatype: &str, count: usize, data: &serde_json::Value) -> Result<Vec<u8>, V2Error> {
+pub fn json_to_bytes(
+    name: &str,
+    datatype: &str,
+    count: usize,
+    data: &serde_json::Value,
+) -> Result<Vec<u8>, V2Error> {
     let size = byte_size(datatype, &[count as i64])?;
     let mut out = Vec::with_capacity(size);
     let mut n = 0usize;
@@ -116,7 +121,11 @@ fn push(out: &mut Vec<u8>, datatype: &str, v: &serde_json::Value) -> Result<(), 
         "INT64" => int_as!(i64),
         "FP32" => out.extend_from_slice(&(float()? as f32).to_le_bytes()),
         "FP64" => out.extend_from_slice(&float()?.to_le_bytes()),
-        other => return Err(format!("{other} data cannot be sent as JSON; send it as binary data")),
+        other => {
+            return Err(format!(
+                "{other} data cannot be sent as JSON; send it as binary data"
+            ))
+        }
     }
     Ok(())
 }
@@ -124,11 +133,15 @@ fn push(out: &mut Vec<u8>, datatype: &str, v: &serde_json::Value) -> Result<(), 
 /// Little-endian `bytes` of `datatype` as a flat JSON array.
 pub fn bytes_to_json(datatype: &str, bytes: &[u8]) -> Result<serde_json::Value, V2Error> {
     use serde_json::Value;
-    let e = element_size(datatype).ok_or_else(|| V2Error::bad(format!("datatype {datatype:?} is unknown")))?;
+    let e = element_size(datatype)
+        .ok_or_else(|| V2Error::bad(format!("datatype {datatype:?} is unknown")))?;
     if bytes.len() % e != 0 {
         return Err(V2Error::new(
             super::Kind::Internal,
-            format!("{} bytes is not a whole number of {datatype} elements", bytes.len()),
+            format!(
+                "{} bytes is not a whole number of {datatype} elements",
+                bytes.len()
+            ),
         ));
     }
     macro_rules! each {
@@ -170,7 +183,10 @@ mod tests {
         let b = json_to_bytes("x", "FP32", 4, &json!([[1.0, 2.5], [-3, 4]])).unwrap();
         assert_eq!(b.len(), 16);
         assert_eq!(f32::from_le_bytes(b[4..8].try_into().unwrap()), 2.5);
-        assert_eq!(bytes_to_json("FP32", &b).unwrap(), json!([1.0, 2.5, -3.0, 4.0]));
+        assert_eq!(
+            bytes_to_json("FP32", &b).unwrap(),
+            json!([1.0, 2.5, -3.0, 4.0])
+        );
         let i = json_to_bytes("ids", "INT64", 2, &json!([7, -1])).unwrap();
         assert_eq!(bytes_to_json("INT64", &i).unwrap(), json!([7, -1]));
     }
