@@ -338,3 +338,51 @@ fn non_loopback_binds_need_allow_remote_and_a_token() {
         assert!(err.contains(words), "{section}: {err}");
     }
 }
+
+#[test]
+fn a_timeout_fails_requests_that_wait_and_never_runs_them() {
+    let f = start("sim:mi50", "");
+    let admin = [("Authorization", &*format!("Bearer {TOKEN}"))];
+    let (s, _, _) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/vgg/load",
+        &admin,
+        b"",
+    );
+    assert_eq!(s, 200);
+    // Eight RT requests at once share the front's one RT stream: the first
+    // reaches the GPU at once, the others wait behind it (VGG runs for
+    // milliseconds on sim:mi50) and their 200 us timeout passes.
+    let before = f.d.client().stats().unwrap().tasks_completed;
+    let addr = f.http.clone();
+    let answers: Vec<(u16, Vec<u8>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                let addr = addr.clone();
+                sc.spawn(move || {
+                    let (s, _, b) = http(
+                        &addr,
+                        "POST",
+                        "/v2/models/vgg/infer",
+                        &[],
+                        br#"{"inputs":[],"parameters":{"priority":1,"timeout":200}}"#,
+                    );
+                    (s, b)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = answers.iter().filter(|(s, _)| *s == 200).count();
+    let timed_out: Vec<_> = answers.iter().filter(|(s, _)| *s == 503).collect();
+    assert!(ok >= 1, "{answers:?}");
+    assert!(!timed_out.is_empty(), "no request timed out: {answers:?}");
+    for (_, b) in &timed_out {
+        assert!(error_of(b).contains("timeout passed"), "{}", error_of(b));
+    }
+    assert_eq!(ok + timed_out.len(), 8, "{answers:?}");
+    // The timed-out requests never ran.
+    let stats = f.d.client().stats().unwrap();
+    assert_eq!(stats.tasks_completed - before, ok as u64);
+}

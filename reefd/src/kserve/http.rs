@@ -29,7 +29,8 @@ impl IntoResponse for V2Error {
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::Unauthenticated => StatusCode::UNAUTHORIZED,
             Kind::Unavailable | Kind::Exhausted => StatusCode::SERVICE_UNAVAILABLE,
-            Kind::Timeout => StatusCode::REQUEST_TIMEOUT,
+            // Triton answers an expired queue timeout as unavailable.
+            Kind::Timeout => StatusCode::SERVICE_UNAVAILABLE,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,

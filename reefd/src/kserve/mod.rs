@@ -208,6 +208,7 @@ impl From<Failure> for V2Error {
             ErrorCode::NotFound => Kind::NotFound,
             ErrorCode::PermissionDenied => Kind::Unauthenticated,
             ErrorCode::Busy | ErrorCode::ShuttingDown | ErrorCode::Cancelled => Kind::Unavailable,
+            ErrorCode::Timeout => Kind::Timeout,
             ErrorCode::Unsupported => Kind::Unsupported,
             ErrorCode::Internal => Kind::Internal,
         };
@@ -394,6 +395,14 @@ impl Front {
 
     /// Sends one native request and waits for its answer.
     async fn call(&self, body: RequestBody) -> Result<Reply, Failure> {
+        self.call_within(body, None).await
+    }
+
+    async fn call_within(
+        &self,
+        body: RequestBody,
+        within: Option<Duration>,
+    ) -> Result<Reply, Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let load = matches!(body, RequestBody::LoadModel { .. });
         let (tx, rx) = oneshot::channel();
@@ -410,7 +419,9 @@ impl Front {
                     ))
                 })
         } else {
-            self.rt.handle(&self.conn, id, body, Instant::now())
+            let now = Instant::now();
+            self.rt
+                .handle_within(&self.conn, id, body, now, within.map(|d| now + d))
         };
         match handled {
             Handled::Reply(r) => {
@@ -561,12 +572,15 @@ impl Front {
         let stream = self.stream_for(sched.level).await?;
         let begun = Instant::now();
         let r = self
-            .call(RequestBody::Infer {
-                stream,
-                model: model.to_string(),
-                wait: true,
-                qos_ms: sched.qos_ms,
-            })
+            .call_within(
+                RequestBody::Infer {
+                    stream,
+                    model: model.to_string(),
+                    wait: true,
+                    qos_ms: sched.qos_ms,
+                },
+                sched.timeout,
+            )
             .await;
         let mut stats = self.stats.lock().unwrap();
         let s = stats.entry(model.to_string()).or_default();

@@ -196,6 +196,9 @@ struct State {
     /// The streams each uid holds (per-uid limits, without a scan of every
     /// stream on the request path).
     uid_streams: HashMap<u32, BTreeSet<u64>>,
+    /// Tasks that fail with `timeout` unless they reach the device by then
+    /// ([`Runtime::handle_within`]).
+    start_deadlines: BTreeSet<(Instant, u64)>,
     /// Tasks declared by `task_begin` (CASE/MGB), with their connection.
     declared: HashMap<u64, u64>,
     next_declared: u64,
@@ -253,6 +256,7 @@ impl Runtime {
                 pacer_last: 0,
                 deliveries: Vec::new(),
                 declared: HashMap::new(),
+                start_deadlines: BTreeSet::new(),
                 uid_streams: HashMap::new(),
                 next_declared: 1,
             }),
@@ -470,6 +474,21 @@ impl Runtime {
     /// straight to the connection's writer when the task ends
     /// ([`Handled::Sent`]).
     pub fn handle(&self, conn: &Conn, id: u64, body: RequestBody, arrival: Instant) -> Handled {
+        self.handle_within(conn, id, body, arrival, None)
+    }
+
+    /// As [`Runtime::handle`]; an `infer` that has not reached the device
+    /// by `start_by` is withdrawn and fails with `timeout` (Triton's
+    /// `timeout` parameter, docs/kserve.md). A request the device's
+    /// scheduler already holds runs to its end.
+    pub fn handle_within(
+        &self,
+        conn: &Conn,
+        id: u64,
+        body: RequestBody,
+        arrival: Instant,
+        start_by: Option<Instant>,
+    ) -> Handled {
         if let Some(f) = oversized_name(&body) {
             self.lock().metrics.requests += 1;
             return Handled::Error(f);
@@ -485,7 +504,7 @@ impl Runtime {
         }
         let mut st = self.lock();
         st.metrics.requests += 1;
-        let r = self.handle_locked(&mut st, conn, id, body, arrival);
+        let r = self.handle_locked(&mut st, conn, id, body, arrival, start_by);
         // Device events already due are caught up here, by whichever
         // request holds the lock, so their completions are delivered now
         // rather than when the poll loop next gets the thread: with many
@@ -511,6 +530,7 @@ impl Runtime {
         id: u64,
         body: RequestBody,
         arrival: Instant,
+        start_by: Option<Instant>,
     ) -> Handled {
         use Handled::{Error as Err_, Reply as Ok_};
         let peer = conn.peer;
@@ -528,7 +548,16 @@ impl Runtime {
                     ));
                 }
                 let qos_ns = qos_ms.map(|q| (q * 1e6).round() as u64);
-                self.infer(st, conn, stream, &model, wait.then_some(id), qos_ns, arrival)
+                let before = st.next_task;
+                let h = self.infer(st, conn, stream, &model, wait.then_some(id), qos_ns, arrival);
+                if let Some(by) = start_by.filter(|_| st.next_task > before) {
+                    // The task just submitted, if it waits for the device.
+                    let task = before;
+                    if st.tasks.get(&task).is_some_and(|t| t.first_queued.is_none()) {
+                        st.start_deadlines.insert((by, task));
+                    }
+                }
+                h
             }
             RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
