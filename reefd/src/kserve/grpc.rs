@@ -147,7 +147,7 @@ fn schedule_of(
 fn shm_of(
     p: &HashMap<String, pb::InferParameter>,
     what: &str,
-) -> Result<Option<(String, u64, u64)>, V2Error> {
+) -> Result<Option<super::ShmRef>, V2Error> {
     let Some(r) = p
         .get("shared_memory_region")
         .and_then(|v| v.parameter_choice.as_ref())
@@ -279,7 +279,7 @@ impl Service {
                 bytes,
             });
         }
-        let mut wanted: Vec<(String, Option<(String, u64, u64)>)> = Vec::new();
+        let mut wanted: Vec<(String, Option<super::ShmRef>)> = Vec::new();
         for o in &r.outputs {
             wanted.push((
                 o.name.clone(),

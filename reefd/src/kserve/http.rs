@@ -419,7 +419,7 @@ async fn infer_v(
 fn shm_ref(
     params: Option<&Map<String, Value>>,
     what: &str,
-) -> Result<Option<(String, u64, u64)>, V2Error> {
+) -> Result<Option<super::ShmRef>, V2Error> {
     let Some(p) = params else { return Ok(None) };
     let Some(region) = p.get("shared_memory_region") else {
         return Ok(None);
@@ -598,7 +598,7 @@ async fn infer_on(
         .and_then(|p| p.get("binary_data_output"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let mut wanted: Vec<(String, bool, Option<(String, u64, u64)>)> = Vec::new();
+    let mut wanted: Vec<(String, bool, Option<super::ShmRef>)> = Vec::new();
     if let Some(outs) = req.get("outputs").and_then(Value::as_array) {
         for o in outs {
             let name = o

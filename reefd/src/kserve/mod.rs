@@ -304,6 +304,9 @@ pub fn dtype_of_datatype(datatype: &str) -> Option<&'static str> {
     })
 }
 
+/// A tensor placed in a shared memory region: (region, offset, bytes).
+pub type ShmRef = (String, u64, u64);
+
 /// A model's inputs and outputs as v2 metadata: (name, datatype, shape).
 pub type TensorMeta = (String, String, Vec<i64>);
 
