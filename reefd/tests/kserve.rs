@@ -31,12 +31,17 @@ struct Fronts {
 }
 
 fn start(device: &str, extra: &str) -> Fronts {
+    start_full(device, "", extra)
+}
+
+fn start_full(device: &str, device_extra: &str, extra: &str) -> Fronts {
     let (h, g) = (free_port(), free_port());
     let http = format!("127.0.0.1:{h}");
     let grpc = format!("127.0.0.1:{g}");
-    let d = Daemon::start_on(
+    let d = Daemon::start_full(
         device,
         "",
+        device_extra,
         &format!("[kserve]\nhttp = {http:?}\ngrpc = {grpc:?}\ntoken = {TOKEN:?}\n{extra}"),
     );
     // The fronts come up before the daemon reports ready.
@@ -112,19 +117,20 @@ fn venv_python() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python")
 }
 
-#[test]
-fn tritonclient_over_http_and_grpc_sync_and_async() {
+/// Runs kserve_client.py against `f` on `model` (and a reference ONNX).
+fn tritonclient(f: &Fronts, model: &str, reference: Option<&Path>) {
     let py = venv_python();
     assert!(
         py.is_file(),
         "run scripts/setup.sh: it installs .venv with tritonclient"
     );
-    let f = start("sim:mi50", "");
-    let out = Command::new(&py)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kserve_client.py"))
-        .args([&f.http, &f.grpc, TOKEN, "vgg"])
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(&py);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kserve_client.py"))
+        .args([&f.http, &f.grpc, TOKEN, model]);
+    if let Some(r) = reference {
+        cmd.arg(r);
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("all checks passed"),
@@ -133,6 +139,29 @@ fn tritonclient_over_http_and_grpc_sync_and_async() {
         f.d.log()
     );
     f.d.check_nothing_left().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A measured schedule without tensors on the simulated MI50.
+#[test]
+fn tritonclient_over_http_and_grpc_sync_and_async() {
+    let f = start("sim:mi50", "");
+    tritonclient(&f, "vgg", None);
+}
+
+/// cuda:0 on the simulated libcuda, with tensors: reef-libcuda-sim's test
+/// model (input `x` float32 [2048], output `y`), its outputs the same
+/// through JSON, binary data and shared memory, and for the same input.
+#[test]
+fn tritonclient_with_tensors_on_cuda0() {
+    let _g = common::cuda_serial();
+    let lib = common::sim_library();
+    let models = common::two_kernel_dir().parent().unwrap().to_path_buf();
+    let f = start_full(
+        "cuda:0",
+        &format!("cuda_library = {lib:?}\nmodels_dir = {models:?}"),
+        "",
+    );
+    tritonclient(&f, "two-kernel", None);
 }
 
 #[test]

@@ -286,7 +286,7 @@ impl Service {
                 shm_of(&o.parameters, &format!("output {:?}", o.name))?,
             ));
         }
-        let answer = f.infer(&m.name, sched, inputs).await?;
+        let answer = f.infer(&m, sched, inputs).await?;
         if wanted.is_empty() {
             wanted = answer
                 .outputs

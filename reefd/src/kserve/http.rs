@@ -616,7 +616,7 @@ async fn infer_on(
         }
     }
     let id = req.get("id").cloned();
-    let answer = f.infer(&m.name, sched, inputs).await?;
+    let answer = f.infer(&m, sched, inputs).await?;
     if wanted.is_empty() {
         wanted = answer
             .outputs

@@ -310,10 +310,21 @@ pub type ShmRef = (String, u64, u64);
 /// A model's inputs and outputs as v2 metadata: (name, datatype, shape).
 pub type TensorMeta = (String, String, Vec<i64>);
 
-/// The inputs and outputs a loaded model declares.
+/// The inputs and outputs a loaded model declares, as v2 metadata (the
+/// native protocol names dtypes as numpy does).
 pub fn model_io(m: &ModelInfo) -> (Vec<TensorMeta>, Vec<TensorMeta>) {
-    let _ = m;
-    (Vec::new(), Vec::new())
+    let meta = |v: &[crate::protocol::TensorSpec]| {
+        v.iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    datatype_of_dtype(&t.dtype).unwrap_or("BYTES").to_string(),
+                    t.shape.iter().map(|&d| d as i64).collect(),
+                )
+            })
+            .collect()
+    };
+    (meta(&m.inputs), meta(&m.outputs))
 }
 
 /// Per-model counters of the statistics extension, from the daemon's own
@@ -398,12 +409,13 @@ impl Front {
 
     /// Sends one native request and waits for its answer.
     async fn call(&self, body: RequestBody) -> Result<Reply, Failure> {
-        self.call_within(body, None).await
+        self.call_within(body, None, None).await
     }
 
     async fn call_within(
         &self,
         body: RequestBody,
+        data: Option<crate::protocol::FrameData>,
         within: Option<Duration>,
     ) -> Result<Reply, Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -424,7 +436,7 @@ impl Front {
         } else {
             let now = Instant::now();
             self.rt
-                .handle_within(&self.conn, id, body, now, within.map(|d| now + d))
+                .handle_within(&self.conn, id, body, data, now, within.map(|d| now + d))
         };
         match handled {
             Handled::Reply(r) => {
@@ -555,14 +567,16 @@ impl Front {
         Ok(have[i])
     }
 
-    /// Runs one inference of `model` under `sched` on `inputs`.
+    /// Runs one inference of model `m` under `sched` on `inputs`. The
+    /// inputs' bytes go to the runtime as one data section (the native
+    /// protocol's inline tensors): one copy here, then the device's own.
     pub async fn infer(
         &self,
-        model: &str,
+        m: &ModelInfo,
         sched: Schedule,
         inputs: Vec<Input>,
     ) -> Result<Answer, V2Error> {
-        let _ = inputs;
+        let model = m.name.as_str();
         let _permit = self.in_flight.clone().try_acquire_owned().map_err(|_| {
             V2Error::new(
                 Kind::Exhausted,
@@ -572,6 +586,41 @@ impl Front {
                 ),
             )
         })?;
+        // A model that declares no inputs (a measured schedule without
+        // code) takes none, and the device runs it on inputs of its own;
+        // for one that does, the runtime checks every input.
+        let (refs, data) = if inputs.is_empty() && m.inputs.is_empty() {
+            (None, None)
+        } else {
+            let total: usize = inputs.iter().map(|i| i.bytes.len()).sum();
+            let mut buf = Vec::with_capacity(total);
+            let mut refs = Vec::with_capacity(inputs.len());
+            for i in inputs {
+                let dtype = dtype_of_datatype(&i.datatype).ok_or_else(|| {
+                    V2Error::bad(format!(
+                        "input {:?}: datatype {} is not one reefd serves",
+                        i.name, i.datatype
+                    ))
+                })?;
+                refs.push(crate::protocol::TensorRef {
+                    name: i.name,
+                    dtype: dtype.to_string(),
+                    shape: i.shape.iter().map(|&d| d.max(0) as u64).collect(),
+                    region: None,
+                    offset: buf.len() as u64,
+                    bytes: i.bytes.len() as u64,
+                });
+                buf.extend_from_slice(&i.bytes);
+            }
+            (
+                Some(refs),
+                Some(crate::protocol::FrameData {
+                    frame: Arc::new(buf),
+                    start: 0,
+                }),
+            )
+        };
+        let with_data = refs.is_some();
         let stream = self.stream_for(sched.level).await?;
         let begun = Instant::now();
         let r = self
@@ -581,7 +630,10 @@ impl Front {
                     model: model.to_string(),
                     wait: true,
                     qos_ms: sched.qos_ms,
+                    inputs: refs,
+                    outputs: Vec::new(),
                 },
+                data,
                 sched.timeout,
             )
             .await;
@@ -598,10 +650,31 @@ impl Front {
                 add(&mut s.success, total);
                 add(&mut s.queue, queue);
                 add(&mut s.compute_infer, total.saturating_sub(queue));
-                Ok(Answer {
-                    task,
-                    outputs: Vec::new(),
-                })
+                drop(stats);
+                if with_data {
+                    if let Some(why) = &task.outputs_missing {
+                        return Err(V2Error::new(
+                            Kind::Unsupported,
+                            format!("the inference ran but its outputs cannot be returned: {why}"),
+                        ));
+                    }
+                }
+                let mut outputs = Vec::with_capacity(task.outputs.len());
+                for o in &task.outputs {
+                    let bytes = task.output_bytes(&o.name).ok_or_else(|| {
+                        V2Error::new(
+                            Kind::Internal,
+                            format!("output {:?} has no bytes in the answer", o.name),
+                        )
+                    })?;
+                    outputs.push(Output {
+                        name: o.name.clone(),
+                        datatype: datatype_of_dtype(&o.dtype).unwrap_or("BYTES").to_string(),
+                        shape: o.shape.iter().map(|&d| d as i64).collect(),
+                        bytes: bytes.to_vec(),
+                    });
+                }
+                Ok(Answer { task, outputs })
             }
             Ok(other) => Err(unexpected(&other)),
             Err(f) => {
