@@ -306,6 +306,7 @@ fn run(
             .context("cannot start the I/O runtime")?;
         (Some(rt.start_pacer(prio, placement)), io)
     };
+    let kserve = cfg.kserve()?;
     let opts = ServerOptions {
         socket: cfg.daemon.socket.clone(),
         max_frame_bytes: cfg.daemon.max_frame_bytes,
@@ -328,6 +329,20 @@ fn run(
             "reefd serving"
         );
         let poller = poll.then(|| tokio::spawn(rt.clone().poll_loop()));
+        // The v2 fronts act as the daemon's own user (TCP carries no peer
+        // credentials; kserve::Access decides who may use them).
+        let me = crate::runtime::Peer {
+            uid: nix::unistd::Uid::effective().as_raw(),
+            gid: nix::unistd::Gid::effective().as_raw(),
+            pid: None,
+        };
+        let fronts = match crate::kserve::start(rt.clone(), kserve, me).await {
+            Ok(t) => t,
+            Err(e) => {
+                report(&mut ready, &format!("{e:#}"));
+                return Err(e);
+            }
+        };
         report(&mut ready, "ok");
         let shutdown = async move {
             tokio::select! {
@@ -336,6 +351,9 @@ fn run(
             }
         };
         let r = server::serve(rt.clone(), listener, opts, shutdown).await;
+        for f in fronts {
+            f.abort();
+        }
         if let Some(p) = poller {
             p.abort();
         }

@@ -20,6 +20,8 @@ pub mod daemon;
 pub mod device;
 #[cfg(feature = "daemon")]
 pub mod engine;
+#[cfg(feature = "daemon")]
+pub mod kserve;
 pub mod lazy;
 #[cfg(feature = "daemon")]
 pub mod metrics;

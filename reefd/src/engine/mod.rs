@@ -176,6 +176,13 @@ pub trait Engine: Send {
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError>;
     /// Runs the device up to `now`.
+    /// Withdraws `task` if it has not reached the device yet (it waits
+    /// behind its stream's running request); true when it was withdrawn and
+    /// will produce no event. A task the device's scheduler holds runs to
+    /// its end. (Triton's `timeout`, docs/kserve.md.)
+    fn withdraw(&mut self, _task: u64) -> bool {
+        false
+    }
     fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>);
     /// When something next happens without new input (`None`: idle).
     fn next_event_time(&self) -> Option<Nanos>;

@@ -353,6 +353,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The task was cancelled (its stream was unregistered).
     Cancelled,
+    /// The request did not reach the GPU before its start deadline (the
+    /// Open Inference Protocol's `timeout`); it was not run.
+    Timeout,
     Internal,
 }
 

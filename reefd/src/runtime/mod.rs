@@ -49,6 +49,7 @@ mod streams;
 mod tensors;
 
 pub use affinity::{set_realtime_priority, Placement, SavedPlacement};
+pub use models::name_is_path;
 use models::{canonical_model, not_loaded};
 use pacing::SPIN_WINDOW;
 use streams::stream_info;
@@ -207,6 +208,9 @@ struct State {
     /// The streams each uid holds (per-uid limits, without a scan of every
     /// stream on the request path).
     uid_streams: HashMap<u32, BTreeSet<u64>>,
+    /// Tasks that fail with `timeout` unless they reach the device by then
+    /// ([`Runtime::handle_within`]).
+    start_deadlines: BTreeSet<(Instant, u64)>,
     /// Tasks declared by `task_begin` (CASE/MGB), with their connection.
     declared: HashMap<u64, u64>,
     next_declared: u64,
@@ -316,6 +320,7 @@ impl Runtime {
                 pacer_last: 0,
                 deliveries: Vec::new(),
                 declared: HashMap::new(),
+                start_deadlines: BTreeSet::new(),
                 uid_streams: HashMap::new(),
                 next_declared: 1,
                 regions: HashMap::new(),
@@ -566,6 +571,22 @@ impl Runtime {
         frame: Option<crate::protocol::FrameData>,
         arrival: Instant,
     ) -> Handled {
+        self.handle_within(conn, id, body, frame, arrival, None)
+    }
+
+    /// As [`Runtime::handle_data`]; an `infer` that has not reached the
+    /// device by `start_by` is withdrawn and fails with `timeout` (Triton's
+    /// `timeout` parameter, docs/kserve.md). A request the device's
+    /// scheduler already holds runs to its end.
+    pub fn handle_within(
+        &self,
+        conn: &Conn,
+        id: u64,
+        body: RequestBody,
+        frame: Option<crate::protocol::FrameData>,
+        arrival: Instant,
+        start_by: Option<Instant>,
+    ) -> Handled {
         if let Some(f) = oversized_name(&body) {
             self.lock().metrics.requests += 1;
             return Handled::Error(f);
@@ -581,7 +602,7 @@ impl Runtime {
         }
         let mut st = self.lock();
         st.metrics.requests += 1;
-        let r = self.handle_locked(&mut st, conn, id, body, frame, arrival);
+        let r = self.handle_locked(&mut st, conn, id, body, frame, arrival, start_by);
         // Device events already due are caught up here, by whichever
         // request holds the lock, so their completions are delivered now
         // rather than when the poll loop next gets the thread: with many
@@ -608,6 +629,7 @@ impl Runtime {
         body: RequestBody,
         frame: Option<crate::protocol::FrameData>,
         arrival: Instant,
+        start_by: Option<Instant>,
     ) -> Handled {
         use Handled::{Error as Err_, Reply as Ok_};
         let peer = conn.peer;
@@ -627,8 +649,9 @@ impl Runtime {
                     ));
                 }
                 let qos_ns = qos_ms.map(|q| (q * 1e6).round() as u64);
+                let before = st.next_task;
                 let tensors = inputs.map(|i| (i, outputs, frame));
-                self.infer(
+                let h = self.infer(
                     st,
                     conn,
                     stream,
@@ -637,7 +660,15 @@ impl Runtime {
                     qos_ns,
                     tensors,
                     arrival,
-                )
+                );
+                if let Some(by) = start_by.filter(|_| st.next_task > before) {
+                    // The task just submitted, if it waits for the device.
+                    let task = before;
+                    if st.tasks.get(&task).is_some_and(|t| t.first_queued.is_none()) {
+                        st.start_deadlines.insert((by, task));
+                    }
+                }
+                h
             }
             RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
@@ -709,6 +740,11 @@ impl Runtime {
     /// Refuses new work from now on (shutdown has begun).
     pub fn begin_shutdown(&self) {
         self.lock().shutting_down = true;
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
     }
 
     pub fn tasks_in_flight(&self) -> usize {

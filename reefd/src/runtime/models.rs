@@ -41,7 +41,7 @@ pub(super) fn not_loaded(st: &State, name: &str) -> Failure {
 
 /// Whether a `models load` NAME is a path rather than a name in the models
 /// directory: it has a path separator or starts with `.`.
-pub(super) fn name_is_path(name: &str) -> bool {
+pub fn name_is_path(name: &str) -> bool {
     name.contains('/') || name.starts_with('.')
 }
 

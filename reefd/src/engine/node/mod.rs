@@ -480,6 +480,17 @@ impl Engine for NodeEngine {
         dropped
     }
 
+    fn withdraw(&mut self, task: u64) -> bool {
+        let Some(&d) = self.tasks.get(&task) else {
+            return false;
+        };
+        let gone = self.devs[d].withdraw(task);
+        if gone {
+            self.tasks.remove(&task);
+        }
+        gone
+    }
+
     fn submit(
         &mut self,
         now: Nanos,

@@ -538,6 +538,16 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         dropped
     }
 
+    fn withdraw(&mut self, task: u64) -> bool {
+        for d in self.dstreams.values_mut() {
+            if let Some(i) = d.queue.iter().position(|(t, _)| *t == task) {
+                d.queue.remove(i);
+                return true;
+            }
+        }
+        false
+    }
+
     fn submit(
         &mut self,
         now: Nanos,
