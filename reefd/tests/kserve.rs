@@ -164,6 +164,16 @@ fn tritonclient_with_tensors_on_cuda0() {
     tritonclient(&f, "two-kernel", None);
 }
 
+/// sim:h100 with real values (the CPU build of reef-compile's kernels):
+/// tritonclient's answers equal ONNX Runtime's on the same inputs.
+#[test]
+fn tritonclient_on_sim_h100_equals_onnx_runtime() {
+    let t = common::compiled_tiny(1);
+    let models = t.path().join("models");
+    let f = start_full("sim:h100", &format!("models_dir = {models:?}"), "");
+    tritonclient(&f, "tiny", Some(&t.path().join("tiny.onnx")));
+}
+
 #[test]
 fn bad_requests_get_the_protocols_errors_and_the_daemon_goes_on() {
     let f = start("sim:mi50", "max_body_bytes = 65536\n");

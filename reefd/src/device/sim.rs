@@ -8,16 +8,16 @@
 //! Request data (issue 30): [`SimDevice`] is reef-sim with the bytes of
 //! its buffers. A request's input bytes are copied into its buffers of
 //! the model's input storages when it arrives (one copy, from the frame or
-//! the client's region), and are freed when the request is over. Outputs
-//! are read back from the output storages' bytes, which only a device that
-//! computes kernels' values writes: reef-sim tracks versions, not numbers,
-//! so until a CPU build of the model's kernels runs on these bytes when a
-//! kernel completes (issue 30 part 3; it plugs in at
-//! [`SimDevice::output_bytes`]), a request with inputs gets no outputs and
-//! is told why (`outputs_missing`). Nothing is made up.
+//! the client's region). For a compiled model with a CPU build
+//! (reef-compile's `cpu.so`), reef-sim's real values run each kernel's CPU
+//! function on those bytes when the kernel completes (off the simulated
+//! clock, `sim/src/realvalues.rs`), and the outputs are read back from the
+//! output storages. A model without code (the measured MI50 schedules)
+//! tracks versions, not numbers: a request with inputs to it gets no
+//! outputs and is told why (`outputs_missing`). Nothing is made up.
 
 use crate::engine::sched::{EngineDevice, SchedEngine, SchedSettings};
-use crate::engine::EngineError;
+use crate::engine::{EngineError, EngineModel};
 use crate::tensors::{OutputBytes, Outputs, RequestData};
 use reef_exec::Device;
 use reef_sched::{RequestId, Time};
@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Why a simulated device returns no outputs (see the module doc).
-pub const NO_VALUES: &str = "the simulated device computes no output values for this model: reef-sim tracks versions, not numbers (issue 30 part 3: CPU builds of compiled models' kernels); the inputs were checked and copied to the device, the outputs are not returned rather than made up";
+pub const NO_VALUES: &str = "the simulated device computes no output values for this model: it has no CPU build of its kernels (reef-compile writes one, cpu.so, for the models it compiles), so reef-sim tracks versions, not numbers; the inputs were checked and copied to the device, the outputs are not returned rather than made up";
 
 /// reef-sim and the bytes of its buffers: see the module documentation.
 pub struct SimDevice {
@@ -42,6 +42,10 @@ pub struct SimDevice {
     outputs: HashMap<u64, Outputs>,
     /// Device streams lost by fault injection ([`SimDevice::lose_stream`]).
     lost: Vec<StreamId>,
+    /// Models whose kernels compute real values here (a CPU build): their
+    /// kernels' shape identities and program, registered again after a
+    /// reset.
+    real: HashMap<String, (Vec<u64>, Arc<reef_cpu_kernels::Program>)>,
     /// Input buffers of finished requests, kept for the next ones (a
     /// GPU's buffers stay allocated too: no page faults per request), at
     /// most [`SPARE_BYTES`] in all.
@@ -65,6 +69,7 @@ impl SimDevice {
             outputs: HashMap::new(),
             lost: Vec::new(),
             spare: Vec::new(),
+            real: HashMap::new(),
         }
     }
 
@@ -94,10 +99,12 @@ impl SimDevice {
         self.bytes.get(&b).map(Vec::as_slice)
     }
 
-    /// Output storage bytes of a finished request, `None` while no kernel
-    /// computes values here (the plug point of issue 30 part 3).
-    fn output_bytes(&self, _b: BufferId) -> Option<&[u8]> {
-        None
+    /// Output storage bytes of a finished request: those the CPU build of
+    /// a compiled model's kernels computed on the buffers' bytes (reef-sim's
+    /// real values, `sim/src/realvalues.rs`; waits for the worker to finish
+    /// the completions so far). `None` for a model without a CPU build.
+    fn output_bytes(&self, b: BufferId) -> Option<Vec<u8>> {
+        self.sim.values().bytes(b)
     }
 
     /// Reads request `req`'s outputs when it is done.
@@ -108,16 +115,17 @@ impl SimDevice {
         let mut out = Vec::with_capacity(a.data.outputs.len());
         let mut result: Outputs = Ok(Vec::new());
         for (place, b) in a.data.outputs.iter().zip(&a.buffers) {
-            let Some(src) = self.output_bytes(*b).filter(|s| s.len() == place.bytes) else {
+            let got = self.output_bytes(*b);
+            let Some(src) = got.filter(|s| s.len() == place.bytes) else {
                 result = Err(NO_VALUES.to_string());
                 break;
             };
             out.push(match &place.region {
                 Some((r, range)) => {
-                    r.write(range.start, src);
+                    r.write(range.start, &src);
                     OutputBytes::Written
                 }
-                None => OutputBytes::Inline(src.to_vec()),
+                None => OutputBytes::Inline(src),
             });
         }
         if result.is_ok() {
@@ -141,6 +149,46 @@ impl EngineDevice for SimDevice {
         format!("reef-sim {}", self.sim.spec().name)
     }
 
+    /// A compiled model with a CPU build (reef-compile's `cpu.so`) gets real
+    /// values: its kernels' outputs are computed on the buffers' bytes when
+    /// they complete. A schedule without code keeps version tracking.
+    fn load(&mut self, m: &EngineModel) -> Result<(), EngineError> {
+        let shapes = reef_sim::KernelShape::for_model(&m.model, self.sim.spec()).map_err(|e| {
+            EngineError::Invalid(format!(
+                "model {}: kernel {}: {}",
+                m.name, e.kernel, e.problem
+            ))
+        })?;
+        // As ValueTracker::load_compiled, keeping the program: a rebuild of
+        // the engine resets the simulator, which then gets it again.
+        let has_code =
+            m.model.compiled.is_some() && reef_cpu_kernels::Program::file_has_code(&m.model.path);
+        if !has_code {
+            tracing::info!(model = %m.name, "no CPU build: version tracking only");
+            self.real.remove(&m.name);
+            return Ok(());
+        }
+        let program = reef_cpu_kernels::Program::load_file(&m.model.path).map_err(|e| {
+            EngineError::Invalid(format!(
+                "model {}: its CPU build cannot be loaded for real values: {e}",
+                m.name
+            ))
+        })?;
+        let ids: Vec<u64> = shapes.iter().map(|s| s.identity).collect();
+        self.sim
+            .values_mut()
+            .register_program(&ids, program.clone());
+        tracing::info!(model = %m.name, "real values: the CPU build of its kernels computes outputs");
+        self.real.insert(m.name.clone(), (ids, program));
+        Ok(())
+    }
+
+    fn unload(&mut self, name: &str) {
+        // Its kernels' identities stay registered in the simulator until the
+        // next reset; no request of it can launch them any more.
+        self.real.remove(name);
+    }
+
     fn data_path(&self) -> Result<(), String> {
         Ok(())
     }
@@ -148,14 +196,24 @@ impl EngineDevice for SimDevice {
     fn attach(
         &mut self,
         req: RequestId,
-        _model: &str,
+        model: &str,
         data: Arc<RequestData>,
         buffer: &dyn Fn(usize) -> BufferId,
     ) {
         // Output buffers first, then the input buffers (freed at the end).
         let mut buffers: Vec<BufferId> = data.outputs.iter().map(|o| buffer(o.storage)).collect();
+        let real = self.real.contains_key(model);
         for (storage, src) in &data.inputs {
             let b = buffer(*storage);
+            if real {
+                // The CPU build computes on the buffers' own bytes: the
+                // input is copied there once.
+                let mut v = Vec::new();
+                src.copy_into(&mut v);
+                self.sim.values_mut().set_bytes(b, v);
+                buffers.push(b);
+                continue;
+            }
             let dst = match self.bytes.entry(b) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -237,6 +295,9 @@ impl Device for SimDevice {
     }
     fn reset(&mut self) {
         Device::reset(&mut self.sim);
+        for (ids, program) in self.real.values() {
+            self.sim.values_mut().register_program(ids, program.clone());
+        }
         self.lost.clear();
         self.bytes.clear();
         self.attached.clear();
