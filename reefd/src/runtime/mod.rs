@@ -621,6 +621,8 @@ impl Runtime {
         r
     }
 
+    // The request and where it came from: each argument is one of its parts.
+    #[allow(clippy::too_many_arguments)]
     fn handle_locked(
         &self,
         st: &mut State,
