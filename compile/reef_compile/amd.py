@@ -413,3 +413,68 @@ def kernel_symbols(path: Path) -> set[str]:
         if len(cols) >= 8 and cols[3] == "FUNC" and cols[4] == "GLOBAL":
             out.add(cols[7])
     return out
+
+
+def compile_arch(mod, param_values, sched_arch: str, arch: str, launches, out: Path) -> tuple[dict, dict, dict]:
+    """Writes OUT/kernels.ARCH.hsaco for the launches of the NVIDIA schedule
+    and returns (resources per kernel, the code object's entry, timings)."""
+    import time
+
+    t = time.monotonic()
+    try:
+        built = build(mod, param_values, sched_arch, arch)
+    except CompileError:
+        raise
+    except Exception as e:  # TVM's own errors: first line only
+        first = next((l for l in str(e).splitlines() if l.strip()), type(e).__name__)
+        raise CompileError(f"TVM cannot compile the model for {arch}: {first.strip()}") from None
+    timing = {f"tvm_{arch}_s": round(time.monotonic() - t, 3)}
+    key = lambda ls: [(l.name, l.grid, l.block, l.args, l.reads, l.writes) for l in ls]  # noqa: E731
+    if key(built.launches) != key(launches):
+        raise CompileError(
+            f"TVM lowers the schedule of {sched_arch} differently for {arch}; "
+            "compile each architecture into its own directory"
+        )
+    path = out / f"kernels.{arch}.hsaco"
+    path.write_bytes(built.code_object)
+    t = time.monotonic()
+    hdr = elf_header(built.code_object)
+    if hdr["machine"] != EM_AMDGPU:
+        raise CompileError(f"{path.name}: e_machine {hdr['machine']}, not EM_AMDGPU ({EM_AMDGPU})")
+    target_id, res, readelf = read_metadata(path)
+    if target_id.split(":")[0] != f"amdgcn-amd-amdhsa--{arch}":
+        raise CompileError(f"{path.name}: target id {target_id!r}, not amdgcn-amd-amdhsa--{arch}")
+    symbols = kernel_symbols(path)
+    for ln in launches:
+        if ln.name not in symbols:
+            raise CompileError(f"{arch}: kernel {ln.name} is not a symbol of {path.name}")
+        if ln.name not in res:
+            raise CompileError(f"{arch}: kernel {ln.name} has no AMDHSA metadata in {path.name}")
+        bound = ln.block[0] * ln.block[1] * ln.block[2]
+        if res[ln.name].max_flat_workgroup_size < bound:
+            raise CompileError(
+                f"{arch}: kernel {ln.name} is launched with {bound} threads per block, "
+                f"its code object allows {res[ln.name].max_flat_workgroup_size}"
+            )
+    timing[f"readelf_{arch}_s"] = round(time.monotonic() - t, 3)
+    resources = {}
+    for name, r in sorted(res.items()):
+        d = {k: v for k, v in vars(r).items()}
+        # The fields reef-model reads for every architecture (as ptxas's):
+        # registers per work item, static LDS per block, scratch per item.
+        d.update(
+            registers=r.vgpr_count,
+            shared_static=r.group_segment_fixed_size,
+            stack=r.private_segment_fixed_size,
+        )
+        resources[name] = d
+    entry = {
+        "file": path.name,
+        "target_id": target_id,
+        "code_object_version": hdr["abiversion"] + 2,  # ELFABIVERSION_AMDGPU_HSA_V5 = 3
+        "e_machine": hdr["machine"],
+        "e_flags": hdr["flags"],
+        "bytes": len(built.code_object),
+        "metadata_read_with": readelf,
+    }
+    return resources, entry, timing

@@ -36,8 +36,9 @@ def _parser() -> argparse.ArgumentParser:
         "--arch",
         action="append",
         required=True,
-        help="NVIDIA architecture, e.g. sm_80; repeat for several (the first one's "
-        "schedule is written, the others must launch the same kernels)",
+        help="NVIDIA architecture, e.g. sm_80, or AMD gfx906 / gfx90a; repeat for several "
+        "(the first NVIDIA one's schedule is written, the others must launch the same "
+        "kernels; AMD architectures get a code object each, docs/compile.md)",
     )
     p.add_argument("-o", "--output", type=Path, required=True, help="model directory to write")
     p.add_argument(
@@ -73,10 +74,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compile_model(args) -> None:
-    from . import nvidia, onnx_input
+    from . import amd, nvidia, onnx_input
 
     t0 = time.monotonic()
     archs = list(dict.fromkeys(args.arch))
+    amd_archs = [a for a in archs if amd.is_amd(a)]
+    archs = [a for a in archs if not amd.is_amd(a)]
+    for a in amd_archs:
+        amd.check_arch(a)
+    if amd_archs:
+        if not archs:
+            raise CompileError(
+                f"--arch {amd_archs[0]} needs an NVIDIA --arch too (e.g. --arch sm_80): the "
+                "AMD code objects share its schedule"
+            )
+        amd.check_tools()
     for a in archs:
         nvidia.check_arch(a)
     model = onnx_input.load(args.model)
@@ -147,6 +159,12 @@ def compile_model(args) -> None:
                     )
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
+    code_objects = {}
+    for arch in amd_archs:
+        resources[arch], code_objects[arch], t_amd = amd.compile_arch(
+            mod, param_values, archs[0], arch, first.launches, out
+        )
+        timing.update(t_amd)
 
     weights = _write_weights(out, first.storages)
     reference = None
@@ -175,13 +193,15 @@ def compile_model(args) -> None:
             "reference": reference,
             "names": {k: v for k, v in names.items() if k != v},
             "resources": resources,
+            "amd_archs": amd_archs,
+            "code_objects": code_objects,
             "compile_time": timing,
         }
     )
     (out / f"{name}.json").write_text(json.dumps(schedule, indent=1) + "\n")
     print(
         f"reef-compile: {args.model} -> {out}/{name}.json: {len(first.launches)} kernels, "
-        f"{len(first.storages)} storages, {', '.join(archs)}, {timing['total_s']:.1f} s",
+        f"{len(first.storages)} storages, {', '.join(archs + amd_archs)}, {timing['total_s']:.1f} s",
         file=sys.stderr,
     )
 
