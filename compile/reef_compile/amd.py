@@ -179,9 +179,13 @@ def build(mod, param_values, sched_arch: str, arch: str) -> Built:
     return Built(_emit(ir, tools["ld.lld"]), launches, ir)
 
 
-# The code object version: 5, the default of LLVM 19 and of ROCm 6; ROCm's
-# device library is linked with oclc_abi_version_500 to match.
-CODE_OBJECT_VERSION = 5
+# The code object version: 4, what the ROCm 5.x compilers emit by default
+# and every ROCm 5 runtime loads (Debian 12's ROCm is 5.2.3; version 5 became
+# the default with ROCm 6). TVM links the device library's
+# oclc_abi_version_500, which only matters to code reading the implicit
+# (hidden) kernel arguments; compile_arch refuses a code object whose
+# kernels take any.
+CODE_OBJECT_VERSION = 4
 
 
 def _retarget_ir(ir: str, arch: str, bounds: dict[str, int]) -> str:
@@ -401,6 +405,13 @@ def read_metadata(path: Path) -> tuple[str, dict[str, Resources], str]:
     return target_id, out, version
 
 
+def _notes(path: Path) -> str:
+    p = subprocess.run(
+        [check_tools()["llvm-readelf"], "--notes", str(path)], capture_output=True, text=True
+    )
+    return p.stdout
+
+
 def kernel_symbols(path: Path) -> set[str]:
     """Names of the code object's STT_FUNC symbols (the kernels' entries)."""
     readelf = check_tools()["llvm-readelf"]
@@ -444,6 +455,11 @@ def compile_arch(mod, param_values, sched_arch: str, arch: str, launches, out: P
     target_id, res, readelf = read_metadata(path)
     if target_id.split(":")[0] != f"amdgcn-amd-amdhsa--{arch}":
         raise CompileError(f"{path.name}: target id {target_id!r}, not amdgcn-amd-amdhsa--{arch}")
+    if CODE_OBJECT_VERSION < 5 and re.search(r"\.value_kind:\s+hidden_", _notes(path)):
+        raise CompileError(
+            f"{path.name}: a kernel takes hidden arguments, whose layout differs between "
+            f"code object versions {CODE_OBJECT_VERSION} and 5 (the device library's ABI)"
+        )
     symbols = kernel_symbols(path)
     for ln in launches:
         if ln.name not in symbols:
@@ -471,7 +487,7 @@ def compile_arch(mod, param_values, sched_arch: str, arch: str, launches, out: P
     entry = {
         "file": path.name,
         "target_id": target_id,
-        "code_object_version": hdr["abiversion"] + 2,  # ELFABIVERSION_AMDGPU_HSA_V5 = 3
+        "code_object_version": hdr["abiversion"] + 2,  # ELFABIVERSION_AMDGPU_HSA_V4 = 2
         "e_machine": hdr["machine"],
         "e_flags": hdr["flags"],
         "bytes": len(built.code_object),

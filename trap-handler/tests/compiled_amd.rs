@@ -3,7 +3,8 @@
 //! `kernels.gfx906.hsaco` beside the PTX, for the same schedule. Checked
 //! with LLVM's own tools (Debian's llvm-19, scripts/setup.d/16-rocm-compile.sh)
 //! and the ELF header read here: an ELF for amdgcn-amd-amdhsa (EM_AMDGPU,
-//! ELFOSABI_AMDGPU_HSA, the gfx906 machine in e_flags, target id
+//! ELFOSABI_AMDGPU_HSA, code object version 4, the gfx906 machine in
+//! e_flags, target id
 //! `amdgcn-amd-amdhsa--gfx906` in the AMDHSA metadata note); its kernel
 //! symbols are exactly the schedule's kernel names, each with a kernel
 //! descriptor and code llvm-objdump disassembles to `s_endpgm`; the
@@ -133,8 +134,9 @@ fn check_code_object(dir: &Path, stem: &str, inputs: usize) {
     assert_eq!(co["e_machine"], EM_AMDGPU);
     assert_eq!(co["e_flags"], e_flags);
     assert_eq!(bytes.len() as u64, co["bytes"].as_u64().unwrap());
-    // ELFABIVERSION_AMDGPU_HSA_V5 = 3.
-    assert_eq!(co["code_object_version"], (bytes[8] + 2) as u64);
+    // Version 4 (ROCm 5's): ELFABIVERSION_AMDGPU_HSA_V4 = 2.
+    assert_eq!(bytes[8], 2, "EI_ABIVERSION");
+    assert_eq!(co["code_object_version"], 4);
 
     // reef-model reads the schedule; the AMD resources arrive like ptxas's.
     let m = reef_model::Model::load(dir).expect("reef-model loads the directory");
