@@ -11,7 +11,7 @@
 //! resources recorded in the schedule equal the metadata as llvm-readelf
 //! prints it (read again here); each launch fits the kernel's maximum work
 //! group; reef-model still loads the directory. Run on the tiny model with
-//! two inputs (compile/tests/make_tiny.py --two-inputs) and on the onnx
+//! two inputs (compile/tests/make_tiny.py --two-inputs; also for gfx90a) and on the onnx
 //! package's light_squeezenet. Missing ROCm bitcode and AMD-only or unknown
 //! architectures give one-line errors.
 
@@ -47,17 +47,13 @@ fn llvm19(tool: &str) -> Command {
     Command::new(p)
 }
 
-fn compile(onnx: &Path, dir: &Path) {
+fn compile(onnx: &Path, dir: &Path, extra: &[&str]) {
     run(Command::new(venv_bin("reef-compile"))
         .arg(onnx)
-        .args([
-            "--arch",
-            "gfx906",
-            "--arch",
-            "sm_80",
-            "--no-reference",
-            "-o",
-        ])
+        .args(["--arch", "gfx906", "--arch", "sm_80"])
+        .args(extra)
+        .arg("--no-reference")
+        .arg("-o")
         .arg(dir));
 }
 
@@ -116,7 +112,7 @@ fn check_code_object(dir: &Path, stem: &str, inputs: usize) {
     let schedule: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{stem}.json"))).unwrap())
             .unwrap();
-    assert_eq!(schedule["amd_archs"], serde_json::json!(["gfx906"]));
+    assert_eq!(schedule["amd_archs"][0], "gfx906");
     let co = &schedule["code_objects"]["gfx906"];
     assert_eq!(co["file"], "kernels.gfx906.hsaco");
     assert_eq!(co["target_id"], "amdgcn-amd-amdhsa--gfx906");
@@ -242,8 +238,40 @@ fn two_input_model_compiles_to_a_gfx906_code_object() {
         .arg(&onnx)
         .arg("--two-inputs"));
     let dir = tmp.path().join("two");
-    compile(&onnx, &dir);
+    compile(&onnx, &dir, &["--arch", "gfx90a"]);
     check_code_object(&dir, "two", 2);
+    // gfx90a (MI200) as well: its own code object, target id and machine
+    // (EF_AMDGPU_MACH_AMDGCN_GFX90A = 0x3f), the same kernel symbols.
+    let schedule: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("two.json")).unwrap()).unwrap();
+    assert_eq!(
+        schedule["amd_archs"],
+        serde_json::json!(["gfx906", "gfx90a"])
+    );
+    assert_eq!(
+        schedule["code_objects"]["gfx90a"]["target_id"],
+        "amdgcn-amd-amdhsa--gfx90a"
+    );
+    let bytes = std::fs::read(dir.join("kernels.gfx90a.hsaco")).unwrap();
+    assert_eq!(u16::from_le_bytes([bytes[18], bytes[19]]), EM_AMDGPU);
+    assert_eq!(
+        u32::from_le_bytes(bytes[48..52].try_into().unwrap()) & 0xff,
+        0x3f
+    );
+    let syms = stdout(
+        llvm19("llvm-readelf")
+            .args(["--symbols", "--wide"])
+            .arg(dir.join("kernels.gfx90a.hsaco")),
+    );
+    for k in schedule["kernels"].as_array().unwrap() {
+        let name = k["name"].as_str().unwrap();
+        assert!(
+            syms.lines()
+                .any(|l| l.contains(" FUNC ") && l.ends_with(name)),
+            "{name} not a gfx90a symbol"
+        );
+        assert!(schedule["resources"]["gfx90a"][name]["vgpr_count"].as_u64() > Some(0));
+    }
 }
 
 #[test]
@@ -257,7 +285,7 @@ fn light_squeezenet_compiles_to_a_gfx906_code_object() {
         .expect("the onnx package's light models: run scripts/setup.sh");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("squeezenet");
-    compile(&light.join("light_squeezenet.onnx"), &dir);
+    compile(&light.join("light_squeezenet.onnx"), &dir, &[]);
     check_code_object(&dir, "squeezenet", 1);
 }
 
