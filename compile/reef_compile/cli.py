@@ -1,8 +1,10 @@
-"""`reef-compile MODEL.onnx --arch sm_80 [--arch sm_90] -o DIR` (issue 14).
+"""`reef-compile MODEL.onnx --arch sm_80 [--arch sm_90] [--arch gfx906] -o DIR`
+(issue 14; AMD architectures: issue 29).
 
 Writes DIR/NAME.json (NAME = DIR's last component; the REEF kernel schedule
 reef-model loads, extended with read/write sets, resources and work),
-DIR/kernels.ARCH.ptx, DIR/kernels.cu, DIR/weights.bin and DIR/reference/.
+DIR/kernels.ARCH.ptx, DIR/kernels.ARCH.hsaco for AMD architectures (amd.py),
+DIR/kernels.cu, DIR/weights.bin and DIR/reference/.
 The layout and every field are described in docs/compile.md.
 """
 
