@@ -30,7 +30,7 @@ WEIGHT_ALIGN = 256  # bytes; cudaMalloc's alignment, so each weight can be copie
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="reef-compile",
-        description="Compile an ONNX model with Apache TVM to PTX, a REEF kernel "
+        description="Compile an ONNX model with Apache TVM to PTX (and AMD code objects), a REEF kernel "
         "schedule, weights and per-kernel resources (docs/compile.md).",
     )
     p.add_argument("model", type=Path, help="the .onnx model (static shapes)")
