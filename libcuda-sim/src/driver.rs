@@ -108,6 +108,8 @@ struct Ctx {
 struct Module {
     ctx: u64,
     entries: Vec<ptx::Entry>,
+    /// The CPU build of compiled kernels, by kernel name (crate::cpu).
+    cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
     /// name -> device address
     globals: HashMap<String, (u64, usize)>,
     functions: Vec<u64>,
@@ -163,6 +165,10 @@ struct Alloc {
     /// more host time than the simulated GPU time). Its hash is then the
     /// seed's, not the bytes': a buffer's hash follows its writes.
     pending: Option<u64>,
+    /// Parts a compiled kernel's CPU build will write (crate::cpu), in
+    /// completion order, copied in when the allocation is next read or
+    /// written. Never together with `pending` (that is generated first).
+    cpu: Vec<Arc<crate::cpu::Slot>>,
 }
 
 fn generate(mut seed: u64, out: &mut [u8]) {
@@ -178,20 +184,37 @@ impl Alloc {
             self.materialize();
             return fnv1a(&self.data[off..], CONTENT_SEED);
         }
+        self.resolve_cpu();
         *self
             .hash
             .get_or_insert_with(|| fnv1a(&self.data, CONTENT_SEED))
     }
 
     fn materialize(&mut self) {
+        self.materialize_seed();
+        self.resolve_cpu();
+    }
+
+    fn materialize_seed(&mut self) {
         if let Some(seed) = self.pending.take() {
             generate(seed, &mut self.data);
+        }
+    }
+
+    /// Copies in the bytes of the CPU computations queued on it (waiting
+    /// for them).
+    fn resolve_cpu(&mut self) {
+        for s in std::mem::take(&mut self.cpu) {
+            let (off, len) = (s.off, s.len);
+            s.overlay(off, &mut self.data[off..off + len]);
         }
     }
 
     /// A kernel wrote the allocation from `off` on with the stream of `seed`.
     fn kernel_write(&mut self, off: usize, seed: u64) {
         if off == 0 {
+            // The whole allocation is overwritten: queued parts are moot.
+            self.cpu.clear();
             self.pending = Some(seed);
             self.hash = Some(fnv1a(
                 &seed.to_le_bytes(),
@@ -220,6 +243,9 @@ impl Alloc {
             }
             None => out.copy_from_slice(&self.data[off..off + out.len()]),
         }
+        for s in &self.cpu {
+            s.overlay(off, out);
+        }
     }
 }
 
@@ -236,6 +262,9 @@ struct InFlight {
     writes: Vec<u64>,
     /// Scalar arguments, less the execution index: they are inputs too.
     scalars: Vec<u8>,
+    /// A compiled kernel's CPU build and the device pointers of its
+    /// arguments (crate::cpu).
+    cpu: Option<(Arc<crate::cpu::CpuKernel>, Vec<u64>)>,
 }
 
 /// Counters the crate's tests and docs read.
@@ -245,6 +274,9 @@ pub struct Stats {
     pub completed: u64,
     /// Exited at the preempt-flag check (REEF Fig. 8 lines 1-2).
     pub evicted: u64,
+    /// Completions computed by a compiled kernel's CPU build (crate::cpu)
+    /// rather than the stand-in function.
+    pub cpu_calls: u64,
 }
 
 /// One simulated GPU of the driver.
@@ -505,6 +537,12 @@ impl Driver {
         let Some(f) = self.inflight.remove(&l) else {
             return;
         };
+        if let Some((k, ptrs)) = &f.cpu {
+            if self.compute(f.ctx, k, ptrs) {
+                self.gpus[l.0].stats.cpu_calls += 1;
+                return;
+            }
+        }
         let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
         for &r in &f.reads {
             match self.find_in(f.ctx, r) {
@@ -529,6 +567,55 @@ impl Driver {
             let seed = h ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             self.allocs.get_mut(&base).unwrap().kernel_write(off, seed);
         }
+    }
+
+    /// A compiled kernel's real function (crate::cpu): its TIR function's
+    /// CPU build, queued to the CPU worker with a copy of its arguments'
+    /// bytes; each written argument's allocation gets a slot the worker
+    /// fills. `false` when it cannot run (an argument past its
+    /// allocation): the caller falls back to the stand-in function.
+    fn compute(&mut self, ctx: u64, k: &Arc<crate::cpu::CpuKernel>, ptrs: &[u64]) -> bool {
+        let mut places = Vec::with_capacity(ptrs.len());
+        for (&p, (_, dt, shape)) in ptrs.iter().zip(&k.args) {
+            let need = dt.bytes_for(shape);
+            let Some((base, off)) = self.find_in(ctx, p) else {
+                self.sticky
+                    .insert(ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                return true;
+            };
+            if off + need > self.allocs[&base].data.len() {
+                return false;
+            }
+            places.push((base, off, need));
+        }
+        let mut inputs = Vec::with_capacity(places.len());
+        for &(base, off, need) in &places {
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.materialize_seed();
+            let slots = a
+                .cpu
+                .iter()
+                .filter(|s| s.overlaps(off, need))
+                .cloned()
+                .collect();
+            inputs.push((off, a.data[off..off + need].to_vec(), slots));
+        }
+        let mut outputs = Vec::with_capacity(k.writes.len());
+        for &w in &k.writes {
+            let (base, off, need) = places[w];
+            let slot = crate::cpu::Slot::new(off, need);
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.cpu.push(slot.clone());
+            a.hash = None;
+            outputs.push((w, slot));
+        }
+        crate::cpu::submit(crate::cpu::Job {
+            kernel: k.clone(),
+            inputs,
+            outputs,
+        });
+        self.stats.cpu_calls += 1;
+        true
     }
 
     /// Whether `w` is ready, or how long to sleep before asking again.
@@ -647,6 +734,7 @@ impl Driver {
                 owner,
                 hash: None,
                 pending: None,
+                cpu: Vec::new(),
             },
         );
         Ok(base)
@@ -772,6 +860,12 @@ impl Driver {
     pub fn module_load(&mut self, ctx: u64, image: &[u8]) -> R<u64> {
         let text = std::str::from_utf8(image).map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
         let parsed = ptx::parse(text).map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
+        // A compiled model's CPU build; a module whose library cannot be
+        // loaded keeps the stand-in function (and says so once).
+        let cpu = crate::cpu::load(text).unwrap_or_else(|e| {
+            eprintln!("reef-libcuda-sim: kernels keep stand-in values: {e}");
+            HashMap::new()
+        });
         let id = self.fresh();
         let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
@@ -784,6 +878,7 @@ impl Driver {
             Module {
                 ctx,
                 entries: parsed.entries,
+                cpu,
                 globals,
                 functions: Vec::new(),
             },
@@ -1068,6 +1163,10 @@ impl Driver {
             reads: work.reads.iter().map(|&i| ptr(i)).collect(),
             writes: work.writes.iter().map(|&i| ptr(i)).collect(),
             scalars,
+            cpu: self.modules[&m].cpu.get(&entry.name).and_then(|k| {
+                let ok = k.args.iter().all(|a| pointer_ok(&a.0));
+                ok.then(|| (k.clone(), k.args.iter().map(|a| ptr(a.0)).collect()))
+            }),
         };
         let (regs, curve) = block_curve(&work, blocks as u32, threads as u32, shared_total, spec)
             .unwrap_or((regs, vec![work.block_ns]));

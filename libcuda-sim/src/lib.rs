@@ -55,13 +55,21 @@
 //! memory or memory of another context, on its device or another one
 //! (ILLEGAL_ADDRESS, sticky for the context, as on a GPU).
 //!
-//! What kernels compute: nothing of the PTX runs. A completed kernel's
-//! written buffers get a deterministic function of its name, its read
-//! buffers' bytes and its scalar arguments (driver.rs `completed`), from the
-//! `// reef-sim:` annotations of the module (ptx.rs), so outputs are real
-//! bytes a host can compare between a preempted and an unpreempted run. A
-//! GPU host computes the real function instead; what it would confirm is in
-//! docs/hardware.md ("The CUDA launch path").
+//! What kernels compute: nothing of the PTX runs. A kernel of a model
+//! compiled by reef-compile computes its real function: its TIR function's
+//! CPU build (`cpu.so`, named by the module's `// reef-cpu:` annotations,
+//! [`cpu`]) runs on its arguments' device bytes when it completes (or, for
+//! a function TVM split into several kernels, when the last completes; on
+//! a worker thread, its outputs copied in when next read), so
+//! outputs are the model's numbers, comparable with ONNX Runtime. Other
+//! kernels' written buffers get a deterministic function of the kernel's
+//! name, its read buffers' bytes and its scalar arguments (driver.rs
+//! `completed`), from the `// reef-sim:` annotations of the module (ptx.rs),
+//! so outputs are bytes a host can compare between a preempted and an
+//! unpreempted run. A kernel evicted by the preempt flag writes nothing; a
+//! killed one leaves garbage. A GPU host computes the real function on the
+//! device instead; what it would confirm is in docs/hardware.md ("The CUDA
+//! launch path").
 
 // The exported functions are the C driver API: their callers are C (or
 // cudarc's FFI), bound by the driver API's pointer contracts, which each
@@ -69,6 +77,7 @@
 // are safe `extern "C"` functions so the tests can call them as cudarc does.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod cpu;
 pub mod driver;
 pub mod ptx;
 

@@ -52,6 +52,9 @@ pub struct Config {
     pub metrics: MetricsConfig,
 }
 
+/// Default of `daemon.max_tensor_frame_bytes`: 64 MiB.
+pub const DEFAULT_MAX_TENSOR_FRAME: usize = 64 << 20;
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
@@ -80,6 +83,21 @@ pub struct DaemonConfig {
     /// Inferences one user (uid) may have in flight over all their
     /// streams; more are refused as busy (root is not limited).
     pub max_tasks_per_uid: usize,
+    /// Largest tensor frame (an `infer` whose inline tensors follow its
+    /// JSON, docs/protocol.md "Tensors"), in bytes; its JSON is still
+    /// limited by `max_frame_bytes`.
+    pub max_tensor_frame_bytes: usize,
+    /// Inline tensor bytes one user (uid) may have in flight (requests
+    /// read and not yet answered, their inputs and inline outputs); more
+    /// are refused as busy (root is not limited).
+    pub max_tensor_bytes_per_uid: u64,
+    /// Shared-memory regions one connection, and one user (uid) over all
+    /// their connections, may have registered (each a mapping in the
+    /// daemon); more are refused as busy.
+    pub max_regions_per_connection: usize,
+    pub max_regions_per_uid: usize,
+    /// Largest shared-memory region, in bytes.
+    pub max_region_bytes: u64,
     /// On SIGTERM/SIGINT, how long in-flight inferences may run to completion
     /// before they are failed with `shutting_down`.
     pub shutdown_grace_ms: u64,
@@ -179,6 +197,11 @@ impl Default for DaemonConfig {
             max_tasks_per_stream: 256,
             max_streams_per_uid: 64,
             max_tasks_per_uid: 1024,
+            max_tensor_frame_bytes: DEFAULT_MAX_TENSOR_FRAME,
+            max_tensor_bytes_per_uid: 1 << 30,
+            max_regions_per_connection: 16,
+            max_regions_per_uid: 64,
+            max_region_bytes: 4 << 30,
             shutdown_grace_ms: 5000,
             realtime_priority: 0,
             device_cpus: Vec::new(),
@@ -339,6 +362,23 @@ impl Config {
                 "daemon.max_frame_bytes = {} must be between 64 and 67108864",
                 self.daemon.max_frame_bytes
             )));
+        }
+        if self.daemon.max_tensor_frame_bytes < self.daemon.max_frame_bytes
+            || self.daemon.max_tensor_frame_bytes > (1 << 31)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.max_tensor_frame_bytes = {} must be between max_frame_bytes ({}) and 2147483648",
+                self.daemon.max_tensor_frame_bytes, self.daemon.max_frame_bytes
+            )));
+        }
+        if self.daemon.max_regions_per_connection == 0
+            || self.daemon.max_regions_per_uid == 0
+            || self.daemon.max_region_bytes == 0
+            || self.daemon.max_tensor_bytes_per_uid == 0
+        {
+            return Err(ConfigError::Invalid(
+                "daemon.max_regions_per_connection, max_regions_per_uid, max_region_bytes and max_tensor_bytes_per_uid must be at least 1".into(),
+            ));
         }
         if self.daemon.max_connections == 0
             || self.daemon.max_tasks_per_stream == 0

@@ -268,6 +268,13 @@ fn run(
             max_tasks_per_uid: cfg.daemon.max_tasks_per_uid,
             max_frame_bytes: cfg.daemon.max_frame_bytes,
             pacer_tick: Duration::from_micros(cfg.daemon.pacer_tick_us),
+            limits: crate::runtime::TensorLimits {
+                max_tensor_frame_bytes: cfg.daemon.max_tensor_frame_bytes,
+                max_tensor_bytes_per_uid: cfg.daemon.max_tensor_bytes_per_uid,
+                max_regions_per_connection: cfg.daemon.max_regions_per_connection,
+                max_regions_per_uid: cfg.daemon.max_regions_per_uid,
+                max_region_bytes: cfg.daemon.max_region_bytes,
+            },
         },
     );
     let prio = cfg.daemon.realtime_priority;
@@ -302,6 +309,7 @@ fn run(
     let opts = ServerOptions {
         socket: cfg.daemon.socket.clone(),
         max_frame_bytes: cfg.daemon.max_frame_bytes,
+        max_tensor_frame_bytes: cfg.daemon.max_tensor_frame_bytes,
         max_connections: cfg.daemon.max_connections,
         shutdown_grace: Duration::from_millis(cfg.daemon.shutdown_grace_ms),
         socket_gid: group,

@@ -23,8 +23,12 @@ pub mod engine;
 pub mod lazy;
 #[cfg(feature = "daemon")]
 pub mod metrics;
+#[cfg(feature = "daemon")]
+pub mod npz;
 pub mod protocol;
 #[cfg(feature = "daemon")]
 pub mod runtime;
 #[cfg(feature = "daemon")]
 pub mod server;
+#[cfg(feature = "daemon")]
+pub mod tensors;

@@ -149,6 +149,8 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
                         model: model.to_string(),
                         wait: false,
                         qos_ms: None,
+                        inputs: None,
+                        outputs: Vec::new(),
                     };
                     ids.push(c.send(body).unwrap());
                 }
@@ -313,6 +315,8 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
                     model: model.into(),
                     wait: false,
                     qos_ms: None,
+                    inputs: None,
+                    outputs: Vec::new(),
                 })
                 .unwrap()
             })

@@ -199,6 +199,26 @@ pub trait Engine: Send {
     fn set_qos(&mut self, task: u64, qos_ns: Option<u64>) {
         let _ = (task, qos_ns);
     }
+    /// The data of task `task` (its inputs' bytes and where its outputs
+    /// go), given before its submission; refused when the engine's device
+    /// has no data path.
+    fn set_data(
+        &mut self,
+        task: u64,
+        data: Arc<crate::tensors::RequestData>,
+    ) -> Result<(), EngineError> {
+        let _ = (task, data);
+        Err(EngineError::Unsupported(
+            "this engine's device takes no tensors".into(),
+        ))
+    }
+    /// What the device did with the outputs of task `task` (given data by
+    /// [`Engine::set_data`]), once it is done; taken once. `None`: the task
+    /// carried no data, or is not done.
+    fn take_outputs(&mut self, task: u64) -> Option<crate::tensors::Outputs> {
+        let _ = task;
+        None
+    }
     /// The Aker managers' figures, under `aker`, `baymax` or `tacker`.
     fn aker(&self) -> Option<crate::protocol::AkerStats> {
         None

@@ -29,11 +29,16 @@
 //! it was evicted. A kernel is reported started when the one before it on
 //! its stream is seen complete (CUDA reports no start).
 //!
-//! Outputs: the input of request `t` is seed `t % INPUT_SEEDS`'s bytes
-//! ([`input`]); when its last
-//! kernel completes, its output is read back and compared with the same
-//! seed's output computed unpreempted when the model was loaded
-//! ([`Device::verified`]).
+//! Outputs: a request that carries data (issue 30; `EngineDevice::attach`)
+//! has each input copied host to device, from where the daemon holds it
+//! (its frame, or the client's shared-memory region: no other copy), into
+//! its storage in the stream's instance of the model when kernel 0 is
+//! launched (again at a restore from kernel 0), and each output copied
+//! device to host when its last kernel completes, into the answer's
+//! buffer or straight into the client's region. A request without data
+//! takes seed `t % INPUT_SEEDS`'s bytes ([`input`]); its output is read
+//! back and compared with the same seed's output computed unpreempted when
+//! the model was loaded ([`Device::verified`]).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -62,9 +67,18 @@ pub const POLL_NS: Time = 20_000;
 /// protocol carries no input tensors today; request `t` takes seed
 /// `t % INPUT_SEEDS`.)
 pub fn input(seed: u64, bytes: usize) -> Vec<u8> {
-    (0..bytes)
-        .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
-        .collect()
+    // Byte i is (131 seed + 7 i) mod 251: one period of 251 bytes,
+    // repeated (copies, not a division per byte: a 16 MiB input took
+    // longer to make than its request took to run).
+    let period: Vec<u8> = (0..251u64)
+        .map(|i| (seed.wrapping_mul(131).wrapping_add(i * 7) % 251) as u8)
+        .collect();
+    let mut v = Vec::with_capacity(bytes);
+    while v.len() < bytes {
+        let n = (bytes - v.len()).min(period.len());
+        v.extend_from_slice(&period[..n]);
+    }
+    v
 }
 
 /// One kernel handed to CUDA.
@@ -126,6 +140,10 @@ pub struct CudaKernels {
     free_events: Vec<(usize, CUevent)>,
     /// Scheduler streams that may run one model (each holds an instance).
     streams_per_model: usize,
+    /// Data of requests that carry it, until they are over.
+    attached: HashMap<u64, std::sync::Arc<crate::tensors::RequestData>>,
+    /// Outputs of finished requests with data, until taken.
+    outputs: HashMap<u64, crate::tensors::Outputs>,
 }
 
 // The raw handles are the driver's, used only with their context current.
@@ -150,6 +168,8 @@ impl CudaKernels {
             pending: Vec::new(),
             free_events: Vec::new(),
             streams_per_model: 2,
+            attached: HashMap::new(),
+            outputs: HashMap::new(),
         })
     }
 
@@ -372,11 +392,41 @@ impl CudaKernels {
         let st = &self.streams[s.0 as usize];
         let inst = &st.instances[&model][slot].inst;
         if k == 0 {
-            let seed = task % INPUT_SEEDS;
-            htod(
-                inst.buffers[&m.files.input],
-                &input(seed, m.files.input_bytes()),
-            )?;
+            match self.attached.get(&task) {
+                // The request's inputs, host to device, from where the
+                // daemon holds them: one copy.
+                Some(data) => {
+                    for (storage, bytes) in &data.inputs {
+                        let (Some(&p), Some(st)) =
+                            (inst.buffers.get(storage), m.files.storages.get(*storage))
+                        else {
+                            return Err(CudaError::Invalid(format!(
+                                "model {model} has no storage {storage} on this stream"
+                            )));
+                        };
+                        if st.bytes as usize != bytes.len() {
+                            return Err(CudaError::Invalid(format!(
+                                "storage {} of model {model} is {} bytes, the input {}",
+                                st.name,
+                                st.bytes,
+                                bytes.len()
+                            )));
+                        }
+                        // SAFETY: `bytes` points at `len()` readable bytes
+                        // held by the request's data while this runs.
+                        check("cuMemcpyHtoD_v2", unsafe {
+                            sys::cuMemcpyHtoD_v2(p, bytes.as_ptr().cast(), bytes.len())
+                        })?;
+                    }
+                }
+                None => {
+                    let seed = task % INPUT_SEEDS;
+                    htod(
+                        inst.buffers[&m.files.input],
+                        &input(seed, m.files.input_bytes()),
+                    )?;
+                }
+            }
         }
         let ev = self.event(c)?;
         let m = &self.dev.models[&model];
@@ -462,6 +512,47 @@ impl CudaKernels {
             }
             let m = &self.dev.models[&f.model];
             if ran && f.tags.kernel as usize + 1 == m.files.launches.len() {
+                if let Some(data) = self.attached.get(&f.tags.task) {
+                    // Device to host, into the answer's buffer or straight
+                    // into the client's region: one copy each.
+                    let inst = &self.streams[si].instances[&f.model][f.slot].inst;
+                    let mut got = Vec::with_capacity(data.outputs.len());
+                    let mut r: Result<(), CudaError> = Ok(());
+                    for o in &data.outputs {
+                        let Some(&p) = inst.buffers.get(&o.storage) else {
+                            r = Err(CudaError::Invalid(format!(
+                                "model {} has no storage {}",
+                                f.model, o.storage
+                            )));
+                            break;
+                        };
+                        match &o.region {
+                            Some((region, range)) => {
+                                let Some(dst) = region.ptr_mut(range.start) else {
+                                    r = Err(CudaError::Invalid("a read-only region".into()));
+                                    break;
+                                };
+                                // SAFETY: `range` lies in the writable
+                                // mapping, held by the request's data.
+                                r = check("cuMemcpyDtoH_v2", unsafe {
+                                    sys::cuMemcpyDtoH_v2(dst.cast(), p, range.len())
+                                });
+                                got.push(crate::tensors::OutputBytes::Written);
+                            }
+                            None => {
+                                let mut b = vec![0u8; o.bytes];
+                                r = dtoh(&mut b, p);
+                                got.push(crate::tensors::OutputBytes::Inline(b));
+                            }
+                        }
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                    self.outputs
+                        .insert(f.tags.task, r.map(|()| got).map_err(|e| e.to_string()));
+                    continue;
+                }
                 let o = m.files.output;
                 let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
                 dtoh(
@@ -603,6 +694,8 @@ impl Device for CudaKernels {
         self.pending.clear();
         self.bound.clear();
         self.verified.clear();
+        self.attached.clear();
+        self.outputs.clear();
     }
 
     fn bind(&mut self, req: RequestId, model: &str) {
@@ -615,6 +708,7 @@ impl Device for CudaKernels {
     }
 
     fn request_done(&mut self, req: RequestId) {
+        self.attached.remove(&req.0);
         for st in &mut self.streams {
             for slot in st.instances.values_mut().flatten() {
                 if slot.task == Some(req.0) {
@@ -626,5 +720,38 @@ impl Device for CudaKernels {
 
     fn live(&self) -> bool {
         true
+    }
+}
+
+impl CudaKernels {
+    /// Request `req` carries `data` (see the module doc, "Outputs").
+    pub fn attach(&mut self, req: RequestId, data: std::sync::Arc<crate::tensors::RequestData>) {
+        self.attached.insert(req.0, data);
+    }
+
+    /// The outputs of request `req`, once its last kernel completed.
+    pub fn take_outputs(&mut self, req: RequestId) -> Option<crate::tensors::Outputs> {
+        self.outputs.remove(&req.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The seeded input is the same bytes as the per-byte formula the
+    /// references were defined by.
+    #[test]
+    fn seeded_input_repeats_its_period() {
+        for seed in 0..super::INPUT_SEEDS {
+            for bytes in [0, 1, 250, 251, 252, 8192, 100_003] {
+                let want: Vec<u8> = (0..bytes)
+                    .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
+                    .collect();
+                assert_eq!(
+                    super::input(seed, bytes),
+                    want,
+                    "seed {seed}, {bytes} bytes"
+                );
+            }
+        }
     }
 }

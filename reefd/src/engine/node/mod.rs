@@ -87,6 +87,8 @@ pub struct NodeEngine {
     streams: HashMap<u64, StreamRec>,
     tasks: HashMap<u64, DeviceIdx>,
     counters: PlacementStats,
+    /// Data of tasks not yet submitted ([`Engine::set_data`]).
+    data: HashMap<u64, std::sync::Arc<crate::tensors::RequestData>>,
 }
 
 impl NodeEngine {
@@ -201,6 +203,7 @@ impl NodeEngine {
             streams: HashMap::new(),
             tasks: HashMap::new(),
             counters: PlacementStats::default(),
+            data: HashMap::new(),
         })
     }
 
@@ -485,7 +488,11 @@ impl Engine for NodeEngine {
         model: &str,
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError> {
+        let data = self.data.remove(&task);
         let d = self.bind_stream(stream, model)?;
+        if let Some(data) = data {
+            self.devs[d].set_data(task, data)?;
+        }
         let r = self.devs[d].submit(now, task, stream, model, out);
         if r.is_ok() {
             self.tasks.insert(task, d);
@@ -540,6 +547,20 @@ impl Engine for NodeEngine {
                 (h + a, q + b)
             })
         })
+    }
+
+    fn set_data(
+        &mut self,
+        task: u64,
+        data: std::sync::Arc<crate::tensors::RequestData>,
+    ) -> Result<(), EngineError> {
+        // Handed to the device the task is submitted to.
+        self.data.insert(task, data);
+        Ok(())
+    }
+
+    fn take_outputs(&mut self, task: u64) -> Option<crate::tensors::Outputs> {
+        self.devs.iter_mut().find_map(|d| d.take_outputs(task))
     }
 
     fn residue(&self) -> (usize, usize) {

@@ -101,6 +101,14 @@ impl<D: EngineDevice> SchedEngine<D> {
                     let Some(rec) = self.tasks.remove(&task) else {
                         continue;
                     };
+                    // What the device did with its outputs: kept for the
+                    // runtime when it finished for its client, else dropped.
+                    let outputs = self.build.drv.dev.take_outputs(req);
+                    if let Some(o) =
+                        outputs.filter(|_| done && rec.dstream.is_some() && rec.failed.is_none())
+                    {
+                        self.outputs.insert(task, o);
+                    }
                     let b = &mut self.build;
                     let slot = rec.slot;
                     b.slots[slot].inflight = b.slots[slot].inflight.saturating_sub(1);
