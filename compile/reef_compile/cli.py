@@ -1,8 +1,10 @@
-"""`reef-compile MODEL.onnx --arch sm_80 [--arch sm_90] -o DIR` (issue 14).
+"""`reef-compile MODEL.onnx --arch sm_80 [--arch sm_90] [--arch gfx906] -o DIR`
+(issue 14; AMD architectures: issue 29).
 
 Writes DIR/NAME.json (NAME = DIR's last component; the REEF kernel schedule
 reef-model loads, extended with read/write sets, resources and work),
-DIR/kernels.ARCH.ptx, DIR/kernels.cu, DIR/weights.bin and DIR/reference/.
+DIR/kernels.ARCH.ptx, DIR/kernels.ARCH.hsaco for AMD architectures (amd.py),
+DIR/kernels.cu, DIR/weights.bin and DIR/reference/.
 The layout and every field are described in docs/compile.md.
 """
 
@@ -29,7 +31,7 @@ CPU_LIBRARY = "cpu.so"  # the CPU build of the launched TIR functions (docs/comp
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="reef-compile",
-        description="Compile an ONNX model with Apache TVM to PTX, a REEF kernel "
+        description="Compile an ONNX model with Apache TVM to PTX (and AMD code objects), a REEF kernel "
         "schedule, weights and per-kernel resources (docs/compile.md).",
     )
     p.add_argument("model", type=Path, help="the .onnx model (static shapes)")
@@ -37,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         "--arch",
         action="append",
         required=True,
-        help="NVIDIA architecture, e.g. sm_80; repeat for several (the first one's "
-        "schedule is written, the others must launch the same kernels)",
+        help="NVIDIA architecture, e.g. sm_80, or AMD gfx906 / gfx90a; repeat for several "
+        "(the first NVIDIA one's schedule is written, the others must launch the same "
+        "kernels; AMD architectures get a code object each, docs/compile.md)",
     )
     p.add_argument("-o", "--output", type=Path, required=True, help="model directory to write")
     p.add_argument(
@@ -80,10 +83,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compile_model(args) -> None:
-    from . import nvidia, onnx_input
+    from . import amd, nvidia, onnx_input
 
     t0 = time.monotonic()
     archs = list(dict.fromkeys(args.arch))
+    amd_archs = [a for a in archs if amd.is_amd(a)]
+    archs = [a for a in archs if not amd.is_amd(a)]
+    for a in amd_archs:
+        amd.check_arch(a)
+    if amd_archs:
+        if not archs:
+            raise CompileError(
+                f"--arch {amd_archs[0]} needs an NVIDIA --arch too (e.g. --arch sm_80): the "
+                "AMD code objects share its schedule"
+            )
+        amd.check_tools()
     for a in archs:
         nvidia.check_arch(a)
     model = onnx_input.load(args.model)
@@ -157,6 +171,12 @@ def compile_model(args) -> None:
                     )
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
+    code_objects = {}
+    for arch in amd_archs:
+        resources[arch], code_objects[arch], t_amd = amd.compile_arch(
+            mod, param_values, archs[0], arch, first.launches, out
+        )
+        timing.update(t_amd)
 
     if args.no_cpu:
         (out / CPU_LIBRARY).unlink(missing_ok=True)
@@ -192,13 +212,15 @@ def compile_model(args) -> None:
             "cpu": None if args.no_cpu else _cpu_section(first),
             "names": {k: v for k, v in names.items() if k != v},
             "resources": resources,
+            "amd_archs": amd_archs,
+            "code_objects": code_objects,
             "compile_time": timing,
         }
     )
     (out / f"{name}.json").write_text(json.dumps(schedule, indent=1) + "\n")
     print(
         f"reef-compile: {args.model} -> {out}/{name}.json: {len(first.launches)} kernels, "
-        f"{len(first.storages)} storages, {', '.join(archs)}, {timing['total_s']:.1f} s",
+        f"{len(first.storages)} storages, {', '.join(archs + amd_archs)}, {timing['total_s']:.1f} s",
         file=sys.stderr,
     )
 

@@ -193,7 +193,10 @@ pub struct Kernel {
     /// The kernel's work, when a compiler recorded it (reef-compile).
     pub work: Option<KernelWork>,
     /// Per-architecture resources from `ptxas -v` (`"sm_80"` → ...), when
-    /// the model was compiled by reef-compile; empty otherwise.
+    /// the model was compiled by reef-compile; empty otherwise. AMD
+    /// architectures (`"gfx906"`) come from the code object's AMDHSA
+    /// metadata: `registers` = VGPRs, `shared_static` = LDS, `stack` =
+    /// scratch (docs/compile.md "AMD GPUs").
     pub resources: BTreeMap<String, KernelResources>,
 }
 
