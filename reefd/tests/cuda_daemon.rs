@@ -652,3 +652,89 @@ fn rt_and_be_clients_queue_100_each(d: &Daemon) -> (usize, Vec<(u64, String)>) {
     }
     (done, failed)
 }
+
+/// Issue 26 B4: a fault of the context (here an illegal address injected
+/// into the 60th launch of `scale`, REEF_LIBCUDA_SIM_FAULT; the first 8
+/// are the reference runs at load) fails the requests that hold buffers on
+/// it, with the driver's words, and nothing else: the context is rebuilt
+/// with the model reloaded and serving resumes, within a bounded time
+/// (measured here from the first failure to the next answer), and the
+/// fault is counted once as a device error. Before, the failed query left
+/// the kernel in flight and the daemon polled it every 20 us for ever.
+#[test]
+fn a_fault_fails_only_its_contexts_requests_and_serving_resumes() {
+    use std::time::{Duration, Instant};
+    let d = Daemon::start_env(
+        "cuda:0",
+        "",
+        &format!("cuda_library = {:?}", common::sim_library()),
+        "",
+        &[("REEF_LIBCUDA_SIM_FAULT", "scale@60")],
+    );
+    let mut c = d.client();
+    c.load_model(model_dir().to_str().unwrap(), None).unwrap();
+    let mut clients = Vec::new();
+    for p in [Priority::Rt, Priority::Be] {
+        let mut c = d.client();
+        let s = c.register(p, None).unwrap();
+        for _ in 0..100 {
+            c.infer_async(s.stream, MODEL).unwrap();
+        }
+        clients.push(c);
+    }
+    // (when it arrived, failure message or None for done)
+    let events: Vec<(Instant, Option<String>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = clients
+            .iter_mut()
+            .map(|c| {
+                sc.spawn(move || {
+                    let mut v = Vec::new();
+                    for _ in 0..100 {
+                        match c.next_event(Some(Duration::from_secs(30))).unwrap() {
+                            reefd::protocol::Event::TaskDone(r) => {
+                                assert_eq!(r.outputs_verified, Some(true), "task {}", r.task);
+                                v.push((Instant::now(), None));
+                            }
+                            reefd::protocol::Event::TaskFailed { message, .. } => {
+                                v.push((Instant::now(), Some(message)))
+                            }
+                        }
+                    }
+                    v
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let failed: Vec<&(Instant, Option<String>)> = events.iter().filter(|e| e.1.is_some()).collect();
+    assert!(!failed.is_empty(), "no request failed");
+    // One request per scheduler stream holds buffers at a time: RT's, BE's.
+    assert!(failed.len() <= 2, "{failed:#?}");
+    for (_, m) in &failed {
+        let m = m.as_deref().unwrap();
+        assert!(m.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{m}");
+    }
+    let first_failure = failed.iter().map(|e| e.0).min().unwrap();
+    let resumed = events
+        .iter()
+        .filter(|e| e.1.is_none() && e.0 > first_failure)
+        .map(|e| e.0)
+        .min()
+        .expect("no request was served after the fault");
+    let gap = resumed - first_failure;
+    eprintln!(
+        "fault: {} requests failed, {} served; first answer {:.1} ms after the first failure",
+        failed.len(),
+        events.len() - failed.len(),
+        gap.as_secs_f64() * 1e3
+    );
+    assert!(
+        gap < Duration::from_secs(2),
+        "serving resumed after {gap:?}"
+    );
+    let stats = c.stats().unwrap();
+    assert_eq!(stats.device_errors, 1);
+    assert_eq!(stats.tasks_failed, failed.len() as u64);
+    let log = d.log();
+    assert!(log.contains("context rebuilt"), "{log}");
+}

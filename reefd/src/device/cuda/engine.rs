@@ -108,6 +108,14 @@ impl EngineDevice for CudaKernels {
     fn standalone_ns(&self, name: &str) -> Option<u64> {
         CudaKernels::standalone_ns(self, name)
     }
+
+    fn task_failure(&mut self, req: reef_sched::RequestId) -> Option<String> {
+        CudaKernels::task_failure(self, req)
+    }
+
+    fn take_errors(&mut self) -> Vec<(String, String)> {
+        CudaKernels::take_errors(self)
+    }
 }
 
 impl CudaKernels {
