@@ -10,7 +10,8 @@
 //!   which time-slice.
 //!
 //! Each round: the BE stream is filled to 4 kernels, a random 0-200 us
-//! later the BE flag is set and the RT kernels launched; RT latency is
+//! later the BE flag is set (or, second pair of runs, not: BE is not
+//! preempted, as under the `streams` policy) and the RT kernels launched; RT latency is
 //! from that launch to the RT stream's synchronisation; then the BE
 //! stream drains and its flag is cleared. Also the RT request alone.
 //!
@@ -150,7 +151,7 @@ fn stats(mut v: Vec<f64>) -> String {
     )
 }
 
-fn measure(layout: &str, rounds: usize) -> (Vec<f64>, Vec<f64>) {
+fn measure(layout: &str, preempt: bool, rounds: usize) -> (Vec<f64>, Vec<f64>) {
     let mut c1 = null_mut();
     // SAFETY: valid out-pointer.
     unsafe { ok(cuCtxCreate_v2(&mut c1, 0, 0), "ctx") };
@@ -186,7 +187,9 @@ fn measure(layout: &str, rounds: usize) -> (Vec<f64>, Vec<f64>) {
         while t.elapsed() < delay {
             std::hint::spin_loop();
         }
-        flag(be.module, 1);
+        if preempt {
+            flag(be.module, 1);
+        }
         co.push(rt_request(&rt, sr).as_secs_f64() * 1e6);
         ok(cuCtxSetCurrent(be.ctx), "be current");
         ok(cuStreamSynchronize(sb), "be sync");
@@ -209,18 +212,23 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(200);
     ok(cuInit(0), "init");
-    for layout in ["one", "two"] {
+    for (layout, preempt) in [("one", true), ("two", true), ("one", false), ("two", false)] {
         let before = stats_now();
-        let (alone, co) = measure(layout, rounds);
+        let (alone, co) = measure(layout, preempt, rounds);
         let after = stats_now();
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
         println!(
-            "{layout} context{}: RT alone {}; RT beside BE ({rounds} rounds) {}; normalised mean {:.3}; \
-             BE kernels evicted {}, partly run {}, context switches {}",
+            "{layout} context{}, BE {}: RT alone {}; RT beside BE ({rounds} rounds) {}; \
+             normalised median {:.3}; BE kernels evicted {}, partly run {}, context switches {}",
             if layout == "one" { "" } else { "s" },
+            if preempt { "flagged (REEF)" } else { "not preempted" },
             stats(alone.clone()),
             stats(co.clone()),
-            mean(&co) / mean(&alone),
+            median(&co) / median(&alone),
             after.evicted - before.evicted,
             after.partial - before.partial,
             after.context_switches - before.context_switches,
