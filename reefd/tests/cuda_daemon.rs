@@ -673,39 +673,33 @@ fn a_fault_fails_only_its_contexts_requests_and_serving_resumes() {
     );
     let mut c = d.client();
     c.load_model(model_dir().to_str().unwrap(), None).unwrap();
-    let mut clients = Vec::new();
-    for p in [Priority::Rt, Priority::Be] {
-        let mut c = d.client();
-        let s = c.register(p, None).unwrap();
-        for _ in 0..100 {
-            c.infer_async(s.stream, MODEL).unwrap();
-        }
-        clients.push(c);
-    }
-    // (when it arrived, failure message or None for done)
-    let events: Vec<(Instant, Option<String>)> = std::thread::scope(|sc| {
-        let hs: Vec<_> = clients
-            .iter_mut()
-            .map(|c| {
+    // Two clients, RT and BE, each sending 100 inferences one after
+    // another; per client, in order: (when the answer arrived, failure
+    // message or None for done).
+    let per_client: Vec<Vec<(Instant, Option<String>)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = [Priority::Rt, Priority::Be]
+            .into_iter()
+            .map(|p| {
+                let mut c = d.client();
                 sc.spawn(move || {
+                    let s = c.register(p, None).unwrap();
                     let mut v = Vec::new();
                     for _ in 0..100 {
-                        match c.next_event(Some(Duration::from_secs(30))).unwrap() {
-                            reefd::protocol::Event::TaskDone(r) => {
+                        match c.infer(s.stream, MODEL) {
+                            Ok(r) => {
                                 assert_eq!(r.outputs_verified, Some(true), "task {}", r.task);
                                 v.push((Instant::now(), None));
                             }
-                            reefd::protocol::Event::TaskFailed { message, .. } => {
-                                v.push((Instant::now(), Some(message)))
-                            }
+                            Err(e) => v.push((Instant::now(), Some(e.to_string()))),
                         }
                     }
                     v
                 })
             })
             .collect();
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let events: Vec<(Instant, Option<String>)> = per_client.iter().flatten().cloned().collect();
     let failed: Vec<&(Instant, Option<String>)> = events.iter().filter(|e| e.1.is_some()).collect();
     assert!(!failed.is_empty(), "no request failed");
     // One request per scheduler stream holds buffers at a time: RT's, BE's.
@@ -714,19 +708,33 @@ fn a_fault_fails_only_its_contexts_requests_and_serving_resumes() {
         let m = m.as_deref().unwrap();
         assert!(m.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{m}");
     }
-    let first_failure = failed.iter().map(|e| e.0).min().unwrap();
-    let resumed = events
-        .iter()
-        .filter(|e| e.1.is_none() && e.0 > first_failure)
-        .map(|e| e.0)
-        .min()
-        .expect("no request was served after the fault");
-    let gap = resumed - first_failure;
+    // Serving resumes: the failed request's client sends its next request
+    // when the failure arrives (the context is rebuilt by then); it is
+    // answered within a bounded time.
+    let mut gap = Duration::ZERO;
+    for v in &per_client {
+        for (i, e) in v.iter().enumerate() {
+            if e.1.is_some() {
+                let next = v[i + 1..]
+                    .iter()
+                    .find(|x| x.1.is_none())
+                    .expect("no request of the stream was served after the fault");
+                gap = gap.max(next.0 - e.0);
+            }
+        }
+    }
+    let log = d.log();
+    let rebuilt = log
+        .lines()
+        .find(|l| l.contains("context rebuilt in"))
+        .unwrap_or_else(|| panic!("{log}"));
     eprintln!(
-        "fault: {} requests failed, {} served; first answer {:.1} ms after the first failure",
+        "fault: {} requests failed, {} served; the failed stream's next answer {:.0} us after \
+         the failure; {}",
         failed.len(),
         events.len() - failed.len(),
-        gap.as_secs_f64() * 1e3
+        gap.as_secs_f64() * 1e6,
+        rebuilt.rsplit(": ").next().unwrap_or(rebuilt)
     );
     assert!(
         gap < Duration::from_secs(2),
@@ -735,6 +743,4 @@ fn a_fault_fails_only_its_contexts_requests_and_serving_resumes() {
     let stats = c.stats().unwrap();
     assert_eq!(stats.device_errors, 1);
     assert_eq!(stats.tasks_failed, failed.len() as u64);
-    let log = d.log();
-    assert!(log.contains("context rebuilt"), "{log}");
 }

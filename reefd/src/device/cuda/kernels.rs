@@ -165,13 +165,15 @@ fn text(e: CudaError) -> String {
 }
 
 /// Whether a driver error poisons the context ("sticky": every later call
-/// on the context returns it, driver API reference, "Error Handling"):
-/// the faults a kernel raises while it runs (cuda.h's
-/// CUDA_ERROR_ILLEGAL_ADDRESS to CUDA_ERROR_LAUNCH_FAILED, 700-719) and
-/// an uncorrectable ECC error.
+/// on the context returns it; driver API reference, "Error Handling", and
+/// each code's description in cuda.h, "the process ... must be
+/// terminated and relaunched"): CUDA_ERROR_ILLEGAL_ADDRESS (700),
+/// LAUNCH_TIMEOUT (702), ASSERT (710), HARDWARE_STACK_ERROR to
+/// LAUNCH_FAILED (714-719) and ECC_UNCORRECTABLE (214). A refused launch
+/// (LAUNCH_OUT_OF_RESOURCES, 701, INVALID_VALUE) is not.
 pub fn sticky(e: &CudaError) -> bool {
     e.code()
-        .is_some_and(|c| matches!(c as u32, 700..=719 | 214))
+        .is_some_and(|c| matches!(c as u32, 700 | 702 | 710 | 714..=719 | 214))
 }
 
 impl CudaKernels {
@@ -614,9 +616,9 @@ impl CudaKernels {
             Ok(()) => {
                 self.rebuilds += 1;
                 tracing::warn!(
-                    "{}: context rebuilt in {:.1} ms ({} models reloaded)",
+                    "{}: context rebuilt in {:.0} us ({} models reloaded)",
                     self.dev.device(),
-                    t0.elapsed().as_secs_f64() * 1e3,
+                    t0.elapsed().as_secs_f64() * 1e6,
                     self.dev.models.len()
                 );
             }
