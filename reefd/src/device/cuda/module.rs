@@ -120,15 +120,8 @@ impl ModelFiles {
 fn annotations(m: &reef_model::Model, arch: &str) -> Result<String, String> {
     let mut out = String::new();
     let mut annotated = HashSet::new();
-    // Storages whose contents, when a kernel starts, are a value of this
-    // inference: the model's inputs and parameters, and what an earlier
-    // kernel wrote.
-    let mut has_value: HashSet<usize> = m.inputs.iter().copied().collect();
     for k in &m.kernels {
-        let first = annotated.insert(k.name.clone());
-        let seen = has_value.clone();
-        has_value.extend(k.writes.iter().copied());
-        if !first {
+        if !annotated.insert(k.name.clone()) {
             continue;
         }
         let Some(w) = k.work else {
@@ -153,21 +146,18 @@ fn annotations(m: &reef_model::Model, arch: &str) -> Result<String, String> {
         if let Some(r) = k.resources.get(arch) {
             line += &format!(" regs={} shared={}", r.registers, r.shared_static);
         }
-        // A storage the kernel both reads and writes is an input too when
-        // an earlier kernel of the model (or the request) gave it a value:
-        // then the kernel reads that value (an in-place operation), and
-        // running it twice, as a restore after a partial run does, reads
-        // its own output: the simulated driver's value model shows it
-        // (issue 26). A storage no earlier kernel wrote is given as written
+        // A storage the kernel both reads and writes is given as written
         // only: the recorded sets come from TIR's loads and stores, and
-        // TVM's accumulations (max pool, reductions) initialise their
-        // output before reading it back (kernels.cu), so its old contents
-        // (the previous request's) are no input.
+        // TVM's in-place accumulations (max pool, reductions) initialise
+        // their output before reading it back (kernels.cu), so its previous
+        // contents are no input. Limit: the simulated driver's value model
+        // then cannot see a kernel that truly accumulates into old contents
+        // run twice; level 2 never re-runs a kernel that started.
         let inputs: Vec<usize> = k
             .reads
             .iter()
             .copied()
-            .filter(|r| !k.writes.contains(r) || seen.contains(r))
+            .filter(|r| !k.writes.contains(r))
             .collect();
         for (key, set) in [("reads", &inputs), ("writes", &k.writes)] {
             let p = pos(set);
