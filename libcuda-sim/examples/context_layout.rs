@@ -225,7 +225,11 @@ fn main() {
             "{layout} context{}, BE {}: RT alone {}; RT beside BE ({rounds} rounds) {}; \
              normalised median {:.3}; BE kernels evicted {}, partly run {}, context switches {}",
             if layout == "one" { "" } else { "s" },
-            if preempt { "flagged (REEF)" } else { "not preempted" },
+            if preempt {
+                "flagged (REEF)"
+            } else {
+                "not preempted"
+            },
             stats(alone.clone()),
             stats(co.clone()),
             median(&co) / median(&alone),
