@@ -41,7 +41,8 @@
 //!   each entry). A kernel running when the flag is set finishes the blocks
 //!   already placed; its later blocks exit at entry, so it has run only
 //!   partly and its outputs are partly written ([`Driver::finish_partial`]).
-//!   Blocks placed are read from the simulator's block records. Timing
+//!   Blocks placed are asked of the simulator when the flag changes
+//!   (`Sim::blocks_placed`; no block records are kept). Timing
 //!   limit: reef-sim still runs the exited blocks for their full time
 //!   (it checks the flag once per kernel, at dispatch), so a partly-run
 //!   kernel here ends later than on a GPU: slower, never kinder.
@@ -296,9 +297,9 @@ struct InFlight {
     req: Option<KernelLaunch>,
     /// The same, kept to submit again after a recall (time slicing).
     launch: KernelLaunch,
-    /// The kernel's blocks and those placed on SMs so far.
+    /// The kernel's blocks, and its simulator launch once submitted.
     blocks: u32,
-    placed: u32,
+    sim_id: Option<LaunchId>,
     /// Blocks placed while the flag was set (they exited at entry), and the
     /// placed count when the flag was last set, while it is.
     skipped: u32,
@@ -343,8 +344,6 @@ struct Gpu {
     stats: Stats,
     /// simulator launch -> the driver's.
     ids: HashMap<LaunchId, Launch>,
-    /// Block records read so far.
-    records: usize,
     /// The context whose kernels the device runs (time slicing), the end
     /// of its slice, and whether it is draining to hand over.
     active: Option<u64>,
@@ -469,19 +468,10 @@ impl Driver {
         let gpus = device_list(devices)?
             .into_iter()
             .map(|spec| Gpu {
-                // Block records: which blocks each kernel has placed, for
-                // the per-block flag check (module doc).
-                sim: Sim::new(
-                    spec.clone(),
-                    SimConfig {
-                        record_blocks: true,
-                        ..SimConfig::default()
-                    },
-                ),
+                sim: Sim::new(spec.clone(), SimConfig::default()),
                 spec,
                 stats: Stats::default(),
                 ids: HashMap::new(),
-                records: 0,
                 active: None,
                 slice_end: 0,
                 slice_end_ctx: 0,
@@ -585,7 +575,6 @@ impl Driver {
                 };
                 evs.clear();
                 self.gpus[dev].sim.advance_into(target, &mut evs);
-                self.read_records(dev);
                 for e in &evs {
                     self.device_event(dev, e);
                 }
@@ -610,18 +599,6 @@ impl Driver {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-    }
-
-    /// Blocks placed since the last look (the simulator's block records).
-    fn read_records(&mut self, dev: usize) {
-        let g = &mut self.gpus[dev];
-        let recs = g.sim.block_records();
-        for r in &recs[g.records..] {
-            if let Some(f) = g.ids.get(&r.launch).and_then(|l| self.inflight.get_mut(l)) {
-                f.placed += r.blocks.end - r.blocks.start;
-            }
-        }
-        g.records = recs.len();
     }
 
     fn others_waiting(&self, dev: usize, c: u64) -> bool {
@@ -728,7 +705,7 @@ impl Driver {
                 };
                 if let Some(f) = self.inflight.get_mut(&l) {
                     f.req = Some(f.launch.clone());
-                    f.placed = 0;
+                    f.sim_id = None;
                     back.push(l);
                 }
             }
@@ -762,6 +739,9 @@ impl Driver {
                 match self.gpus[dev].sim.launch(sim_stream, req) {
                     Ok(id) => {
                         self.gpus[dev].ids.insert(id, l);
+                        if let Some(f) = self.inflight.get_mut(&l) {
+                            f.sim_id = Some(id);
+                        }
                     }
                     Err(_) => {
                         // Checked at cuLaunchKernel; a refusal here is the
@@ -890,8 +870,9 @@ impl Driver {
         if self.sticky.contains_key(&f.ctx) {
             return;
         }
+        // Every block has been placed by its completion.
         if let Some(p) = f.skip_from.take() {
-            f.skipped += f.placed.saturating_sub(p);
+            f.skipped += f.blocks.saturating_sub(p);
         }
         let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
         for &r in &f.reads {
@@ -1200,11 +1181,13 @@ impl Driver {
         let _ = self.gpus[dev].sim.set_preempt_flag(sim, on);
         // Per block (module doc): blocks placed from now while the flag is
         // set exit at entry.
+        let sim = &self.gpus[dev].sim;
         for f in self.inflight.values_mut().filter(|f| f.stream == stream) {
+            let placed = f.sim_id.and_then(|id| sim.blocks_placed(id)).unwrap_or(0);
             if on {
-                f.skip_from = Some(f.placed);
+                f.skip_from = Some(placed);
             } else if let Some(p) = f.skip_from.take() {
-                f.skipped += f.placed.saturating_sub(p);
+                f.skipped += placed.saturating_sub(p);
             }
         }
     }
@@ -1561,7 +1544,7 @@ impl Driver {
             req: Some(kl.clone()),
             launch: kl,
             blocks: blocks as u32,
-            placed: 0,
+            sim_id: None,
             skipped: 0,
             skip_from: None,
             fault,
