@@ -23,6 +23,7 @@ import numpy as np
 from .onnx_input import CompileError
 
 WEIGHT_ALIGN = 256  # bytes; cudaMalloc's alignment, so each weight can be copied in place
+CPU_LIBRARY = "cpu.so"  # the CPU build of the launched TIR functions (docs/compile.md)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the CPU (llvm) reference input/output pair",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the reference input (default 0)")
+    p.add_argument(
+        "--no-cpu",
+        action="store_true",
+        help="skip the CPU build (cpu.so) the simulated devices compute real values with; "
+        "they then keep version tracking for this model",
+    )
     return p
 
 
@@ -102,7 +109,7 @@ def compile_model(args) -> None:
     for arch in archs:
         t = time.monotonic()
         try:
-            lowered = lower.lower(mod, param_values, arch)
+            lowered = lower.lower(mod, param_values, arch, cpu=not args.no_cpu and arch == archs[0])
         except CompileError:
             raise
         except Exception as e:  # TVM's own errors: first line only
@@ -133,6 +140,9 @@ def compile_model(args) -> None:
             t = time.monotonic()
             nvidia.cuda_to_ptx(cu, ptx, arch)
             timing[f"nvcc_{arch}_s"] = round(time.monotonic() - t, 3)
+            if not args.no_cpu:
+                with open(ptx, "a") as f:
+                    f.write(_cpu_annotations(first, (out / CPU_LIBRARY).resolve()))
             t = time.monotonic()
             res = nvidia.ptxas_resources(ptx, arch, Path(tmp) / f"{arch}.cubin")
             timing[f"ptxas_{arch}_s"] = round(time.monotonic() - t, 3)
@@ -148,6 +158,12 @@ def compile_model(args) -> None:
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
 
+    if args.no_cpu:
+        (out / CPU_LIBRARY).unlink(missing_ok=True)
+    else:
+        t = time.monotonic()
+        lower.cpu_library(first.fused_prims, out / CPU_LIBRARY)
+        timing["cpu_s"] = round(time.monotonic() - t, 3)
     weights = _write_weights(out, first.storages)
     reference = None
     if not args.no_reference:
@@ -173,6 +189,7 @@ def compile_model(args) -> None:
             "params": first.params,
             "weights": weights,
             "reference": reference,
+            "cpu": None if args.no_cpu else _cpu_section(first),
             "names": {k: v for k, v in names.items() if k != v},
             "resources": resources,
             "compile_time": timing,
@@ -222,6 +239,53 @@ def _schedule(lowered, resources, arch0) -> dict:
         "args": lowered.inputs + lowered.params,
         "shared_memory": shared,
     }
+
+
+def _cpu_section(lowered) -> dict:
+    """What runs each kernel's computation on the CPU: one entry per call of
+    a TIR function, in launch order; its CPU build runs once the last of its
+    `kernels` completes."""
+    return {
+        "library": CPU_LIBRARY,
+        "target": "llvm",
+        "abi": "tvm-ffi",
+        "calls": [
+            {
+                "function": c.function,
+                "symbol": f"__tvm_ffi_{c.function}",
+                "args": [{"storage": a.storage, "dtype": a.dtype, "shape": a.shape} for a in c.args],
+                "kernels": c.kernels,
+            }
+            for c in lowered.calls
+        ],
+    }
+
+
+def _cpu_annotations(lowered, library: Path) -> str:
+    """`// reef-cpu:` lines for the simulated libcuda (libcuda-sim/src/cpu.rs):
+    which function of `library` a kernel computes and in which of its PTX
+    parameters each argument's pointer is. Only for a call's last kernel,
+    and only when that kernel's parameters carry every argument of the call
+    (else the kernel keeps the stand-in values there)."""
+    lines = [f"// reef-cpu: library={library}"]
+    seen: dict[str, str] = {}
+    for c in lowered.calls:
+        ln = lowered.launches[c.kernels[-1]]
+        if any(a.storage not in ln.args for a in c.args):
+            continue
+        args = ",".join(
+            f"{ln.args.index(a.storage)}:{a.dtype}:{'x'.join(map(str, a.shape)) or '_'}" for a in c.args
+        )
+        writes = ",".join(
+            str(ln.args.index(a.storage)) for a in c.args if a.storage in ln.writes
+        )
+        line = f"// reef-cpu: kernel={ln.name} function={c.function} args={args} writes={writes}"
+        if seen.get(ln.name, line) != line:
+            raise CompileError(f"kernel {ln.name}: two calls give it different CPU arguments")
+        if ln.name not in seen:
+            seen[ln.name] = line
+            lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def _write_weights(out: Path, storages) -> dict:

@@ -166,6 +166,8 @@ struct Ctx {
 struct Module {
     ctx: u64,
     entries: Vec<ptx::Entry>,
+    /// The CPU build of compiled kernels, by kernel name (crate::cpu).
+    cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
     /// name -> device address
     globals: HashMap<String, (u64, usize)>,
     functions: Vec<u64>,
@@ -224,6 +226,10 @@ struct Alloc {
     /// more host time than the simulated GPU time). Its hash is then the
     /// seed's, not the bytes': a buffer's hash follows its writes.
     pending: Option<u64>,
+    /// Parts a compiled kernel's CPU build will write (crate::cpu), in
+    /// completion order, copied in when the allocation is next read or
+    /// written. Never together with `pending` (that is generated first).
+    cpu: Vec<Arc<crate::cpu::Slot>>,
 }
 
 fn generate(mut seed: u64, out: &mut [u8]) {
@@ -239,20 +245,37 @@ impl Alloc {
             self.materialize();
             return fnv1a(&self.data[off..], CONTENT_SEED);
         }
+        self.resolve_cpu();
         *self
             .hash
             .get_or_insert_with(|| fnv1a(&self.data, CONTENT_SEED))
     }
 
     fn materialize(&mut self) {
+        self.materialize_seed();
+        self.resolve_cpu();
+    }
+
+    fn materialize_seed(&mut self) {
         if let Some(seed) = self.pending.take() {
             generate(seed, &mut self.data);
+        }
+    }
+
+    /// Copies in the bytes of the CPU computations queued on it (waiting
+    /// for them).
+    fn resolve_cpu(&mut self) {
+        for s in std::mem::take(&mut self.cpu) {
+            let (off, len) = (s.off, s.len);
+            s.overlay(off, &mut self.data[off..off + len]);
         }
     }
 
     /// A kernel wrote the allocation from `off` on with the stream of `seed`.
     fn kernel_write(&mut self, off: usize, seed: u64) {
         if off == 0 {
+            // The whole allocation is overwritten: queued parts are moot.
+            self.cpu.clear();
             self.pending = Some(seed);
             self.hash = Some(fnv1a(
                 &seed.to_le_bytes(),
@@ -280,6 +303,9 @@ impl Alloc {
                 out.copy_from_slice(&all[off..]);
             }
             None => out.copy_from_slice(&self.data[off..off + out.len()]),
+        }
+        for s in &self.cpu {
+            s.overlay(off, out);
         }
     }
 }
@@ -315,6 +341,9 @@ struct InFlight {
     writes: Vec<u64>,
     /// Scalar arguments, less the execution index: they are inputs too.
     scalars: Vec<u8>,
+    /// A compiled kernel's CPU build and the device pointers of its
+    /// arguments (crate::cpu).
+    cpu: Option<(Arc<crate::cpu::CpuKernel>, Vec<u64>)>,
 }
 
 /// Counters the crate's tests and docs read.
@@ -335,6 +364,9 @@ pub struct Stats {
     pub context_switches: u64,
     /// Kernels that faulted (their context is poisoned).
     pub faults: u64,
+    /// Completions computed by a compiled kernel's CPU build (crate::cpu)
+    /// rather than the stand-in function.
+    pub cpu_calls: u64,
 }
 
 /// One simulated GPU of the driver.
@@ -874,6 +906,32 @@ impl Driver {
         if let Some(p) = f.skip_from.take() {
             f.skipped += f.blocks.saturating_sub(p);
         }
+        let skipped = f.skipped.min(f.blocks);
+        if let Some((k, ptrs)) = &f.cpu {
+            if skipped > 0 {
+                // A partly-run compiled kernel: its CPU build computes
+                // whole outputs only, so the blocks that did not run are
+                // marked as a kill leaves them (stale bytes) and the part
+                // that ran keeps its old bytes: corrupted either way until
+                // it is executed again.
+                self.count_partial(f.dev, skipped, f.blocks);
+                let writes: Vec<u64> = k.writes.iter().map(|&w| ptrs[w]).collect();
+                for w in writes {
+                    if let Some((base, off)) = self.find_in(f.ctx, w) {
+                        let a = self.allocs.get_mut(&base).unwrap();
+                        let n = a.data.len() - off;
+                        let ran = (n as u64 * (f.blocks - skipped) as u64 / f.blocks.max(1) as u64)
+                            as usize;
+                        a.write(off + ran, &vec![0xde; n - ran]);
+                    }
+                }
+                return;
+            }
+            if self.compute(f.ctx, k, ptrs) {
+                self.gpus[f.dev].stats.cpu_calls += 1;
+                return;
+            }
+        }
         let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
         for &r in &f.reads {
             match self.find_in(f.ctx, r) {
@@ -889,15 +947,8 @@ impl Driver {
             }
         }
         h = fnv1a(&f.scalars, h);
-        let skipped = f.skipped.min(f.blocks);
         if skipped > 0 {
-            self.stats.partial += 1;
-            self.stats.blocks_exited += skipped as u64;
-            self.stats.blocks_ran_partial += (f.blocks - skipped) as u64;
-            let g = &mut self.gpus[f.dev].stats;
-            g.partial += 1;
-            g.blocks_exited += skipped as u64;
-            g.blocks_ran_partial += (f.blocks - skipped) as u64;
+            self.count_partial(f.dev, skipped, f.blocks);
         }
         for (i, &w) in f.writes.iter().enumerate() {
             let Some((base, off)) = self.find_in(f.ctx, w) else {
@@ -926,6 +977,63 @@ impl Driver {
         generate(seed, &mut full);
         let part = (n as u64 * ran as u64 / blocks.max(1) as u64) as usize;
         a.write(off, &full[..part]);
+    }
+
+    fn count_partial(&mut self, dev: usize, skipped: u32, blocks: u32) {
+        for st in [&mut self.stats, &mut self.gpus[dev].stats] {
+            st.partial += 1;
+            st.blocks_exited += skipped as u64;
+            st.blocks_ran_partial += (blocks - skipped) as u64;
+        }
+    }
+
+    /// A compiled kernel's real function (crate::cpu): its TIR function's
+    /// CPU build, queued to the CPU worker with a copy of its arguments'
+    /// bytes; each written argument's allocation gets a slot the worker
+    /// fills. `false` when it cannot run (an argument past its
+    /// allocation): the caller falls back to the stand-in function.
+    fn compute(&mut self, ctx: u64, k: &Arc<crate::cpu::CpuKernel>, ptrs: &[u64]) -> bool {
+        let mut places = Vec::with_capacity(ptrs.len());
+        for (&p, (_, dt, shape)) in ptrs.iter().zip(&k.args) {
+            let need = dt.bytes_for(shape);
+            let Some((base, off)) = self.find_in(ctx, p) else {
+                self.stats.faults += 1;
+                self.fault(ctx);
+                return true;
+            };
+            if off + need > self.allocs[&base].data.len() {
+                return false;
+            }
+            places.push((base, off, need));
+        }
+        let mut inputs = Vec::with_capacity(places.len());
+        for &(base, off, need) in &places {
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.materialize_seed();
+            let slots = a
+                .cpu
+                .iter()
+                .filter(|s| s.overlaps(off, need))
+                .cloned()
+                .collect();
+            inputs.push((off, a.data[off..off + need].to_vec(), slots));
+        }
+        let mut outputs = Vec::with_capacity(k.writes.len());
+        for &w in &k.writes {
+            let (base, off, need) = places[w];
+            let slot = crate::cpu::Slot::new(off, need);
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.cpu.push(slot.clone());
+            a.hash = None;
+            outputs.push((w, slot));
+        }
+        crate::cpu::submit(crate::cpu::Job {
+            kernel: k.clone(),
+            inputs,
+            outputs,
+        });
+        self.stats.cpu_calls += 1;
+        true
     }
 
     /// Whether `w` is ready, or how long to sleep before asking again.
@@ -1054,6 +1162,7 @@ impl Driver {
                 owner,
                 hash: None,
                 pending: None,
+                cpu: Vec::new(),
             },
         );
         Ok(base)
@@ -1207,6 +1316,12 @@ impl Driver {
         self.check_sticky(ctx)?;
         let text = std::str::from_utf8(image).map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
         let parsed = ptx::parse(text).map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
+        // A compiled model's CPU build; a module whose library cannot be
+        // loaded keeps the stand-in function (and says so once).
+        let cpu = crate::cpu::load(text).unwrap_or_else(|e| {
+            eprintln!("reef-libcuda-sim: kernels keep stand-in values: {e}");
+            HashMap::new()
+        });
         let id = self.fresh();
         let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
@@ -1219,6 +1334,7 @@ impl Driver {
             Module {
                 ctx,
                 entries: parsed.entries,
+                cpu,
                 globals,
                 functions: Vec::new(),
             },
@@ -1555,6 +1671,10 @@ impl Driver {
             reads: work.reads.iter().map(|&i| ptr(i)).collect(),
             writes: work.writes.iter().map(|&i| ptr(i)).collect(),
             scalars,
+            cpu: self.modules[&m].cpu.get(&entry.name).and_then(|k| {
+                let ok = k.args.iter().all(|a| pointer_ok(&a.0));
+                ok.then(|| (k.clone(), k.args.iter().map(|a| ptr(a.0)).collect()))
+            }),
         };
         if !self.streams[&sid].modules.contains(&m) {
             // The kernel reads its own module's flag at entry.

@@ -55,13 +55,21 @@
 //! memory or memory of another context, on its device or another one
 //! (ILLEGAL_ADDRESS, sticky for the context, as on a GPU).
 //!
-//! What kernels compute: nothing of the PTX runs. A completed kernel's
-//! written buffers get a deterministic function of its name, its read
-//! buffers' bytes and its scalar arguments (driver.rs `completed`), from the
-//! `// reef-sim:` annotations of the module (ptx.rs), so outputs are real
-//! bytes a host can compare between a preempted and an unpreempted run. A
-//! GPU host computes the real function instead; what it would confirm is in
-//! docs/hardware.md ("The CUDA launch path").
+//! What kernels compute: nothing of the PTX runs. A kernel of a model
+//! compiled by reef-compile computes its real function: its TIR function's
+//! CPU build (`cpu.so`, named by the module's `// reef-cpu:` annotations,
+//! [`cpu`]) runs on its arguments' device bytes when it completes (or, for
+//! a function TVM split into several kernels, when the last completes; on
+//! a worker thread, its outputs copied in when next read), so
+//! outputs are the model's numbers, comparable with ONNX Runtime. Other
+//! kernels' written buffers get a deterministic function of the kernel's
+//! name, its read buffers' bytes and its scalar arguments (driver.rs
+//! `completed`), from the `// reef-sim:` annotations of the module (ptx.rs),
+//! so outputs are bytes a host can compare between a preempted and an
+//! unpreempted run. A kernel evicted by the preempt flag writes nothing; a
+//! killed one leaves garbage. A GPU host computes the real function on the
+//! device instead; what it would confirm is in docs/hardware.md ("The CUDA
+//! launch path").
 
 // The exported functions are the C driver API. Every one that reads or
 // writes through a caller's pointer is an `unsafe extern "C" fn` whose
@@ -70,6 +78,7 @@
 // The crate is also an rlib so its tests call them in-process, as cudarc
 // does, inside `unsafe` blocks that keep those contracts.
 
+pub mod cpu;
 pub mod driver;
 pub mod ptx;
 

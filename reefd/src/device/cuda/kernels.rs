@@ -177,7 +177,7 @@ pub fn sticky(e: &CudaError) -> bool {
 }
 
 impl CudaKernels {
-    /// Opens `cuda:N` (driver library, RT and BE contexts, probed levels).
+    /// Opens `cuda:N` (driver library, its one context, probed levels).
     pub fn open(opts: &CudaLaunchOptions) -> Result<CudaKernels, CudaError> {
         Ok(CudaKernels {
             dev: CudaDevice::open(opts)?,

@@ -161,8 +161,8 @@ const PROBE_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n\
     .visible .entry reef_probe()\n{\n\tret;\n}\n";
 
 impl CudaDevice {
-    /// Loads the driver, creates the RT and BE contexts on GPU `index` and
-    /// probes the preemption levels.
+    /// Loads the driver, creates the context on GPU `index` (and reads the
+    /// driver's stream priority range) and probes the preemption levels.
     pub fn open(opts: &CudaLaunchOptions) -> Result<CudaDevice, CudaError> {
         load_library(opts.library.as_deref())?;
         let device = format!("cuda:{}", opts.index);
