@@ -385,7 +385,7 @@ struct Gpu {
     draining: bool,
     /// Each context's kernel intervals on the device (first block placed,
     /// end), for tests: `(ctx, start, end)`; bounded ([`MAX_INTERVALS`]).
-    intervals: Vec<(u64, u64, u64)>,
+    intervals: std::collections::VecDeque<(u64, u64, u64)>,
 }
 
 /// Kernel intervals kept per device for tests (the oldest are dropped).
@@ -508,7 +508,7 @@ impl Driver {
                 slice_end: 0,
                 slice_end_ctx: 0,
                 draining: false,
-                intervals: Vec::new(),
+                intervals: Default::default(),
             })
             .collect();
         Ok(Driver {
@@ -798,9 +798,9 @@ impl Driver {
                 if let Some(s) = f.started_at {
                     let g = &mut self.gpus[dev];
                     if g.intervals.len() >= MAX_INTERVALS {
-                        g.intervals.remove(0);
+                        g.intervals.pop_front();
                     }
-                    g.intervals.push((f.ctx, s, e.time));
+                    g.intervals.push_back((f.ctx, s, e.time));
                 }
             }
         }
