@@ -122,15 +122,15 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
 
     assert_eq!(cuInit(0), OK);
     let mut ctx = null_mut();
-    assert_eq!(cuCtxCreate_v2(&mut ctx, 0, 0), OK);
+    assert_eq!(unsafe { cuCtxCreate_v2(&mut ctx, 0, 0) }, OK);
     let mut module = null_mut();
     let image = CString::new(ptx).unwrap();
     assert_eq!(
-        cuModuleLoadData(&mut module, image.as_ptr() as *const c_void),
+        unsafe { cuModuleLoadData(&mut module, image.as_ptr() as *const c_void) },
         OK
     );
     let mut stream = null_mut();
-    assert_eq!(cuStreamCreate(&mut stream, 1), OK);
+    assert_eq!(unsafe { cuStreamCreate(&mut stream, 1) }, OK);
 
     // One allocation per storage; weights and inputs copied in.
     let elem = |t: &str| match t {
@@ -145,7 +145,7 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
         .map(|s| {
             let n = s["size"].as_u64().unwrap() as usize * elem(s["stype"].as_str().unwrap());
             let mut p = 0;
-            assert_eq!(cuMemAlloc_v2(&mut p, n), OK);
+            assert_eq!(unsafe { cuMemAlloc_v2(&mut p, n) }, OK);
             (p, n)
         })
         .collect();
@@ -158,7 +158,7 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
         );
         let w = &weights[off..off + n];
         assert_eq!(
-            cuMemcpyHtoD_v2(storages[s].0, w.as_ptr() as *const c_void, n),
+            unsafe { cuMemcpyHtoD_v2(storages[s].0, w.as_ptr() as *const c_void, n) },
             OK
         );
     }
@@ -169,7 +169,7 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
             let x = std::fs::read(refd.join(format!("input{i}.bin"))).unwrap();
             assert_eq!(x.len(), storages[s].1);
             assert_eq!(
-                cuMemcpyHtoD_v2(storages[s].0, x.as_ptr() as *const c_void, x.len()),
+                unsafe { cuMemcpyHtoD_v2(storages[s].0, x.as_ptr() as *const c_void, x.len()) },
                 OK
             );
         }
@@ -177,7 +177,10 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
         for k in kernels {
             let name = CString::new(k["name"].as_str().unwrap()).unwrap();
             let mut f = null_mut();
-            assert_eq!(cuModuleGetFunction(&mut f, module, name.as_ptr()), OK);
+            assert_eq!(
+                unsafe { cuModuleGetFunction(&mut f, module, name.as_ptr()) },
+                OK
+            );
             let mut ptrs: Vec<u64> = idx(&k["args"]).iter().map(|&s| storages[s].0).collect();
             let mut params: Vec<*mut c_void> = ptrs
                 .iter_mut()
@@ -211,7 +214,9 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
         for (i, s) in idx(&sched["outputs"]).into_iter().enumerate() {
             let mut got = vec![0u8; storages[s].1];
             assert_eq!(
-                cuMemcpyDtoH_v2(got.as_mut_ptr() as *mut c_void, storages[s].0, got.len()),
+                unsafe {
+                    cuMemcpyDtoH_v2(got.as_mut_ptr() as *mut c_void, storages[s].0, got.len())
+                },
                 OK
             );
             let want = f32s(&std::fs::read(refd.join(format!("output{i}.bin"))).unwrap());

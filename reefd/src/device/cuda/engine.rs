@@ -126,6 +126,14 @@ impl EngineDevice for CudaKernels {
     fn take_outputs(&mut self, req: reef_sched::RequestId) -> Option<crate::tensors::Outputs> {
         CudaKernels::take_outputs(self, req)
     }
+
+    fn task_failure(&mut self, req: reef_sched::RequestId) -> Option<String> {
+        CudaKernels::task_failure(self, req)
+    }
+
+    fn take_errors(&mut self) -> Vec<(String, String)> {
+        CudaKernels::take_errors(self)
+    }
 }
 
 impl CudaKernels {

@@ -19,7 +19,7 @@
 //!   `reef-bench multigpu`'s `jobs::nn_job`, docs/results-multigpu.md) and
 //!   its widest kernel's launch shape. On CUDA GPUs a model declares what
 //!   the CUDA engine allocates for it instead (its weights and one
-//!   request's buffers in the RT and the BE context,
+//!   request's buffers, in its one context,
 //!   `CudaDevice::footprint`), the SM figures come from the driver
 //!   (`cuDeviceGetAttribute`) and the free memory is the smaller of what
 //!   placement has not reserved and what the driver reports free
@@ -178,8 +178,7 @@ impl NodeEngine {
             labels,
             devs,
             lims,
-            "weights in the RT and the BE context, one request's buffers per stream that runs it"
-                .into(),
+            "weights and one request's buffers per stream that runs it".into(),
         )
     }
 

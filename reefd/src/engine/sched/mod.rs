@@ -323,6 +323,17 @@ pub trait EngineDevice: Device + Send {
     fn take_outputs(&mut self, _req: reef_sched::RequestId) -> Option<crate::tensors::Outputs> {
         None
     }
+    /// Why the device ended request `req` (a GPU: a fault of its context,
+    /// in the driver's words), taken once; `None`: it did not.
+    fn task_failure(&mut self, _req: reef_sched::RequestId) -> Option<String> {
+        None
+    }
+    /// Failures the device saw outside the scheduler's actions (a GPU: a
+    /// context fault found by a completion query), as (action, error),
+    /// taken once: each is a device error.
+    fn take_errors(&mut self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 impl<D: EngineDevice> SchedEngine<D> {
