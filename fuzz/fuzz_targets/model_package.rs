@@ -37,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(p) = Package::read(d, &first, &limits) {
         let _ = (p.input_bytes(), p.weight_bytes(), p.stream_bytes());
-        assert!(p.input < p.storages.len() && p.output < p.storages.len());
+        assert!(p
+            .inputs
+            .iter()
+            .chain(&p.outputs)
+            .all(|&i| i < p.storages.len()));
     }
     let _ = Package::files(d);
 });

@@ -97,8 +97,11 @@ pub struct Package {
     pub launches: Vec<Launch>,
     /// Bytes of each weight storage, by storage index.
     pub weights: HashMap<usize, Vec<u8>>,
-    pub input: usize,
-    pub output: usize,
+    /// The storages a request fills, in the model's order (a compiled
+    /// model's ONNX inputs; model.toml's `input` storages in file order).
+    pub inputs: Vec<usize>,
+    /// The storages a request reads back, in the same manner.
+    pub outputs: Vec<usize>,
     /// The reef-compile schedule (recorded work, resources, read and write
     /// sets per kernel); `None` for model.toml.
     pub schedule: Option<Model>,
@@ -210,17 +213,14 @@ impl Package {
                  (docs/compile.md)"
             )));
         };
-        let (input, output) = match (&c.inputs[..], &c.outputs[..]) {
-            ([i], [o]) => (*i, *o),
-            _ => {
-                return Err(err(format!(
-                    "{} inputs and {} outputs: a GPU serves models with one input and one \
-                     output",
-                    c.inputs.len(),
-                    c.outputs.len()
-                )))
-            }
-        };
+        if c.inputs.is_empty() || c.outputs.is_empty() {
+            return Err(err(format!(
+                "{} inputs and {} outputs: a model takes at least one of each",
+                c.inputs.len(),
+                c.outputs.len()
+            )));
+        }
+        let (inputs, outputs) = (c.inputs.clone(), c.outputs.clone());
         let arch = choose_arch(&c.archs).map_err(err)?;
         let code_path = c
             .ptx
@@ -242,9 +242,9 @@ impl Package {
             .map(|(i, b)| Storage {
                 name: b.name.clone(),
                 bytes: b.bytes,
-                role: if i == input {
+                role: if inputs.contains(&i) {
                     Role::Input
-                } else if i == output {
+                } else if outputs.contains(&i) {
                     Role::Output
                 } else if params.contains(&i) {
                     Role::Weight
@@ -332,8 +332,8 @@ impl Package {
             storages,
             launches,
             weights,
-            input,
-            output,
+            inputs,
+            outputs,
             schedule: Some(m),
         })
     }
@@ -363,19 +363,16 @@ impl Package {
             .enumerate()
             .map(|(i, s)| (s.name.as_str(), i))
             .collect();
-        let one = |role: Role| -> Result<usize, PackageError> {
+        let some = |role: Role| -> Result<Vec<usize>, PackageError> {
             let v: Vec<usize> = (0..m.storage.len())
                 .filter(|&i| m.storage[i].role == role)
                 .collect();
-            match v[..] {
-                [i] => Ok(i),
-                _ => Err(err(format!(
-                    "needs exactly one storage with role {role:?}, has {}",
-                    v.len()
-                ))),
+            if v.is_empty() {
+                return Err(err(format!("needs a storage with role {role:?}, has none")));
             }
+            Ok(v)
         };
-        let (input, output) = (one(Role::Input)?, one(Role::Output)?);
+        let (inputs, outputs) = (some(Role::Input)?, some(Role::Output)?);
         if let Some(s) = m.storage.iter().find(|s| s.bytes == 0) {
             return Err(err(format!("storage {} has 0 bytes", s.name)));
         }
@@ -456,8 +453,8 @@ impl Package {
             storages: m.storage,
             launches,
             weights,
-            input,
-            output,
+            inputs,
+            outputs,
             schedule: None,
         })
     }
@@ -506,9 +503,12 @@ impl Package {
         Ok(v)
     }
 
-    /// Bytes of one request's input.
-    pub fn input_bytes(&self) -> usize {
-        self.storages[self.input].bytes as usize
+    /// Bytes of each of a request's inputs, in [`Self::inputs`]' order.
+    pub fn input_bytes(&self) -> Vec<usize> {
+        self.inputs
+            .iter()
+            .map(|&i| self.storages[i].bytes as usize)
+            .collect()
     }
 
     /// Bytes of all weights.
@@ -571,7 +571,10 @@ mod tests {
         toml_model(d.path(), "weights = \"w.bin\"");
         std::fs::write(d.path().join("w.bin"), [7u8; 8]).unwrap();
         let p = Package::read(d.path(), &any_arch, &Limits::default()).unwrap();
-        assert_eq!((p.input, p.output, p.input_bytes()), (0, 2, 4));
+        assert_eq!(
+            (p.inputs.clone(), p.outputs.clone(), p.input_bytes()),
+            (vec![0], vec![2], vec![4])
+        );
         assert_eq!(p.weights[&1], vec![7u8; 8]);
         assert_eq!(
             p.launches[0].args,

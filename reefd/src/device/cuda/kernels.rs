@@ -71,37 +71,17 @@ use reef_sched::{RequestId, Time};
 use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, StreamId, Tags};
 
 use super::driver::{check, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING};
+pub use super::seeds::{input, INPUT_SEEDS};
+use super::seeds::{put_inputs, read_outputs};
 use super::{
     dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions, Instance, StreamClass,
 };
 
-/// Distinct inputs a model's requests cycle through (each verified against
-/// its unpreempted output, computed at load).
-pub const INPUT_SEEDS: u64 = 8;
 /// How often a busy device's completion events are queried: 20 us, the
 /// order of one kernel's launch path (docs/simulator.md: 4 us host + 4 us
 /// fetch + 2 us dispatch) so that a completion is seen within about one
 /// kernel launch.
 pub const POLL_NS: Time = 20_000;
-
-/// The input bytes of seed `seed`: a fixed function, so a request's output
-/// can be compared with the reference computed for its seed. (The daemon's
-/// protocol carries no input tensors today; request `t` takes seed
-/// `t % INPUT_SEEDS`.)
-pub fn input(seed: u64, bytes: usize) -> Vec<u8> {
-    // Byte i is (131 seed + 7 i) mod 251: one period of 251 bytes,
-    // repeated (copies, not a division per byte: a 16 MiB input took
-    // longer to make than its request took to run).
-    let period: Vec<u8> = (0..251u64)
-        .map(|i| (seed.wrapping_mul(131).wrapping_add(i * 7) % 251) as u8)
-        .collect();
-    let mut v = Vec::with_capacity(bytes);
-    while v.len() < bytes {
-        let n = (bytes - v.len()).min(period.len());
-        v.extend_from_slice(&period[..n]);
-    }
-    v
-}
 
 /// One kernel handed to CUDA.
 struct InFlight {
@@ -342,9 +322,8 @@ impl CudaKernels {
         let mut outs = Vec::new();
         let mut fastest = u64::MAX;
         for seed in 0..INPUT_SEEDS {
-            let bytes = input(seed, m.files.input_bytes());
             let t0 = std::time::Instant::now();
-            htod(inst.buffers[&m.files.input], &bytes)?;
+            put_inputs(&m.files, inst, seed)?;
             for k in 0..m.files.launches.len() {
                 launch_kernel(m, inst, cu, k, exec, ev)?;
                 exec += 1;
@@ -354,10 +333,7 @@ impl CudaKernels {
                 sys::cuStreamSynchronize(cu)
             })?;
             fastest = fastest.min(t0.elapsed().as_nanos() as u64);
-            let o = m.files.output;
-            let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
-            dtoh(&mut bytes, inst.buffers[&o])?;
-            outs.push(bytes);
+            outs.push(read_outputs(&m.files, inst)?);
         }
         Ok((outs, fastest))
     }
@@ -494,13 +470,7 @@ impl CudaKernels {
                         })?;
                     }
                 }
-                None => {
-                    let seed = task % INPUT_SEEDS;
-                    htod(
-                        inst.buffers[&m.files.input],
-                        &input(seed, m.files.input_bytes()),
-                    )?;
-                }
+                None => put_inputs(&m.files, inst, task % INPUT_SEEDS)?,
             }
         }
         let ev = self.event()?;
@@ -642,12 +612,8 @@ impl CudaKernels {
                         .insert(f.tags.task, r.map(|()| got).map_err(|e| e.to_string()));
                     continue;
                 }
-                let o = m.files.output;
-                let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
-                dtoh(
-                    &mut bytes,
-                    self.streams[si].instances[&f.model][f.slot].inst.buffers[&o],
-                )?;
+                let bytes =
+                    read_outputs(&m.files, &self.streams[si].instances[&f.model][f.slot].inst)?;
                 let seed = f.tags.task % INPUT_SEEDS;
                 let ok = self.references.get(&(f.model.clone(), seed)) == Some(&bytes);
                 self.verified.insert(f.tags.task, ok);
@@ -905,26 +871,5 @@ impl CudaKernels {
     /// The outputs of request `req`, once its last kernel completed.
     pub fn take_outputs(&mut self, req: RequestId) -> Option<crate::tensors::Outputs> {
         self.outputs.remove(&req.0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// The seeded input is the same bytes as the per-byte formula the
-    /// references were defined by.
-    #[test]
-    fn seeded_input_repeats_its_period() {
-        for seed in 0..super::INPUT_SEEDS {
-            for bytes in [0, 1, 250, 251, 252, 8192, 100_003] {
-                let want: Vec<u8> = (0..bytes)
-                    .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
-                    .collect();
-                assert_eq!(
-                    super::input(seed, bytes),
-                    want,
-                    "seed {seed}, {bytes} bytes"
-                );
-            }
-        }
     }
 }

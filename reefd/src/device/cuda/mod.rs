@@ -75,6 +75,7 @@ pub mod engine;
 pub mod kernels;
 pub mod module;
 pub mod rm;
+mod seeds;
 
 /// The environment variable naming the CUDA driver library reefd loads
 /// (after the configuration key `device.cuda_library`).
@@ -407,7 +408,7 @@ impl CudaDevice {
         self.models.keys().cloned().collect()
     }
 
-    pub fn input_bytes(&self, model: &str) -> Option<usize> {
+    pub fn input_bytes(&self, model: &str) -> Option<Vec<usize>> {
         self.models.get(model).map(|m| m.files.input_bytes())
     }
 
