@@ -236,7 +236,12 @@ def _schedule(lowered, resources, arch0) -> dict:
         es = np.dtype("bool" if s.dtype == "bool" else s.dtype).itemsize
         if s.nbytes % es:
             raise CompileError(f"storage {s.name}: {s.nbytes} B is not whole {dt} elements")
-        storage.append({"name": s.name, "size": s.nbytes // es, "stype": dt, "role": s.role})
+        entry = {"name": s.name, "size": s.nbytes // es, "stype": dt, "role": s.role}
+        # The tensor shapes a request sends and gets back, also without a
+        # reference run (reefd declares them: `models show`).
+        if s.role in ("input", "output") and s.shape and int(np.prod(s.shape)) == s.nbytes // es:
+            entry["shape"] = [int(d) for d in s.shape]
+        storage.append(entry)
     kernels = []
     shared = {}
     for ln in lowered.launches:

@@ -280,9 +280,10 @@ pub struct Compiled {
     /// identifiers (`names`: sanitized name → original, e.g. `image_0` →
     /// `image:0`).
     pub names: BTreeMap<String, String>,
-    /// The shapes of inputs and outputs as the reference run recorded them
-    /// (`reference.inputs`/`outputs`), by storage index; absent when the
-    /// model was compiled without a reference.
+    /// The shapes of inputs and outputs, by storage index: each storage's
+    /// `shape` (reef-compile writes it for inputs and outputs), or the
+    /// reference run's (`reference.inputs`/`outputs`); absent in schedules
+    /// written before either.
     pub shapes: BTreeMap<usize, Vec<u64>>,
 }
 
@@ -335,6 +336,10 @@ struct RawStorage {
     name: String,
     size: i64,
     stype: String,
+    /// An input's or output's tensor shape (reef-compile writes it with or
+    /// without a reference run).
+    #[serde(default)]
+    shape: Option<Vec<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -744,11 +749,20 @@ impl Model {
                     params: idx("params", &raw.params)?,
                     outputs: idx("outputs", &raw.outputs)?,
                     names: raw.names.clone(),
+                    // The storages' own shapes, then the reference run's.
                     shapes: raw
-                        .reference
+                        .storage
                         .iter()
-                        .flat_map(|r| r.inputs.iter().chain(&r.outputs))
-                        .filter_map(|t| Some((usize::try_from(t.storage).ok()?, t.shape.clone())))
+                        .enumerate()
+                        .filter_map(|(i, s)| Some((i, s.shape.clone()?)))
+                        .chain(
+                            raw.reference
+                                .iter()
+                                .flat_map(|r| r.inputs.iter().chain(&r.outputs))
+                                .filter_map(|t| {
+                                    Some((usize::try_from(t.storage).ok()?, t.shape.clone()))
+                                }),
+                        )
                         .filter(|(i, _)| *i < raw.storage.len())
                         .collect(),
                 })
