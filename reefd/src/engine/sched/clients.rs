@@ -210,7 +210,7 @@ impl<D: EngineDevice> SchedEngine<D> {
                     .drv
                     .dev
                     .attach(RequestId(task), &self.models[mi].name, data, &|s| {
-                        buffer(ns, s)
+                        buffer(ns, mi, s)
                     });
             }
             self.build
@@ -224,7 +224,7 @@ impl<D: EngineDevice> SchedEngine<D> {
             // equivalent to doing it before.
             if let Some(values) = self.build.drv.dev.values() {
                 for b in 0..self.models[mi].model.buffers.len() {
-                    let id = buffer(ns, b);
+                    let id = buffer(ns, mi, b);
                     values.set(id, ValueTracker::initial(id));
                 }
             }

@@ -120,7 +120,7 @@ struct Prepared {
     /// the model: what every request is checked against. Computed once per
     /// namespace (replaying the model costs ~100 us for resnet152, which
     /// must not be paid under the runtime's lock at every completion).
-    expected: HashMap<u32, Arc<[(BufferId, u64)]>>,
+    expected: HashMap<(u32, usize), Expected>,
 }
 
 impl ModelShapes for Prepared {
@@ -249,17 +249,30 @@ fn buffers_of(
     let Some(rec) = tasks.get(&task) else {
         return (Vec::new(), Vec::new());
     };
-    let kern = &models[slots[rec.slot].model].model.kernels[k];
+    let mi = slots[rec.slot].model;
+    let kern = &models[mi].model.kernels[k];
     (
-        kern.reads.iter().map(|&x| buffer(rec.ns, x)).collect(),
-        kern.writes.iter().map(|&x| buffer(rec.ns, x)).collect(),
+        kern.reads.iter().map(|&x| buffer(rec.ns, mi, x)).collect(),
+        kern.writes.iter().map(|&x| buffer(rec.ns, mi, x)).collect(),
     )
 }
 
-/// A buffer of value-tracking namespace `ns` (one per daemon stream, reused
-/// after the stream and its last request are gone).
-fn buffer(ns: u32, storage: usize) -> BufferId {
-    BufferId(((ns as u64 + 1) << 32) | storage as u64)
+/// Each output buffer of a request with its value after an unpreempted run.
+type Expected = Arc<[(BufferId, u64)]>;
+
+/// Models whose buffers [`buffer`] keeps apart on one daemon stream.
+const NS_MODELS: u64 = 1 << 10;
+
+/// Storage `storage` of model `model` (its index in the engine's models)
+/// in value-tracking namespace `ns` (one per daemon stream, reused after
+/// the stream and its last request are gone). Each model of a stream has
+/// its own buffers, as each has its own instance on a GPU: with real
+/// values a buffer keeps its size and, for a parameter, its weights, so
+/// two models' storage `i` on one stream must not be one buffer. The
+/// namespace is the high 32 bits (reef-sim's real values' convention).
+fn buffer(ns: u32, model: usize, storage: usize) -> BufferId {
+    let space = (ns as u64 + 1) * NS_MODELS + model as u64 % NS_MODELS;
+    BufferId((space << 32) | storage as u64)
 }
 
 /// What the engine needs of its device beyond reef-exec's interface.

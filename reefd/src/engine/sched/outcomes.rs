@@ -8,16 +8,16 @@ use super::*;
 
 impl Prepared {
     /// The value every output buffer of a request in namespace `ns` has
-    /// after one unpreempted run of the model.
-    pub(super) fn expected_outputs(&mut self, ns: u32) -> Arc<[(BufferId, u64)]> {
-        if let Some(e) = self.expected.get(&ns) {
+    /// after one unpreempted run of the model (`mi`: its index).
+    pub(super) fn expected_outputs(&mut self, ns: u32, mi: usize) -> Expected {
+        if let Some(e) = self.expected.get(&(ns, mi)) {
             return e.clone();
         }
         let mut reference = ValueTracker::new();
         let mut outs = BTreeSet::new();
-        reef_exec::replay_unpreempted(&mut reference, self, |x| buffer(ns, x), &mut outs);
-        let e: Arc<[(BufferId, u64)]> = outs.into_iter().map(|b| (b, reference.get(b))).collect();
-        self.expected.insert(ns, e.clone());
+        reef_exec::replay_unpreempted(&mut reference, self, |x| buffer(ns, mi, x), &mut outs);
+        let e: Expected = outs.into_iter().map(|b| (b, reference.get(b))).collect();
+        self.expected.insert((ns, mi), e.clone());
         e
     }
 }
@@ -156,8 +156,8 @@ impl<D: EngineDevice> SchedEngine<D> {
                     // output bytes itself.
                     let verified = match b.drv.dev.values() {
                         Some(values) => {
-                            let m = &mut self.models[b.slots[slot].model];
-                            let expected = m.expected_outputs(ns);
+                            let mi = b.slots[slot].model;
+                            let expected = self.models[mi].expected_outputs(ns, mi);
                             Some(expected.iter().all(|&(buf, v)| values.get(buf) == v))
                         }
                         None => b.drv.dev.verified(req),
