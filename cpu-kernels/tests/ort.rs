@@ -12,102 +12,11 @@
 //! different orders, so results differ in the last bits (figures below in
 //! each test's output).
 
+mod support;
+
 use reef_cpu_kernels::{Error, Program};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn python() -> Command {
-    let py = root().join(".venv/bin/python");
-    assert!(
-        py.is_file(),
-        "{} not found: run scripts/setup.sh (scripts/setup.d installs apache-tvm and onnxruntime)",
-        py.display()
-    );
-    let mut c = Command::new(py);
-    // This checkout's compiler, whichever checkout the venv's .pth names.
-    c.env("PYTHONPATH", root().join("compile"));
-    c
-}
-
-fn ok(c: &mut Command) {
-    let out = c.output().expect("run python");
-    assert!(
-        out.status.success(),
-        "{c:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("reef-cpu-kernels-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn compile(onnx: &Path, dir: &Path) {
-    ok(python()
-        .args(["-m", "reef_compile.cli"])
-        .arg(onnx)
-        .args(["--arch", "sm_80", "--no-reference", "-o"])
-        .arg(dir));
-}
-
-#[derive(serde::Deserialize)]
-struct Tensor {
-    name: String,
-    dtype: String,
-    file: String,
-}
-
-#[derive(serde::Deserialize)]
-struct Manifest {
-    inputs: Vec<Tensor>,
-    outputs: Vec<Tensor>,
-}
-
-fn ort(onnx: &Path, out: &Path, int_high: u32) -> Manifest {
-    ok(python()
-        .arg(root().join("compile/tests/ort_reference.py"))
-        .arg(onnx)
-        .arg(out)
-        .args(["--seed", "3", "--int-high", &int_high.to_string()]));
-    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap()
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-/// Max |diff| / |want| over elements with |want| > 1e-3, and the count of
-/// elements outside the tolerance.
-fn compare(got: &[f32], want: &[f32]) -> (f64, usize) {
-    assert_eq!(got.len(), want.len());
-    let mut worst = 0f64;
-    let mut bad = 0;
-    for (&g, &w) in got.iter().zip(want) {
-        let (g, w) = (g as f64, w as f64);
-        let d = (g - w).abs();
-        // NaN counts as outside.
-        if d.is_nan() || d > 1e-4 * w.abs() + 1e-5 {
-            bad += 1;
-        }
-        if w.abs() > 1e-3 {
-            worst = worst.max(d / w.abs());
-        }
-    }
-    (worst, bad)
-}
+use std::path::Path;
+use support::ort::{compare, compile, f32s, light_onnx, ort, tmp, two_io_onnx};
 
 /// Compiles `onnx`, runs it on the CPU build and compares with ORT.
 fn check_against_ort(
@@ -118,7 +27,7 @@ fn check_against_ort(
 ) -> std::sync::Arc<Program> {
     let dir = work.join(name);
     compile(onnx, &dir);
-    let m = ort(onnx, &work.join("ort"), int_high);
+    let m = ort(onnx, &work.join("ort"), 3, int_high);
     let p = Program::load(&dir).unwrap();
     let names: serde_json::Value =
         serde_json::from_slice(&std::fs::read(Program::schedule_path(&dir)).unwrap()).unwrap();
@@ -136,7 +45,7 @@ fn check_against_ort(
         .zip(&p.inputs)
         .map(|(t, &s)| {
             assert_eq!(original(&p.storage_names[s]), t.name, "input order");
-            std::fs::read(work.join("ort").join(&t.file)).unwrap()
+            m.read(t)
         })
         .collect();
     let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
@@ -147,7 +56,7 @@ fn check_against_ort(
     for ((t, &s), got) in m.outputs.iter().zip(&p.outputs).zip(&outs) {
         assert_eq!(original(&p.storage_names[s]), t.name, "output order");
         assert_eq!(t.dtype, "float32");
-        let want = f32s(&std::fs::read(work.join("ort").join(&t.file)).unwrap());
+        let want = f32s(&m.read(t));
         let got = f32s(got);
         let (worst, bad) = compare(&got, &want);
         let distinct: std::collections::BTreeSet<u32> = want.iter().map(|v| v.to_bits()).collect();
@@ -166,14 +75,6 @@ fn check_against_ort(
         assert_eq!(bad, 0, "{name}: {} differs from ONNX Runtime", t.name);
     }
     p
-}
-
-fn two_io_onnx(work: &Path) -> PathBuf {
-    let onnx = work.join("two_io.onnx");
-    ok(python()
-        .arg(root().join("compile/tests/make_two_io.py"))
-        .arg(&onnx));
-    onnx
 }
 
 #[test]
@@ -200,29 +101,8 @@ fn two_inputs_two_outputs_match_onnx_runtime() {
 
 #[test]
 fn light_squeezenet_with_random_weights_matches_onnx_runtime() {
-    let out = python()
-        .args([
-            "-c",
-            "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), \
-             'backend/test/data/light/light_squeezenet.onnx'))",
-        ])
-        .output()
-        .unwrap();
-    let light = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    assert!(
-        light.is_file(),
-        "the onnx package ships {}",
-        light.display()
-    );
-    // The light models' weights are one constant per tensor (all 1000
-    // outputs of light_squeezenet are 0.001): random weights make the
-    // comparison mean something (compile/tests/randomize_light.py).
     let work = tmp("squeezenet");
-    let onnx = work.join("squeezenet_random.onnx");
-    ok(python()
-        .arg(root().join("compile/tests/randomize_light.py"))
-        .arg(&light)
-        .arg(&onnx));
+    let onnx = light_onnx("squeezenet", &work);
     check_against_ort(&onnx, &work, "squeezenet", 2);
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -331,22 +211,9 @@ fn light_models_match_onnx_runtime() {
         "bvlc_alexnet,densenet121,inception_v1,inception_v2,resnet50,shufflenet,squeezenet,vgg19,zfnet512"
             .into()
     });
-    let out = python()
-        .args([
-            "-c",
-            "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), \
-             'backend/test/data/light'))",
-        ])
-        .output()
-        .unwrap();
-    let light = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     for name in names.split(',').filter(|n| !n.is_empty()) {
         let work = tmp(name);
-        let onnx = work.join(format!("{name}_random.onnx"));
-        ok(python()
-            .arg(root().join("compile/tests/randomize_light.py"))
-            .arg(light.join(format!("light_{name}.onnx")))
-            .arg(&onnx));
+        let onnx = light_onnx(name, &work);
         check_against_ort(&onnx, &work, name, 2);
         let _ = std::fs::remove_dir_all(&work);
     }
