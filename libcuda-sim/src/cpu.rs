@@ -18,8 +18,9 @@
 //! without a line, and modules whose library cannot be loaded, keep the
 //! deterministic stand-in function (driver.rs `completed`).
 //!
-//! Off the driver's path: at the completion the driver only copies the
-//! arguments' bytes and queues a [`Job`]; one worker thread per process
+//! Off the driver's path: at the completion the driver only takes a shared
+//! reference to each argument's allocation (copied on its next write while
+//! the job holds it, driver.rs `Alloc::data`) and queues a [`Job`]; one worker thread per process
 //! runs the jobs in completion order and fills a [`Slot`] per written
 //! argument. The allocation keeps the slot and copies its bytes in the
 //! first time anything reads or writes it (driver.rs `Alloc`), so a host
@@ -77,12 +78,21 @@ impl Slot {
     }
 }
 
-/// One completed kernel's computation: per argument, its bytes at the
-/// completion and the slots of earlier jobs that will overwrite parts of
-/// them; the slots of its written arguments.
+/// An argument of a [`Job`]: bytes `off..off + len` of its allocation's
+/// data as they were at the completion, and the slots of earlier jobs that
+/// will overwrite parts of them.
+pub struct Input {
+    pub data: Arc<Vec<u8>>,
+    pub off: usize,
+    pub len: usize,
+    pub slots: Vec<Arc<Slot>>,
+}
+
+/// One completed kernel's computation: its arguments; the slots of its
+/// written arguments.
 pub struct Job {
     pub kernel: Arc<CpuKernel>,
-    pub inputs: Vec<(usize, Vec<u8>, Vec<Arc<Slot>>)>,
+    pub inputs: Vec<Input>,
     pub outputs: Vec<(usize, Arc<Slot>)>,
 }
 
@@ -90,10 +100,10 @@ fn run(job: Job) {
     let mut bufs: Vec<Buffer> = job
         .inputs
         .iter()
-        .map(|(at, snap, slots)| {
-            let mut b = Buffer::from_bytes(snap);
-            for s in slots {
-                s.overlay(*at, b.as_bytes_mut());
+        .map(|i| {
+            let mut b = Buffer::from_bytes(&i.data[i.off..i.off + i.len]);
+            for s in &i.slots {
+                s.overlay(i.off, b.as_bytes_mut());
             }
             b
         })

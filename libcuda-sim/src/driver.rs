@@ -211,7 +211,11 @@ enum Owner {
 struct Alloc {
     /// The device whose memory holds it.
     dev: usize,
-    data: Vec<u8>,
+    /// Shared with the CPU computations queued on it (crate::cpu): a
+    /// completion takes a reference, not a copy, and a write while one is
+    /// held copies the allocation first (copy on write), so weights, read
+    /// by every inference and never written, are never copied.
+    data: Arc<Vec<u8>>,
     owner: Owner,
     /// FNV-1a of `data`, computed when a kernel first reads the whole
     /// allocation and dropped at every write: weights are uploaded once and
@@ -258,7 +262,16 @@ impl Alloc {
 
     fn materialize_seed(&mut self) {
         if let Some(seed) = self.pending.take() {
-            generate(seed, &mut self.data);
+            match Arc::get_mut(&mut self.data) {
+                Some(d) => generate(seed, d),
+                // Shared with a queued computation: new bytes, no copy of
+                // the old ones (all are overwritten).
+                None => {
+                    let mut d = vec![0; self.data.len()];
+                    generate(seed, &mut d);
+                    self.data = Arc::new(d);
+                }
+            }
         }
     }
 
@@ -267,7 +280,7 @@ impl Alloc {
     fn resolve_cpu(&mut self) {
         for s in std::mem::take(&mut self.cpu) {
             let (off, len) = (s.off, s.len);
-            s.overlay(off, &mut self.data[off..off + len]);
+            s.overlay(off, &mut self.bytes_mut()[off..off + len]);
         }
     }
 
@@ -283,7 +296,7 @@ impl Alloc {
             ));
         } else {
             self.materialize();
-            generate(seed, &mut self.data[off..]);
+            generate(seed, &mut self.bytes_mut()[off..]);
             self.hash = None;
         }
     }
@@ -291,8 +304,14 @@ impl Alloc {
     /// Host write (or a kill's garbage) of `bytes` at `off`.
     fn write(&mut self, off: usize, bytes: &[u8]) {
         self.materialize();
-        self.data[off..off + bytes.len()].copy_from_slice(bytes);
+        self.bytes_mut()[off..off + bytes.len()].copy_from_slice(bytes);
         self.hash = None;
+    }
+
+    /// The bytes to change: copied first while a queued CPU computation
+    /// holds them (its snapshot stays as it was at its kernel's completion).
+    fn bytes_mut(&mut self) -> &mut Vec<u8> {
+        Arc::make_mut(&mut self.data)
     }
 
     fn read(&self, off: usize, out: &mut [u8]) {
@@ -574,6 +593,12 @@ impl Driver {
     /// Counters of device `dev`.
     pub fn device_stats(&self, dev: usize) -> Option<Stats> {
         self.gpus.get(dev).map(|g| g.stats)
+    }
+
+    /// Slots of queued or finished CPU computations the allocations hold
+    /// (not yet copied in), for tests.
+    pub fn cpu_slots_held(&self) -> usize {
+        self.allocs.values().map(|a| a.cpu.len()).sum()
     }
 
     /// The device a context was created on.
@@ -988,8 +1013,8 @@ impl Driver {
     }
 
     /// A compiled kernel's real function (crate::cpu): its TIR function's
-    /// CPU build, queued to the CPU worker with a copy of its arguments'
-    /// bytes; each written argument's allocation gets a slot the worker
+    /// CPU build, queued to the CPU worker with its arguments' bytes
+    /// (shared, copied on a later write: [`Alloc::data`]); each written argument's allocation gets a slot the worker
     /// fills. `false` when it cannot run (an argument past its
     /// allocation): the caller falls back to the stand-in function.
     fn compute(&mut self, ctx: u64, k: &Arc<crate::cpu::CpuKernel>, ptrs: &[u64]) -> bool {
@@ -1016,13 +1041,24 @@ impl Driver {
                 .filter(|s| s.overlaps(off, need))
                 .cloned()
                 .collect();
-            inputs.push((off, a.data[off..off + need].to_vec(), slots));
+            // The allocation's bytes as they are now, shared (no copy on
+            // the driver's path).
+            inputs.push(crate::cpu::Input {
+                data: a.data.clone(),
+                off,
+                len: need,
+                slots,
+            });
         }
         let mut outputs = Vec::with_capacity(k.writes.len());
         for &w in &k.writes {
             let (base, off, need) = places[w];
             let slot = crate::cpu::Slot::new(off, need);
             let a = self.allocs.get_mut(&base).unwrap();
+            // Earlier slots inside this one are overwritten whole by it
+            // (jobs queued before keep theirs): an activation no host copy
+            // ever reads kept every inference's bytes until it was.
+            a.cpu.retain(|s| s.off < off || s.off + s.len > off + need);
             a.cpu.push(slot.clone());
             a.hash = None;
             outputs.push((w, slot));
@@ -1158,7 +1194,7 @@ impl Driver {
             base,
             Alloc {
                 dev,
-                data: vec![0; bytes],
+                data: Arc::new(vec![0; bytes]),
                 owner,
                 hash: None,
                 pending: None,

@@ -176,6 +176,12 @@ pub fn stats() -> Option<driver::Stats> {
     lock().as_ref().map(|d| d.stats)
 }
 
+/// Slots of CPU computations the allocations hold, for tests
+/// ([`driver::Driver::cpu_slots_held`]).
+pub fn cpu_slots_held() -> usize {
+    lock().as_ref().map_or(0, |d| d.cpu_slots_held())
+}
+
 /// The stats of device ordinal `dev`, for tests.
 pub fn device_stats(dev: usize) -> Option<driver::Stats> {
     lock().as_ref().and_then(|d| d.device_stats(dev))

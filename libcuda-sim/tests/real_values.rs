@@ -230,5 +230,15 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
             }
         }
     }
+    // The allocations hold at most one inference's slots: a slot wholly
+    // overwritten by a later one is dropped (an activation no host copy
+    // reads kept every inference's bytes before: 2 rounds' worth here).
+    let per_round: usize = kernels.iter().map(|k| idx(&k["writes"]).len()).sum();
+    let held = cpu_slots_held();
+    assert!(
+        held <= per_round,
+        "{held} slots held after {} rounds of {per_round} written arguments",
+        refs.len()
+    );
     let _ = std::fs::remove_dir_all(&work);
 }
