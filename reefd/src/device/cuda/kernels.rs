@@ -71,11 +71,13 @@ use reef_sched::{RequestId, Time};
 use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, StreamId, Tags};
 
 use super::driver::{check, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING};
-pub use super::seeds::{input, INPUT_SEEDS};
-use super::seeds::{put_inputs, read_outputs};
 use super::{
     dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions, Instance, StreamClass,
 };
+
+mod io;
+use io::{copy_outputs, put_inputs, read_outputs};
+pub use io::{input, INPUT_SEEDS};
 
 /// How often a busy device's completion events are queried: 20 us, the
 /// order of one kernel's launch path (docs/simulator.md: 4 us host + 4 us
@@ -276,66 +278,6 @@ impl CudaKernels {
         if let Err(e) = self.dev.unload_model(name) {
             tracing::warn!("unloading {name} from {}: {e}", self.dev.device());
         }
-    }
-
-    fn compute_references(&mut self, model: &str) -> Result<(), CudaError> {
-        let inst = self.dev.new_instance(model)?;
-        let mut cu = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the context is current.
-        let r = check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
-        })
-        .and_then(|()| self.event())
-        .and_then(|ev| {
-            let r = Self::run_references(&self.dev, model, &inst, cu, ev);
-            self.free_events.push(ev);
-            // SAFETY: our stream, idle after the synchronisations.
-            unsafe {
-                let _ = sys::cuStreamDestroy_v2(cu);
-            }
-            r
-        });
-        self.dev.drop_instance(inst);
-        let (outs, fastest) = r?;
-        self.standalone.insert(model.to_string(), fastest);
-        for (seed, bytes) in outs.into_iter().enumerate() {
-            self.references
-                .insert((model.to_string(), seed as u64), bytes);
-        }
-        Ok(())
-    }
-
-    /// One unpreempted run of `model` per input seed on stream `cu`, waited
-    /// for: the outputs, by seed, and the fastest run's wall time (ns, from
-    /// its input copy, which a request also makes when its first kernel is
-    /// launched, to the synchronisation returning; the output copy after
-    /// is not counted).
-    fn run_references(
-        dev: &CudaDevice,
-        model: &str,
-        inst: &Instance,
-        cu: CUstream,
-        ev: CUevent,
-    ) -> Result<(Vec<Vec<u8>>, u64), CudaError> {
-        let m = &dev.models[model];
-        let mut exec = 1;
-        let mut outs = Vec::new();
-        let mut fastest = u64::MAX;
-        for seed in 0..INPUT_SEEDS {
-            let t0 = std::time::Instant::now();
-            put_inputs(&m.files, inst, seed)?;
-            for k in 0..m.files.launches.len() {
-                launch_kernel(m, inst, cu, k, exec, ev)?;
-                exec += 1;
-            }
-            // SAFETY: our stream.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(cu)
-            })?;
-            fastest = fastest.min(t0.elapsed().as_nanos() as u64);
-            outs.push(read_outputs(&m.files, inst)?);
-        }
-        Ok((outs, fastest))
     }
 
     /// Model `name`'s stand-alone latency measured at load (ns): the
@@ -572,44 +514,9 @@ impl CudaKernels {
             let m = &self.dev.models[&f.model];
             if ran && f.tags.kernel as usize + 1 == m.files.launches.len() {
                 if let Some(data) = self.attached.get(&f.tags.task) {
-                    // Device to host, into the answer's buffer or straight
-                    // into the client's region: one copy each.
                     let inst = &self.streams[si].instances[&f.model][f.slot].inst;
-                    let mut got = Vec::with_capacity(data.outputs.len());
-                    let mut r: Result<(), CudaError> = Ok(());
-                    for o in &data.outputs {
-                        let Some(&p) = inst.buffers.get(&o.storage) else {
-                            r = Err(CudaError::Invalid(format!(
-                                "model {} has no storage {}",
-                                f.model, o.storage
-                            )));
-                            break;
-                        };
-                        match &o.region {
-                            Some((region, range)) => {
-                                let Some(dst) = region.ptr_mut(range.start) else {
-                                    r = Err(CudaError::Invalid("a read-only region".into()));
-                                    break;
-                                };
-                                // SAFETY: `range` lies in the writable
-                                // mapping, held by the request's data.
-                                r = check("cuMemcpyDtoH_v2", unsafe {
-                                    sys::cuMemcpyDtoH_v2(dst.cast(), p, range.len())
-                                });
-                                got.push(crate::tensors::OutputBytes::Written);
-                            }
-                            None => {
-                                let mut b = vec![0u8; o.bytes];
-                                r = dtoh(&mut b, p);
-                                got.push(crate::tensors::OutputBytes::Inline(b));
-                            }
-                        }
-                        if r.is_err() {
-                            break;
-                        }
-                    }
-                    self.outputs
-                        .insert(f.tags.task, r.map(|()| got).map_err(|e| e.to_string()));
+                    let got = copy_outputs(data, inst, &f.model);
+                    self.outputs.insert(f.tags.task, got);
                     continue;
                 }
                 let bytes =

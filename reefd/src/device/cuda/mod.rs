@@ -75,7 +75,6 @@ pub mod engine;
 pub mod kernels;
 pub mod module;
 pub mod rm;
-mod seeds;
 
 /// The environment variable naming the CUDA driver library reefd loads
 /// (after the configuration key `device.cuda_library`).
