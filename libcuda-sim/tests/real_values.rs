@@ -6,9 +6,11 @@
 //! driver API: the outputs copied back equal ONNX Runtime's, each kernel
 //! computed by its TIR function's CPU build.
 
+#[path = "../../cpu-kernels/tests/support/ort.rs"]
+mod ort;
+
+use ort::f32s;
 use std::ffi::{c_void, CString};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::ptr::null_mut;
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult};
@@ -16,71 +18,15 @@ use reef_libcuda_sim::*;
 
 const OK: CUresult = CUresult::CUDA_SUCCESS;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn py(args: &[&std::ffi::OsStr]) {
-    let exe = root().join(".venv/bin/python");
-    assert!(
-        exe.is_file(),
-        "run scripts/setup.sh: {} is missing",
-        exe.display()
-    );
-    let out = Command::new(exe)
-        .env("PYTHONPATH", root().join("compile"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
 #[test]
 fn a_compiled_model_computes_onnx_runtimes_answer() {
-    let work = std::env::temp_dir().join(format!("reef-libcuda-real-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-    let onnx = work.join("two_io.onnx");
+    let work = ort::tmp("libcuda-real");
+    let onnx = ort::two_io_onnx(&work);
     let dir = work.join("two_io");
-    let refs = [work.join("ort0"), work.join("ort1")];
-    py(&[
-        root().join("compile/tests/make_two_io.py").as_os_str(),
-        onnx.as_os_str(),
-    ]);
-    py(&[
-        "-m".as_ref(),
-        "reef_compile.cli".as_ref(),
-        onnx.as_os_str(),
-        "--arch".as_ref(),
-        "sm_80".as_ref(),
-        "--no-reference".as_ref(),
-        "-o".as_ref(),
-        dir.as_os_str(),
-    ]);
-    for (seed, refd) in refs.iter().enumerate() {
-        py(&[
-            root().join("compile/tests/ort_reference.py").as_os_str(),
-            onnx.as_os_str(),
-            refd.as_os_str(),
-            "--seed".as_ref(),
-            seed.to_string().as_ref(),
-            "--int-high".as_ref(),
-            "10".as_ref(),
-        ]);
-    }
+    ort::compile(&onnx, &dir);
+    let refs: Vec<ort::Manifest> = (0..2)
+        .map(|seed| ort::ort(&onnx, &work.join(format!("ort{seed}")), seed, 10))
+        .collect();
     let sched: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("two_io.json")).unwrap()).unwrap();
     let kernels = sched["kernels"].as_array().unwrap();
@@ -164,9 +110,9 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
     }
     // Two inferences on the same buffers, with different inputs: the
     // second's input copies and kernels follow the first's queued CPU work.
-    for (round, refd) in refs.iter().enumerate() {
+    for (round, m) in refs.iter().enumerate() {
         for (i, s) in idx(&sched["inputs"]).into_iter().enumerate() {
-            let x = std::fs::read(refd.join(format!("input{i}.bin"))).unwrap();
+            let x = m.read(&m.inputs[i]);
             assert_eq!(x.len(), storages[s].1);
             assert_eq!(
                 unsafe { cuMemcpyHtoD_v2(storages[s].0, x.as_ptr() as *const c_void, x.len()) },
@@ -219,7 +165,7 @@ fn a_compiled_model_computes_onnx_runtimes_answer() {
                 },
                 OK
             );
-            let want = f32s(&std::fs::read(refd.join(format!("output{i}.bin"))).unwrap());
+            let want = f32s(&m.read(&m.outputs[i]));
             let got = f32s(&got);
             assert_eq!(got.len(), want.len());
             for (g, w) in got.iter().zip(&want) {

@@ -12,38 +12,12 @@
 use reef_sim::{
     BufferId, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, StreamId, Tags,
 };
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "../../cpu-kernels/tests/support/ort.rs"]
+mod ort;
+
+use ort::f32s;
+use std::path::PathBuf;
 use std::sync::Arc;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn python() -> Command {
-    let py = root().join(".venv/bin/python");
-    assert!(
-        py.is_file(),
-        "{} not found: run scripts/setup.sh (it installs apache-tvm and onnxruntime)",
-        py.display()
-    );
-    let mut c = Command::new(py);
-    c.env("PYTHONPATH", root().join("compile"));
-    c
-}
-
-fn ok(c: &mut Command) {
-    let out = c.output().expect("run python");
-    assert!(
-        out.status.success(),
-        "{c:?}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 struct Fixture {
     work: PathBuf,
@@ -59,32 +33,14 @@ impl Drop for Fixture {
 }
 
 fn fixture(tag: &str) -> Fixture {
-    let work = std::env::temp_dir().join(format!("reef-sim-real-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-    let onnx = work.join("two_io.onnx");
-    ok(python()
-        .arg(root().join("compile/tests/make_two_io.py"))
-        .arg(&onnx));
+    let work = ort::tmp(&format!("sim-real-{tag}"));
+    let onnx = ort::two_io_onnx(&work);
     let dir = work.join("two_io");
-    ok(python()
-        .args(["-m", "reef_compile.cli"])
-        .arg(&onnx)
-        .args(["--arch", "sm_80", "--no-reference", "-o"])
-        .arg(&dir));
-    let refd = work.join("ort");
-    ok(python()
-        .arg(root().join("compile/tests/ort_reference.py"))
-        .arg(&onnx)
-        .arg(&refd)
-        .args(["--seed", "5", "--int-high", "10"]));
+    ort::compile(&onnx, &dir);
+    let m = ort::ort(&onnx, &work.join("ort"), 5, 10);
     let model = reef_model::Model::load(&dir).unwrap();
-    let read = |f: &str| std::fs::read(refd.join(f)).unwrap();
-    let inputs = vec![read("input0.bin"), read("input1.bin")];
-    let want = ["output0.bin", "output1.bin"]
-        .iter()
-        .map(|f| f32s(&read(f)))
-        .collect();
+    let inputs = m.inputs.iter().map(|t| m.read(t)).collect();
+    let want = m.outputs.iter().map(|t| f32s(&m.read(t))).collect();
     Fixture {
         work,
         model,
@@ -93,19 +49,9 @@ fn fixture(tag: &str) -> Fixture {
     }
 }
 
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-/// |got - want| <= 1e-4 |want| + 1e-5 everywhere (cpu-kernels/tests/ort.rs).
+/// Within the tolerance everywhere (cpu-kernels/tests/support/ort.rs).
 fn matches(got: &[f32], want: &[f32]) -> bool {
-    got.len() == want.len()
-        && got
-            .iter()
-            .zip(want)
-            .all(|(&g, &w)| ((g - w).abs() as f64) <= 1e-4 * (w.abs() as f64) + 1e-5)
+    got.len() == want.len() && ort::compare(got, want).1 == 0
 }
 
 const NS: u64 = 3 << 32;
