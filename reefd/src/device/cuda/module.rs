@@ -150,9 +150,12 @@ fn annotations(m: &reef_model::Model, arch: &str) -> Result<String, String> {
         // only: the recorded sets come from TIR's loads and stores, and
         // TVM's in-place accumulations (max pool, reductions) initialise
         // their output before reading it back (kernels.cu), so its previous
-        // contents are no input. Limit: the simulated driver's value model
-        // then cannot see a kernel that truly accumulates into old contents
-        // run twice; level 2 never re-runs a kernel that started.
+        // contents are no input. Limit: level 2 re-executes a kernel the
+        // flag cut short (kernels.rs: its index is its own), and the
+        // simulated driver's value model then cannot see a kernel that
+        // truly accumulates into old contents run twice (a compiled kernel
+        // computes its whole TIR function again from its inputs); such a
+        // kernel needs an idempotent group (reef-check-idem) on a GPU.
         let inputs: Vec<usize> = k
             .reads
             .iter()
