@@ -33,8 +33,8 @@ use reefd::protocol::{Event, Priority, Stats, TaskResult};
 const SEEDS: u64 = 3;
 /// RT requests, each sent while BE work is queued. Not every one meets BE
 /// kernels on the device (a BE request of the two-input model takes tens
-/// of microseconds, and on sim:h100 the BE stream waits with nothing on
-/// the device while its last request's outputs are computed on the CPU):
+/// of microseconds; on sim:h100, likely, the engine waits for a finished
+/// BE request's outputs from the CPU build while the RT request waits):
 /// on sim:h100 29 to 57 % preempted (86 of 300, 81 and 114 of 200), on
 /// cuda:0 all; 300 leaves a margin over the 50 asserted.
 const RT_REQUESTS: usize = 300;
