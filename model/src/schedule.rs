@@ -14,6 +14,8 @@
 //! The data layout is described in `../shared/models/README.md` and in
 //! `docs/models.md`.
 
+mod raw;
+use raw::*;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -285,90 +287,6 @@ pub struct Compiled {
     /// reference run's (`reference.inputs`/`outputs`); absent in schedules
     /// written before either.
     pub shapes: BTreeMap<usize, Vec<u64>>,
-}
-
-#[derive(Deserialize, Default)]
-struct RawReference {
-    #[serde(default)]
-    inputs: Vec<RawTensor>,
-    #[serde(default)]
-    outputs: Vec<RawTensor>,
-}
-
-#[derive(Deserialize)]
-struct RawTensor {
-    storage: i64,
-    #[serde(default)]
-    shape: Vec<u64>,
-}
-
-#[derive(Deserialize)]
-struct RawSchedule {
-    storage: Vec<RawStorage>,
-    kernels: Vec<RawKernel>,
-    #[serde(default)]
-    args: Vec<i64>,
-    #[serde(default)]
-    shared_memory: BTreeMap<String, i64>,
-    // reef-compile extensions (docs/compile.md)
-    #[serde(default)]
-    format: Option<String>,
-    #[serde(default)]
-    archs: Vec<String>,
-    #[serde(default)]
-    ptx: BTreeMap<String, String>,
-    #[serde(default)]
-    inputs: Vec<i64>,
-    #[serde(default)]
-    params: Vec<i64>,
-    #[serde(default)]
-    outputs: Vec<i64>,
-    #[serde(default)]
-    resources: BTreeMap<String, BTreeMap<String, KernelResources>>,
-    #[serde(default)]
-    names: BTreeMap<String, String>,
-    #[serde(default)]
-    reference: Option<RawReference>,
-}
-
-#[derive(Deserialize)]
-struct RawStorage {
-    name: String,
-    size: i64,
-    stype: String,
-    /// An input's or output's tensor shape (reef-compile writes it with or
-    /// without a reference run).
-    #[serde(default)]
-    shape: Option<Vec<u64>>,
-}
-
-#[derive(Deserialize)]
-struct RawKernel {
-    name: String,
-    launch_params: Vec<i64>,
-    args: Vec<i64>,
-    #[serde(default)]
-    reads: Option<Vec<i64>>,
-    #[serde(default)]
-    writes: Option<Vec<i64>>,
-    #[serde(default)]
-    flops: Option<f64>,
-    #[serde(default)]
-    bytes_read: Option<u64>,
-    #[serde(default)]
-    bytes_written: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct RawProfile {
-    model_latency: f64,
-    kernel_latency: BTreeMap<String, RawKernelProfile>,
-}
-
-#[derive(Deserialize)]
-struct RawKernelProfile {
-    total_latency: f64,
-    latency: Vec<f64>,
 }
 
 fn us_to_ns(us: f64) -> Option<u64> {
