@@ -78,6 +78,12 @@ pub struct KserveConfig {
     /// Users whose shared memory objects may be registered, besides the
     /// daemon's own.
     pub shm_uids: Vec<u32>,
+    /// HTTP: close a connection whose request header is not complete
+    /// this many milliseconds after it began.
+    pub header_read_timeout_ms: u64,
+    /// HTTP: answer 408 to a request whose body is not complete this many
+    /// milliseconds after its header.
+    pub body_read_timeout_ms: u64,
 }
 
 impl Default for KserveConfig {
@@ -94,6 +100,8 @@ impl Default for KserveConfig {
             max_in_flight: d.max_in_flight,
             default_priority: "be".into(),
             shm_uids: Vec::new(),
+            header_read_timeout_ms: d.header_read_timeout.as_millis() as u64,
+            body_read_timeout_ms: d.body_read_timeout.as_millis() as u64,
         }
     }
 }
@@ -423,6 +431,13 @@ impl Config {
                     .into(),
             ));
         }
+        if k.header_read_timeout_ms == 0 || k.body_read_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "kserve.header_read_timeout_ms and body_read_timeout_ms must be at least 1 \
+                 (a slow client would otherwise hold a connection slot for ever)"
+                    .into(),
+            ));
+        }
         Ok(crate::kserve::KserveOptions {
             http: addr("http", &k.http)?,
             grpc: addr("grpc", &k.grpc)?,
@@ -433,6 +448,8 @@ impl Config {
             default_priority,
             be_streams: self.scheduler.be_streams_per_model.max(1),
             shm_uids: k.shm_uids.clone(),
+            header_read_timeout: std::time::Duration::from_millis(k.header_read_timeout_ms),
+            body_read_timeout: std::time::Duration::from_millis(k.body_read_timeout_ms),
         })
     }
 
