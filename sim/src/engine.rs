@@ -13,8 +13,15 @@
 //! stream), then, once that previous kernel has finished (streams are in
 //! order), dispatches it (`cp_dispatch_ns`). A launch becomes visible in the
 //! device queue `host_launch_ns` after the call (launches of one stream are
-//! serialised on the host). A kernel dispatched while its stream's preempt
-//! flag is set exits after `flag_check_ns` and is reported evicted.
+//! serialised on the host). The preempt flag is read by every block when
+//! it is dispatched to a CU (REEF §4.3 Fig. 8, the check at the entry of
+//! each block; `trap-handler/src/ptx.rs` injects it there): blocks placed
+//! before the flag was set run to their end, the kernel's later blocks exit
+//! at entry, all of them within one `flag_check_ns` once there is room for
+//! a block. A kernel none of whose blocks passed is reported evicted; one
+//! whose blocks partly ran is reported completed, as a GPU's completion
+//! event fires for it too, and its outputs are partly written
+//! ([`EventKind::Completed`]).
 //!
 //! Blocks are placed on compute units under the per-CU limits (threads,
 //! waves, blocks, LDS, registers), spread evenly over the allowed CUs
@@ -168,9 +175,18 @@ pub enum SimError {
 pub enum EventKind {
     /// Its first block was placed on a CU.
     Started,
-    /// All its blocks finished.
+    /// Its stream moved past it: all its blocks finished, or, when its
+    /// stream's preempt flag was set while blocks of it were still waiting
+    /// for dispatch, the blocks dispatched before finished and the rest
+    /// exited at their entry check (a partly run kernel: its outputs are
+    /// partly written, see [`crate::ValueTracker`]). A GPU's host cannot
+    /// tell the two apart: the kernel's completion event fires either way,
+    /// and REEF's execution index says only that some block of it passed
+    /// its check (REEF §4.4), so the event does not either.
     Completed,
-    /// Dispatched while its stream's preempt flag was set; no block ran.
+    /// Every block of it exited at its entry check because its stream's
+    /// preempt flag was set (REEF §4.2): no block ran, no buffer was
+    /// touched, and the execution index never named it.
     Evicted,
     /// Removed from the device queue by [`Sim::clear_queue`] before dispatch.
     Cleared,
@@ -354,7 +370,6 @@ struct HwQueue {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LState {
     Queued,
-    Evicting,
     Active,
     /// A padded launch's leader that finished before its other parts.
     Done,
@@ -396,6 +411,10 @@ struct Launch {
     cap_empty: u32,
     /// DRAM bandwidth its resident groups draw (sum of their `rate`).
     rate: u128,
+    /// Blocks that exited at their preempt-flag check (never ran).
+    skipped: u32,
+    /// Its flagged blocks are exiting (an `Ev::EvictDone` is pending).
+    exiting: bool,
     /// Persistent blocks per CU (0: no limit) and, when set, the launch's
     /// resident blocks on each CU.
     ptb: u32,
@@ -456,7 +475,8 @@ enum Ev {
     Stream(u32),
     /// A block group finished (slot, generation).
     Group(u32, u32),
-    /// A flagged kernel finished its exit (launch slot, generation).
+    /// A kernel's flagged blocks finished their exit (launch slot,
+    /// generation).
     EvictDone(u32, u32),
     /// A kill takes effect: on one stream, or all (u32::MAX).
     Kill(u32),
@@ -836,6 +856,8 @@ impl Sim {
                     unit: 0,
                     cap_empty: 0,
                     rate: 0,
+                    skipped: 0,
+                    exiting: false,
                     ptb: 0,
                     resident: Vec::new(),
                 });
@@ -872,6 +894,8 @@ impl Sim {
             l.cap_empty = cap_empty;
         }
         l.rate = 0;
+        l.skipped = 0;
+        l.exiting = false;
         slot
     }
 
@@ -890,8 +914,13 @@ impl Sim {
         cap
     }
 
-    /// Sets or clears a stream's preempt flag in device memory (level 2):
-    /// kernels dispatched while it is set exit at entry and are evicted.
+    /// Sets or clears a stream's preempt flag in device memory (level 2).
+    /// Every block reads it when it is dispatched to a CU (REEF §4.3
+    /// Fig. 8): while it is set, the stream's blocks not yet dispatched
+    /// exit at entry (`flag_check_ns`), blocks already running finish. A
+    /// kernel with no block run is [`EventKind::Evicted`]; one with some
+    /// blocks run ends [`EventKind::Completed`] with its outputs partly
+    /// written.
     pub fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), SimError> {
         self.require(PreemptLevel::PreemptFlag)?;
         self.stream(s)?;
@@ -1233,17 +1262,12 @@ impl Sim {
             Ev::Stream(q) => self.hwq_step(q),
             Ev::Group(g, gen) => self.group_done(g, gen),
             Ev::EvictDone(slot, gen) => {
-                let l = &self.launches[slot as usize];
-                if l.live && l.gen == gen && l.state == LState::Evicting {
-                    let s = l.stream;
-                    for part in self.parts_of(slot) {
-                        self.emit(part, EventKind::Evicted);
-                        self.release_launch(part);
+                let l = &mut self.launches[slot as usize];
+                if l.live && l.gen == gen && l.exiting {
+                    l.exiting = false;
+                    if l.done + l.skipped == l.end - l.start {
+                        self.end_launch(slot);
                     }
-                    self.streams[s as usize].running = None;
-                    let q = self.streams[s as usize].hwq;
-                    self.hwqs[q as usize].running = None;
-                    self.hwq_step(q);
                 }
             }
             Ev::Kill(target) => self.kill_effect(target),
@@ -1307,39 +1331,34 @@ impl Sim {
                     let st = &mut self.streams[s as usize];
                     let slot = st.dq.pop_front().expect("dispatching a queued kernel");
                     st.running = Some(slot);
-                    let flagged = st.flag;
                     let prio = st.priority;
                     let hq = &mut self.hwqs[q as usize];
                     hq.cp = Cp::Idle;
                     hq.running = Some(slot);
-                    if flagged {
-                        let l = &mut self.launches[slot as usize];
-                        l.state = LState::Evicting;
-                        let gen = l.gen;
-                        self.schedule(now + self.spec.flag_check_ns, Ev::EvictDone(slot, gen));
-                    } else {
-                        let nf = self.launches[slot as usize].followers.len();
-                        for i in 0..=nf {
-                            let part = if i == 0 {
-                                slot
-                            } else {
-                                self.launches[slot as usize].followers[i - 1]
-                            };
-                            self.dispatch_seq += 1;
-                            let l = &mut self.launches[part as usize];
-                            l.state = LState::Active;
-                            l.seq = self.dispatch_seq;
-                            l.scan = l.cus;
-                            // Insert keeping (priority desc, seq asc) order.
-                            let key = (Reverse(prio), self.dispatch_seq);
-                            let pos = self.active.partition_point(|&a| {
-                                let la = &self.launches[a as usize];
-                                (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
-                            });
-                            self.active.insert(pos, part);
-                        }
-                        self.place();
+                    // The blocks read the preempt flag when they are placed
+                    // (`place`), not here: a kernel dispatched while it is
+                    // set exits once its first blocks get a CU.
+                    let nf = self.launches[slot as usize].followers.len();
+                    for i in 0..=nf {
+                        let part = if i == 0 {
+                            slot
+                        } else {
+                            self.launches[slot as usize].followers[i - 1]
+                        };
+                        self.dispatch_seq += 1;
+                        let l = &mut self.launches[part as usize];
+                        l.state = LState::Active;
+                        l.seq = self.dispatch_seq;
+                        l.scan = l.cus;
+                        // Insert keeping (priority desc, seq asc) order.
+                        let key = (Reverse(prio), self.dispatch_seq);
+                        let pos = self.active.partition_point(|&a| {
+                            let la = &self.launches[a as usize];
+                            (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
+                        });
+                        self.active.insert(pos, part);
                     }
+                    self.place();
                     continue;
                 }
             }
@@ -1365,7 +1384,11 @@ impl Sim {
             let slot = self.active[i];
             let l = &self.launches[slot as usize];
             if l.next_block < l.end && !l.scan.is_empty() {
-                self.place_launch(slot);
+                if self.streams[l.stream as usize].flag {
+                    self.flag_exit(slot);
+                } else {
+                    self.place_launch(slot);
+                }
             }
             i += 1;
         }
@@ -1752,23 +1775,63 @@ impl Sim {
         let (slot, blocks) = self.retire_group(gslot, BlockOutcome::Finished);
         let l = &mut self.launches[slot as usize];
         l.done += blocks;
-        if l.done == l.end - l.start {
-            self.complete_launch(slot);
+        if l.done + l.skipped == l.end - l.start && !l.exiting {
+            self.end_launch(slot);
         }
         self.place();
     }
 
-    fn complete_launch(&mut self, slot: u32) {
+    /// The blocks of `slot` not yet dispatched read its stream's preempt
+    /// flag, set, and exit at entry (REEF §4.3 Fig. 8: the check is the
+    /// first thing every block does). A block needs a CU slot to run its
+    /// check, so this happens only once one of the launch's allowed CUs has
+    /// room for a block; then all of them exit, and the exit costs the
+    /// device's `flag_check_ns` (REEF §6.4 Fig. 20(b), the per-kernel cost
+    /// of a lazily evicted kernel: the exiting blocks pass through the free
+    /// slots together in that time, holding no resources afterwards).
+    fn flag_exit(&mut self, slot: u32) {
         let l = &self.launches[slot as usize];
+        let (scan, unit, ptb) = (l.scan, l.unit, l.ptb);
+        let room = scan.iter().any(|cu| {
+            let u = self.usage[cu];
+            let fits_cu = u == 0 || fits(self.limits - u, unit);
+            fits_cu && (ptb == 0 || self.launches[slot as usize].resident[cu] < ptb)
+        });
+        let l = &mut self.launches[slot as usize];
+        l.scan = CuSet::empty();
+        if !room {
+            return;
+        }
+        l.skipped = l.end - l.next_block;
+        l.next_block = l.end;
+        l.exiting = true;
+        let gen = l.gen;
+        self.schedule(self.now + self.spec.flag_check_ns, Ev::EvictDone(slot, gen));
+    }
+
+    /// Every block of the launch has finished or exited at its flag check.
+    fn end_launch(&mut self, slot: u32) {
+        let l = &self.launches[slot as usize];
+        if l.done == 0 {
+            // No block passed its check: evicted, nothing written.
+            self.emit(slot, EventKind::Evicted);
+            self.finish_part(slot);
+            return;
+        }
         let sh = &l.req.shape;
+        // The blocks that ran are the first ones of its range (blocks are
+        // dispatched in index order): they wrote their part of the outputs.
+        let ran = l.start as u64..(l.end - l.skipped) as u64;
         self.values.complete(
             sh.identity,
             &l.req.reads,
             &l.req.writes,
-            l.start as u64..l.end as u64,
+            ran,
             sh.blocks as u64,
         );
-        self.completed += 1;
+        if l.skipped == 0 {
+            self.completed += 1;
+        }
         self.emit(slot, EventKind::Completed);
         self.finish_part(slot);
     }
@@ -1785,6 +1848,12 @@ impl Sim {
             .iter()
             .copied()
             .filter(|&a| target == u32::MAX || self.launches[a as usize].stream == target)
+            // A launch with no block running and none left to dispatch is
+            // only finishing its flagged blocks' exit: nothing to kill.
+            .filter(|&a| {
+                let l = &self.launches[a as usize];
+                !(l.groups.is_empty() && l.next_block == l.end)
+            })
             .collect();
         for slot in victims {
             let gs = self.launches[slot as usize].groups.clone();
