@@ -795,10 +795,14 @@ impl Core {
             // completed and kernel c never passed its flag check), or past c
             // after a restore to an earlier group start. Fig. 8 restarts from
             // find_idem_entry(l) in every case, re-running a completed kernel
-            // in the second; knowing completions, the core restarts at c
-            // there (nothing of c ran). With a closed-loop real-time client
-            // that preempts right after every restore, re-running the
-            // completed kernel each time would stop best-effort progress.
+            // in the second; the core restarts at c there (nothing of c
+            // ran), but only for a completion it saw before the flag was
+            // set: one reported while the flag was set for the kernel the
+            // index names may be a partial run and was not counted
+            // (`on_finished`), so that kernel is c and is re-executed, as
+            // §4.4 does. With a closed-loop real-time client that preempts
+            // right after every restore, re-running a completed kernel each
+            // time would stop best-effort progress.
             // Without start reports, c is assumed interrupted.
             let c = a.completed_upto;
             let model = &self.models[a.model.0 as usize];
@@ -944,7 +948,24 @@ impl Core {
             }
         }
         if how == 0 {
-            self.kernel_completed(s, tag);
+            // REEF §4.3–4.4: every block checks the flag at its entry, so
+            // a kernel that was running when the flag was set ends with its
+            // dispatched blocks done and the rest exited, and its
+            // completion event fires as for a whole run. The execution
+            // index names it, and nothing on the host tells a partial run
+            // from a whole one: its completion does not count, the restore
+            // re-executes it (or its idempotent group). A kernel the index
+            // has moved past finished before its successor passed its
+            // check, so it ran whole.
+            let st = &self.streams[s.0 as usize];
+            let unsure = st.flag
+                && st
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.req == tag.req && a.last_started == Some(tag.kernel));
+            if !unsure {
+                self.kernel_completed(s, tag);
+            }
         }
         self.check_drained(s);
         self.pump(s);
