@@ -63,6 +63,12 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub u32);
 
+/// A process context (a CUDA context, a ROCm process), as returned by
+/// [`Sim::create_context`]. Context 0 exists from the start and holds the
+/// streams of [`Sim::create_stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContextId(pub u32);
+
 /// One accepted launch. Unique for the life of a [`Sim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LaunchId(pub u64);
@@ -143,6 +149,8 @@ pub enum SimError {
     QueueFull { stream: u32, capacity: usize },
     #[error("no stream {0}")]
     NoSuchStream(u32),
+    #[error("no context {0}")]
+    NoSuchContext(u32),
     #[error("kernel {kernel}: block range {start}..{end} is empty or outside its {blocks} blocks")]
     BadBlockRange {
         kernel: String,
@@ -343,6 +351,24 @@ struct Stream {
     running: Option<u32>,
     /// The hardware queue its packets go to.
     hwq: u32,
+    /// Its process context.
+    ctx: u32,
+}
+
+/// A process context's state on the device (docs/simulator.md "Contexts").
+#[derive(Debug, Clone, Copy, Default)]
+struct Ctx {
+    /// Its blocks may be resident (it holds one of the device's
+    /// `concurrent_contexts` slots).
+    resident: bool,
+    /// Resident, but its blocks may be placed only from this time on (the
+    /// context switch that brought it in).
+    ready_at: u64,
+    /// End of its current time slice (meaningful while resident).
+    slice_end: u64,
+    /// Its slice ended while another context waited: no new block of it is
+    /// placed, and it leaves once its resident blocks have finished.
+    leaving: bool,
 }
 
 /// A hardware queue (docs/simulator.md "Hardware queues"): what the command
@@ -354,6 +380,8 @@ struct Stream {
 #[derive(Debug)]
 struct HwQueue {
     priority: i32,
+    /// The context whose runtime opened it (queue pools are per process).
+    ctx: u32,
     /// Opened for one stream outside the runtime's pool
     /// ([`Sim::create_stream_own_queue`]); no other stream joins it.
     own: bool,
@@ -480,6 +508,9 @@ enum Ev {
     EvictDone(u32, u32),
     /// A kill takes effect: on one stream, or all (u32::MAX).
     Kill(u32),
+    /// Re-evaluate which contexts are resident (a slice ended or a context
+    /// switch completed).
+    Contexts,
 }
 
 /// The simulated GPU.
@@ -524,6 +555,17 @@ pub struct Sim {
     buckets: Vec<(u32, u64, CuSet)>,
     /// Per CU: the resource-mix load of its resident waves (`mix.rs`).
     load: Vec<crate::mix::Load>,
+    /// Process contexts; context 0 always exists.
+    ctxs: Vec<Ctx>,
+    /// The context that last left the device (a switch to another one
+    /// costs `context_switch_ns`), and the last one brought in (round
+    /// robin among the waiting ones starts after it).
+    last_out: Option<u32>,
+    last_in: u32,
+    /// Context switches so far.
+    switches: u64,
+    /// Times of the pending `Ev::Contexts` events.
+    ctx_wakes: std::collections::BTreeSet<u64>,
 }
 
 impl Sim {
@@ -573,6 +615,11 @@ impl Sim {
             records: Vec::new(),
             completed: 0,
             memory_used: 0,
+            ctxs: vec![Ctx::default()],
+            last_out: None,
+            last_in: 0,
+            switches: 0,
+            ctx_wakes: std::collections::BTreeSet::new(),
         }
     }
 
@@ -605,7 +652,47 @@ impl Sim {
         priority: i32,
         device_queue_capacity: usize,
     ) -> Result<StreamId, SimError> {
-        self.new_stream(priority, device_queue_capacity, false)
+        self.new_stream(ContextId(0), priority, device_queue_capacity, false)
+    }
+
+    /// A new process context (docs/simulator.md "Contexts"): its kernels
+    /// run concurrently with those of at most `concurrent_contexts - 1`
+    /// other contexts (none on NVIDIA presets); past that the device
+    /// time-slices between the contexts that have work.
+    pub fn create_context(&mut self) -> ContextId {
+        self.ctxs.push(Ctx::default());
+        ContextId(self.ctxs.len() as u32 - 1)
+    }
+
+    /// Process contexts (context 0 included).
+    pub fn contexts(&self) -> usize {
+        self.ctxs.len()
+    }
+
+    /// Context switches so far.
+    pub fn context_switches(&self) -> u64 {
+        self.switches
+    }
+
+    /// The context of a stream.
+    pub fn context_of(&self, s: StreamId) -> Option<ContextId> {
+        self.streams.get(s.0 as usize).map(|st| ContextId(st.ctx))
+    }
+
+    /// [`Sim::create_stream`] (or, with `own_queue`,
+    /// [`Sim::create_stream_own_queue`]) in context `ctx`. Hardware-queue
+    /// pools are per context, as each process's runtime opens its own.
+    pub fn create_stream_in(
+        &mut self,
+        ctx: ContextId,
+        priority: i32,
+        device_queue_capacity: usize,
+        own_queue: bool,
+    ) -> Result<StreamId, SimError> {
+        if ctx.0 as usize >= self.ctxs.len() {
+            return Err(SimError::NoSuchContext(ctx.0));
+        }
+        self.new_stream(ctx, priority, device_queue_capacity, own_queue)
     }
 
     /// A new stream with a hardware queue of its own, outside the pool of
@@ -617,11 +704,12 @@ impl Sim {
         priority: i32,
         device_queue_capacity: usize,
     ) -> Result<StreamId, SimError> {
-        self.new_stream(priority, device_queue_capacity, true)
+        self.new_stream(ContextId(0), priority, device_queue_capacity, true)
     }
 
     fn new_stream(
         &mut self,
+        ctx: ContextId,
         priority: i32,
         device_queue_capacity: usize,
         own: bool,
@@ -631,9 +719,9 @@ impl Sim {
         }
         let id = self.streams.len() as u32;
         let hwq = if own {
-            self.push_hw_queue(priority, id, true)
+            self.push_hw_queue(ctx.0, priority, id, true)
         } else {
-            self.map_hw_queue(priority, id)
+            self.map_hw_queue(ctx.0, priority, id)
         };
         self.streams.push(Stream {
             priority,
@@ -643,6 +731,7 @@ impl Sim {
             flag: false,
             running: None,
             hwq,
+            ctx: ctx.0,
         });
         Ok(StreamId(id))
     }
@@ -652,11 +741,11 @@ impl Sim {
     /// that priority with the fewest streams (the lowest index on a tie),
     /// as ROCclr's queue pool per priority does (`GPU_MAX_HW_QUEUES`);
     /// streams created in turn therefore go round robin.
-    fn map_hw_queue(&mut self, priority: i32, stream: u32) -> u32 {
+    fn map_hw_queue(&mut self, ctx: u32, priority: i32, stream: u32) -> u32 {
         let mut same = 0u32;
         let mut best: Option<(usize, u32)> = None;
         for (i, q) in self.hwqs.iter().enumerate() {
-            if q.priority != priority || q.own {
+            if q.priority != priority || q.own || q.ctx != ctx {
                 continue;
             }
             same += 1;
@@ -665,16 +754,17 @@ impl Sim {
             }
         }
         if same < self.spec.hw_queues {
-            return self.push_hw_queue(priority, stream, false);
+            return self.push_hw_queue(ctx, priority, stream, false);
         }
         let (_, q) = best.expect("a full pool has a queue");
         self.hwqs[q as usize].members.push(stream);
         q
     }
 
-    fn push_hw_queue(&mut self, priority: i32, stream: u32, own: bool) -> u32 {
+    fn push_hw_queue(&mut self, ctx: u32, priority: i32, stream: u32, own: bool) -> u32 {
         self.hwqs.push(HwQueue {
             priority,
+            ctx,
             own,
             members: vec![stream],
             cp: Cp::Idle,
@@ -1271,6 +1361,10 @@ impl Sim {
                 }
             }
             Ev::Kill(target) => self.kill_effect(target),
+            Ev::Contexts => {
+                self.ctx_wakes.remove(&self.now);
+                self.place();
+            }
         }
     }
 
@@ -1365,6 +1459,125 @@ impl Sim {
         }
     }
 
+    /// The context mechanism (docs/simulator.md "Contexts"; CUDA C
+    /// Programming Guide "Concurrent Kernel Execution": kernels of
+    /// different contexts never run concurrently without MPS; the NVIDIA
+    /// driver's channel-group timeslice): a context holds one of the
+    /// device's `concurrent_contexts` slots while it has work. A context
+    /// with work and no slot gets one when a resident context has none
+    /// left (it idled), or when a resident context's time slice has ended:
+    /// that one stops dispatching blocks and leaves once its resident
+    /// blocks have finished (a switch at block boundaries; the hardware's
+    /// instruction-level compute preemption would save them instead).
+    /// Bringing a context in after another left costs `context_switch_ns`,
+    /// during which none of its blocks is placed; with one context (every
+    /// caller that never calls [`Sim::create_context`]) nothing of this
+    /// runs.
+    fn switch_contexts(&mut self) {
+        let now = self.now;
+        let n = self.ctxs.len();
+        // Work: a dispatched kernel, or a packet visible in a device queue.
+        let mut work = vec![false; n];
+        let mut blocks = vec![false; n];
+        for &a in &self.active {
+            let l = &self.launches[a as usize];
+            let c = self.streams[l.stream as usize].ctx as usize;
+            work[c] = true;
+            if !l.groups.is_empty() || l.exiting {
+                blocks[c] = true;
+            }
+        }
+        for st in &self.streams {
+            if let Some(&h) = st.dq.front() {
+                if self.launches[h as usize].visible_at <= now {
+                    work[st.ctx as usize] = true;
+                }
+            }
+        }
+        let waiting = |ctxs: &[Ctx], work: &[bool]| (0..n).any(|c| work[c] && !ctxs[c].resident);
+        let slice = self.spec.context_timeslice_ns;
+        for c in 0..n {
+            let cx = self.ctxs[c];
+            if !cx.resident {
+                continue;
+            }
+            let gone = if cx.leaving {
+                !blocks[c]
+            } else {
+                !work[c] && cx.ready_at <= now
+            };
+            if gone {
+                self.ctxs[c].resident = false;
+                self.ctxs[c].leaving = false;
+                self.last_out = Some(c as u32);
+                continue;
+            }
+            if slice > 0 && !cx.leaving && cx.ready_at <= now && waiting(&self.ctxs, &work) {
+                if cx.slice_end <= now {
+                    // Its slice is over and a context waits: it leaves.
+                    self.ctxs[c].leaving = true;
+                    if !blocks[c] {
+                        self.ctxs[c].resident = false;
+                        self.ctxs[c].leaving = false;
+                        self.last_out = Some(c as u32);
+                    }
+                } else {
+                    self.wake_contexts_at(cx.slice_end);
+                }
+            } else if slice > 0 && cx.slice_end <= now {
+                // Alone (or still coming in): the next slice starts.
+                let k = (now - cx.slice_end) / slice + 1;
+                self.ctxs[c].slice_end = cx.slice_end + k * slice;
+            }
+        }
+        // Fill free slots, round robin from the context brought in last.
+        let mut resident = self.ctxs.iter().filter(|c| c.resident).count() as u32;
+        let mut i = 0;
+        while resident < self.spec.concurrent_contexts && i < n {
+            let c = (self.last_in as usize + 1 + i) % n;
+            i += 1;
+            if !work[c] || self.ctxs[c].resident {
+                continue;
+            }
+            // A switch when the device last held another context and none
+            // is resident now (contexts beside resident ones are mapped
+            // concurrently, at no switch).
+            let cost = match self.last_out {
+                Some(o) if o as usize != c && resident == 0 => self.spec.context_switch_ns,
+                _ => 0,
+            };
+            if self.last_out.is_some_and(|o| o as usize != c) && resident == 0 {
+                self.switches += 1;
+            }
+            let ready = now + cost;
+            self.ctxs[c] = Ctx {
+                resident: true,
+                ready_at: ready,
+                slice_end: ready + slice,
+                leaving: false,
+            };
+            self.last_in = c as u32;
+            resident += 1;
+            // Its blocks may go wherever there is room once it is ready.
+            for &a in &self.active {
+                let l = &mut self.launches[a as usize];
+                if self.streams[l.stream as usize].ctx as usize == c && l.next_block < l.end {
+                    l.scan = l.cus;
+                }
+            }
+            if cost > 0 {
+                self.wake_contexts_at(ready);
+            }
+        }
+    }
+
+    /// Schedules a context re-evaluation at `t` unless one is pending then.
+    fn wake_contexts_at(&mut self, t: u64) {
+        if self.ctx_wakes.insert(t) {
+            self.schedule(t, Ev::Contexts);
+        }
+    }
+
     fn next_jitter(&mut self) -> f64 {
         // splitmix64
         self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -1379,10 +1592,25 @@ impl Sim {
     /// Places pending blocks of active kernels, in priority/dispatch order,
     /// then times the groups placed (see [`Sim::time_fresh_groups`]).
     fn place(&mut self) {
+        let multi = self.ctxs.len() > 1;
+        if multi {
+            self.switch_contexts();
+        }
+        let now = self.now;
         let mut i = 0;
         while i < self.active.len() {
             let slot = self.active[i];
             let l = &self.launches[slot as usize];
+            if multi {
+                // Only the blocks of a resident, ready context that is not
+                // leaving are dispatched (its waiting blocks, flagged ones
+                // included, wait; their CU scan is kept for later).
+                let c = &self.ctxs[self.streams[l.stream as usize].ctx as usize];
+                if !c.resident || c.leaving || c.ready_at > now {
+                    i += 1;
+                    continue;
+                }
+            }
             if l.next_block < l.end && !l.scan.is_empty() {
                 if self.streams[l.stream as usize].flag {
                     self.flag_exit(slot);
