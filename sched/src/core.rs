@@ -166,6 +166,9 @@ pub struct Layout {
     pub client_stream: Vec<StreamId>,
     /// Priority and device-queue capacity of each stream, indexed by `StreamId`.
     pub streams: Vec<(StreamPriority, Option<usize>)>,
+    /// Process context of each stream, indexed by `StreamId`; empty: every
+    /// stream in context 0 (one process, the daemon's or the runtime's).
+    pub contexts: Vec<u32>,
 }
 
 impl Layout {
@@ -187,6 +190,7 @@ impl Layout {
         Self {
             client_stream,
             streams,
+            contexts: Vec::new(),
         }
     }
 
@@ -202,6 +206,19 @@ impl Layout {
         Self {
             client_stream: (0..clients.len() as u32).map(StreamId).collect(),
             streams,
+            contexts: Vec::new(),
+        }
+    }
+
+    /// One process per client (FIKIT §2, §4.5 "default GPU sharing
+    /// mode"): each client's stream in a context of its own, no priority.
+    /// How the device shares itself between the contexts is the device's
+    /// (time slices on NVIDIA GPUs, docs/simulator.md "Contexts").
+    pub fn per_process(clients: &[ClientSpec]) -> Self {
+        Self {
+            client_stream: (0..clients.len() as u32).map(StreamId).collect(),
+            streams: vec![(StreamPriority::Normal, None); clients.len()],
+            contexts: (1..=clients.len() as u32).collect(),
         }
     }
 }
@@ -391,6 +408,7 @@ impl Core {
                     stream: StreamId(i as u32),
                     priority,
                     dq_capacity: cap,
+                    context: layout.contexts.get(i).copied().unwrap_or(0),
                 });
                 StreamState {
                     priority,

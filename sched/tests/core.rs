@@ -290,31 +290,46 @@ fn seq_makes_real_time_wait_for_the_launched_best_effort_request() {
     assert!(log.done[&RequestId(1)] > be_done);
 }
 
-#[test]
-fn streams_runs_clients_concurrently_with_real_time_at_high_priority() {
-    let (mut s, mut dev, _) = setup("streams", DeviceCaps::default());
-    let log = drive(&mut s, &mut dev, arrivals());
-    let creates: Vec<_> = log
-        .actions
+/// The streams each policy creates: (stream, priority, context).
+fn creates(log: &fake::RunLog) -> Vec<(StreamId, StreamPriority, u32)> {
+    log.actions
         .iter()
         .filter_map(|(_, a)| match a {
             Action::CreateStream {
-                stream, priority, ..
-            } => Some((*stream, *priority)),
+                stream,
+                priority,
+                context,
+                ..
+            } => Some((*stream, *priority, *context)),
             _ => None,
         })
-        .collect();
-    assert_eq!(
-        creates,
-        vec![
-            (StreamId(0), StreamPriority::High),
-            (StreamId(1), StreamPriority::Normal)
-        ]
-    );
-    assert!(s.preemptions().is_empty());
-    // RT finished before BE: they ran side by side.
-    assert!(log.done[&RequestId(1)] < log.done[&RequestId(100)]);
-    assert_eq!(launches_on(&log, 1).len(), 20);
+        .collect()
+}
+
+/// `streams` (REEF §6.1 GPUStreams: one context, no stream priorities),
+/// `streams-prio` (§6.6: RT streams at high priority) and `share` (FIKIT's
+/// default sharing: a context per client) all run the clients side by side;
+/// only the layout differs.
+#[test]
+fn streams_streams_prio_and_share_run_clients_concurrently() {
+    use StreamPriority::{High, Normal};
+    for (policy, want) in [
+        ("streams", [(0, Normal, 0), (1, Normal, 0)]),
+        ("streams-prio", [(0, High, 0), (1, Normal, 0)]),
+        ("share", [(0, Normal, 1), (1, Normal, 2)]),
+    ] {
+        let (mut s, mut dev, _) = setup(policy, DeviceCaps::default());
+        let log = drive(&mut s, &mut dev, arrivals());
+        let want: Vec<_> = want.iter().map(|&(i, p, c)| (StreamId(i), p, c)).collect();
+        assert_eq!(creates(&log), want, "{policy}");
+        assert!(s.preemptions().is_empty());
+        // RT finished before BE: they ran side by side.
+        assert!(
+            log.done[&RequestId(1)] < log.done[&RequestId(100)],
+            "{policy}"
+        );
+        assert_eq!(launches_on(&log, 1).len(), 20);
+    }
 }
 
 #[test]
