@@ -1463,9 +1463,10 @@ impl Sim {
     /// Programming Guide "Concurrent Kernel Execution": kernels of
     /// different contexts never run concurrently without MPS; the NVIDIA
     /// driver's channel-group timeslice): a context holds one of the
-    /// device's `concurrent_contexts` slots while it has work. A context
-    /// with work and no slot gets one when a resident context has none
-    /// left (it idled), or when a resident context's time slice has ended:
+    /// device's `concurrent_contexts` slots, idle or not, until a context
+    /// with work needs the slot. Such a context gets a free slot, else
+    /// that of a resident context with no work left (it idled), or that of
+    /// a resident context whose time slice has ended:
     /// that one stops dispatching blocks and leaves once its resident
     /// blocks have finished (a switch at block boundaries; the hardware's
     /// instruction-level compute preemption would save them instead).
@@ -1495,6 +1496,13 @@ impl Sim {
             }
         }
         let waiting = |ctxs: &[Ctx], work: &[bool]| (0..n).any(|c| work[c] && !ctxs[c].resident);
+        // An idle context keeps its slot (the runlist keeps it mapped)
+        // until a waiting context needs one.
+        let want = (0..n)
+            .filter(|&c| work[c] && !self.ctxs[c].resident)
+            .count() as u32;
+        let held = self.ctxs.iter().filter(|c| c.resident).count() as u32;
+        let mut to_free = (held + want).saturating_sub(self.spec.concurrent_contexts);
         let slice = self.spec.context_timeslice_ns;
         for c in 0..n {
             let cx = self.ctxs[c];
@@ -1503,8 +1511,11 @@ impl Sim {
             }
             let gone = if cx.leaving {
                 !blocks[c]
+            } else if !work[c] && cx.ready_at <= now && to_free > 0 {
+                to_free -= 1;
+                true
             } else {
-                !work[c] && cx.ready_at <= now
+                false
             };
             if gone {
                 self.ctxs[c].resident = false;

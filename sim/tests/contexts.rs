@@ -209,3 +209,34 @@ fn the_mi50_runs_contexts_concurrently_up_to_its_hws_limit() {
     assert_eq!(sorted[8], path + 100_000, "{starts:?}");
     assert_eq!(sim.context_switches(), 0);
 }
+
+/// An idle context keeps its slot until a waiting context needs it: on the
+/// MI50 (8 slots) a context arriving after another idled starts at once;
+/// on the GV100 (1 slot) it pays the switch.
+#[test]
+fn an_idle_context_keeps_its_slot_until_another_needs_it() {
+    for (preset, switched) in [("mi50", false), ("gv100", true)] {
+        let spec = DeviceSpec::preset(preset).unwrap();
+        let mut sim = recording(&spec);
+        let (a, b) = (sim.create_context(), sim.create_context());
+        let sa = sim.create_stream_in(a, 0, 4, false).unwrap();
+        let sb = sim.create_stream_in(b, 0, 4, false).unwrap();
+        sim.launch(sa, KernelLaunch::new(shape(&spec, 4, 50_000), tags(0, 0)))
+            .unwrap();
+        drain(&mut sim);
+        let t = sim.now() + 100_000;
+        sim.advance_to(t);
+        let kb = sim
+            .launch(sb, KernelLaunch::new(shape(&spec, 4, 50_000), tags(1, 0)))
+            .unwrap();
+        let evs = drain(&mut sim);
+        let path = spec.host_launch_ns + spec.cp_fetch_ns + spec.cp_dispatch_ns;
+        let cost = if switched { spec.context_switch_ns } else { 0 };
+        assert_eq!(
+            event_time(&evs, kb, EventKind::Started),
+            t + path + cost,
+            "{preset}"
+        );
+        assert_eq!(sim.context_switches(), switched as u64, "{preset}");
+    }
+}
