@@ -911,6 +911,21 @@ impl Core {
         self.clients.get(client.0 as usize).map(|c| c.class)
     }
 
+    /// Whether a completion of `tag` reported now on stream `s` may be of
+    /// a partly run kernel: the stream's preempt flag is set and the
+    /// execution index names that kernel (REEF §4.3–4.4; see
+    /// `on_finished`). Such a completion does not count, and the restore
+    /// re-executes the kernel.
+    pub fn completion_unconfirmed(&self, s: StreamId, tag: KernelTag) -> bool {
+        self.streams.get(s.0 as usize).is_some_and(|st| {
+            st.flag
+                && st
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.req == tag.req && a.last_started == Some(tag.kernel))
+        })
+    }
+
     pub(crate) fn on_started(&mut self, s: StreamId, tag: KernelTag) {
         if let Some(a) = self.active_for(s, tag) {
             // The global index holds the latest kernel to pass its check.
@@ -975,13 +990,7 @@ impl Core {
             // re-executes it (or its idempotent group). A kernel the index
             // has moved past finished before its successor passed its
             // check, so it ran whole.
-            let st = &self.streams[s.0 as usize];
-            let unsure = st.flag
-                && st
-                    .active
-                    .as_ref()
-                    .is_some_and(|a| a.req == tag.req && a.last_started == Some(tag.kernel));
-            if !unsure {
+            if !self.completion_unconfirmed(s, tag) {
                 self.kernel_completed(s, tag);
             }
         }

@@ -358,8 +358,18 @@ impl PaddingScheduler {
                 }
             }
             Event::KernelCompleted { stream, tag } => {
+                // A completion under the flag of the kernel the execution
+                // index names may be of a partly run launch (its later
+                // blocks exited at their flag check, REEF §4.3): like the
+                // core, padding does not count it. The credited prefix
+                // (blocks completed by padded launches) stays valid; the
+                // rest runs again from it.
+                let unsure = self.inner.core().completion_unconfirmed(*stream, *tag);
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
-                    if b.req.map(|r| r.0) == Some(tag.req) {
+                    if b.req.map(|r| r.0) == Some(tag.req) && unsure {
+                        b.finished(tag.kernel);
+                        b.plan = None;
+                    } else if b.req.map(|r| r.0) == Some(tag.req) {
                         b.finished(tag.kernel);
                         b.done_upto = b.done_upto.max(tag.kernel + 1);
                         if b.credit.is_some_and(|c| c.kernel < b.done_upto) {
