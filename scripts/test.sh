@@ -2,7 +2,9 @@
 # The whole test suite, as CI runs it: set up, check formatting and lints,
 # run the fuzz targets of fuzz/ for a bounded time each (scripts/fuzz.sh,
 # REEF_FUZZ_SECONDS per target, default 60; REEF_FUZZ_SECONDS=0 skips them),
-# then run every test in the workspace.
+# check the REEF KFD patch against Debian's Linux 6.12 source
+# (scripts/check-rocm-patch.sh; REEF_CHECK_ROCM_PATCH=0 skips it), then run
+# every test in the workspace.
 #
 # Tests that need root or /dev/fuse (the FUSE fake devices, the uid-switch
 # tests) skip where those are missing, saying why. Run as root with
@@ -26,6 +28,16 @@ fi
 REEF_SKIP_LOG="$(mktemp)"
 export REEF_SKIP_LOG
 trap 'rm -f "$REEF_SKIP_LOG"' EXIT
+# The REEF KFD patch applied to Debian's linux-source-6.12 and its amdkfd
+# objects compiled (scripts/check-rocm-patch.sh; 4-6 minutes from nothing on
+# CI's two shared cores, docs/hardware.md). REEF_CHECK_ROCM_PATCH=0 skips it,
+# counted among the skips.
+if [ "${REEF_CHECK_ROCM_PATCH:-1}" != 0 ]; then
+    ./scripts/check-rocm-patch.sh
+else
+    echo "==> rocm-patch check skipped (REEF_CHECK_ROCM_PATCH=0): run scripts/check-rocm-patch.sh"
+    echo "scripts/check-rocm-patch.sh: REEF_CHECK_ROCM_PATCH=0" >>"$REEF_SKIP_LOG"
+fi
 echo "==> tests (REEF_REQUIRE_HW_FAKES=${REEF_REQUIRE_HW_FAKES:-0})"
 cargo test --workspace
 skipped="$(wc -l <"$REEF_SKIP_LOG")"

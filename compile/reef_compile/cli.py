@@ -1,8 +1,10 @@
-"""`reef-compile MODEL.onnx --arch sm_80 [--arch sm_90] -o DIR` (issue 14).
+"""`reef-compile MODEL.onnx --arch sm_80 [--arch sm_90] [--arch gfx906] -o DIR`
+(issue 14; AMD architectures: issue 29).
 
 Writes DIR/NAME.json (NAME = DIR's last component; the REEF kernel schedule
 reef-model loads, extended with read/write sets, resources and work),
-DIR/kernels.ARCH.ptx, DIR/kernels.cu, DIR/weights.bin and DIR/reference/.
+DIR/kernels.ARCH.ptx, DIR/kernels.ARCH.hsaco for AMD architectures (amd.py),
+DIR/kernels.cu, DIR/weights.bin and DIR/reference/.
 The layout and every field are described in docs/compile.md.
 """
 
@@ -23,12 +25,13 @@ import numpy as np
 from .onnx_input import CompileError
 
 WEIGHT_ALIGN = 256  # bytes; cudaMalloc's alignment, so each weight can be copied in place
+CPU_LIBRARY = "cpu.so"  # the CPU build of the launched TIR functions (docs/compile.md)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="reef-compile",
-        description="Compile an ONNX model with Apache TVM to PTX, a REEF kernel "
+        description="Compile an ONNX model with Apache TVM to PTX (and AMD code objects), a REEF kernel "
         "schedule, weights and per-kernel resources (docs/compile.md).",
     )
     p.add_argument("model", type=Path, help="the .onnx model (static shapes)")
@@ -36,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         "--arch",
         action="append",
         required=True,
-        help="NVIDIA architecture, e.g. sm_80; repeat for several (the first one's "
-        "schedule is written, the others must launch the same kernels)",
+        help="NVIDIA architecture, e.g. sm_80, or AMD gfx906 / gfx90a; repeat for several "
+        "(the first NVIDIA one's schedule is written, the others must launch the same "
+        "kernels; AMD architectures get a code object each, docs/compile.md)",
     )
     p.add_argument("-o", "--output", type=Path, required=True, help="model directory to write")
     p.add_argument(
@@ -46,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the CPU (llvm) reference input/output pair",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the reference input (default 0)")
+    p.add_argument(
+        "--no-cpu",
+        action="store_true",
+        help="skip the CPU build (cpu.so) the simulated devices compute real values with; "
+        "they then keep version tracking for this model",
+    )
     return p
 
 
@@ -73,10 +83,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compile_model(args) -> None:
-    from . import nvidia, onnx_input
+    from . import amd, nvidia, onnx_input
 
     t0 = time.monotonic()
     archs = list(dict.fromkeys(args.arch))
+    amd_archs = [a for a in archs if amd.is_amd(a)]
+    archs = [a for a in archs if not amd.is_amd(a)]
+    for a in amd_archs:
+        amd.check_arch(a)
+    if amd_archs:
+        if not archs:
+            raise CompileError(
+                f"--arch {amd_archs[0]} needs an NVIDIA --arch too (e.g. --arch sm_80): the "
+                "AMD code objects share its schedule"
+            )
+        amd.check_tools()
     for a in archs:
         nvidia.check_arch(a)
     model = onnx_input.load(args.model)
@@ -102,7 +123,7 @@ def compile_model(args) -> None:
     for arch in archs:
         t = time.monotonic()
         try:
-            lowered = lower.lower(mod, param_values, arch)
+            lowered = lower.lower(mod, param_values, arch, cpu=not args.no_cpu and arch == archs[0])
         except CompileError:
             raise
         except Exception as e:  # TVM's own errors: first line only
@@ -133,6 +154,9 @@ def compile_model(args) -> None:
             t = time.monotonic()
             nvidia.cuda_to_ptx(cu, ptx, arch)
             timing[f"nvcc_{arch}_s"] = round(time.monotonic() - t, 3)
+            if not args.no_cpu:
+                with open(ptx, "a") as f:
+                    f.write(_cpu_annotations(first, (out / CPU_LIBRARY).resolve()))
             t = time.monotonic()
             res = nvidia.ptxas_resources(ptx, arch, Path(tmp) / f"{arch}.cubin")
             timing[f"ptxas_{arch}_s"] = round(time.monotonic() - t, 3)
@@ -147,7 +171,19 @@ def compile_model(args) -> None:
                     )
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
+    code_objects = {}
+    for arch in amd_archs:
+        resources[arch], code_objects[arch], t_amd = amd.compile_arch(
+            mod, param_values, archs[0], arch, first.launches, out
+        )
+        timing.update(t_amd)
 
+    if args.no_cpu:
+        (out / CPU_LIBRARY).unlink(missing_ok=True)
+    else:
+        t = time.monotonic()
+        lower.cpu_library(first.fused_prims, out / CPU_LIBRARY)
+        timing["cpu_s"] = round(time.monotonic() - t, 3)
     weights = _write_weights(out, first.storages)
     reference = None
     if not args.no_reference:
@@ -173,15 +209,18 @@ def compile_model(args) -> None:
             "params": first.params,
             "weights": weights,
             "reference": reference,
+            "cpu": None if args.no_cpu else _cpu_section(first),
             "names": {k: v for k, v in names.items() if k != v},
             "resources": resources,
+            "amd_archs": amd_archs,
+            "code_objects": code_objects,
             "compile_time": timing,
         }
     )
     (out / f"{name}.json").write_text(json.dumps(schedule, indent=1) + "\n")
     print(
         f"reef-compile: {args.model} -> {out}/{name}.json: {len(first.launches)} kernels, "
-        f"{len(first.storages)} storages, {', '.join(archs)}, {timing['total_s']:.1f} s",
+        f"{len(first.storages)} storages, {', '.join(archs + amd_archs)}, {timing['total_s']:.1f} s",
         file=sys.stderr,
     )
 
@@ -222,6 +261,53 @@ def _schedule(lowered, resources, arch0) -> dict:
         "args": lowered.inputs + lowered.params,
         "shared_memory": shared,
     }
+
+
+def _cpu_section(lowered) -> dict:
+    """What runs each kernel's computation on the CPU: one entry per call of
+    a TIR function, in launch order; its CPU build runs once the last of its
+    `kernels` completes."""
+    return {
+        "library": CPU_LIBRARY,
+        "target": "llvm",
+        "abi": "tvm-ffi",
+        "calls": [
+            {
+                "function": c.function,
+                "symbol": f"__tvm_ffi_{c.function}",
+                "args": [{"storage": a.storage, "dtype": a.dtype, "shape": a.shape} for a in c.args],
+                "kernels": c.kernels,
+            }
+            for c in lowered.calls
+        ],
+    }
+
+
+def _cpu_annotations(lowered, library: Path) -> str:
+    """`// reef-cpu:` lines for the simulated libcuda (libcuda-sim/src/cpu.rs):
+    which function of `library` a kernel computes and in which of its PTX
+    parameters each argument's pointer is. Only for a call's last kernel,
+    and only when that kernel's parameters carry every argument of the call
+    (else the kernel keeps the stand-in values there)."""
+    lines = [f"// reef-cpu: library={library}"]
+    seen: dict[str, str] = {}
+    for c in lowered.calls:
+        ln = lowered.launches[c.kernels[-1]]
+        if any(a.storage not in ln.args for a in c.args):
+            continue
+        args = ",".join(
+            f"{ln.args.index(a.storage)}:{a.dtype}:{'x'.join(map(str, a.shape)) or '_'}" for a in c.args
+        )
+        writes = ",".join(
+            str(ln.args.index(a.storage)) for a in c.args if a.storage in ln.writes
+        )
+        line = f"// reef-cpu: kernel={ln.name} function={c.function} args={args} writes={writes}"
+        if seen.get(ln.name, line) != line:
+            raise CompileError(f"kernel {ln.name}: two calls give it different CPU arguments")
+        if ln.name not in seen:
+            seen[ln.name] = line
+            lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def _write_weights(out: Path, storages) -> dict:

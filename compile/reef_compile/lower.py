@@ -11,6 +11,8 @@ and the buffers it stores to (written) and loads from (read).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +50,25 @@ class Launch:
 
 
 @dataclass
+class CpuArg:
+    storage: int
+    dtype: str
+    shape: list[int]
+
+
+@dataclass
+class CpuCall:
+    """One call of a TIR function by the planned `main`: its arguments in
+    the function's parameter order, each a tensor at offset 0 of a storage
+    (the memory plan gives every tensor its own storage or one at offset
+    0), and the launches it became (run the CPU build after the last)."""
+
+    function: str
+    args: list[CpuArg]
+    kernels: list[int]
+
+
+@dataclass
 class Lowered:
     storages: list[Storage]
     launches: list[Launch]
@@ -55,6 +76,10 @@ class Lowered:
     outputs: list[int]
     params: list[int]
     cuda_source: str
+    calls: list[CpuCall] = field(default_factory=list)
+    # The TIR functions main calls, fused and legalized but not yet
+    # scheduled for the GPU (what the CPU build compiles).
+    fused_prims: dict = field(default_factory=dict)
 
 
 def _target(arch: str) -> tvm.target.Target:
@@ -85,19 +110,60 @@ def _shape_of(ty) -> list[int]:
     return [int(v) for v in ty.shape.values]
 
 
-def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
+@relax.expr_functor.mutator
+class _ClipTake(relax.PyExprMutator):
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if (
+            isinstance(call.op, tvm.ir.Op)
+            and call.op.name == "relax.take"
+            and call.attrs.mode == "fast"
+        ):
+            return relax.op.take(call.args[0], call.args[1], call.attrs.axis, mode="clip")
+        return call
+
+
+def _clip_takes(mod):
+    """The CPU build's copy of the module with every `take` (ONNX Gather)
+    clipping its indices: TVM's default "fast" mode does no bounds check,
+    which on a GPU reads stray memory but on the CPU build can crash the
+    process that runs it (a daemon given an out-of-range index, or stale
+    bytes after a wrong restore). In range, both give the same values; the
+    operator, its fusion, the function names and signatures are unchanged."""
+    m = _ClipTake(mod)
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function):
+            m.builder_.update_func(gv, m.visit_expr(f))
+    return m.builder_.get()
+
+
+def lower(mod, param_values: list[np.ndarray], arch: str, cpu: bool = True) -> Lowered:
     from tvm.relax.backend.cuda import pipeline as cuda
     from tvm.s_tir.analysis import estimate_tir_flops
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     target = _target(arch)
     with target:
-        seq = tvm.transform.Sequential(
-            cuda.library_dispatch_passes(target)
-            + cuda.legalize_passes(target)
-            + cuda.dataflow_lower_passes(target)
-        )
-        scheduled = seq(mod)
+        # Legalization and fusion, then dlight's GPU schedules (the last of
+        # TVM's legalize passes) as a separate step: the module in between
+        # holds the fused TIR functions with the kernels' names and buffer
+        # signatures but no GPU loop structure, which is what the CPU build
+        # compiles (cpu_library).
+        legalize = cuda.legalize_passes(target)
+        if type(legalize[-1]).__name__ != "ApplyDefaultSchedule":
+            raise CompileError(
+                f"TVM's CUDA legalize passes end with {type(legalize[-1]).__name__}, "
+                "expected dlight's ApplyDefaultSchedule"
+            )
+        fuse = tvm.transform.Sequential(cuda.library_dispatch_passes(target) + legalize[:-1])
+        # dlight schedules the TIR functions in place (the fused module's
+        # functions come out scheduled too), so the CPU build gets a fused
+        # module of its own (the passes are deterministic: same names and
+        # signatures, checked below).
+        fused_copy = fuse(_clip_takes(mod)) if cpu else None
+        fused = fuse(mod)
+        seq = tvm.transform.Sequential(legalize[-1:] + cuda.dataflow_lower_passes(target))
+        scheduled = seq(fused)
         planned = relax.transform.StaticPlanBlockMemory()(scheduled)
         final = tvm.transform.Sequential(cuda.finalize_passes(target)[1:])(planned)
 
@@ -141,10 +207,75 @@ def lower(mod, param_values: list[np.ndarray], arch: str) -> Lowered:
     rt = codegen_build(fin_dev()(dev_mod), dev_target)
     source = rt.inspect_source()
 
-    storages, launches, inputs, outputs, params = _walk_main(
+    storages, launches, inputs, outputs, params, calls = _walk_main(
         planned, prims, kernels, host_launches, param_values, flops
     )
-    return Lowered(storages, launches, inputs, outputs, params, source)
+    if fused_copy is None:
+        return Lowered(storages, launches, inputs, outputs, params, source, calls, {})
+    fused_prims = {
+        gv.name_hint: f
+        for gv, f in fused_copy.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint in called
+    }
+    missing = called - set(fused_prims)
+    if missing:
+        raise CompileError(f"TIR functions {sorted(missing)} are not in the fused module")
+    for n, f in fused_prims.items():
+        if f.attrs.get("tirx.is_scheduled", False) or len(f.params) != len(prims[n].params):
+            raise CompileError(f"{n}: the CPU build's copy is scheduled or has another signature")
+    return Lowered(storages, launches, inputs, outputs, params, source, calls, fused_prims)
+
+
+# Linked into the CPU library: the one symbol TVM's llvm code needs from
+# tvm-ffi's runtime (it reports a failed argument check through it), kept per
+# thread for the caller (reef-cpu-kernels reads it after a nonzero return).
+# TVM's export compiles it with g++, hence the C linkage.
+_CPU_SHIM = r"""
+#include <stdint.h>
+#include <string.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+static __thread char reef_cpu_error[1024];
+void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n) {
+    size_t off = 0;
+    reef_cpu_error[0] = 0;
+    const char* all[2] = {kind, ": "};
+    for (int32_t i = -2; i < n; ++i) {
+        const char* p = i < 0 ? all[i + 2] : parts[i];
+        if (p == 0) continue;
+        size_t len = strlen(p);
+        if (off + len >= sizeof(reef_cpu_error)) len = sizeof(reef_cpu_error) - 1 - off;
+        memcpy(reef_cpu_error + off, p, len);
+        off += len;
+        reef_cpu_error[off] = 0;
+    }
+}
+const char* reef_cpu_last_error(void) { return reef_cpu_error; }
+#ifdef __cplusplus
+}
+#endif
+"""
+
+
+def cpu_library(fused_prims: dict, path) -> None:
+    """Compiles the fused, unscheduled TIR functions for the host CPU
+    (TVM's llvm target) into a shared object at `path`: each function is
+    exported as `__tvm_ffi_<name>` with tvm-ffi's C calling convention
+    (DLTensor arguments in the TIR function's parameter order), and the
+    library needs nothing outside libc (docs/compile.md "CPU build")."""
+    cpu = tvm.IRModule(
+        {
+            tvm.ir.GlobalVar(name): f.with_attr("global_symbol", name)
+            for name, f in sorted(fused_prims.items())
+        }
+    )
+    lib = tvm.tirx.build(cpu, target=tvm.target.Target("llvm"))
+    with tempfile.TemporaryDirectory(prefix="reef-compile-cpu-") as tmp:
+        shim = os.path.join(tmp, "reef_cpu_shim.c")
+        with open(shim, "w") as f:
+            f.write(_CPU_SHIM)
+        lib.export_library(str(path), addons=[shim], workspace_dir=tmp)
 
 
 @dataclass
@@ -307,6 +438,7 @@ def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
         return str(getattr(c.op, "name", "")) if kind(c.op) == "ir.Op" else ""
 
     launches: list[Launch] = []
+    calls: list[CpuCall] = []
     tuples: dict = {}  # relax Var bound to a tuple -> its storages
     body = main.body
     for block in body.blocks:
@@ -349,15 +481,24 @@ def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
                 fname = e.op.name_hint
                 if fname not in prims:
                     raise CompileError(f"call to {fname}, which is not a TIR kernel")
-                launches += _launches_of(
+                arg_storages = [storage_of(a, fname) for a in e.args]
+                new = _launches_of(
                     fname,
                     prims[fname],
-                    [storage_of(a, fname) for a in e.args],
+                    arg_storages,
                     kernels,
                     host_launches.get(fname, []),
                     storages,
                     flops.get(fname, 0.0),
                 )
+                calls.append(
+                    CpuCall(
+                        function=fname,
+                        args=_cpu_args(fname, prims[fname], arg_storages, storages),
+                        kernels=list(range(len(launches), len(launches) + len(new))),
+                    )
+                )
+                launches += new
             else:
                 what = op or ke
                 raise CompileError(
@@ -375,7 +516,29 @@ def _walk_main(planned, prims, kernels, host_launches, param_values, flops):
     for si in out_idx:
         storages[si].role = "output"
         outputs.append(si)
-    return storages, launches, inputs, outputs, params
+    return storages, launches, inputs, outputs, params, calls
+
+
+def _cpu_args(fname, prim, arg_storages, storages) -> list[CpuArg]:
+    """The TIR function's parameters as tensors in their storages: dtype and
+    shape from the function's own buffers (what its CPU build checks)."""
+    out = []
+    bmap = getattr(prim, "buffer_map", None)
+    for p, s in zip(prim.params, arg_storages):
+        b = bmap[p] if bmap is not None and p in bmap else p
+        try:
+            shape = [int(d) for d in b.shape]
+        except (TypeError, ValueError):
+            raise CompileError(f"{fname}: parameter {b.name} has a symbolic shape") from None
+        dtype = str(b.dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * _dtype_size(dtype)
+        if nbytes > storages[s].nbytes:
+            raise CompileError(
+                f"{fname}: parameter {b.name} ({nbytes} B) does not fit its storage "
+                f"{s} ({storages[s].nbytes} B)"
+            )
+        out.append(CpuArg(storage=s, dtype=dtype, shape=shape))
+    return out
 
 
 def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):

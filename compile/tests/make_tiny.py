@@ -10,6 +10,8 @@ TVM's ONNX frontend has no converter for (the unsupported-operator case).
 --depth N (default 1) stacks N convolution + ReLU layers (8 channels, 3x3)
 before the pooling: more kernels per inference, for the CUDA daemon tests
 that need best-effort work still queued when a real-time request arrives.
+--two-inputs adds a second input, `bias/in:0` (1x10), added to the logits:
+a model with two inputs (the AMD code object test, issue 29).
 """
 
 import sys
@@ -56,14 +58,19 @@ def main() -> None:
         helper.make_node("Gemm", ["flat", "fc/w:0", "fc/b:0"], ["logits"], transB=1),
     ]
     out_name = "logits"
+    batch = "N" if dynamic else 1
+    inputs = [helper.make_tensor_value_info("data/in:0", TensorProto.FLOAT, [batch, 3, 16, 16])]
+    if "--two-inputs" in sys.argv[2:]:
+        nodes[-1].output[0] = "fc"
+        nodes.append(helper.make_node("Add", ["fc", "bias/in:0"], ["logits"]))
+        inputs.append(helper.make_tensor_value_info("bias/in:0", TensorProto.FLOAT, [batch, 10]))
     if "--celu" in sys.argv[2:]:
         nodes[-1].output[0] = "pre"
         nodes.append(helper.make_node("Celu", ["pre"], ["logits"]))
-    batch = "N" if dynamic else 1
     graph = helper.make_graph(
         nodes,
         "tiny",
-        [helper.make_tensor_value_info("data/in:0", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        inputs,
         [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, [batch, 10])],
         inits,
     )

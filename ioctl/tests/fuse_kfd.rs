@@ -84,6 +84,23 @@ fn fuse_kfd_suspend_clear_reset_resume_round_trip() {
         fake.state().processes[&me()].queues[&q1].ring_base_address
     );
 
+    // ❸ kill the running waves of GPU A only, before the suspension: a
+    // suspended queue's waves were saved by the unmap and survive a kill.
+    kfd.wave_reset(GPU_A).expect("wave reset");
+    {
+        let st = fake.state();
+        let qs = &st.processes[&me()].queues;
+        assert_eq!(
+            (
+                qs[&q0].running_waves,
+                qs[&q1].running_waves,
+                qs[&q2].running_waves
+            ),
+            (0, 0, 2)
+        );
+        let gpu = st.gpus.iter().find(|g| g.gpu_id == GPU_A).unwrap();
+        assert_eq!((gpu.wave_resets, gpu.waves_killed), (1, 12));
+    }
     // ❷ evict: suspend the best-effort queues (one id does not exist) ...
     let out = kfd
         .suspend_queues(me(), &[q0, q1, 999], 100, 0)
@@ -99,21 +116,21 @@ fn fuse_kfd_suspend_clear_reset_resume_round_trip() {
         assert!(qs[&q0].suspended && qs[&q1].suspended && !qs[&q2].suspended);
         assert_eq!((qs[&q0].pending_packets, qs[&q1].pending_packets), (0, 3));
     }
-    // ❸ kill the running waves of GPU A only.
+    // Waves of a suspended queue are not on the CUs: a kill now ends none.
+    fake.state()
+        .processes
+        .get_mut(&me())
+        .unwrap()
+        .queues
+        .get_mut(&q1)
+        .unwrap()
+        .running_waves = 5;
     kfd.wave_reset(GPU_A).expect("wave reset");
     {
         let st = fake.state();
-        let qs = &st.processes[&me()].queues;
-        assert_eq!(
-            (
-                qs[&q0].running_waves,
-                qs[&q1].running_waves,
-                qs[&q2].running_waves
-            ),
-            (0, 0, 2)
-        );
+        assert_eq!(st.processes[&me()].queues[&q1].running_waves, 5);
         let gpu = st.gpus.iter().find(|g| g.gpu_id == GPU_A).unwrap();
-        assert_eq!((gpu.wave_resets, gpu.waves_killed), (1, 12));
+        assert_eq!((gpu.wave_resets, gpu.waves_killed), (2, 12));
     }
     // Restore: resume them.
     let out = kfd.resume_queues(me(), &[q0, q1]).expect("resume");
@@ -209,11 +226,20 @@ fn fuse_kfd_errors_explain_the_cause() {
     // Runtime enable after queues exist.
     let err = kfd.runtime_enable(0, false).unwrap_err();
     assert_eq!(err.errno(), Some(Errno::EEXIST));
-    // Clearing a queue the CP may still fetch from.
-    let err = kfd.clear_queue(GPU_A, q).unwrap_err();
-    assert_eq!(err.errno(), Some(Errno::EBUSY));
-    assert!(err.to_string().contains("suspend it"), "{err}");
-    assert_eq!(fake.state().processes[&me()].queues[&q].pending_packets, 4);
+    // A queue that is not suspended: the patched driver parks it itself.
+    kfd.clear_queue(GPU_A, q).expect("clear an active queue");
+    {
+        let st = fake.state();
+        let fq = &st.processes[&me()].queues[&q];
+        assert_eq!((fq.pending_packets, fq.suspended), (0, false));
+    }
+    // Someone else's queue, or a queue on another GPU.
+    let err = kfd.clear_queue(GPU_B, q).unwrap_err();
+    assert_eq!(err.errno(), Some(Errno::EINVAL));
+    assert!(
+        err.to_string().contains("not a queue of this process"),
+        "{err}"
+    );
     // Unknown GPU.
     let err = kfd.wave_reset(0x9999).unwrap_err();
     assert_eq!(err.errno(), Some(Errno::EINVAL));

@@ -32,6 +32,47 @@
 //! under unified addressing (CUDA programming guide, "Unified Virtual
 //! Address Space": the device a pointer belongs to is found from its
 //! value), so they are not refused across contexts.
+//!
+//! What the stand-in does that a GPU does and a kinder model would not
+//! (DESIGN.md "Stand-ins: never kinder than the hardware"):
+//! - **The preempt flag is read by every block at its dispatch** (REEF
+//!   §4.3 Fig. 8 lines 1-2: the check is the first instruction of the
+//!   kernel, so every block runs it; trap-handler/src/ptx.rs inserts it at
+//!   each entry). A kernel running when the flag is set finishes the blocks
+//!   already placed; its later blocks exit at entry, so it has run only
+//!   partly and its outputs are partly written ([`Driver::finish_partial`]).
+//!   Blocks placed are asked of the simulator when the flag changes
+//!   (`Sim::blocks_placed`; no block records are kept). Timing
+//!   limit: reef-sim still runs the exited blocks for their full time
+//!   (it checks the flag once per kernel, at dispatch), so a partly-run
+//!   kernel here ends later than on a GPU: slower, never kinder.
+//! - **Contexts time-slice** ([`TIMESLICE_NS`]): without MPS "a kernel
+//!   from one CUDA context cannot execute concurrently with a kernel from
+//!   another CUDA context" (CUDA C Programming Guide, "Concurrent Kernel
+//!   Execution"). One context of a device runs at a time; the driver
+//!   holds the launches of the others and switches when the running
+//!   context idles, or when its time slice has ended and another context
+//!   has work (round robin). The switch lets the running context's
+//!   dispatched kernels finish instead of saving their state, as compute
+//!   preemption would; no save cost is modelled (no published figure).
+//! - **Stream priorities** (`cuStreamCreateWithPriority`, range
+//!   [`STREAM_PRIORITY_GREATEST`, `STREAM_PRIORITY_LEAST`]): the block
+//!   scheduler places pending blocks of higher-priority streams first;
+//!   running blocks are not preempted (driver API reference,
+//!   cuStreamCreateWithPriority: "Priorities provide a hint to
+//!   preferentially run work with higher priority when possible, but do
+//!   not preempt already-running work"). reef-sim places the pending blocks
+//!   of its active kernels in stream-priority order.
+//! - **A fault poisons its context**: a kernel that touches memory its
+//!   context does not own, or one chosen by fault injection
+//!   ([`crate::FAULT_ENV`], [`crate::reef_libcuda_sim_inject_fault`]), sets
+//!   CUDA_ERROR_ILLEGAL_ADDRESS on its context; every later call on that
+//!   context (or on its streams, events, modules and memory) returns it,
+//!   its queued and held work is dropped, and only `cuCtxDestroy` is left
+//!   (driver API reference, "Error Handling": a sticky error "leaves the
+//!   process in an inconsistent state and any further CUDA work will
+//!   return the same error"; per context without MPS). Other contexts go
+//!   on.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -59,6 +100,23 @@ pub const INDEX_PARAM: &str = "__reef_exec_idx";
 /// far above reefd's own device-queue cap (REEF §4.3), which is what bounds
 /// in-flight work here.
 pub const STREAM_QUEUE_DEPTH: usize = 1024;
+
+/// A channel group's (context's) time slice: 1024 us, the open driver's
+/// default for Volta and later, `kfifoChannelGroupGetDefaultTimeslice_GV100`
+/// = `NV_RAMRL_ENTRY_TSG_TIMESLICE_TIMEOUT_128 <<
+/// NV_RAMRL_ENTRY_TSG_TIMESLICE_SCALE_3` = 128 << 3 us
+/// (NVIDIA/open-gpu-kernel-modules 595.45.04,
+/// src/nvidia/src/kernel/gpu/fifo/arch/volta/kernel_fifo_gv100.c:51 and
+/// src/common/inc/swref/published/volta/gv100/dev_ram.h:64-65).
+pub const TIMESLICE_NS: u64 = 1_024_000;
+
+/// `cuCtxGetStreamPriorityRange`: least 0 (the default priority) and
+/// greatest -5, the range current drivers report on Volta and later GPUs
+/// (CUDA 12; older drivers reported smaller ranges). Lower numbers are
+/// greater priorities; a value outside is clamped into the range (driver
+/// API reference, cuStreamCreateWithPriority).
+pub const STREAM_PRIORITY_LEAST: i32 = 0;
+pub const STREAM_PRIORITY_GREATEST: i32 = -5;
 
 /// Launch limits: CUDA C Programming Guide, "Technical Specifications per
 /// Compute Capability" (7.0 to 9.0 alike).
@@ -92,9 +150,9 @@ fn id_of(kind: Kind, h: u64) -> Option<u64> {
     (h >> 56 == kind as u64).then_some(h & ((1 << 56) - 1))
 }
 
-/// A launch on one of the driver's devices (a simulator's launch ids are
-/// its own).
-pub type Launch = (usize, LaunchId);
+/// A launch: the driver's own id (a launch held for a context that is not
+/// running has no simulator id yet).
+pub type Launch = u64;
 
 #[derive(Debug)]
 struct Ctx {
@@ -108,6 +166,8 @@ struct Ctx {
 struct Module {
     ctx: u64,
     entries: Vec<ptx::Entry>,
+    /// The CPU build of compiled kernels, by kernel name (crate::cpu).
+    cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
     /// name -> device address
     globals: HashMap<String, (u64, usize)>,
     functions: Vec<u64>,
@@ -124,7 +184,10 @@ struct Stream {
     ctx: u64,
     sim: reef_sim::StreamId,
     blocking: bool,
-    last: Option<LaunchId>,
+    last: Option<Launch>,
+    /// Launches held by the driver while the stream's context is not the
+    /// one running on its device (time slicing), in order.
+    held: std::collections::VecDeque<Launch>,
     /// The device the stream's context is on.
     dev: usize,
     /// Modules whose functions were launched on this stream: the flags its
@@ -163,6 +226,10 @@ struct Alloc {
     /// more host time than the simulated GPU time). Its hash is then the
     /// seed's, not the bytes': a buffer's hash follows its writes.
     pending: Option<u64>,
+    /// Parts a compiled kernel's CPU build will write (crate::cpu), in
+    /// completion order, copied in when the allocation is next read or
+    /// written. Never together with `pending` (that is generated first).
+    cpu: Vec<Arc<crate::cpu::Slot>>,
 }
 
 fn generate(mut seed: u64, out: &mut [u8]) {
@@ -178,20 +245,37 @@ impl Alloc {
             self.materialize();
             return fnv1a(&self.data[off..], CONTENT_SEED);
         }
+        self.resolve_cpu();
         *self
             .hash
             .get_or_insert_with(|| fnv1a(&self.data, CONTENT_SEED))
     }
 
     fn materialize(&mut self) {
+        self.materialize_seed();
+        self.resolve_cpu();
+    }
+
+    fn materialize_seed(&mut self) {
         if let Some(seed) = self.pending.take() {
             generate(seed, &mut self.data);
+        }
+    }
+
+    /// Copies in the bytes of the CPU computations queued on it (waiting
+    /// for them).
+    fn resolve_cpu(&mut self) {
+        for s in std::mem::take(&mut self.cpu) {
+            let (off, len) = (s.off, s.len);
+            s.overlay(off, &mut self.data[off..off + len]);
         }
     }
 
     /// A kernel wrote the allocation from `off` on with the stream of `seed`.
     fn kernel_write(&mut self, off: usize, seed: u64) {
         if off == 0 {
+            // The whole allocation is overwritten: queued parts are moot.
+            self.cpu.clear();
             self.pending = Some(seed);
             self.hash = Some(fnv1a(
                 &seed.to_le_bytes(),
@@ -220,6 +304,9 @@ impl Alloc {
             }
             None => out.copy_from_slice(&self.data[off..off + out.len()]),
         }
+        for s in &self.cpu {
+            s.overlay(off, out);
+        }
     }
 }
 
@@ -229,6 +316,24 @@ const CONTENT_SEED: u64 = 0x0c04_7e47;
 #[derive(Debug)]
 struct InFlight {
     ctx: u64,
+    dev: usize,
+    /// The driver stream id.
+    stream: u64,
+    /// The simulator's launch, built and not yet submitted (held).
+    req: Option<KernelLaunch>,
+    /// The same, kept to submit again after a recall (time slicing).
+    launch: KernelLaunch,
+    /// The kernel's blocks, and its simulator launch once submitted.
+    blocks: u32,
+    sim_id: Option<LaunchId>,
+    /// Blocks placed while the flag was set (they exited at entry), and the
+    /// placed count when the flag was last set, while it is.
+    skipped: u32,
+    skip_from: Option<u32>,
+    /// Fault injection: the kernel faults when it runs.
+    fault: bool,
+    /// When its first block was placed.
+    started_at: Option<u64>,
     module: u64,
     kernel: String,
     exec_index: Option<u32>,
@@ -236,15 +341,32 @@ struct InFlight {
     writes: Vec<u64>,
     /// Scalar arguments, less the execution index: they are inputs too.
     scalars: Vec<u8>,
+    /// A compiled kernel's CPU build and the device pointers of its
+    /// arguments (crate::cpu).
+    cpu: Option<(Arc<crate::cpu::CpuKernel>, Vec<u64>)>,
 }
 
 /// Counters the crate's tests and docs read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     pub launches: u64,
+    /// Ran every block (partly-run kernels included: see `partial`).
     pub completed: u64,
     /// Exited at the preempt-flag check (REEF Fig. 8 lines 1-2).
     pub evicted: u64,
+    /// Completed with some blocks exited at the flag check: run partly.
+    pub partial: u64,
+    /// Blocks that exited at the flag check in partly-run kernels, and
+    /// the blocks those kernels ran.
+    pub blocks_exited: u64,
+    pub blocks_ran_partial: u64,
+    /// Times a device switched to another context (time slicing).
+    pub context_switches: u64,
+    /// Kernels that faulted (their context is poisoned).
+    pub faults: u64,
+    /// Completions computed by a compiled kernel's CPU build (crate::cpu)
+    /// rather than the stand-in function.
+    pub cpu_calls: u64,
 }
 
 /// One simulated GPU of the driver.
@@ -252,7 +374,22 @@ struct Gpu {
     spec: DeviceSpec,
     sim: Sim,
     stats: Stats,
+    /// simulator launch -> the driver's.
+    ids: HashMap<LaunchId, Launch>,
+    /// The context whose kernels the device runs (time slicing), the end
+    /// of its slice, and whether it is draining to hand over.
+    active: Option<u64>,
+    slice_end: u64,
+    /// The context that had the device last.
+    slice_end_ctx: u64,
+    draining: bool,
+    /// Each context's kernel intervals on the device (first block placed,
+    /// end), for tests: `(ctx, start, end)`; bounded ([`MAX_INTERVALS`]).
+    intervals: std::collections::VecDeque<(u64, u64, u64)>,
 }
+
+/// Kernel intervals kept per device for tests (the oldest are dropped).
+pub const MAX_INTERVALS: usize = 4096;
 
 /// The most devices `REEF_LIBCUDA_SIM_DEVICE` may list (a node of 64
 /// GPUs is far beyond any host reefd serves; the bound keeps a typo such
@@ -314,6 +451,10 @@ pub struct Driver {
     /// Fault injection ([`crate::FAIL_LAUNCH_ENV`]): the launch of this
     /// kernel name with this 1-based count is refused.
     fail_launch: Option<(String, u64)>,
+    /// Fault injection ([`crate::FAULT_ENV`]): the launch of this kernel
+    /// name with this 1-based count faults when it runs.
+    fault_launch: Vec<(String, u64)>,
+    next_launch: u64,
     /// Launches accepted or refused so far, by kernel name.
     launches_by_name: HashMap<String, u64>,
 }
@@ -340,8 +481,8 @@ pub fn parse_fail_launch(v: &str) -> Result<(String, u64), String> {
 pub enum Wait {
     /// A launch of a context.
     Launch(u64, Launch),
-    /// A free slot in a stream's queue on a device.
-    QueueSlot(usize, reef_sim::StreamId),
+    /// A free slot in a stream's queue (the driver stream id).
+    QueueSlot(u64),
 }
 
 /// What a caller that must wait does next.
@@ -362,6 +503,12 @@ impl Driver {
                 sim: Sim::new(spec.clone(), SimConfig::default()),
                 spec,
                 stats: Stats::default(),
+                ids: HashMap::new(),
+                active: None,
+                slice_end: 0,
+                slice_end_ctx: 0,
+                draining: false,
+                intervals: Default::default(),
             })
             .collect();
         Ok(Driver {
@@ -379,6 +526,8 @@ impl Driver {
             sticky: HashMap::new(),
             stats: Stats::default(),
             fail_launch: None,
+            fault_launch: Vec::new(),
+            next_launch: 1,
             launches_by_name: HashMap::new(),
         })
     }
@@ -387,6 +536,25 @@ impl Driver {
     /// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (fault injection for tests).
     pub fn fail_launch(&mut self, name: &str, n: u64) {
         self.fail_launch = Some((name.to_string(), n));
+    }
+
+    /// Makes the `n`-th launch of kernel `name` from now (1: the next)
+    /// fault when it runs: CUDA_ERROR_ILLEGAL_ADDRESS, sticky for its
+    /// context (fault injection for tests).
+    pub fn inject_fault(&mut self, name: &str, n: u64) {
+        let base = self.launches_by_name.get(name).copied().unwrap_or(0);
+        self.fault_launch.push((name.to_string(), base + n));
+    }
+
+    /// Each context's kernel intervals on device `dev` (first block placed,
+    /// end), oldest first: `(context handle, start ns, end ns)`. For tests.
+    pub fn intervals(&self, dev: usize) -> Vec<(u64, u64, u64)> {
+        self.gpus.get(dev).map_or(Vec::new(), |g| {
+            g.intervals
+                .iter()
+                .map(|&(c, a, b)| (handle(Kind::Context, c), a, b))
+                .collect()
+        })
     }
 
     /// How many devices the driver has (`cuDeviceGetCount`).
@@ -424,48 +592,262 @@ impl Driver {
     }
 
     /// Runs the simulated GPU up to the wall clock and applies what its
-    /// kernels did to device memory.
+    /// kernels did to device memory. Event time by event time, so that a
+    /// context switch (time slicing) and the submission of the next
+    /// context's held launches happen at the simulated instant they would.
     pub fn catch_up(&mut self) {
         let mut evs = Vec::new();
+        let now = self.now_ns();
         for dev in 0..self.gpus.len() {
-            let now = self.now_ns().max(self.gpus[dev].sim.now());
-            evs.clear();
-            self.gpus[dev].sim.advance_into(now, &mut evs);
-            for e in &evs {
-                self.device_event(dev, e);
+            loop {
+                let t = self.next_time(dev);
+                let target = match t {
+                    Some(t) if t <= now => t,
+                    _ => now.max(self.gpus[dev].sim.now()),
+                };
+                evs.clear();
+                self.gpus[dev].sim.advance_into(target, &mut evs);
+                for e in &evs {
+                    self.device_event(dev, e);
+                }
+                self.pump(dev);
+                if t.is_none_or(|t| t > now) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The next instant device `dev` changes: its simulator's next event,
+    /// or the end of the running context's time slice when another context
+    /// waits.
+    fn next_time(&self, dev: usize) -> Option<u64> {
+        let g = &self.gpus[dev];
+        let slice = match g.active {
+            Some(c) if !g.draining && self.others_waiting(dev, c) => Some(g.slice_end),
+            _ => None,
+        };
+        match (g.sim.next_event_time(), slice) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn others_waiting(&self, dev: usize, c: u64) -> bool {
+        self.streams
+            .values()
+            .any(|s| s.dev == dev && s.ctx != c && !s.held.is_empty())
+    }
+
+    /// Whether context `c` has nothing held or on its device's streams.
+    fn ctx_idle(&self, dev: usize, c: u64) -> bool {
+        self.streams.values().all(|s| {
+            s.dev != dev
+                || s.ctx != c
+                || (s.held.is_empty() && self.gpus[dev].sim.stream_idle(s.sim))
+        })
+    }
+
+    /// Time slicing (module doc): picks the context that runs on device
+    /// `dev` and submits its held launches to the simulated GPU.
+    fn pump(&mut self, dev: usize) {
+        loop {
+            let now = self.gpus[dev].sim.now();
+            match self.gpus[dev].active {
+                None => {
+                    // Round robin: the waiting context after the last one
+                    // (contexts in creation order).
+                    let mut ready: Vec<u64> = self
+                        .streams
+                        .values()
+                        .filter(|s| s.dev == dev && !s.held.is_empty())
+                        .map(|s| s.ctx)
+                        .collect();
+                    if ready.is_empty() {
+                        return;
+                    }
+                    ready.sort_unstable();
+                    ready.dedup();
+                    let last = self.gpus[dev].slice_end_ctx;
+                    let c = ready
+                        .iter()
+                        .copied()
+                        .find(|&c| c > last)
+                        .unwrap_or(ready[0]);
+                    let g = &mut self.gpus[dev];
+                    if c != last {
+                        g.stats.context_switches += 1;
+                        self.stats.context_switches += 1;
+                    }
+                    g.active = Some(c);
+                    g.slice_end_ctx = c;
+                    g.slice_end = now + TIMESLICE_NS;
+                    g.draining = false;
+                }
+                Some(c) => {
+                    let waiting = self.others_waiting(dev, c);
+                    let draining = self.gpus[dev].draining;
+                    if waiting && self.ctx_drained(dev, c) && (draining || self.ctx_idle(dev, c)) {
+                        self.gpus[dev].active = None;
+                        continue;
+                    }
+                    if waiting && !draining && now >= self.gpus[dev].slice_end {
+                        // The slice is over: the kernels it has not
+                        // dispatched go back to the driver; those running
+                        // finish (module doc).
+                        self.gpus[dev].draining = true;
+                        self.recall(dev, c);
+                        continue;
+                    }
+                    if !draining {
+                        self.submit_held(dev, c);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether context `c` has nothing queued or running on device `dev`
+    /// (launches held by the driver aside).
+    fn ctx_drained(&self, dev: usize, c: u64) -> bool {
+        self.streams
+            .values()
+            .all(|s| s.dev != dev || s.ctx != c || self.gpus[dev].sim.stream_idle(s.sim))
+    }
+
+    /// Takes context `c`'s launches that device `dev` has queued and not
+    /// dispatched back into their streams' held queues, in order.
+    fn recall(&mut self, dev: usize, c: u64) {
+        let ids: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.dev == dev && s.ctx == c)
+            .map(|(&id, _)| id)
+            .collect();
+        for sid in ids {
+            let sim_stream = self.streams[&sid].sim;
+            let Ok(cleared) = self.gpus[dev].sim.clear_queue(sim_stream) else {
+                continue;
+            };
+            let mut back = Vec::with_capacity(cleared.len());
+            for id in cleared {
+                let Some(l) = self.gpus[dev].ids.remove(&id) else {
+                    continue;
+                };
+                if let Some(f) = self.inflight.get_mut(&l) {
+                    f.req = Some(f.launch.clone());
+                    f.sim_id = None;
+                    back.push(l);
+                }
+            }
+            let st = self.streams.get_mut(&sid).unwrap();
+            for l in back.into_iter().rev() {
+                st.held.push_front(l);
+            }
+        }
+    }
+
+    /// Submits context `c`'s held launches on device `dev`, in order per
+    /// stream.
+    fn submit_held(&mut self, dev: usize, c: u64) {
+        let ids: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.dev == dev && s.ctx == c && !s.held.is_empty())
+            .map(|(&id, _)| id)
+            .collect();
+        for sid in ids {
+            while let Some(&l) = self.streams[&sid].held.front() {
+                let sim_stream = self.streams[&sid].sim;
+                let sim = &self.gpus[dev].sim;
+                if sim.queue_len(sim_stream) >= sim.queue_capacity(sim_stream) {
+                    break;
+                }
+                self.streams.get_mut(&sid).unwrap().held.pop_front();
+                let Some(req) = self.inflight.get_mut(&l).and_then(|f| f.req.take()) else {
+                    continue;
+                };
+                match self.gpus[dev].sim.launch(sim_stream, req) {
+                    Ok(id) => {
+                        self.gpus[dev].ids.insert(id, l);
+                        if let Some(f) = self.inflight.get_mut(&l) {
+                            f.sim_id = Some(id);
+                        }
+                    }
+                    Err(_) => {
+                        // Checked at cuLaunchKernel; a refusal here is the
+                        // simulator's (no room): the launch is lost, as a
+                        // fault would lose it.
+                        self.fault(c);
+                    }
+                }
             }
         }
     }
 
     fn device_event(&mut self, dev: usize, e: &reef_sim::DeviceEvent) {
-        let l = (dev, e.launch);
-        {
-            match e.kind {
-                EventKind::Started => self.started(l),
-                EventKind::Completed => {
-                    self.stats.completed += 1;
-                    self.gpus[dev].stats.completed += 1;
-                    self.completed(l);
+        let Some(&l) = self.gpus[dev].ids.get(&e.launch) else {
+            return;
+        };
+        if !matches!(e.kind, EventKind::Started) {
+            self.gpus[dev].ids.remove(&e.launch);
+        }
+        if !matches!(e.kind, EventKind::Started) {
+            if let Some(f) = self.inflight.get(&l) {
+                if let Some(s) = f.started_at {
+                    let g = &mut self.gpus[dev];
+                    if g.intervals.len() >= MAX_INTERVALS {
+                        g.intervals.pop_front();
+                    }
+                    g.intervals.push_back((f.ctx, s, e.time));
                 }
-                EventKind::Evicted | EventKind::Cleared => {
-                    self.stats.evicted += 1;
-                    self.gpus[dev].stats.evicted += 1;
-                    self.inflight.remove(&l);
-                }
-                EventKind::Killed { .. } => {
-                    // No kill path exists in this driver (the kill is an RM
-                    // debugger operation, not a driver API call).
-                    if let Some(f) = self.inflight.remove(&l) {
-                        for w in f.writes {
-                            if let Some((base, off)) = self.find(w) {
-                                let a = self.allocs.get_mut(&base).unwrap();
-                                let n = a.data.len() - off;
-                                a.write(off, &vec![0xde; n]);
-                            }
+            }
+        }
+        match e.kind {
+            EventKind::Started => self.started(l, e.time),
+            EventKind::Completed => {
+                self.stats.completed += 1;
+                self.gpus[dev].stats.completed += 1;
+                self.completed(l);
+            }
+            EventKind::Evicted | EventKind::Cleared => {
+                self.stats.evicted += 1;
+                self.gpus[dev].stats.evicted += 1;
+                self.inflight.remove(&l);
+            }
+            EventKind::Killed { .. } => {
+                // No kill path exists in this driver (the kill is an RM
+                // debugger operation, not a driver API call).
+                if let Some(f) = self.inflight.remove(&l) {
+                    for w in f.writes {
+                        if let Some((base, off)) = self.find(w) {
+                            let a = self.allocs.get_mut(&base).unwrap();
+                            let n = a.data.len() - off;
+                            a.write(off, &vec![0xde; n]);
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// A fault in context `c` (module doc): sticky CUDA_ERROR_ILLEGAL_ADDRESS,
+    /// its held and queued launches dropped (its running blocks drain on
+    /// the simulated GPU; their outputs are not written).
+    fn fault(&mut self, c: u64) {
+        self.sticky.insert(c, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        let streams: Vec<(usize, reef_sim::StreamId, Vec<Launch>)> = self
+            .streams
+            .values_mut()
+            .filter(|s| s.ctx == c)
+            .map(|s| (s.dev, s.sim, s.held.drain(..).collect()))
+            .collect();
+        for (dev, sim, held) in streams {
+            for l in held {
+                self.inflight.remove(&l);
+            }
+            let _ = self.gpus[dev].sim.clear_queue(sim);
         }
     }
 
@@ -477,12 +859,23 @@ impl Driver {
         }
     }
 
-    /// Fig. 8 line 3: a kernel that passed the flag check stores its
-    /// execution index in the module's `reef_exec_index`.
-    fn started(&mut self, l: Launch) {
-        let Some(f) = self.inflight.get(&l) else {
+    /// Fig. 8 line 3: the first block that passes the flag check stores
+    /// the kernel's execution index in the module's `reef_exec_index`.
+    fn started(&mut self, l: Launch, t: u64) {
+        let Some(f) = self.inflight.get_mut(&l) else {
             return;
         };
+        f.started_at = Some(t);
+        if f.fault {
+            // An injected fault: the kernel's first access is illegal.
+            let c = f.ctx;
+            self.stats.faults += 1;
+            let dev = f.dev;
+            self.gpus[dev].stats.faults += 1;
+            self.inflight.remove(&l);
+            self.fault(c);
+            return;
+        }
         let (Some(idx), Some(m)) = (f.exec_index, self.modules.get(&f.module)) else {
             return;
         };
@@ -500,11 +893,45 @@ impl Driver {
     /// with FNV-1a, cached per allocation until it is written) and its scalar
     /// arguments: `splitmix64` words seeded by an FNV-1a hash of them. Equal
     /// inputs give equal outputs; a kernel that did not run leaves its
-    /// outputs as they were.
+    /// outputs as they were; a kernel that ran partly writes part of them
+    /// ([`Self::finish_partial`]).
     fn completed(&mut self, l: Launch) {
-        let Some(f) = self.inflight.remove(&l) else {
+        let Some(mut f) = self.inflight.remove(&l) else {
             return;
         };
+        if self.sticky.contains_key(&f.ctx) {
+            return;
+        }
+        // Every block has been placed by its completion.
+        if let Some(p) = f.skip_from.take() {
+            f.skipped += f.blocks.saturating_sub(p);
+        }
+        let skipped = f.skipped.min(f.blocks);
+        if let Some((k, ptrs)) = &f.cpu {
+            if skipped > 0 {
+                // A partly-run compiled kernel: its CPU build computes
+                // whole outputs only, so the blocks that did not run are
+                // marked as a kill leaves them (stale bytes) and the part
+                // that ran keeps its old bytes: corrupted either way until
+                // it is executed again.
+                self.count_partial(f.dev, skipped, f.blocks);
+                let writes: Vec<u64> = k.writes.iter().map(|&w| ptrs[w]).collect();
+                for w in writes {
+                    if let Some((base, off)) = self.find_in(f.ctx, w) {
+                        let a = self.allocs.get_mut(&base).unwrap();
+                        let n = a.data.len() - off;
+                        let ran = (n as u64 * (f.blocks - skipped) as u64 / f.blocks.max(1) as u64)
+                            as usize;
+                        a.write(off + ran, &vec![0xde; n - ran]);
+                    }
+                }
+                return;
+            }
+            if self.compute(f.ctx, k, ptrs) {
+                self.gpus[f.dev].stats.cpu_calls += 1;
+                return;
+            }
+        }
         let mut h = fnv1a(f.kernel.as_bytes(), 0x5eef_c0da);
         for &r in &f.reads {
             match self.find_in(f.ctx, r) {
@@ -513,22 +940,100 @@ impl Driver {
                     h = fnv1a(&c.to_le_bytes(), h);
                 }
                 None => {
-                    self.sticky
-                        .insert(f.ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                    self.stats.faults += 1;
+                    self.fault(f.ctx);
                     return;
                 }
             }
         }
         h = fnv1a(&f.scalars, h);
+        if skipped > 0 {
+            self.count_partial(f.dev, skipped, f.blocks);
+        }
         for (i, &w) in f.writes.iter().enumerate() {
             let Some((base, off)) = self.find_in(f.ctx, w) else {
-                self.sticky
-                    .insert(f.ctx, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                self.stats.faults += 1;
+                self.fault(f.ctx);
                 return;
             };
             let seed = h ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            self.allocs.get_mut(&base).unwrap().kernel_write(off, seed);
+            let a = self.allocs.get_mut(&base).unwrap();
+            if skipped == 0 {
+                a.kernel_write(off, seed);
+            } else {
+                Self::finish_partial(a, off, seed, f.blocks - skipped, f.blocks);
+            }
         }
+    }
+
+    /// A kernel that ran `ran` of its `blocks` blocks (the others exited at
+    /// the flag check) wrote only their share of each output: the first
+    /// `ran / blocks` of the buffer gets the complete run's bytes, the rest
+    /// keeps what it held. Its outputs differ from a complete run's (they
+    /// are corrupted) until it is executed again.
+    fn finish_partial(a: &mut Alloc, off: usize, seed: u64, ran: u32, blocks: u32) {
+        let n = a.data.len() - off;
+        let mut full = vec![0u8; n];
+        generate(seed, &mut full);
+        let part = (n as u64 * ran as u64 / blocks.max(1) as u64) as usize;
+        a.write(off, &full[..part]);
+    }
+
+    fn count_partial(&mut self, dev: usize, skipped: u32, blocks: u32) {
+        for st in [&mut self.stats, &mut self.gpus[dev].stats] {
+            st.partial += 1;
+            st.blocks_exited += skipped as u64;
+            st.blocks_ran_partial += (blocks - skipped) as u64;
+        }
+    }
+
+    /// A compiled kernel's real function (crate::cpu): its TIR function's
+    /// CPU build, queued to the CPU worker with a copy of its arguments'
+    /// bytes; each written argument's allocation gets a slot the worker
+    /// fills. `false` when it cannot run (an argument past its
+    /// allocation): the caller falls back to the stand-in function.
+    fn compute(&mut self, ctx: u64, k: &Arc<crate::cpu::CpuKernel>, ptrs: &[u64]) -> bool {
+        let mut places = Vec::with_capacity(ptrs.len());
+        for (&p, (_, dt, shape)) in ptrs.iter().zip(&k.args) {
+            let need = dt.bytes_for(shape);
+            let Some((base, off)) = self.find_in(ctx, p) else {
+                self.stats.faults += 1;
+                self.fault(ctx);
+                return true;
+            };
+            if off + need > self.allocs[&base].data.len() {
+                return false;
+            }
+            places.push((base, off, need));
+        }
+        let mut inputs = Vec::with_capacity(places.len());
+        for &(base, off, need) in &places {
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.materialize_seed();
+            let slots = a
+                .cpu
+                .iter()
+                .filter(|s| s.overlaps(off, need))
+                .cloned()
+                .collect();
+            inputs.push((off, a.data[off..off + need].to_vec(), slots));
+        }
+        let mut outputs = Vec::with_capacity(k.writes.len());
+        for &w in &k.writes {
+            let (base, off, need) = places[w];
+            let slot = crate::cpu::Slot::new(off, need);
+            let a = self.allocs.get_mut(&base).unwrap();
+            a.cpu.push(slot.clone());
+            a.hash = None;
+            outputs.push((w, slot));
+        }
+        crate::cpu::submit(crate::cpu::Job {
+            kernel: k.clone(),
+            inputs,
+            outputs,
+        });
+        self.stats.cpu_calls += 1;
+        true
     }
 
     /// Whether `w` is ready, or how long to sleep before asking again.
@@ -539,24 +1044,24 @@ impl Driver {
                 self.check_sticky(ctx)?;
                 !self.inflight.contains_key(&l)
             }
-            Wait::QueueSlot(dev, s) => {
-                let sim = &self.gpus[dev].sim;
-                sim.queue_len(s) < sim.queue_capacity(s)
-            }
+            Wait::QueueSlot(s) => !self.stream_full(s)?,
         };
         if ready {
             return Ok(Poll::Ready);
         }
-        match self
-            .gpus
-            .iter()
-            .filter_map(|g| g.sim.next_event_time())
-            .min()
-        {
+        match (0..self.gpus.len()).filter_map(|d| self.next_time(d)).min() {
             Some(t) => Ok(Poll::Sleep(t.saturating_sub(self.now_ns()))),
             // Nothing will ever happen: a driver would hang; say so instead.
             None => Err(CUresult::CUDA_ERROR_UNKNOWN),
         }
+    }
+
+    /// Whether a stream holds [`STREAM_QUEUE_DEPTH`] launches not yet
+    /// dispatched (held by the driver or queued on the device).
+    fn stream_full(&self, h: u64) -> R<bool> {
+        let s = self.stream(h)?;
+        self.check_sticky(s.ctx)?;
+        Ok(s.held.len() + self.gpus[s.dev].sim.queue_len(s.sim) >= STREAM_QUEUE_DEPTH)
     }
 
     fn find(&self, ptr: u64) -> Option<(u64, usize)> {
@@ -606,7 +1111,17 @@ impl Driver {
             self.unload(m);
         }
         for s in c.streams {
-            self.streams.remove(&s);
+            if let Some(st) = self.streams.remove(&s) {
+                // Its channels are torn down: queued kernels dropped,
+                // running ones killed where the device can.
+                let sim = &mut self.gpus[st.dev].sim;
+                let _ = sim.clear_queue(st.sim);
+                let _ = sim.kill_stream(st.sim);
+            }
+        }
+        if self.gpus[c.dev].active == Some(id) {
+            self.gpus[c.dev].active = None;
+            self.pump(c.dev);
         }
         self.events.retain(|_, e| e.ctx != id);
         // Work of a destroyed context is abandoned: its outputs are gone.
@@ -647,17 +1162,22 @@ impl Driver {
                 owner,
                 hash: None,
                 pending: None,
+                cpu: Vec::new(),
             },
         );
         Ok(base)
     }
 
     pub fn mem_alloc(&mut self, ctx: u64, bytes: usize) -> R<u64> {
+        self.check_sticky(ctx)?;
         let dev = self.contexts[&ctx].dev;
         self.alloc_raw(dev, bytes, Owner::User(ctx))
     }
 
     pub fn mem_free(&mut self, ptr: u64) -> R<()> {
+        if let Some(Owner::User(c)) = self.allocs.get(&ptr).map(|a| a.owner) {
+            self.check_sticky(c)?;
+        }
         match self.allocs.get(&ptr) {
             Some(a) if matches!(a.owner, Owner::User(_)) => {
                 let a = self.allocs.remove(&ptr).unwrap();
@@ -681,8 +1201,17 @@ impl Driver {
         (total - g.sim.memory_used(), total)
     }
 
+    /// The allocation holding `n` bytes at `ptr`; the error of its
+    /// context when that context is poisoned.
     fn range(&self, ptr: u64, n: usize) -> R<(u64, usize)> {
         let (base, off) = self.find(ptr).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let owner = match self.allocs[&base].owner {
+            Owner::User(c) => Some(c),
+            Owner::Global(m) => self.modules.get(&m).map(|m| m.ctx),
+        };
+        if let Some(c) = owner {
+            self.check_sticky(c)?;
+        }
         if off + n > self.allocs[&base].data.len() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
@@ -695,7 +1224,7 @@ impl Driver {
         self.streams
             .values()
             .filter(|s| s.ctx == ctx && s.blocking)
-            .filter_map(|s| s.last.map(|l| (s.dev, l)))
+            .filter_map(|s| s.last)
             .filter(|l| self.inflight.contains_key(l))
             .max()
     }
@@ -754,8 +1283,22 @@ impl Driver {
     fn mirror_flag(&mut self, stream: u64) {
         let s = &self.streams[&stream];
         let (dev, sim, on) = (s.dev, s.sim, s.modules.iter().any(|&m| self.module_flag(m)));
+        if self.gpus[dev].sim.preempt_flag(sim) == on {
+            return;
+        }
         // gv100/h100/mi50 presets all have level 2.
         let _ = self.gpus[dev].sim.set_preempt_flag(sim, on);
+        // Per block (module doc): blocks placed from now while the flag is
+        // set exit at entry.
+        let sim = &self.gpus[dev].sim;
+        for f in self.inflight.values_mut().filter(|f| f.stream == stream) {
+            let placed = f.sim_id.and_then(|id| sim.blocks_placed(id)).unwrap_or(0);
+            if on {
+                f.skip_from = Some(placed);
+            } else if let Some(p) = f.skip_from.take() {
+                f.skipped += placed.saturating_sub(p);
+            }
+        }
     }
 
     fn module_flag(&self, m: u64) -> bool {
@@ -770,8 +1313,15 @@ impl Driver {
     // --- modules ----------------------------------------------------------
 
     pub fn module_load(&mut self, ctx: u64, image: &[u8]) -> R<u64> {
+        self.check_sticky(ctx)?;
         let text = std::str::from_utf8(image).map_err(|_| CUresult::CUDA_ERROR_INVALID_IMAGE)?;
         let parsed = ptx::parse(text).map_err(|_| CUresult::CUDA_ERROR_INVALID_PTX)?;
+        // A compiled model's CPU build; a module whose library cannot be
+        // loaded keeps the stand-in function (and says so once).
+        let cpu = crate::cpu::load(text).unwrap_or_else(|e| {
+            eprintln!("reef-libcuda-sim: kernels keep stand-in values: {e}");
+            HashMap::new()
+        });
         let id = self.fresh();
         let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
@@ -784,6 +1334,7 @@ impl Driver {
             Module {
                 ctx,
                 entries: parsed.entries,
+                cpu,
                 globals,
                 functions: Vec::new(),
             },
@@ -792,10 +1343,13 @@ impl Driver {
         Ok(handle(Kind::Module, id))
     }
 
+    /// A live module of a context without a sticky error.
     fn module(&self, h: u64) -> R<u64> {
-        id_of(Kind::Module, h)
+        let id = id_of(Kind::Module, h)
             .filter(|id| self.modules.contains_key(id))
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        self.check_sticky(self.modules[&id].ctx)?;
+        Ok(id)
     }
 
     fn unload(&mut self, id: u64) {
@@ -877,14 +1431,20 @@ impl Driver {
 
     // --- streams and events -----------------------------------------------
 
-    pub fn stream_create(&mut self, ctx: u64, flags: u32) -> R<u64> {
+    /// A stream of context `ctx` with CUDA priority `priority` (clamped
+    /// into [`STREAM_PRIORITY_GREATEST`, `STREAM_PRIORITY_LEAST`]; lower is
+    /// greater). reef-sim places the pending blocks of a higher simulator
+    /// priority first, so the priority is negated.
+    pub fn stream_create(&mut self, ctx: u64, flags: u32, priority: i32) -> R<u64> {
+        self.check_sticky(ctx)?;
         if flags & !1 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        let p = priority.clamp(STREAM_PRIORITY_GREATEST, STREAM_PRIORITY_LEAST);
         let dev = self.contexts[&ctx].dev;
         let s = self.gpus[dev]
             .sim
-            .create_stream(0, STREAM_QUEUE_DEPTH)
+            .create_stream(-p, STREAM_QUEUE_DEPTH)
             .map_err(|_| CUresult::CUDA_ERROR_UNKNOWN)?;
         let id = self.fresh();
         self.streams.insert(
@@ -895,6 +1455,7 @@ impl Driver {
                 sim: s,
                 blocking: flags & 1 == 0,
                 last: None,
+                held: Default::default(),
                 modules: Vec::new(),
             },
         );
@@ -910,6 +1471,7 @@ impl Driver {
 
     pub fn stream_destroy(&mut self, h: u64) -> R<()> {
         let ctx = self.stream(h)?.ctx;
+        self.check_sticky(ctx)?;
         let id = id_of(Kind::Stream, h).unwrap();
         self.streams.remove(&id);
         if let Some(c) = self.contexts.get_mut(&ctx) {
@@ -921,10 +1483,12 @@ impl Driver {
     /// The stream's context and last launch (what a synchronize waits for).
     pub fn stream_last(&self, h: u64) -> R<(u64, Option<Launch>)> {
         let s = self.stream(h)?;
-        Ok((s.ctx, s.last.map(|l| (s.dev, l))))
+        self.check_sticky(s.ctx)?;
+        Ok((s.ctx, s.last))
     }
 
     pub fn event_create(&mut self, ctx: u64, flags: u32) -> R<u64> {
+        self.check_sticky(ctx)?;
         // CU_EVENT_DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS.
         if flags & !0x7 != 0 {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -943,10 +1507,11 @@ impl Driver {
     pub fn event_record(&mut self, ev: u64, stream: u64) -> R<()> {
         let id = self.event_id(ev)?;
         let s = self.stream(stream)?;
+        self.check_sticky(s.ctx)?;
         if s.ctx != self.events[&id].ctx {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
-        let last = s.last.map(|l| (s.dev, l));
+        let last = s.last;
         self.events.get_mut(&id).unwrap().target = last;
         Ok(())
     }
@@ -954,6 +1519,7 @@ impl Driver {
     /// The event's context and the launch it waits for (`None`: complete).
     pub fn event_target(&self, ev: u64) -> R<(u64, Option<Launch>)> {
         let id = self.event_id(ev)?;
+        self.check_sticky(self.events[&id].ctx)?;
         Ok((self.events[&id].ctx, self.events[&id].target))
     }
 
@@ -969,6 +1535,7 @@ impl Driver {
 
     pub fn event_destroy(&mut self, ev: u64) -> R<()> {
         let id = self.event_id(ev)?;
+        self.check_sticky(self.events[&id].ctx)?;
         self.events.remove(&id);
         Ok(())
     }
@@ -987,11 +1554,11 @@ impl Driver {
         shared: u32,
         stream: u64,
         args: &[Vec<u8>],
-    ) -> R<Result<Launch, (usize, reef_sim::StreamId)>> {
+    ) -> R<Result<Launch, u64>> {
         self.check_sticky(ctx)?;
         let (m, e) = self.entry(f)?;
         let s = self.stream(stream)?;
-        let (s_ctx, s_sim, dev) = (s.ctx, s.sim, s.dev);
+        let (s_ctx, dev) = (s.ctx, s.dev);
         if s_ctx != self.modules[&m].ctx || ctx != s_ctx {
             return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
         }
@@ -1007,12 +1574,28 @@ impl Driver {
         {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
+        // A full stream blocks the caller, who tries again: not a launch yet.
+        if self.stream_full(stream)? {
+            return Ok(Err(stream));
+        }
         let entry = &self.modules[&m].entries[e];
         let count = self.launches_by_name.entry(entry.name.clone()).or_default();
         *count += 1;
-        if self.fail_launch.as_ref() == Some(&(entry.name.clone(), *count)) {
+        let count = *count;
+        if self.fail_launch.as_ref() == Some(&(entry.name.clone(), count)) {
             return Err(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
         }
+        let fault = match self
+            .fault_launch
+            .iter()
+            .position(|(n, c)| *n == entry.name && *c == count)
+        {
+            Some(i) => {
+                self.fault_launch.swap_remove(i);
+                true
+            }
+            None => false,
+        };
         let entry = &self.modules[&m].entries[e];
         let work = entry.work.clone().unwrap_or(ptx::Work {
             // No recorded work: the simulator's floor per block.
@@ -1042,10 +1625,6 @@ impl Driver {
         {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let sim = &self.gpus[dev].sim;
-        if sim.queue_len(s_sim) >= sim.queue_capacity(s_sim) {
-            return Ok(Err((dev, s_sim)));
-        }
         let ptr = |i: usize| u64::from_le_bytes(args[i][..8].try_into().unwrap());
         let pointer_ok = |i: &usize| entry.params[*i].size == 8;
         if !work.reads.iter().chain(&work.writes).all(pointer_ok) {
@@ -1060,15 +1639,6 @@ impl Driver {
                 scalars.extend_from_slice(&args[i]);
             }
         }
-        let fl = InFlight {
-            ctx,
-            module: m,
-            kernel: entry.name.clone(),
-            exec_index,
-            reads: work.reads.iter().map(|&i| ptr(i)).collect(),
-            writes: work.writes.iter().map(|&i| ptr(i)).collect(),
-            scalars,
-        };
         let (regs, curve) = block_curve(&work, blocks as u32, threads as u32, shared_total, spec)
             .unwrap_or((regs, vec![work.block_ns]));
         let shape = KernelShape::synthetic(
@@ -1082,21 +1652,47 @@ impl Driver {
         )
         .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
         let sid = id_of(Kind::Stream, stream).unwrap();
+        let kl = KernelLaunch::new(Arc::new(shape), Tags::default());
+        let fl = InFlight {
+            ctx,
+            dev,
+            stream: sid,
+            req: Some(kl.clone()),
+            launch: kl,
+            blocks: blocks as u32,
+            sim_id: None,
+            skipped: 0,
+            skip_from: None,
+            fault,
+            started_at: None,
+            module: m,
+            kernel: entry.name.clone(),
+            exec_index,
+            reads: work.reads.iter().map(|&i| ptr(i)).collect(),
+            writes: work.writes.iter().map(|&i| ptr(i)).collect(),
+            scalars,
+            cpu: self.modules[&m].cpu.get(&entry.name).and_then(|k| {
+                let ok = k.args.iter().all(|a| pointer_ok(&a.0));
+                ok.then(|| (k.clone(), k.args.iter().map(|a| ptr(a.0)).collect()))
+            }),
+        };
         if !self.streams[&sid].modules.contains(&m) {
             // The kernel reads its own module's flag at entry.
             self.streams.get_mut(&sid).unwrap().modules.push(m);
             self.mirror_flag(sid);
         }
-        let l = self.gpus[dev]
-            .sim
-            .launch(s_sim, KernelLaunch::new(Arc::new(shape), Tags::default()))
-            .map_err(|_| CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)?;
+        // Held until its context runs on the device (time slicing; at once
+        // when it already does).
+        let l = self.next_launch;
+        self.next_launch += 1;
         self.stats.launches += 1;
         self.gpus[dev].stats.launches += 1;
-        self.inflight.insert((dev, l), fl);
-        let id = id_of(Kind::Stream, stream).unwrap();
-        self.streams.get_mut(&id).unwrap().last = Some(l);
-        Ok(Ok((dev, l)))
+        self.inflight.insert(l, fl);
+        let st = self.streams.get_mut(&sid).unwrap();
+        st.held.push_back(l);
+        st.last = Some(l);
+        self.pump(dev);
+        Ok(Ok(l))
     }
 }
 

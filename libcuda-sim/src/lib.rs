@@ -1,6 +1,6 @@
 //! **TEST DEVICE.** `reef-libcuda-sim`: a CUDA driver library (the
 //! `libcuda.so` that cudarc dlopens) whose GPU is reef-sim's simulated one.
-//! It exists so reefd's CUDA backend (reefd/src/backend/cuda_launch.rs) runs
+//! It exists so reefd's CUDA backend (reefd/src/device/cuda/) runs
 //! its real driver-API code path through cudarc on machines without a GPU,
 //! the way reef-ioctl runs against FUSE fake devices. It is never installed
 //! as a system libcuda: it is built as `libreef_libcuda_sim.so` and only
@@ -28,10 +28,10 @@
 //! `cuStreamCreate`, `cuStreamDestroy_v2`, `cuStreamSynchronize`,
 //! `cuLaunchKernel`, `cuEventCreate`, `cuEventRecord`, `cuEventQuery`,
 //! `cuEventSynchronize`, `cuEventDestroy_v2`, `cuGetErrorString`,
-//! `cuGetErrorName`. A list of other entry points a driver-API program
-//! commonly reaches for (primary contexts, async copies, `cuLaunchKernelEx`,
-//! …) is exported too and answers `CUDA_ERROR_NOT_SUPPORTED`, never a
-//! silent success; anything else is absent from the library.
+//! `cuGetErrorName`, `cuStreamCreateWithPriority`,
+//! `cuCtxGetStreamPriorityRange`. Nothing else is exported (a program that
+//! looks up another entry point finds no symbol, never a stub with another
+//! signature), except the test hook [`reef_libcuda_sim_inject_fault`].
 //!
 //! Devices: `REEF_LIBCUDA_SIM_DEVICE` names one preset or spec file
 //! (`gv100` by default) or a comma-separated list (`gv100,gv100`,
@@ -55,20 +55,30 @@
 //! memory or memory of another context, on its device or another one
 //! (ILLEGAL_ADDRESS, sticky for the context, as on a GPU).
 //!
-//! What kernels compute: nothing of the PTX runs. A completed kernel's
-//! written buffers get a deterministic function of its name, its read
-//! buffers' bytes and its scalar arguments (driver.rs `completed`), from the
-//! `// reef-sim:` annotations of the module (ptx.rs), so outputs are real
-//! bytes a host can compare between a preempted and an unpreempted run. A
-//! GPU host computes the real function instead; what it would confirm is in
-//! docs/hardware.md ("The CUDA launch path").
+//! What kernels compute: nothing of the PTX runs. A kernel of a model
+//! compiled by reef-compile computes its real function: its TIR function's
+//! CPU build (`cpu.so`, named by the module's `// reef-cpu:` annotations,
+//! [`cpu`]) runs on its arguments' device bytes when it completes (or, for
+//! a function TVM split into several kernels, when the last completes; on
+//! a worker thread, its outputs copied in when next read), so
+//! outputs are the model's numbers, comparable with ONNX Runtime. Other
+//! kernels' written buffers get a deterministic function of the kernel's
+//! name, its read buffers' bytes and its scalar arguments (driver.rs
+//! `completed`), from the `// reef-sim:` annotations of the module (ptx.rs),
+//! so outputs are bytes a host can compare between a preempted and an
+//! unpreempted run. A kernel evicted by the preempt flag writes nothing; a
+//! killed one leaves garbage. A GPU host computes the real function on the
+//! device instead; what it would confirm is in docs/hardware.md ("The CUDA
+//! launch path").
 
-// The exported functions are the C driver API: their callers are C (or
-// cudarc's FFI), bound by the driver API's pointer contracts, which each
-// function checks as far as a driver can (null pointers are refused). They
-// are safe `extern "C"` functions so the tests can call them as cudarc does.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// The exported functions are the C driver API. Every one that reads or
+// writes through a caller's pointer is an `unsafe extern "C" fn` whose
+// `# Safety` section is the driver API's contract for that pointer (a
+// driver can refuse null, never a dangling pointer); the others are safe.
+// The crate is also an rlib so its tests call them in-process, as cudarc
+// does, inside `unsafe` blocks that keep those contracts.
 
+pub mod cpu;
 pub mod driver;
 pub mod ptx;
 
@@ -94,6 +104,13 @@ pub const DEVICE_ENV: &str = "REEF_LIBCUDA_SIM_DEVICE";
 /// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a driver refuses a launch whose
 /// resources it cannot give; the other launches go on.
 pub const FAIL_LAUNCH_ENV: &str = "REEF_LIBCUDA_SIM_FAIL_LAUNCH";
+/// Fault injection for tests: `KERNEL@N[,KERNEL@N…]` makes the N-th launch
+/// (counted from 1, over the process) of the kernel named KERNEL fault
+/// when it runs: CUDA_ERROR_ILLEGAL_ADDRESS, sticky for its context, as a
+/// kernel's illegal access is on a GPU (driver.rs module doc). A process
+/// that has already initialised the driver uses
+/// [`reef_libcuda_sim_inject_fault`] instead.
+pub const FAULT_ENV: &str = "REEF_LIBCUDA_SIM_FAULT";
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
 
@@ -139,12 +156,16 @@ fn wait(w: Wait) -> R<()> {
     }
 }
 
-fn out<T>(p: *mut T, v: T) -> R<()> {
+/// Writes an output parameter, refusing null.
+///
+/// # Safety
+/// `p` is null or writable storage for a `T` (the exported function's
+/// contract, which its caller keeps).
+unsafe fn out<T>(p: *mut T, v: T) -> R<()> {
     if p.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
-    // SAFETY: the caller passed a pointer to writable storage for a T (the
-    // driver API contract); null was refused above.
+    // SAFETY: non-null and writable per this function's contract.
     unsafe { p.write(v) };
     Ok(())
 }
@@ -158,6 +179,42 @@ pub fn stats() -> Option<driver::Stats> {
 /// The stats of device ordinal `dev`, for tests.
 pub fn device_stats(dev: usize) -> Option<driver::Stats> {
     lock().as_ref().and_then(|d| d.device_stats(dev))
+}
+
+/// Device `dev`'s kernel intervals, `(context handle, first block placed,
+/// end)` in simulated ns, for tests (driver.rs [`driver::Driver::intervals`]).
+pub fn kernel_intervals(dev: usize) -> Vec<(u64, u64, u64)> {
+    let mut g = lock();
+    match g.as_mut() {
+        Some(d) => {
+            d.catch_up();
+            d.intervals(dev)
+        }
+        None => Vec::new(),
+    }
+}
+
+/// **Test hook** (not a driver API call; a process that dlopens this
+/// library looks it up by name): makes the `n`-th launch from now (1: the
+/// next) of the kernel named `kernel` fault when it runs, with
+/// CUDA_ERROR_ILLEGAL_ADDRESS, sticky for its context ([`FAULT_ENV`]).
+/// CUDA_ERROR_NOT_INITIALIZED before `cuInit`.
+///
+/// # Safety
+/// `kernel` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn reef_libcuda_sim_inject_fault(
+    kernel: *const c_char,
+    n: c_uint,
+) -> CUresult {
+    code(with(|d| {
+        let name = name_arg(kernel)?;
+        if n == 0 {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        d.inject_fault(name, n as u64);
+        Ok(())
+    }))
 }
 
 #[no_mangle]
@@ -178,10 +235,25 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
             },
             Err(_) => None,
         };
+        let mut faults = Vec::new();
+        if let Ok(v) = std::env::var(FAULT_ENV) {
+            for item in v.split(',') {
+                match driver::parse_fail_launch(item.trim()) {
+                    Ok(f) => faults.push(f),
+                    Err(e) => {
+                        eprintln!("reef-libcuda-sim: {FAULT_ENV}: {e}");
+                        return CUresult::CUDA_ERROR_INVALID_VALUE;
+                    }
+                }
+            }
+        }
         match Driver::new(&dev) {
             Ok(mut d) => {
                 if let Some((name, n)) = fail {
                     d.fail_launch(&name, n);
+                }
+                for (name, n) in faults {
+                    d.inject_fault(&name, n);
                 }
                 *g = Some(d)
             }
@@ -196,26 +268,34 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
 
 /// 12.6, the API version of cudarc's `cuda-12060` bindings this library
 /// is built against.
+/// # Safety
+/// `v` is writable storage for an `int`.
 #[no_mangle]
-pub extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
     code(out(v, 12060))
 }
 
+/// # Safety
+/// `n` is writable storage for an `int`.
 #[no_mangle]
-pub extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
     code(with(|d| out(n, d.device_count() as c_int)))
 }
 
+/// # Safety
+/// `dev` is writable storage for a `CUdevice`.
 #[no_mangle]
-pub extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUresult {
     code(with(|d| {
         d.spec(ordinal)?;
         out(dev, ordinal)
     }))
 }
 
+/// # Safety
+/// `name` is writable storage for `len` bytes.
 #[no_mangle]
-pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     code(with(|d| {
         let spec = d.spec(dev)?;
         if name.is_null() || len <= 0 {
@@ -261,8 +341,14 @@ pub const ATTR_MAX_BLOCKS_PER_SM: c_int = 106;
 /// preset without one answers CUDA_ERROR_NOT_SUPPORTED) and the SM
 /// figures placement reads, from the preset (compute units, wave size,
 /// per-CU limits). Any other attribute answers CUDA_ERROR_NOT_SUPPORTED.
+/// # Safety
+/// `pi` is writable storage for an `int`.
 #[no_mangle]
-pub extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: c_int,
+    dev: CUdevice,
+) -> CUresult {
     code(with(|d| {
         let spec = d.spec(dev)?;
         let cc = || compute_capability(&spec.name).ok_or(CUresult::CUDA_ERROR_NOT_SUPPORTED);
@@ -278,16 +364,24 @@ pub extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdev
     }))
 }
 
+/// # Safety
+/// `bytes` is writable storage for a `size_t`.
 #[no_mangle]
-pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     code(with(|d| {
         d.spec(dev)?;
         out(bytes, d.device_memory(dev as usize).1 as usize)
     }))
 }
 
+/// # Safety
+/// `ctx` is writable storage for a `CUcontext`.
 #[no_mangle]
-pub extern "C" fn cuCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    ctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
     code(with(|d| {
         d.spec(dev)?;
         if flags & !0x1f != 0 {
@@ -326,13 +420,17 @@ pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     }))
 }
 
+/// # Safety
+/// `ctx` is writable storage for a `CUcontext`.
 #[no_mangle]
-pub extern "C" fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult {
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult {
     code(with(|_| out(ctx, CURRENT.with(|c| c.get()) as CUcontext)))
 }
 
+/// # Safety
+/// `m` is writable storage for a `CUmodule`; `image` is a NUL-terminated PTX image (cuModuleLoadData: the image may be PTX text, NUL-terminated).
 #[no_mangle]
-pub extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void) -> CUresult {
+pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void) -> CUresult {
     code(with(|d| {
         let ctx = current(d)?;
         if image.is_null() || m.is_null() {
@@ -351,7 +449,11 @@ pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
     code(with(|d| d.module_unload(m as u64)))
 }
 
-fn name_arg<'a>(p: *const c_char) -> R<&'a str> {
+/// A name argument, refusing null.
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string that outlives `'a`.
+unsafe fn name_arg<'a>(p: *const c_char) -> R<&'a str> {
     if p.is_null() {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
@@ -361,8 +463,10 @@ fn name_arg<'a>(p: *const c_char) -> R<&'a str> {
         .map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)
 }
 
+/// # Safety
+/// `f` is writable storage for a `CUfunction`; `name` is a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn cuModuleGetFunction(
+pub unsafe extern "C" fn cuModuleGetFunction(
     f: *mut CUfunction,
     m: CUmodule,
     name: *const c_char,
@@ -374,8 +478,10 @@ pub extern "C" fn cuModuleGetFunction(
     }))
 }
 
+/// # Safety
+/// `dptr` and `bytes` are each null or writable storage for their type; `name` is a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn cuModuleGetGlobal_v2(
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     dptr: *mut CUdeviceptr,
     bytes: *mut usize,
     m: CUmodule,
@@ -395,8 +501,10 @@ pub extern "C" fn cuModuleGetGlobal_v2(
     }))
 }
 
+/// # Safety
+/// `dptr` is writable storage for a `CUdeviceptr`.
 #[no_mangle]
-pub extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
     code(with(|d| {
         let ctx = current(d)?;
         if dptr.is_null() {
@@ -415,8 +523,10 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     }))
 }
 
+/// # Safety
+/// `free` and `total` are writable storage for a `size_t` each.
 #[no_mangle]
-pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     code(with(|d| {
         let ctx = current(d)?;
         let (f, t) = d.mem_info(ctx);
@@ -440,8 +550,14 @@ fn wait_blocking_streams() -> R<()> {
     }
 }
 
+/// # Safety
+/// `src` points to `n` readable bytes (it may be null when `n` is 0).
 #[no_mangle]
-pub extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
     code((|| {
         wait_blocking_streams()?;
         with(|d| {
@@ -459,8 +575,10 @@ pub extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize
     })())
 }
 
+/// # Safety
+/// `dst` points to `n` writable bytes (it may be null when `n` is 0).
 #[no_mangle]
-pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
     code((|| {
         wait_blocking_streams()?;
         with(|d| {
@@ -478,15 +596,62 @@ pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) 
     })())
 }
 
+/// # Safety
+/// `s` is writable storage for a `CUstream`.
 #[no_mangle]
-pub extern "C" fn cuStreamCreate(s: *mut CUstream, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreate(s: *mut CUstream, flags: c_uint) -> CUresult {
     code(with(|d| {
         let ctx = current(d)?;
         if s.is_null() {
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
-        let h = d.stream_create(ctx, flags)?;
+        let h = d.stream_create(ctx, flags, driver::STREAM_PRIORITY_LEAST)?;
         out(s, h as CUstream)
+    }))
+}
+
+/// A stream whose pending blocks the block scheduler places before those
+/// of lower-priority streams (driver.rs module doc); `priority` is clamped
+/// into the range of [`cuCtxGetStreamPriorityRange`].
+///
+/// # Safety
+/// `s` is writable storage for a `CUstream`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    s: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    code(with(|d| {
+        let ctx = current(d)?;
+        if s.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.stream_create(ctx, flags, priority)?;
+        out(s, h as CUstream)
+    }))
+}
+
+/// Least 0, greatest -5 ([`driver::STREAM_PRIORITY_LEAST`]); either pointer
+/// may be null (driver API reference).
+///
+/// # Safety
+/// Each non-null pointer is writable storage for an `int`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
+    code(with(|d| {
+        let ctx = current(d)?;
+        d.check_sticky(ctx)?;
+        if !least.is_null() {
+            out(least, driver::STREAM_PRIORITY_LEAST)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, driver::STREAM_PRIORITY_GREATEST)?;
+        }
+        Ok(())
     }))
 }
 
@@ -503,8 +668,10 @@ pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
     })())
 }
 
+/// # Safety
+/// `e` is writable storage for a `CUevent`.
 #[no_mangle]
-pub extern "C" fn cuEventCreate(e: *mut CUevent, flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuEventCreate(e: *mut CUevent, flags: c_uint) -> CUresult {
     code(with(|d| {
         let ctx = current(d)?;
         if e.is_null() {
@@ -605,8 +772,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
         match r {
             Ok(Ok(_)) => return CUresult::CUDA_SUCCESS,
             // The stream's queue is full: block, as the driver does.
-            Ok(Err((dev, s))) => {
-                if let Err(c) = wait(Wait::QueueSlot(dev, s)) {
+            Ok(Err(s)) => {
+                if let Err(c) = wait(Wait::QueueSlot(s)) {
                     return c;
                 }
             }
@@ -717,49 +884,3 @@ pub unsafe extern "C" fn cuGetErrorName(e: CUresult, s: *mut *const c_char) -> C
         None => CUresult::CUDA_ERROR_INVALID_VALUE,
     }
 }
-
-/// Entry points reefd does not call, exported so that a program reaching
-/// for them gets CUDA_ERROR_NOT_SUPPORTED instead of a missing symbol (the
-/// arguments are ignored; the C calling convention lets the callee ignore
-/// them).
-macro_rules! not_supported {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[no_mangle]
-            pub extern "C" fn $name() -> CUresult {
-                CUresult::CUDA_ERROR_NOT_SUPPORTED
-            }
-        )*
-        /// The names exported as CUDA_ERROR_NOT_SUPPORTED.
-        pub const NOT_SUPPORTED: &[&str] = &[$(stringify!($name)),*];
-    };
-}
-
-not_supported!(
-    cuDevicePrimaryCtxRetain,
-    cuDevicePrimaryCtxRelease_v2,
-    cuCtxPushCurrent_v2,
-    cuCtxPopCurrent_v2,
-    cuCtxSynchronize,
-    cuModuleLoad,
-    cuModuleLoadDataEx,
-    cuModuleLoadFatBinary,
-    cuMemAllocAsync,
-    cuMemFreeAsync,
-    cuMemAllocHost_v2,
-    cuMemHostAlloc,
-    cuMemsetD8_v2,
-    cuMemsetD32_v2,
-    cuMemcpyHtoDAsync_v2,
-    cuMemcpyDtoHAsync_v2,
-    cuMemcpyDtoD_v2,
-    cuStreamWaitEvent,
-    cuStreamQuery,
-    cuEventElapsedTime,
-    cuLaunchKernelEx,
-    cuLaunchCooperativeKernel,
-    cuGetExportTable,
-    cuFuncGetAttribute,
-    cuFuncSetAttribute,
-    cuOccupancyMaxActiveBlocksPerMultiprocessor,
-);

@@ -24,31 +24,34 @@ fn init() {
 /// and a non-blocking stream.
 fn on(dev: i32) -> (CUcontext, CUfunction, CUstream) {
     let mut ctx = null_mut();
-    assert_eq!(cuCtxCreate_v2(&mut ctx, 0, dev), OK);
+    assert_eq!(unsafe { cuCtxCreate_v2(&mut ctx, 0, dev) }, OK);
     let src = std::fs::read_to_string(MODEL).unwrap();
     let inj = reef_trap::ptx::inject(&src, MODEL, &Default::default()).unwrap();
     let image = CString::new(inj.ptx).unwrap();
     let mut m = null_mut();
     assert_eq!(
-        cuModuleLoadData(&mut m, image.as_ptr() as *const c_void),
+        unsafe { cuModuleLoadData(&mut m, image.as_ptr() as *const c_void) },
         OK
     );
     let mut f = null_mut();
-    assert_eq!(cuModuleGetFunction(&mut f, m, c"scale".as_ptr()), OK);
+    assert_eq!(
+        unsafe { cuModuleGetFunction(&mut f, m, c"scale".as_ptr()) },
+        OK
+    );
     let mut s = null_mut();
-    assert_eq!(cuStreamCreate(&mut s, 1), OK);
+    assert_eq!(unsafe { cuStreamCreate(&mut s, 1) }, OK);
     (ctx, f, s)
 }
 
 fn alloc(bytes: usize) -> CUdeviceptr {
     let mut p = 0;
-    assert_eq!(cuMemAlloc_v2(&mut p, bytes), OK);
+    assert_eq!(unsafe { cuMemAlloc_v2(&mut p, bytes) }, OK);
     p
 }
 
 fn free_mem() -> usize {
     let (mut f, mut t) = (0, 0);
-    assert_eq!(cuMemGetInfo_v2(&mut f, &mut t), OK);
+    assert_eq!(unsafe { cuMemGetInfo_v2(&mut f, &mut t) }, OK);
     f
 }
 
@@ -68,21 +71,24 @@ fn launch(f: CUfunction, s: CUstream, a: [u64; 3]) -> CUresult {
 fn each_ordinal_is_its_own_gpu_and_contexts_keep_to_their_memory() {
     init();
     let mut n = 0;
-    assert_eq!(cuDeviceGetCount(&mut n), OK);
+    assert_eq!(unsafe { cuDeviceGetCount(&mut n) }, OK);
     assert_eq!(n, 2);
     let mut d = 0;
-    assert_eq!(cuDeviceGet(&mut d, 1), OK);
+    assert_eq!(unsafe { cuDeviceGet(&mut d, 1) }, OK);
     assert_eq!(d, 1);
-    assert_eq!(cuDeviceGet(&mut d, 2), CUresult::CUDA_ERROR_INVALID_DEVICE);
+    assert_eq!(
+        unsafe { cuDeviceGet(&mut d, 2) },
+        CUresult::CUDA_ERROR_INVALID_DEVICE
+    );
     let mut ctx = null_mut();
     assert_eq!(
-        cuCtxCreate_v2(&mut ctx, 0, 2),
+        unsafe { cuCtxCreate_v2(&mut ctx, 0, 2) },
         CUresult::CUDA_ERROR_INVALID_DEVICE
     );
     // Names and attributes are the ordinal's preset.
     let name = |dev| {
         let mut b = [0 as std::ffi::c_char; 128];
-        assert_eq!(cuDeviceGetName(b.as_mut_ptr(), 128, dev), OK);
+        assert_eq!(unsafe { cuDeviceGetName(b.as_mut_ptr(), 128, dev) }, OK);
         unsafe { std::ffi::CStr::from_ptr(b.as_ptr()) }
             .to_string_lossy()
             .into_owned()
@@ -90,11 +96,14 @@ fn each_ordinal_is_its_own_gpu_and_contexts_keep_to_their_memory() {
     assert!(name(0).contains("gv100"), "{}", name(0));
     assert!(name(1).contains("h100"), "{}", name(1));
     let mut v = 0;
-    assert_eq!(cuDeviceGetAttribute(&mut v, ATTR_CC_MAJOR, 1), OK);
+    assert_eq!(
+        unsafe { cuDeviceGetAttribute(&mut v, ATTR_CC_MAJOR, 1) },
+        OK
+    );
     assert_eq!(v, 9);
     let (mut t0, mut t1) = (0, 0);
-    assert_eq!(cuDeviceTotalMem_v2(&mut t0, 0), OK);
-    assert_eq!(cuDeviceTotalMem_v2(&mut t1, 1), OK);
+    assert_eq!(unsafe { cuDeviceTotalMem_v2(&mut t0, 0) }, OK);
+    assert_eq!(unsafe { cuDeviceTotalMem_v2(&mut t1, 1) }, OK);
     assert_eq!(t0, 32 << 30, "GV100: 32 GiB");
     assert_eq!(t1, 80 << 30, "H100: 80 GiB");
 
@@ -152,13 +161,13 @@ fn each_ordinal_is_its_own_gpu_and_contexts_keep_to_their_memory() {
     let mut f = 0;
     let mut t = 0;
     assert_eq!(cuCtxSetCurrent(c0), OK);
-    assert_eq!(cuMemGetInfo_v2(&mut f, &mut t), OK);
+    assert_eq!(unsafe { cuMemGetInfo_v2(&mut f, &mut t) }, OK);
     assert_eq!(t, 32 << 30);
     for c in [c0, c2] {
         assert_eq!(cuCtxDestroy_v2(c), OK);
     }
     let mut c = null_mut();
-    assert_eq!(cuCtxCreate_v2(&mut c, 0, 1), OK);
+    assert_eq!(unsafe { cuCtxCreate_v2(&mut c, 0, 1) }, OK);
     assert_eq!(free_mem(), 80 << 30, "device 1's memory all free again");
     assert_eq!(cuCtxDestroy_v2(c), OK);
 }

@@ -193,7 +193,10 @@ pub struct Kernel {
     /// The kernel's work, when a compiler recorded it (reef-compile).
     pub work: Option<KernelWork>,
     /// Per-architecture resources from `ptxas -v` (`"sm_80"` → ...), when
-    /// the model was compiled by reef-compile; empty otherwise.
+    /// the model was compiled by reef-compile; empty otherwise. AMD
+    /// architectures (`"gfx906"`) come from the code object's AMDHSA
+    /// metadata: `registers` = VGPRs, `shared_static` = LDS, `stack` =
+    /// scratch (docs/compile.md "AMD GPUs").
     pub resources: BTreeMap<String, KernelResources>,
 }
 
@@ -273,6 +276,29 @@ pub struct Compiled {
     pub inputs: Vec<usize>,
     pub params: Vec<usize>,
     pub outputs: Vec<usize>,
+    /// The ONNX names of storages whose names reef-compile made C
+    /// identifiers (`names`: sanitized name → original, e.g. `image_0` →
+    /// `image:0`).
+    pub names: BTreeMap<String, String>,
+    /// The shapes of inputs and outputs as the reference run recorded them
+    /// (`reference.inputs`/`outputs`), by storage index; absent when the
+    /// model was compiled without a reference.
+    pub shapes: BTreeMap<usize, Vec<u64>>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawReference {
+    #[serde(default)]
+    inputs: Vec<RawTensor>,
+    #[serde(default)]
+    outputs: Vec<RawTensor>,
+}
+
+#[derive(Deserialize)]
+struct RawTensor {
+    storage: i64,
+    #[serde(default)]
+    shape: Vec<u64>,
 }
 
 #[derive(Deserialize)]
@@ -298,6 +324,10 @@ struct RawSchedule {
     outputs: Vec<i64>,
     #[serde(default)]
     resources: BTreeMap<String, BTreeMap<String, KernelResources>>,
+    #[serde(default)]
+    names: BTreeMap<String, String>,
+    #[serde(default)]
+    reference: Option<RawReference>,
 }
 
 #[derive(Deserialize)]
@@ -713,6 +743,14 @@ impl Model {
                     inputs: idx("inputs", &raw.inputs)?,
                     params: idx("params", &raw.params)?,
                     outputs: idx("outputs", &raw.outputs)?,
+                    names: raw.names.clone(),
+                    shapes: raw
+                        .reference
+                        .iter()
+                        .flat_map(|r| r.inputs.iter().chain(&r.outputs))
+                        .filter_map(|t| Some((usize::try_from(t.storage).ok()?, t.shape.clone())))
+                        .filter(|(i, _)| *i < raw.storage.len())
+                        .collect(),
                 })
             }
             Some(f) => {

@@ -114,3 +114,41 @@ fn bad_compiled_schedules_are_refused_with_the_item() {
     .unwrap_err();
     assert!(e.contains("reef-compile/1"), "{e}");
 }
+
+#[test]
+fn amd_resources_load_beside_the_ptx_architectures() {
+    // reef-compile --arch sm_80 --arch gfx906: the AMD architecture has a
+    // code object, not PTX, so it is not in `archs`; its resources (the
+    // AMDHSA metadata plus registers/shared_static/stack) load like ptxas's.
+    let top = COMPILED_TOP.replace(
+        r#""constant": 368}}}"#,
+        r#""constant": 368}},
+        "gfx906": {"k": {"vgpr_count": 24, "sgpr_count": 10, "agpr_count": 0,
+                         "group_segment_fixed_size": 640, "private_segment_fixed_size": 0,
+                         "wavefront_size": 64, "kernarg_segment_size": 24,
+                         "max_flat_workgroup_size": 32, "vgpr_spill_count": 0,
+                         "sgpr_spill_count": 0, "symbol": "k.kd",
+                         "registers": 24, "shared_static": 640, "stack": 0}}},
+  "amd_archs": ["gfx906"],
+  "code_objects": {"gfx906": {"file": "kernels.gfx906.hsaco",
+                              "target_id": "amdgcn-amd-amdhsa--gfx906"}}"#,
+    );
+    let m = parse(&schedule(
+        r#", "reads": [0, 1], "writes": [2], "flops": 96, "bytes_read": 32, "bytes_written": 16"#,
+        &top,
+    ))
+    .unwrap();
+    let k = &m.kernels[0];
+    assert_eq!(
+        k.resources["gfx906"],
+        KernelResources {
+            registers: 24,
+            shared_static: 640,
+            stack: 0,
+            spill_stores: 0,
+            spill_loads: 0
+        }
+    );
+    assert_eq!(k.resources["sm_80"].registers, 40);
+    assert_eq!(m.compiled.unwrap().archs, vec!["sm_80".to_string()]);
+}

@@ -55,7 +55,56 @@ pub struct Config {
     pub device: DeviceConfig,
     pub scheduler: SchedulerConfig,
     pub metrics: MetricsConfig,
+    pub kserve: KserveConfig,
 }
+
+/// The Open Inference Protocol fronts (docs/kserve.md). Both are off unless
+/// an address is given.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KserveConfig {
+    /// HTTP/REST address, e.g. "127.0.0.1:8000"; empty: off.
+    pub http: String,
+    /// gRPC address, e.g. "127.0.0.1:8001"; empty: off.
+    pub grpc: String,
+    /// Allow a non-loopback address. It also needs `token`.
+    pub allow_remote: bool,
+    /// Bearer token: required from non-loopback clients, and for model load
+    /// and unload from any client. Prefer `token_file`.
+    pub token: String,
+    /// A file holding the token (first line), readable by the daemon only.
+    pub token_file: String,
+    pub max_body_bytes: usize,
+    pub max_connections: usize,
+    pub max_in_flight: usize,
+    /// The class of a request whose `priority` is 0 or absent: rt, be or a
+    /// level 0-9.
+    pub default_priority: String,
+    /// Users whose shared memory objects may be registered, besides the
+    /// daemon's own.
+    pub shm_uids: Vec<u32>,
+}
+
+impl Default for KserveConfig {
+    fn default() -> Self {
+        let d = crate::kserve::KserveOptions::default();
+        KserveConfig {
+            http: String::new(),
+            grpc: String::new(),
+            allow_remote: false,
+            token: String::new(),
+            token_file: String::new(),
+            max_body_bytes: d.max_body_bytes,
+            max_connections: d.max_connections,
+            max_in_flight: d.max_in_flight,
+            default_priority: "be".into(),
+            shm_uids: Vec::new(),
+        }
+    }
+}
+
+/// Default of `daemon.max_tensor_frame_bytes`: 64 MiB.
+pub const DEFAULT_MAX_TENSOR_FRAME: usize = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -85,6 +134,21 @@ pub struct DaemonConfig {
     /// Inferences one user (uid) may have in flight over all their
     /// streams; more are refused as busy (root is not limited).
     pub max_tasks_per_uid: usize,
+    /// Largest tensor frame (an `infer` whose inline tensors follow its
+    /// JSON, docs/protocol.md "Tensors"), in bytes; its JSON is still
+    /// limited by `max_frame_bytes`.
+    pub max_tensor_frame_bytes: usize,
+    /// Inline tensor bytes one user (uid) may have in flight (requests
+    /// read and not yet answered, their inputs and inline outputs); more
+    /// are refused as busy (root is not limited).
+    pub max_tensor_bytes_per_uid: u64,
+    /// Shared-memory regions one connection, and one user (uid) over all
+    /// their connections, may have registered (each a mapping in the
+    /// daemon); more are refused as busy.
+    pub max_regions_per_connection: usize,
+    pub max_regions_per_uid: usize,
+    /// Largest shared-memory region, in bytes.
+    pub max_region_bytes: u64,
     /// On SIGTERM/SIGINT, how long in-flight inferences may run to completion
     /// before they are failed with `shutting_down`.
     pub shutdown_grace_ms: u64,
@@ -184,6 +248,11 @@ impl Default for DaemonConfig {
             max_tasks_per_stream: 256,
             max_streams_per_uid: 64,
             max_tasks_per_uid: 1024,
+            max_tensor_frame_bytes: DEFAULT_MAX_TENSOR_FRAME,
+            max_tensor_bytes_per_uid: 1 << 30,
+            max_regions_per_connection: 16,
+            max_regions_per_uid: 64,
+            max_region_bytes: 4 << 30,
             shutdown_grace_ms: 5000,
             realtime_priority: 0,
             device_cpus: Vec::new(),
@@ -307,8 +376,74 @@ impl Config {
         Ok(addr)
     }
 
+    /// The v2 fronts' options, checked: addresses parse, a non-loopback one
+    /// is allowed explicitly and has a token.
+    pub fn kserve(&self) -> Result<crate::kserve::KserveOptions, ConfigError> {
+        let k = &self.kserve;
+        let token = if !k.token_file.is_empty() {
+            let t = std::fs::read_to_string(&k.token_file).map_err(|e| {
+                ConfigError::Invalid(format!("kserve.token_file = {:?}: {e}", k.token_file))
+            })?;
+            Some(t.lines().next().unwrap_or("").trim().to_string())
+        } else if !k.token.is_empty() {
+            Some(k.token.clone())
+        } else {
+            None
+        };
+        if token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(ConfigError::Invalid(
+                "kserve.token must be at least 16 characters (e.g. `openssl rand -hex 32`)".into(),
+            ));
+        }
+        let addr = |key: &str, v: &str| -> Result<Option<SocketAddr>, ConfigError> {
+            if v.is_empty() {
+                return Ok(None);
+            }
+            let a: SocketAddr = v.parse().map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "kserve.{key} = {v:?} is not an address such as \"127.0.0.1:8000\""
+                ))
+            })?;
+            if !a.ip().is_loopback() {
+                if !k.allow_remote {
+                    return Err(ConfigError::Invalid(format!(
+                        "kserve.{key} = {v:?} is not a loopback address: set kserve.allow_remote = true (and a token) to serve other machines"
+                    )));
+                }
+                if token.is_none() {
+                    return Err(ConfigError::Invalid(format!(
+                        "kserve.{key} = {v:?} serves other machines and needs kserve.token or kserve.token_file"
+                    )));
+                }
+            }
+            Ok(Some(a))
+        };
+        let default_priority = k
+            .default_priority
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("kserve.default_priority: {e}")))?;
+        if k.max_body_bytes == 0 || k.max_connections == 0 || k.max_in_flight == 0 {
+            return Err(ConfigError::Invalid(
+                "kserve.max_body_bytes, max_connections and max_in_flight must be at least 1"
+                    .into(),
+            ));
+        }
+        Ok(crate::kserve::KserveOptions {
+            http: addr("http", &k.http)?,
+            grpc: addr("grpc", &k.grpc)?,
+            access: crate::kserve::Access { token },
+            max_body_bytes: k.max_body_bytes,
+            max_connections: k.max_connections,
+            max_in_flight: k.max_in_flight,
+            default_priority,
+            be_streams: self.scheduler.be_streams_per_model.max(1),
+            shm_uids: k.shm_uids.clone(),
+        })
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.socket_mode()?;
+        self.kserve()?;
         if self.metrics.enabled {
             self.metrics_addr()?;
         }
@@ -344,6 +479,23 @@ impl Config {
                 "daemon.max_frame_bytes = {} must be between 64 and 67108864",
                 self.daemon.max_frame_bytes
             )));
+        }
+        if self.daemon.max_tensor_frame_bytes < self.daemon.max_frame_bytes
+            || self.daemon.max_tensor_frame_bytes > (1 << 31)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "daemon.max_tensor_frame_bytes = {} must be between max_frame_bytes ({}) and 2147483648",
+                self.daemon.max_tensor_frame_bytes, self.daemon.max_frame_bytes
+            )));
+        }
+        if self.daemon.max_regions_per_connection == 0
+            || self.daemon.max_regions_per_uid == 0
+            || self.daemon.max_region_bytes == 0
+            || self.daemon.max_tensor_bytes_per_uid == 0
+        {
+            return Err(ConfigError::Invalid(
+                "daemon.max_regions_per_connection, max_regions_per_uid, max_region_bytes and max_tensor_bytes_per_uid must be at least 1".into(),
+            ));
         }
         if self.daemon.max_connections == 0
             || self.daemon.max_tasks_per_stream == 0

@@ -268,6 +268,13 @@ fn run(
             max_tasks_per_uid: cfg.daemon.max_tasks_per_uid,
             max_frame_bytes: cfg.daemon.max_frame_bytes,
             pacer_tick: Duration::from_micros(cfg.daemon.pacer_tick_us),
+            limits: crate::runtime::TensorLimits {
+                max_tensor_frame_bytes: cfg.daemon.max_tensor_frame_bytes,
+                max_tensor_bytes_per_uid: cfg.daemon.max_tensor_bytes_per_uid,
+                max_regions_per_connection: cfg.daemon.max_regions_per_connection,
+                max_regions_per_uid: cfg.daemon.max_regions_per_uid,
+                max_region_bytes: cfg.daemon.max_region_bytes,
+            },
         },
     );
     let prio = cfg.daemon.realtime_priority;
@@ -299,9 +306,11 @@ fn run(
             .context("cannot start the I/O runtime")?;
         (Some(rt.start_pacer(prio, placement)), io)
     };
+    let kserve = cfg.kserve()?;
     let opts = ServerOptions {
         socket: cfg.daemon.socket.clone(),
         max_frame_bytes: cfg.daemon.max_frame_bytes,
+        max_tensor_frame_bytes: cfg.daemon.max_tensor_frame_bytes,
         max_connections: cfg.daemon.max_connections,
         shutdown_grace: Duration::from_millis(cfg.daemon.shutdown_grace_ms),
         socket_gid: group,
@@ -320,6 +329,20 @@ fn run(
             "reefd serving"
         );
         let poller = poll.then(|| tokio::spawn(rt.clone().poll_loop()));
+        // The v2 fronts act as the daemon's own user (TCP carries no peer
+        // credentials; kserve::Access decides who may use them).
+        let me = crate::runtime::Peer {
+            uid: nix::unistd::Uid::effective().as_raw(),
+            gid: nix::unistd::Gid::effective().as_raw(),
+            pid: None,
+        };
+        let fronts = match crate::kserve::start(rt.clone(), kserve, me).await {
+            Ok(t) => t,
+            Err(e) => {
+                report(&mut ready, &format!("{e:#}"));
+                return Err(e);
+            }
+        };
         report(&mut ready, "ok");
         let shutdown = async move {
             tokio::select! {
@@ -328,6 +351,9 @@ fn run(
             }
         };
         let r = server::serve(rt.clone(), listener, opts, shutdown).await;
+        for f in fronts {
+            f.abort();
+        }
         if let Some(p) = poller {
             p.abort();
         }

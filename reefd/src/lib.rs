@@ -20,11 +20,17 @@ pub mod daemon;
 pub mod device;
 #[cfg(feature = "daemon")]
 pub mod engine;
+#[cfg(feature = "daemon")]
+pub mod kserve;
 pub mod lazy;
 #[cfg(feature = "daemon")]
 pub mod metrics;
+#[cfg(feature = "daemon")]
+pub mod npz;
 pub mod protocol;
 #[cfg(feature = "daemon")]
 pub mod runtime;
 #[cfg(feature = "daemon")]
 pub mod server;
+#[cfg(feature = "daemon")]
+pub mod tensors;

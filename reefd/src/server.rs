@@ -9,7 +9,8 @@
 //! file.
 
 use crate::protocol::{
-    encode, parse_request, Decoded, ErrorCode, FrameDecoder, RequestBody, ServerMessage,
+    encode, encode_message, parse_frame, split_tensor_frame, Decoded, ErrorCode, FrameDecoder,
+    RequestBody, ServerMessage, TENSOR_FRAME,
 };
 use crate::runtime::{Conn, Handled, Peer, Runtime};
 use anyhow::{bail, Context};
@@ -30,6 +31,8 @@ use tokio::task::JoinSet;
 pub struct ServerOptions {
     pub socket: PathBuf,
     pub max_frame_bytes: usize,
+    /// Largest tensor frame (an `infer` with inline tensors).
+    pub max_tensor_frame_bytes: usize,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
     /// The group whose members may connect (besides root and the daemon's
@@ -222,7 +225,7 @@ async fn connection(
             return;
         }
     };
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = stream.into_split();
     if !authorized(peer, opts.socket_gid) {
         tracing::warn!(uid = peer.uid, pid = ?peer.pid, "connection refused: not authorized");
         let msg = ServerMessage::Error {
@@ -258,10 +261,18 @@ async fn connection(
     let unanswered = Arc::new((AtomicUsize::new(0), tokio::sync::Notify::new()));
     let written = Arc::clone(&unanswered);
     let writer = tokio::spawn(async move {
-        while let Some(msg) = rx.recv().await {
+        'write: while let Some(msg) = rx.recv().await {
             let answer = !matches!(msg, ServerMessage::Event { .. });
-            if wr.write_all(&encode(&msg)).await.is_err() {
+            // An answer with inline outputs: the frame's head, then each
+            // output's buffer as the device filled it (not copied into one).
+            let (head, data) = encode_message(&msg);
+            if wr.write_all(&head).await.is_err() {
                 break;
+            }
+            for d in data {
+                if wr.write_all(d).await.is_err() {
+                    break 'write;
+                }
             }
             if answer {
                 written.0.fetch_sub(1, Ordering::AcqRel);
@@ -276,8 +287,14 @@ async fn connection(
         warm: Arc::new(tokio::sync::Notify::new()),
     };
     let warm = Arc::clone(&conn.warm);
-    let mut decoder = FrameDecoder::new(opts.max_frame_bytes);
+    let mut decoder = FrameDecoder::with_limits(opts.max_frame_bytes, opts.max_tensor_frame_bytes);
     let mut buf = vec![0u8; 64 * 1024];
+    // Descriptors the client sent (SCM_RIGHTS), for register_region.
+    let mut fds: std::collections::VecDeque<std::os::fd::OwnedFd> = Default::default();
+    // Room for the most descriptors one message can carry (SCM_MAX_FD):
+    // a truncated control message would leave the received ones open
+    // where nothing could close them.
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; SCM_MAX_FD]);
     loop {
         let mut stopping = false;
         while unanswered.0.load(Ordering::Acquire) >= MAX_UNANSWERED && !writer.is_finished() {
@@ -294,9 +311,10 @@ async fn connection(
             break;
         }
         let n = tokio::select! {
-            r = rd.read(&mut buf) => match r {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
+            r = read_some(&rd, &mut decoder, &mut buf, &mut cmsg, &mut fds) => match r {
+                Ok(Read::Eof) | Err(_) => break,
+                Ok(Read::Fill) => 0,
+                Ok(Read::Buf(n)) => n,
             },
             _ = stop.changed() => break,
             _ = warm.notified() => {
@@ -321,14 +339,30 @@ async fn connection(
                     });
                 }
                 Decoded::Frame(payload) => {
-                    match if payload.len() > BIG_FRAME {
+                    let tensor_frame = payload.first() == Some(&TENSOR_FRAME);
+                    if tensor_frame
+                        && split_tensor_frame(&payload)
+                            .is_some_and(|(json, _)| json.len() > opts.max_frame_bytes)
+                    {
+                        rt.count_bad_request();
+                        let _ = tx.send(ServerMessage::Error {
+                            id: None,
+                            code: ErrorCode::FrameTooLarge,
+                            message: format!(
+                                "the JSON of a tensor frame exceeds the limit of {} bytes (daemon.max_frame_bytes)",
+                                opts.max_frame_bytes
+                            ),
+                        });
+                        continue;
+                    }
+                    match if payload.len() > BIG_FRAME && !tensor_frame {
                         // A large frame is parsed off the thread that serves
                         // the socket (in poll mode it also runs the device and
                         // reads RT requests): 1 MiB of JSON costs it about a
                         // millisecond, which RT requests waited in the socket
                         // (reef-bench hostile: send to first kernel p99 1.1 ms
                         // under near-limit frames, 40 us quiet).
-                        tokio::task::spawn_blocking(move || parse_request(&payload))
+                        tokio::task::spawn_blocking(move || parse_frame(payload))
                             .await
                             .unwrap_or_else(|_| {
                                 Err(crate::protocol::BadRequest {
@@ -337,7 +371,7 @@ async fn connection(
                                 })
                             })
                     } else {
-                        parse_request(&payload)
+                        parse_frame(payload)
                     } {
                         Err(bad) => {
                             rt.count_bad_request();
@@ -347,9 +381,12 @@ async fn connection(
                                 message: bad.message,
                             });
                         }
-                        Ok(req) => {
+                        Ok((req, frame)) => {
                             let rid = req.id;
-                            let handled = if matches!(req.body, RequestBody::LoadModel { .. }) {
+                            let handled = if matches!(req.body, RequestBody::RegisterRegion { .. })
+                            {
+                                rt.register_region(&conn, fds.pop_front())
+                            } else if matches!(req.body, RequestBody::LoadModel { .. }) {
                                 // Reads model files: off the thread that serves
                                 // the socket (and, in poll mode, runs the device).
                                 let (rt, conn) = (Arc::clone(&rt), conn.clone());
@@ -362,7 +399,7 @@ async fn connection(
                                     ))
                                 })
                             } else {
-                                rt.handle(&conn, rid, req.body, arrival)
+                                rt.handle_data(&conn, rid, req.body, frame, arrival)
                             };
                             match handled {
                                 Handled::Reply(r) => {
@@ -390,6 +427,103 @@ async fn connection(
     drop(tx);
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
+}
+
+/// What [`read_some`] read.
+enum Read {
+    /// `n` bytes into the read buffer.
+    Buf(usize),
+    /// Bytes straight into the large frame the decoder is gathering.
+    Fill,
+    Eof,
+}
+
+/// Descriptors a connection may have sent and not yet used (each
+/// register_region takes one); more are closed at once.
+const MAX_PENDING_FDS: usize = 4;
+
+/// The most descriptors one SCM_RIGHTS message carries (Linux's
+/// SCM_MAX_FD).
+const SCM_MAX_FD: usize = 253;
+
+/// Reads what the client sent. Into the large frame the decoder is
+/// gathering, when there is one (the bytes land where the request will
+/// keep them: no second copy); else into `buf`, with the descriptors sent
+/// along (SCM_RIGHTS, received close-on-exec) queued in `fds`.
+async fn read_some(
+    rd: &tokio::net::unix::OwnedReadHalf,
+    decoder: &mut FrameDecoder,
+    buf: &mut [u8],
+    cmsg: &mut Vec<u8>,
+    fds: &mut std::collections::VecDeque<std::os::fd::OwnedFd>,
+) -> std::io::Result<Read> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let s: &UnixStream = rd.as_ref();
+    let fd = s.as_raw_fd();
+    loop {
+        s.readable().await?;
+        let rem = decoder.fill_remaining();
+        let r = if rem > 0 {
+            s.try_io(tokio::io::Interest::READABLE, || {
+                let v = decoder.fill_buf().expect("a frame being gathered");
+                v.reserve(rem);
+                let spare = v.spare_capacity_mut();
+                let want = rem.min(spare.len());
+                // SAFETY: recv writes at most `want` bytes into the Vec's
+                // spare capacity, which are then committed with set_len.
+                let n =
+                    unsafe { libc::recv(fd, spare.as_mut_ptr().cast(), want, libc::MSG_DONTWAIT) };
+                if n < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: `n` bytes past the length were written by recv.
+                unsafe { v.set_len(v.len() + n as usize) };
+                Ok(if n == 0 { Read::Eof } else { Read::Fill })
+            })
+            .inspect(|r| {
+                if matches!(r, Read::Fill) {
+                    decoder.fill_check();
+                }
+            })
+        } else {
+            s.try_io(tokio::io::Interest::READABLE, || {
+                use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+                let mut iov = [std::io::IoSliceMut::new(&mut *buf)];
+                let msg = recvmsg::<()>(
+                    fd,
+                    &mut iov,
+                    Some(&mut *cmsg),
+                    MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+                )
+                .map_err(std::io::Error::from)?;
+                let n = msg.bytes;
+                // Every descriptor received is owned at once (and closed
+                // past the first few): the buffer holds SCM_MAX_FD, so
+                // the control message is never truncated.
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let ControlMessageOwned::ScmRights(v) = c {
+                            for raw in v {
+                                // SAFETY: the kernel installed this
+                                // descriptor for us just now; it is ours.
+                                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                                if fds.len() < MAX_PENDING_FDS {
+                                    fds.push_back(owned);
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(if n == 0 { Read::Eof } else { Read::Buf(n) })
+            })
+        };
+        match r {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Frames larger than this are parsed on a blocking thread.

@@ -149,6 +149,8 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
                         model: model.to_string(),
                         wait: false,
                         qos_ms: None,
+                        inputs: None,
+                        outputs: Vec::new(),
                     };
                     ids.push(c.send(body).unwrap());
                 }
@@ -313,6 +315,8 @@ fn serve_end_to_end(lib: Option<&Path>, served: &Served) {
                     model: model.into(),
                     wait: false,
                     qos_ms: None,
+                    inputs: None,
+                    outputs: Vec::new(),
                 })
                 .unwrap()
             })
@@ -651,4 +655,96 @@ fn rt_and_be_clients_queue_100_each(d: &Daemon) -> (usize, Vec<(u64, String)>) {
         }
     }
     (done, failed)
+}
+
+/// Issue 26 B4: a fault of the context (here an illegal address injected
+/// into the 60th launch of `scale`, REEF_LIBCUDA_SIM_FAULT; the first 8
+/// are the reference runs at load) fails the requests that hold buffers on
+/// it, with the driver's words, and nothing else: the context is rebuilt
+/// with the model reloaded and serving resumes, within a bounded time
+/// (measured here from the first failure to the next answer), and the
+/// fault is counted once as a device error. Before, the failed query left
+/// the kernel in flight and the daemon polled it every 20 us for ever.
+#[test]
+fn a_fault_fails_only_its_contexts_requests_and_serving_resumes() {
+    use std::time::{Duration, Instant};
+    let d = Daemon::start_env(
+        "cuda:0",
+        "",
+        &format!("cuda_library = {:?}", common::sim_library()),
+        "",
+        &[("REEF_LIBCUDA_SIM_FAULT", "scale@60")],
+    );
+    let mut c = d.client();
+    c.load_model(model_dir().to_str().unwrap(), None).unwrap();
+    // Two clients, RT and BE, each sending 100 inferences one after
+    // another; per client, in order: (when the answer arrived, failure
+    // message or None for done).
+    let per_client: Vec<Vec<(Instant, Option<String>)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = [Priority::Rt, Priority::Be]
+            .into_iter()
+            .map(|p| {
+                let mut c = d.client();
+                sc.spawn(move || {
+                    let s = c.register(p, None).unwrap();
+                    let mut v = Vec::new();
+                    for _ in 0..100 {
+                        match c.infer(s.stream, MODEL) {
+                            Ok(r) => {
+                                assert_eq!(r.outputs_verified, Some(true), "task {}", r.task);
+                                v.push((Instant::now(), None));
+                            }
+                            Err(e) => v.push((Instant::now(), Some(e.to_string()))),
+                        }
+                    }
+                    v
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let events: Vec<(Instant, Option<String>)> = per_client.iter().flatten().cloned().collect();
+    let failed: Vec<&(Instant, Option<String>)> = events.iter().filter(|e| e.1.is_some()).collect();
+    assert!(!failed.is_empty(), "no request failed");
+    // One request per scheduler stream holds buffers at a time: RT's, BE's.
+    assert!(failed.len() <= 2, "{failed:#?}");
+    for (_, m) in &failed {
+        let m = m.as_deref().unwrap();
+        assert!(m.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{m}");
+    }
+    // Serving resumes: the failed request's client sends its next request
+    // when the failure arrives (the context is rebuilt by then); it is
+    // answered within a bounded time.
+    let mut gap = Duration::ZERO;
+    for v in &per_client {
+        for (i, e) in v.iter().enumerate() {
+            if e.1.is_some() {
+                let next = v[i + 1..]
+                    .iter()
+                    .find(|x| x.1.is_none())
+                    .expect("no request of the stream was served after the fault");
+                gap = gap.max(next.0 - e.0);
+            }
+        }
+    }
+    let log = d.log();
+    let rebuilt = log
+        .lines()
+        .find(|l| l.contains("context rebuilt in"))
+        .unwrap_or_else(|| panic!("{log}"));
+    eprintln!(
+        "fault: {} requests failed, {} served; the failed stream's next answer {:.0} us after \
+         the failure; {}",
+        failed.len(),
+        events.len() - failed.len(),
+        gap.as_secs_f64() * 1e6,
+        rebuilt.rsplit(": ").next().unwrap_or(rebuilt)
+    );
+    assert!(
+        gap < Duration::from_secs(2),
+        "serving resumed after {gap:?}"
+    );
+    let stats = c.stats().unwrap();
+    assert_eq!(stats.device_errors, 1);
+    assert_eq!(stats.tasks_failed, failed.len() as u64);
 }

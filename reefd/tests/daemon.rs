@@ -248,6 +248,8 @@ fn sigterm_answers_every_request_removes_the_socket_and_exits_zero() {
             model: "resnet152".into(),
             wait: true,
             qos_ms: None,
+            inputs: None,
+            outputs: Vec::new(),
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(20));
@@ -315,6 +317,8 @@ fn requests_after_shutdown_begins_are_refused_explicitly() {
             model: "resnet152".into(),
             wait: false,
             qos_ms: None,
+            inputs: None,
+            outputs: Vec::new(),
         })
         .unwrap();
     let mut refused = false;

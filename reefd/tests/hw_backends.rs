@@ -110,10 +110,10 @@ fn fuse_kfd_backend_preempt_suspends_clears_kills_and_restore_resumes() {
     assert_eq!(
         r.steps,
         vec![
+            "wave_reset gpu 0x3c4d".to_string(),
             format!("suspend_queues [{be0}, {be1}]"),
             format!("clear_queue {be0}"),
             format!("clear_queue {be1}"),
-            "wave_reset gpu 0x3c4d".to_string(),
         ]
     );
     assert!(r.refused.is_empty());

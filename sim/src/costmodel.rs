@@ -56,13 +56,16 @@ pub const REGISTER_ALLOCATION_UNIT: u32 = 256;
 ///   same per-thread register limit (255) and register file (64K per SM),
 ///   so their allocation is the nearest available.
 /// - `h100`: Hopper is sm_90 (CUDA guide).
-/// - `mi50`: an AMD GPU runs no PTX; the NVIDIA allocation of the same
-///   TVM kernel stands in for its VGPR use (an approximation, stated in
-///   docs/simulator.md).
+/// - `mi50`: gfx906, the VGPRs and LDS of the kernel's AMD code object
+///   (`reef-compile --arch gfx906`, AMDHSA metadata; registers per work
+///   item, allocated per 64-lane wave in the same unit); a model compiled
+///   without it falls back to the NVIDIA allocation of the same TVM kernel
+///   as a stand-in (an approximation, stated in docs/simulator.md).
 pub fn arch_for(spec: &DeviceSpec) -> &'static [&'static str] {
     match spec.name.as_str() {
         "gv100" => &["sm_70", "sm_75", "sm_80"],
         "h100" => &["sm_90", "sm_90a"],
+        "mi50" => &["gfx906", "sm_80"],
         _ => &["sm_80"],
     }
 }
@@ -312,5 +315,32 @@ mod tests {
         assert_eq!(max_resident(128, 0, regs_per_block(32, 128, 32), &s), 16);
         // 48 KB of shared memory: 4 blocks in 228 KB.
         assert_eq!(max_resident(128, 48 * 1024, 0, &s), 4);
+    }
+
+    #[test]
+    fn mi50_uses_the_gfx906_code_object_resources_when_compiled() {
+        let text = |amd: &str| {
+            format!(
+                r#"{{"storage": [{{"name": "x", "size": 4, "stype": "float32"}},
+                               {{"name": "y", "size": 4, "stype": "float32"}}],
+                    "kernels": [{{"name": "k", "launch_params": [1,1,1,64,1,1], "args": [0, 1]}}],
+                    "args": [0], "format": "reef-compile/1", "archs": ["sm_80"],
+                    "ptx": {{"sm_80": "k.ptx"}}, "inputs": [0], "params": [], "outputs": [1],
+                    "resources": {{"sm_80": {{"k": {{"registers": 40, "shared_static": 0}}}}{amd}}}}}"#
+            )
+        };
+        let load = |t: &str| {
+            reef_model::Model::parse("m", std::path::Path::new("/d/m/m.json"), t, None).unwrap()
+        };
+        let both = load(&text(
+            r#", "gfx906": {"k": {"registers": 92, "shared_static": 640}}"#,
+        ));
+        let nv = load(&text(""));
+        let mi50 = DeviceSpec::preset("mi50").unwrap();
+        let gv100 = DeviceSpec::preset("gv100").unwrap();
+        let k = &both.kernels[0];
+        assert_eq!(chosen_arch(k, &both, &mi50), Some("gfx906"));
+        assert_eq!(chosen_arch(k, &both, &gv100), Some("sm_80"));
+        assert_eq!(chosen_arch(&nv.kernels[0], &nv, &mi50), Some("sm_80"));
     }
 }

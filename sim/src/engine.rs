@@ -1223,6 +1223,15 @@ impl Sim {
         self.completed
     }
 
+    /// Blocks of live launch `id` placed on compute units so far (`None`:
+    /// not live). reef-libcuda-sim reads it when a preempt flag changes,
+    /// to know which blocks passed the check (issue 26), without keeping
+    /// every block record for a process's life.
+    pub fn blocks_placed(&self, id: LaunchId) -> Option<u32> {
+        let l = self.launches.get((id.0 & 0xffff_ffff) as usize)?;
+        (l.live && l.id == id).then(|| l.next_block - l.start)
+    }
+
     /// Recorded block groups (with [`SimConfig::record_blocks`]).
     pub fn block_records(&self) -> &[BlockRecord] {
         &self.records

@@ -63,6 +63,7 @@ pub mod engine;
 pub mod host;
 pub mod mix;
 pub mod node;
+pub mod realvalues;
 pub mod resources;
 pub mod shape;
 pub mod spec;

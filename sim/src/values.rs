@@ -12,7 +12,13 @@
 //! ranges of different shapes of one kernel identity (versions of a kernel
 //! with 2×, 4×, ... the blocks, §5.3) add up exactly; overlapping ranges
 //! count once and a killed range un-writes its part.
+//!
+//! For models compiled by reef-compile the buffers also hold real bytes,
+//! computed by the CPU build of each kernel's TIR function
+//! ([`crate::realvalues`], [`ValueTracker::load_compiled`]); the version
+//! hashes are kept alongside, unchanged.
 
+use crate::realvalues::RealValues;
 use crate::shape::fnv1a;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -150,6 +156,8 @@ pub struct ValueTracker {
     /// the part of the output written).
     partial: Map<(u64, Coverage)>,
     corruptions: u64,
+    /// Real bytes, once a compiled model is registered.
+    real: Option<Box<RealValues>>,
 }
 
 /// One buffer whose final value differs between two runs.
@@ -234,6 +242,74 @@ impl ValueTracker {
                 self.partial.insert(w, (h, covered));
             }
         }
+        self.blocks_ran(identity, writes, blocks, total_blocks);
+    }
+
+    /// Real values only: blocks `blocks` of a kernel of `total_blocks`
+    /// blocks ran to completion, so their part of `writes` holds the
+    /// computed bytes (the rest keeps its stale bytes). [`Self::complete`]
+    /// calls it; an engine that runs a killed launch's blocks partly calls
+    /// it for the blocks that completed before the kill ([`Self::kill`]
+    /// itself writes no bytes: the killed blocks' part stays stale).
+    /// Queued to a worker thread: it costs the simulator no time.
+    pub fn blocks_ran(
+        &mut self,
+        identity: u64,
+        writes: &[BufferId],
+        blocks: Range<u64>,
+        total_blocks: u64,
+    ) {
+        if let Some(r) = &self.real {
+            r.ran(identity, writes, blocks, total_blocks);
+        }
+    }
+
+    /// Registers a compiled model for real values: `identities[k]` is the
+    /// shape identity of kernel `k` (`KernelShape::for_model`).
+    pub fn register_program(
+        &mut self,
+        identities: &[u64],
+        program: std::sync::Arc<reef_cpu_kernels::Program>,
+    ) {
+        self.real
+            .get_or_insert_with(|| Box::new(RealValues::new()))
+            .register(identities, program);
+    }
+
+    /// Registers `model` for real values when its directory has a CPU build
+    /// (reef-compile's `cpu.so`); `Ok(false)` for a schedule without code
+    /// (the measured REEF/MI50 models), which keeps version tracking only.
+    pub fn load_compiled(
+        &mut self,
+        model: &reef_model::Model,
+        shapes: &[std::sync::Arc<crate::KernelShape>],
+    ) -> Result<bool, reef_cpu_kernels::Error> {
+        if model.compiled.is_none() || !reef_cpu_kernels::Program::file_has_code(&model.path) {
+            return Ok(false);
+        }
+        let program = reef_cpu_kernels::Program::load_file(&model.path)?;
+        let ids: Vec<u64> = shapes.iter().map(|s| s.identity).collect();
+        self.register_program(&ids, program);
+        Ok(true)
+    }
+
+    /// Writes a buffer's bytes (a host-to-device copy of an input); real
+    /// values only, a no-op until a compiled model is registered.
+    pub fn set_bytes(&mut self, b: BufferId, bytes: Vec<u8>) {
+        if let Some(r) = &self.real {
+            r.set(b, bytes);
+        }
+    }
+
+    /// A buffer's bytes, after every completion so far was computed
+    /// (`None`: no compiled model, or the buffer was never touched).
+    pub fn bytes(&self, b: BufferId) -> Option<Vec<u8>> {
+        self.real.as_ref().and_then(|r| r.bytes(b))
+    }
+
+    /// The real-values state, when a compiled model is registered.
+    pub fn real(&self) -> Option<&RealValues> {
+        self.real.as_deref()
     }
 
     /// Records a killed launch of blocks `blocks` of a kernel of

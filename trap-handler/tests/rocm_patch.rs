@@ -1,9 +1,13 @@
 //! The REEF KFD driver patch (rocm-patch/, REEF §4.5 "Kernel killing"):
-//! what can be checked without an AMD GPU and a kernel build. The patch must
-//! be a well-formed git patch; its UAPI part must apply to the kernel's own
-//! kfd_ioctl.h (Debian's linux-libc-dev, Linux 6.1) and, compiled by the C
-//! compiler, give the ioctl numbers and layouts the reef ioctl crate uses
-//! (ioctl/src/kfd/reef_patch.rs: 0x40044B85 and 0x40084B86).
+//! what can be checked here without a kernel tree. The patch must be a
+//! well-formed git patch; its UAPI part must apply to the kernel's own
+//! kfd_ioctl.h (Debian's linux-libc-dev 6.12 from bookworm-backports, which
+//! scripts/setup.sh unpacks into .tools/) and, compiled by the C compiler,
+//! give the ioctl numbers the reef ioctl crate uses
+//! (ioctl/src/kfd/reef_patch.rs: 0x40044B85 and 0x40084B86). The driver
+//! hunks are compiled against Debian's linux-source-6.12 by
+//! scripts/check-rocm-patch.sh; bindgen's view of the layouts is compared in
+//! ioctl/bindgen-check.
 
 mod common;
 use common::*;
@@ -14,14 +18,23 @@ fn patch_file() -> PathBuf {
     repo_root().join("rocm-patch/0001-drm-amdkfd-REEF-wave-reset-and-clear-queue-ioctls.patch")
 }
 
-fn system_kfd_header() -> PathBuf {
-    let h = Path::new("/usr/include/linux/kfd_ioctl.h");
+/// The Linux 6.12 UAPI include directory (REEF_KERNEL_HEADERS overrides).
+fn header_root() -> PathBuf {
+    std::env::var_os("REEF_KERNEL_HEADERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".tools/linux-libc-dev/usr/include"))
+}
+
+fn kernel_kfd_header() -> PathBuf {
+    let h = header_root().join("linux/kfd_ioctl.h");
+    let text = std::fs::read_to_string(&h).unwrap_or_default();
     assert!(
-        h.is_file(),
-        "{} missing: run scripts/setup.sh (scripts/setup.d/30-trap-tools.sh installs linux-libc-dev)",
+        text.contains("AMDKFD_IOC_DBG_TRAP"),
+        "{} missing or older than 6.4: run scripts/setup.sh \
+         (scripts/setup.d/20-kernel-headers.sh unpacks linux-libc-dev 6.12)",
         h.display()
     );
-    h.to_path_buf()
+    h
 }
 
 #[test]
@@ -40,6 +53,9 @@ fn git_parses_the_whole_patch() {
         files,
         [
             "drivers/gpu/drm/amd/amdkfd/kfd_chardev.c",
+            "drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c",
+            "drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.h",
+            "drivers/gpu/drm/amd/amdkfd/kfd_priv.h",
             "include/uapi/linux/kfd_ioctl.h"
         ]
     );
@@ -51,7 +67,7 @@ fn uapi_applies_to_the_kernel_header_and_matches_the_ioctl_crate() {
     let tree = dir.path().join("linux");
     let uapi = tree.join("include/uapi/linux");
     std::fs::create_dir_all(&uapi).unwrap();
-    std::fs::copy(system_kfd_header(), uapi.join("kfd_ioctl.h")).unwrap();
+    std::fs::copy(kernel_kfd_header(), uapi.join("kfd_ioctl.h")).unwrap();
     run(Command::new("git")
         .current_dir(&tree)
         .args(["apply", "--include=include/uapi/*"])
@@ -101,7 +117,7 @@ int main(void) {
 
 #[test]
 fn unpatched_header_has_neither_ioctl() {
-    let text = std::fs::read_to_string(system_kfd_header()).unwrap();
+    let text = std::fs::read_to_string(kernel_kfd_header()).unwrap();
     assert!(!text.contains("AMDKFD_IOC_WAVE_RESET"));
     assert!(!text.contains("AMDKFD_IOC_CLEAR_QUEUE"));
 }

@@ -298,6 +298,8 @@ pub fn benign(sh: Arc<Shared>, ids: Vec<usize>) -> Tally {
                         model: sh.cfg.be_model.clone(),
                         wait: true,
                         qos_ms: None,
+                        inputs: None,
+                        outputs: Vec::new(),
                     }
                 }
                 _ => RequestBody::Status,
@@ -529,6 +531,8 @@ pub fn child_main(a: ChildArgs) -> anyhow::Result<()> {
                 model: a.model.clone(),
                 wait: false,
                 qos_ms: None,
+                inputs: None,
+                outputs: Vec::new(),
             },
             REPLY_TIMEOUT,
         )

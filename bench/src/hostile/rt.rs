@@ -78,6 +78,8 @@ pub(super) fn rt_phase(
             model: model.to_string(),
             wait: true,
             qos_ms: None,
+            inputs: None,
+            outputs: Vec::new(),
         };
         let r = c
             .send(body)

@@ -248,9 +248,18 @@ impl FakeDevice for FakeKfd {
                 if !st.gpus.iter().any(|g| g.gpu_id == a.gpu_id) {
                     return Err(Errno::EINVAL);
                 }
+                // The patched driver (6.12 port): an SQ_CMD KILL with
+                // CHECK_VMID on the caller's VMID, so only the caller's
+                // waves end, and only those on the CUs: a suspended queue
+                // is unmapped and its waves were saved (CWSR), to be
+                // restored when it is resumed.
                 let mut killed = 0u64;
-                for p in st.processes.values_mut() {
-                    for q in p.queues.values_mut().filter(|q| q.gpu_id == a.gpu_id) {
+                if let Some(p) = st.processes.get_mut(&caller.tgid) {
+                    for q in p
+                        .queues
+                        .values_mut()
+                        .filter(|q| q.gpu_id == a.gpu_id && !q.suspended)
+                    {
                         killed += u64::from(q.running_waves);
                         q.running_waves = 0;
                     }
@@ -272,11 +281,9 @@ impl FakeDevice for FakeKfd {
                     .and_then(|p| p.queues.get_mut(&a.queue_id))
                     .filter(|q| q.gpu_id == a.gpu_id)
                     .ok_or(Errno::EINVAL)?;
-                // The fake's rule: clearing a queue the CP may be fetching
-                // from would race, so the queue must be suspended first.
-                if !q.suspended {
-                    return Err(Errno::EBUSY);
-                }
+                // The patched driver parks the queue itself while it
+                // rewrites the packets and maps it again afterwards; a
+                // suspended queue stays suspended.
                 q.pending_packets = 0;
                 Ok(IoctlReply {
                     result: 0,

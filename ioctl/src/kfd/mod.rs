@@ -391,8 +391,11 @@ impl Kfd {
             })
     }
 
-    /// AMDKFD_IOC_WAVE_RESET (REEF patch): kills every running wave on GPU
-    /// `gpu_id` (REEF §4.5 "Kernel killing").
+    /// AMDKFD_IOC_WAVE_RESET (REEF patch): kills every wave this process
+    /// runs on GPU `gpu_id` (REEF §4.5 "Kernel killing"): an SQ_CMD KILL
+    /// limited to the process's VMID, so other processes' waves survive, and
+    /// so do the waves of queues that are suspended or evicted (the hardware
+    /// scheduler saved them at the unmap and restores them at the map).
     pub fn wave_reset(&self, gpu_id: u32) -> Result<()> {
         let args = KfdIoctlWaveResetArgs { gpu_id };
         // SAFETY: `args` is a valid wave-reset argument.
@@ -408,8 +411,12 @@ impl Kfd {
     }
 
     /// AMDKFD_IOC_CLEAR_QUEUE (REEF patch): drops the packets not yet fetched
-    /// from queue `queue_id` on GPU `gpu_id` (REEF Figure 7 ❷). The queue must
-    /// be suspended first.
+    /// from queue `queue_id` on GPU `gpu_id` (REEF Figure 7 ❷): the kernel
+    /// dispatches between its read and write dispatch ids become no-op
+    /// barriers that still signal completion. The patched driver unmaps the
+    /// queue itself while it edits and maps it again afterwards (unless it
+    /// was suspended or evicted, which stays as it was), so the queue need
+    /// not be suspended first.
     pub fn clear_queue(&self, gpu_id: u32, queue_id: u32) -> Result<()> {
         let args = KfdIoctlClearQueueArgs { gpu_id, queue_id };
         // SAFETY: `args` is a valid clear-queue argument.
@@ -436,11 +443,15 @@ pub struct Eviction {
 
 impl Kfd {
     /// REEF's reset-based preemption of best-effort queues on one GPU
-    /// (§4.5, Figure 7), for reefd's `kfd` backend: suspend the queues so the
-    /// command processor stops fetching from them, drop the packets they had
-    /// not yet fetched (❷, CLEAR_QUEUE), then kill the waves still running on
-    /// the GPU (❸, WAVE_RESET). Resetting the runtime's host queues is
-    /// reefd's own business. Needs a debug session on `pid` (reefd runs the
+    /// (§4.5, Figure 7), for reefd's `kfd` backend: kill the waves this
+    /// process runs on the GPU (❸, WAVE_RESET), suspend the queues so the
+    /// command processor stops fetching from them, then drop the packets
+    /// they had not yet fetched (❷, CLEAR_QUEUE). The kill comes first
+    /// because suspending unmaps the queues, and with CWSR (GFX9's default)
+    /// the hardware scheduler saves the waves of an unmapped queue and
+    /// restores them when it is mapped again: killed after the suspension,
+    /// they would not be on the CUs to be killed. Resetting the runtime's
+    /// host queues is reefd's own business. Needs a debug session on `pid` (reefd runs the
     /// best-effort work in its own process, so `pid` is its own and no
     /// ptrace is needed). Queues the driver could not suspend are not
     /// cleared; the outcome says which.
@@ -451,13 +462,13 @@ impl Kfd {
         queue_ids: &[u32],
         grace_period_us: u32,
     ) -> Result<Eviction> {
+        self.wave_reset(gpu_id)?;
         let suspended = self.suspend_queues(pid, queue_ids, grace_period_us, 0)?;
         let mut cleared = Vec::new();
         for q in suspended.queues.iter().filter(|q| q.ok()) {
             self.clear_queue(gpu_id, q.queue_id)?;
             cleared.push(q.queue_id);
         }
-        self.wave_reset(gpu_id)?;
         Ok(Eviction { suspended, cleared })
     }
 
@@ -557,10 +568,24 @@ fn patch_hint(errno: Errno, gpu_id: u32, queue_id: Option<u32>) -> String {
             "queue {q} on gpu_id {gpu_id} is not a queue of this process, or the kernel lacks \
              the REEF patch"
         ),
-        (Errno::EBUSY, Some(q)) => {
-            format!("queue {q} is still active: suspend it (suspend_queues) before clearing it")
+        // The 6.12 patch: WAVE_RESET on a GPU other than GFX9 (its SQ_CMD
+        // kill is GFX9's), CLEAR_QUEUE on a queue that is not a compute AQL
+        // queue, or either under MES.
+        (Errno::EOPNOTSUPP, None) => format!(
+            "gpu_id {gpu_id} is not a GFX9 GPU (gfx906, gfx90a) without MES: the REEF patch's \
+             wave kill is GFX9's SQ_CMD"
+        ),
+        (Errno::EOPNOTSUPP, Some(q)) => format!(
+            "queue {q} is not a compute AQL queue on a GPU without MES; the REEF patch clears \
+             only those"
+        ),
+        (Errno::EIO, Some(q)) => format!(
+            "queue {q}'s read and write dispatch ids are inconsistent (write behind read, or \
+             more packets than the ring holds); nothing was cleared"
+        ),
+        (Errno::EACCES, Some(q)) => {
+            format!("queue {q} was reset by the driver after a hang and is no longer usable")
         }
-        (Errno::EPERM, _) => "the REEF reset ioctls need CAP_SYS_ADMIN (run reefd as root)".into(),
         _ => generic_hint(errno),
     }
 }

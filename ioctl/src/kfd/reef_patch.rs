@@ -1,6 +1,7 @@
 //! The two out-of-tree KFD ioctls added by the REEF driver patch: killing the
-//! running waves of a GPU (`AMDKFD_IOC_WAVE_RESET`) and dropping the
-//! unexecuted packets of one user-mode queue (`AMDKFD_IOC_CLEAR_QUEUE`).
+//! running waves of the calling process on a GPU (`AMDKFD_IOC_WAVE_RESET`)
+//! and dropping the unfetched kernel dispatches of one of its user-mode
+//! queues (`AMDKFD_IOC_CLEAR_QUEUE`).
 //!
 //! Paper: REEF §4.5, "Kernel killing": REEF retrofits the amdgpu driver's GPU
 //! reset so that the command processor kills all running kernels on the CUs
@@ -8,15 +9,17 @@
 //! `ioctl` and to HIP as `hip_reset_kern`; and Figure 7 (❷ resetting a DQ).
 //!
 //! These numbers are **not** in any upstream kernel: they are provided by the
-//! REEF patch to the amdgpu/amdkfd driver in `rocm-patch/` (whose test
-//! compiles the patched header and checks the request codes 0x40044B85 and
-//! 0x40084B86 that this module builds; see docs/hardware.md, Part 2). They sit
-//! above the upstream command range (`AMDKFD_COMMAND_END` = 0x27), so an
-//! unpatched kernel answers them with `ENOTTY` ("nr >= AMDKFD_CORE_IOCTL_COUNT"
-//! in `kfd_chardev.c`) or `EINVAL`, which [`crate::kfd::Kfd`] reports as
-//! "this kernel lacks the REEF patch". Both carry input only, so they are
-//! `_IOW`; the argument layouts follow the issue's specification
-//! (`{gpu_id}` and `{gpu_id, queue_id}`).
+//! REEF patch to amdkfd in `rocm-patch/`, written for Linux 6.12 and compiled
+//! against Debian's linux-source-6.12 by `scripts/check-rocm-patch.sh`. The
+//! values below are hand-written; `ioctl/bindgen-check` generates them with
+//! bindgen from the patch applied to the 6.12 `kfd_ioctl.h` and its test
+//! compares request codes, numbers, sizes, alignments and field offsets with
+//! these (all equal; see docs/hardware.md). They sit above the 6.12 command
+//! range (`AMDKFD_COMMAND_END` = 0x27, after the debug API's 0x25 and 0x26),
+//! so an unpatched kernel answers them with `ENOTTY` ("nr >=
+//! AMDKFD_CORE_IOCTL_COUNT" in `kfd_chardev.c`), which [`crate::kfd::Kfd`]
+//! reports as "this kernel lacks the REEF patch". Both carry input only, so
+//! they are `_IOW`.
 
 use std::mem::size_of;
 

@@ -44,6 +44,20 @@ enum Cmd {
         /// predicted stand-alone latency).
         #[arg(long, value_parser = positive_ms)]
         qos_ms: Option<f64>,
+        /// The input tensors: a numpy .npz archive whose arrays are keyed
+        /// by the model's input names (`reefctl models show MODEL`); sent
+        /// inline, or through shared memory with --shm.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Where to write the outputs (a .npz keyed by the model's output
+        /// names; the last inference's when --count is more than 1). Needs
+        /// --inputs.
+        #[arg(long, requires = "inputs")]
+        outputs: Option<PathBuf>,
+        /// Pass the tensors through a shared-memory region (a sealed memfd
+        /// registered with the daemon) instead of inline.
+        #[arg(long, requires = "inputs")]
+        shm: bool,
     },
     /// Preempt one stream, or every best-effort stream you may preempt.
     Preempt {
@@ -100,6 +114,11 @@ enum ModelsCmd {
         device_index: Option<usize>,
     },
     List,
+    /// A loaded model's details, with its inputs and outputs (name,
+    /// dtype, shape), as `infer --inputs` takes them.
+    Show {
+        name: String,
+    },
     Unload {
         name: String,
     },
@@ -246,6 +265,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
             }
+            ModelsCmd::Show { name } => {
+                let ms = c.models()?;
+                let Some(m) = ms.into_iter().find(|m| m.name == name) else {
+                    anyhow::bail!(
+                        "model {name} is not loaded; load it with `reefctl models load {name}`"
+                    );
+                };
+                if cli.json {
+                    return print_json(&m);
+                }
+                println!(
+                    "{} ({} kernels) from {}",
+                    m.name,
+                    m.kernels,
+                    m.path.display()
+                );
+                if m.inputs.is_empty() && m.outputs.is_empty() {
+                    println!("  takes no tensors (a measured schedule without code)");
+                }
+                for (what, ts) in [("input", &m.inputs), ("output", &m.outputs)] {
+                    for t in ts {
+                        println!("  {what:<6} {:?} {} {:?}", t.name, t.dtype, t.shape);
+                    }
+                }
+            }
             ModelsCmd::Unload { name } => {
                 c.unload_model(&name)?;
                 if cli.json {
@@ -259,11 +303,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             count,
             priority,
             qos_ms,
+            inputs,
+            outputs,
+            shm,
         } => {
             let s = c.register(priority, Some("reefctl"))?;
+            let tensors = match &inputs {
+                Some(p) => Some(TensorInputs::prepare(&mut c, &model, p, shm)?),
+                None => None,
+            };
             let mut results = Vec::new();
             for _ in 0..count {
-                let r = c.infer_qos(s.stream, &model, qos_ms)?;
+                let r = match &tensors {
+                    Some(t) => t.infer(&mut c, s.stream, &model)?,
+                    None => c.infer_qos(s.stream, &model, qos_ms)?,
+                };
+                if let (Some(t), Some(out)) = (&tensors, &outputs) {
+                    t.write_outputs(&r, out)?;
+                }
                 if !cli.json {
                     println!(
                         "task {:>6}  latency {:>10.1} us  normalized {:>6}  control path {:>8} us  preemptions {}  outputs {}",
@@ -280,6 +337,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
                 results.push(r);
+            }
+            if let Some(why) = results.last().and_then(|r| r.outputs_missing.as_ref()) {
+                if !cli.json {
+                    eprintln!("reefctl: note: no outputs: {why}");
+                }
             }
             let sum = summarize(results.iter().map(|r| r.latency_us));
             if cli.json {
@@ -501,5 +563,136 @@ fn positive_ms(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{s:?} is not a positive number of milliseconds (e.g. --qos-ms 20)"
         )),
+    }
+}
+
+/// The tensors of `reefctl infer --inputs`: the arrays of the archive,
+/// sent inline or copied once into a registered region.
+struct TensorInputs {
+    arrays: Vec<reefd::npz::Array>,
+    /// With --shm: the region and its id, inputs at the front, outputs
+    /// after them.
+    shm: Option<(reefd::client::ShmRegion, u64)>,
+    /// With --shm: each output's (name, offset, bytes) in the region.
+    out_places: Vec<(String, u64, u64)>,
+}
+
+impl TensorInputs {
+    fn prepare(
+        c: &mut Client,
+        model: &str,
+        path: &std::path::Path,
+        shm: bool,
+    ) -> anyhow::Result<Self> {
+        let arrays = reefd::npz::read(path)?;
+        if !shm {
+            return Ok(TensorInputs {
+                arrays,
+                shm: None,
+                out_places: Vec::new(),
+            });
+        }
+        // One region: the inputs, then room for each output.
+        let m = c
+            .models()?
+            .into_iter()
+            .find(|m| m.name == model)
+            .ok_or_else(|| anyhow::anyhow!("model {model} is not loaded"))?;
+        let mut at: u64 = arrays.iter().map(|a| a.data.len() as u64).sum();
+        let mut out_places = Vec::new();
+        for o in &m.outputs {
+            let b = o.bytes().unwrap_or(0);
+            out_places.push((o.name.clone(), at, b));
+            at += b;
+        }
+        let mut region = reefd::client::ShmRegion::new(at.max(1) as usize)?;
+        let mut off = 0;
+        for a in &arrays {
+            region.as_mut_slice()[off..off + a.data.len()].copy_from_slice(&a.data);
+            off += a.data.len();
+        }
+        let id = c.register_region(&region)?;
+        Ok(TensorInputs {
+            arrays,
+            shm: Some((region, id)),
+            out_places,
+        })
+    }
+
+    fn infer(
+        &self,
+        c: &mut Client,
+        stream: u64,
+        model: &str,
+    ) -> anyhow::Result<reefd::protocol::TaskResult> {
+        use reefd::client::Input;
+        let mut inputs = Vec::new();
+        let mut offset = 0u64;
+        for a in &self.arrays {
+            inputs.push(match &self.shm {
+                None => Input::Inline {
+                    name: &a.name,
+                    dtype: &a.dtype,
+                    shape: &a.shape,
+                    data: &a.data,
+                },
+                Some((_, region)) => {
+                    let i = Input::Shm {
+                        name: &a.name,
+                        dtype: &a.dtype,
+                        shape: &a.shape,
+                        region: *region,
+                        offset,
+                        bytes: a.data.len() as u64,
+                    };
+                    offset += a.data.len() as u64;
+                    i
+                }
+            });
+        }
+        let outs: Vec<reefd::protocol::OutputRef> = match &self.shm {
+            None => Vec::new(),
+            Some((_, region)) => self
+                .out_places
+                .iter()
+                .map(|(name, offset, bytes)| reefd::protocol::OutputRef {
+                    name: name.clone(),
+                    region: *region,
+                    offset: *offset,
+                    bytes: *bytes,
+                })
+                .collect(),
+        };
+        Ok(c.infer_tensors(stream, model, &inputs, &outs)?)
+    }
+
+    fn write_outputs(
+        &self,
+        r: &reefd::protocol::TaskResult,
+        path: &std::path::Path,
+    ) -> anyhow::Result<()> {
+        if let Some(why) = &r.outputs_missing {
+            anyhow::bail!("the inference ran but returned no outputs: {why}");
+        }
+        let mut arrays = Vec::new();
+        for o in &r.outputs {
+            let data = match (o.region, &self.shm) {
+                (Some(_), Some((region, _))) => region
+                    .as_slice()
+                    .get(o.offset as usize..(o.offset + o.bytes) as usize)
+                    .map(<[u8]>::to_vec),
+                _ => r.output_bytes(&o.name).map(<[u8]>::to_vec),
+            };
+            let Some(data) = data else {
+                anyhow::bail!("output {} is missing from the answer", o.name);
+            };
+            arrays.push(reefd::npz::Array {
+                name: o.name.clone(),
+                dtype: o.dtype.clone(),
+                shape: o.shape.clone(),
+                data,
+            });
+        }
+        reefd::npz::write(path, &arrays)
     }
 }

@@ -43,6 +43,14 @@ enum Cmd {
         /// Do not serve metrics.
         #[arg(long)]
         no_metrics: bool,
+        /// Serve the Open Inference Protocol (KServe v2) over HTTP on this
+        /// address, e.g. 127.0.0.1:8000 (overrides kserve.http).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+        /// Serve it over gRPC on this address, e.g. 127.0.0.1:8001
+        /// (overrides kserve.grpc).
+        #[arg(long, value_name = "ADDR")]
+        grpc: Option<String>,
         /// Stay in the foreground and log to stderr (use under systemd).
         #[arg(long)]
         foreground: bool,
@@ -101,6 +109,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             policy,
             metrics,
             no_metrics,
+            http,
+            grpc,
             foreground,
         } => {
             let mut cfg = load_config(&config)?;
@@ -122,6 +132,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if no_metrics {
                 cfg.metrics.enabled = false;
             }
+            if let Some(a) = http {
+                cfg.kserve.http = a;
+            }
+            if let Some(a) = grpc {
+                cfg.kserve.grpc = a;
+            }
+            cfg.validate()?;
             daemon::start(daemon::StartOptions {
                 config: cfg,
                 foreground,

@@ -320,11 +320,14 @@ impl HardwareBackend for KfdBackend {
             &self.be_queues,
             self.grace_period_us,
         )?;
+        // In the order evict_and_kill issues them: the kill first (a
+        // suspended queue's waves are saved by CWSR, not on the CUs to be
+        // killed), then suspend, then clear.
+        steps.push(format!("wave_reset gpu 0x{:x}", self.gpu_id));
         steps.push(format!("suspend_queues {:?}", self.be_queues));
         for q in &ev.cleared {
             steps.push(format!("clear_queue {q}"));
         }
-        steps.push(format!("wave_reset gpu 0x{:x}", self.gpu_id));
         for q in ev.suspended.queues.iter().filter(|q| !q.ok()) {
             refused.push(format!(
                 "queue {}: {}",

@@ -117,7 +117,7 @@ pub struct PreemptReport {
     /// The level the preemption was carried out at.
     pub level: PreemptLevel,
     /// Driver operations issued, in order (for logs and tests), e.g.
-    /// `suspend_queues [3, 4]`, `clear_queue 3`, `wave_reset gpu 0x1a2b`.
+    /// `wave_reset gpu 0x1a2b`, `suspend_queues [3, 4]`, `clear_queue 3`.
     pub steps: Vec<String>,
     /// Queues or channel groups the driver reported it could not act on.
     pub refused: Vec<String>,

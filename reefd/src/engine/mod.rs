@@ -176,6 +176,13 @@ pub trait Engine: Send {
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError>;
     /// Runs the device up to `now`.
+    /// Withdraws `task` if it has not reached the device yet (it waits
+    /// behind its stream's running request); true when it was withdrawn and
+    /// will produce no event. A task the device's scheduler holds runs to
+    /// its end. (Triton's `timeout`, docs/kserve.md.)
+    fn withdraw(&mut self, _task: u64) -> bool {
+        false
+    }
     fn advance(&mut self, now: Nanos, out: &mut Vec<EngineEvent>);
     /// When something next happens without new input (`None`: idle).
     fn next_event_time(&self) -> Option<Nanos>;
@@ -198,6 +205,26 @@ pub trait Engine: Send {
     /// default.
     fn set_qos(&mut self, task: u64, qos_ns: Option<u64>) {
         let _ = (task, qos_ns);
+    }
+    /// The data of task `task` (its inputs' bytes and where its outputs
+    /// go), given before its submission; refused when the engine's device
+    /// has no data path.
+    fn set_data(
+        &mut self,
+        task: u64,
+        data: Arc<crate::tensors::RequestData>,
+    ) -> Result<(), EngineError> {
+        let _ = (task, data);
+        Err(EngineError::Unsupported(
+            "this engine's device takes no tensors".into(),
+        ))
+    }
+    /// What the device did with the outputs of task `task` (given data by
+    /// [`Engine::set_data`]), once it is done; taken once. `None`: the task
+    /// carried no data, or is not done.
+    fn take_outputs(&mut self, task: u64) -> Option<crate::tensors::Outputs> {
+        let _ = task;
+        None
     }
     /// The Aker managers' figures, under `aker`, `baymax` or `tacker`.
     fn aker(&self) -> Option<crate::protocol::AkerStats> {

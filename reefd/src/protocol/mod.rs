@@ -176,6 +176,32 @@ pub enum RequestBody {
         /// model's predicted stand-alone latency; ignored by the others).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         qos_ms: Option<f64>,
+        /// The input tensors (docs/protocol.md, "Tensors"): each inline,
+        /// in the data section of this frame, or in a registered region.
+        /// Absent: the request carries no data, and the device runs the
+        /// model on inputs of its own (the simulator's version tracking; a
+        /// GPU's seeded inputs checked against its references); no outputs
+        /// are returned. Present (even empty): every input of the model
+        /// must be given, and the outputs are returned.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inputs: Option<Vec<TensorRef>>,
+        /// Where outputs go in registered regions; outputs not named here
+        /// come back inline in the answer's data section.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        outputs: Vec<OutputRef>,
+    },
+    /// Registers a shared-memory region: a memfd sealed against shrinking
+    /// (F_SEAL_SHRINK), sent with this frame's bytes as SCM_RIGHTS
+    /// ancillary data (REEF's RegisterBlob). The region belongs to the
+    /// connection and lives until `unregister_region` or until the
+    /// connection closes (requests in flight keep their mapping).
+    RegisterRegion {
+        /// Optional label for logs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+    },
+    UnregisterRegion {
+        region: u64,
     },
     ListStreams,
     ListTasks,
@@ -216,6 +242,80 @@ fn default_true() -> bool {
     true
 }
 
+/// One input tensor of an `infer` (docs/protocol.md, "Tensors"): its ONNX
+/// name, element type, shape and where its bytes are. Without `region`
+/// the bytes are inline: `offset` and `bytes` locate them in the data
+/// section of the request's frame; with `region`, in that registered
+/// region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorRef {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<u64>,
+    #[serde(default)]
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// Where an output of an `infer` goes: `bytes` at `offset` in registered
+/// region `region` (REEF's GetBlob).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputRef {
+    pub name: String,
+    pub region: u64,
+    #[serde(default)]
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// An input or output a model declares (`models show --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    /// The ONNX name (`image:0`, `probs/out`).
+    pub name: String,
+    /// numpy's name of the element type (`float32`, `int64`, `bool`, ...).
+    pub dtype: String,
+    pub shape: Vec<u64>,
+}
+
+impl TensorSpec {
+    /// Bytes of the tensor (`None`: unknown dtype or overflow).
+    pub fn bytes(&self) -> Option<u64> {
+        let e = dtype_size(&self.dtype)?;
+        self.shape.iter().try_fold(e, |acc, &d| acc.checked_mul(d))
+    }
+}
+
+/// Bytes per element of a dtype named as numpy names it; `None` for a
+/// name the protocol does not know.
+pub fn dtype_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "bool" | "int8" | "uint8" => 1,
+        "float16" | "bfloat16" | "int16" | "uint16" => 2,
+        "float32" | "int32" | "uint32" => 4,
+        "float64" | "int64" | "uint64" => 8,
+        _ => return None,
+    })
+}
+
+/// One output of a finished `infer` with data: inline at `offset` in the
+/// answer's data section, or written to `region` at `offset` (as the
+/// request's `outputs` asked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputTensor {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<u64>,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
 /// One message from the daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -253,6 +353,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The task was cancelled (its stream was unregistered).
     Cancelled,
+    /// The request did not reach the GPU before its start deadline (the
+    /// Open Inference Protocol's `timeout`); it was not run.
+    Timeout,
     Internal,
 }
 
@@ -315,6 +418,16 @@ pub enum Reply {
     },
     TaskEnded {
         task: u64,
+    },
+    RegionRegistered {
+        region: u64,
+        bytes: u64,
+        /// Whether the daemon may write outputs into it (the memfd was
+        /// sent open for writing).
+        writable: bool,
+    },
+    RegionUnregistered {
+        region: u64,
     },
 }
 
@@ -446,6 +559,13 @@ pub struct ModelInfo {
     /// The device holding the model (node daemons only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<usize>,
+    /// The model's inputs and outputs, as an `infer` with tensors must
+    /// give and gets them (empty for a measured REEF schedule without
+    /// code, which takes no tensors).
+    #[serde(default)]
+    pub inputs: Vec<TensorSpec>,
+    #[serde(default)]
+    pub outputs: Vec<TensorSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -525,6 +645,67 @@ pub struct TaskResult {
     /// equal those of an unpreempted run, i.e. every restore was correct.
     /// Absent when the engine does not track values.
     pub outputs_verified: Option<bool>,
+    /// The outputs of a request that carried inputs (empty otherwise, or
+    /// when `outputs_missing` says why there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputTensor>,
+    /// Why a request with inputs got no outputs: the device does not
+    /// compute this model's values (docs/protocol.md, "Where the bytes
+    /// go"). Outputs are never made up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs_missing: Option<String>,
+    /// The inline outputs' bytes: the frame's data section, not JSON
+    /// (one buffer per inline output, in `outputs` order; a client may
+    /// receive them as one buffer: see [`TaskResult::output_bytes`]).
+    #[serde(skip)]
+    pub data: Vec<Vec<u8>>,
+    /// What the daemon holds for this answer until it is written (its
+    /// count of the user's inline bytes); nothing on the wire.
+    #[serde(skip)]
+    pub hold: DataHold,
+}
+
+/// An opaque token an answer carries inside the daemon, released when the
+/// answer is dropped (once written, or with its connection): the daemon
+/// counts a user's inline tensor bytes until then. Equal to any other.
+#[derive(Clone, Default)]
+pub struct DataHold(pub Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>);
+
+impl PartialEq for DataHold {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for DataHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "DataHold(held)"
+        } else {
+            "DataHold"
+        })
+    }
+}
+
+impl TaskResult {
+    /// The bytes of inline output `name` (`None`: no such inline output).
+    pub fn output_bytes(&self, name: &str) -> Option<&[u8]> {
+        let o = self
+            .outputs
+            .iter()
+            .find(|o| o.name == name && o.region.is_none())?;
+        // The data section, as one buffer or one per inline output.
+        let mut base = 0u64;
+        for d in &self.data {
+            let end = base + d.len() as u64;
+            if o.offset >= base && o.offset + o.bytes <= end {
+                let a = (o.offset - base) as usize;
+                return d.get(a..a + o.bytes as usize);
+            }
+            base = end;
+        }
+        None
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

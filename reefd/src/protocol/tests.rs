@@ -63,6 +63,8 @@ fn request_round_trip_and_wire_shape() {
             model: "vgg".into(),
             wait: false,
             qos_ms: None,
+            inputs: None,
+            outputs: Vec::new(),
         },
     };
     let frame = encode(&r);
@@ -127,4 +129,167 @@ fn oversized_frame_is_skipped_and_stream_resyncs() {
     assert_eq!(d.next_frame(), Some(Decoded::TooLarge { len: 100 }));
     assert_eq!(d.next_frame(), Some(Decoded::Frame(stats[4..].to_vec())));
     assert_eq!(d.next_frame(), None);
+}
+
+/// A tensor frame (JSON head, then the data section) passes a decoder
+/// whose JSON limit it exceeds, up to the tensor limit; a large one is
+/// gathered in its own buffer across pushes, and the frames after it
+/// follow in order; the request's inline tensors are ranges of its frame.
+#[test]
+fn tensor_frames_have_their_own_limit_and_keep_their_data_in_place() {
+    let body = RequestBody::Infer {
+        stream: 1,
+        model: "m".into(),
+        wait: true,
+        qos_ms: None,
+        inputs: Some(vec![TensorRef {
+            name: "image:0".into(),
+            dtype: "float32".into(),
+            shape: vec![1, 50_000],
+            region: None,
+            offset: 0,
+            bytes: 200_000,
+        }]),
+        outputs: Vec::new(),
+    };
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let mut bytes = encode_tensor_head(&Request { id: 4, body }, data.len());
+    bytes.extend(&data);
+    let stats = encode(&Request {
+        id: 5,
+        body: RequestBody::Stats,
+    });
+    bytes.extend(&stats);
+    // Over the tensor limit: skipped whole.
+    let mut too_big = encode_tensor_head(
+        &Request {
+            id: 6,
+            body: RequestBody::Stats,
+        },
+        2 << 20,
+    );
+    too_big.extend(std::iter::repeat_n(0u8, 2 << 20));
+    bytes.extend(&too_big);
+    // A JSON frame over the JSON limit: skipped.
+    let mut json = (100u32).to_be_bytes().to_vec();
+    json.extend(std::iter::repeat_n(b'{', 100));
+    bytes.extend(&json);
+    bytes.extend(&stats);
+    let mut d = FrameDecoder::with_limits(64, 1 << 20);
+    let mut out = Vec::new();
+    for chunk in bytes.chunks(4093) {
+        d.push(chunk);
+        while let Some(f) = d.next_frame() {
+            out.push(f);
+        }
+    }
+    assert_eq!(
+        out.len(),
+        5,
+        "{:?}",
+        out.iter()
+            .map(|f| match f {
+                Decoded::Frame(p) => p.len(),
+                Decoded::TooLarge { len } => *len,
+            })
+            .collect::<Vec<_>>()
+    );
+    let Decoded::Frame(p) = out.remove(0) else {
+        panic!("the tensor frame")
+    };
+    let (req, frame) = parse_frame(p).unwrap();
+    assert_eq!(req.id, 4);
+    let frame = frame.expect("a data section");
+    assert_eq!(frame.len(), data.len());
+    assert_eq!(&frame.frame[frame.start..], &data[..]);
+    assert_eq!(out[0], Decoded::Frame(stats[4..].to_vec()));
+    assert!(matches!(out[1], Decoded::TooLarge { .. }));
+    assert_eq!(out[2], Decoded::TooLarge { len: 100 });
+    assert_eq!(out[3], Decoded::Frame(stats[4..].to_vec()));
+    // Only an infer carries data.
+    let mut stats_data = encode_tensor_head(
+        &Request {
+            id: 7,
+            body: RequestBody::Stats,
+        },
+        3,
+    );
+    stats_data.extend([1, 2, 3]);
+    let e = parse_frame(stats_data[4..].to_vec()).unwrap_err();
+    assert_eq!(e.id, Some(7));
+    // A JSON length past the frame's end.
+    let e = parse_frame(vec![TENSOR_FRAME, 0, 0, 1, 0, b'{']).unwrap_err();
+    assert!(e.message.contains("runs past its end"), "{}", e.message);
+}
+
+/// An answer with inline outputs is a tensor frame whose data section the
+/// client gets back as the result's data.
+#[test]
+fn answers_with_outputs_round_trip() {
+    let t = TaskResult {
+        task: 1,
+        stream: 2,
+        model: "m".into(),
+        latency_us: 1.0,
+        normalized_latency: None,
+        control_path_us: None,
+        first_kernel_monotonic_ns: None,
+        preemptions: 0,
+        outputs_verified: None,
+        outputs: vec![
+            OutputTensor {
+                name: "a".into(),
+                dtype: "uint8".into(),
+                shape: vec![3],
+                region: None,
+                offset: 0,
+                bytes: 3,
+            },
+            OutputTensor {
+                name: "probs/out".into(),
+                dtype: "uint8".into(),
+                shape: vec![2],
+                region: None,
+                offset: 3,
+                bytes: 2,
+            },
+        ],
+        outputs_missing: None,
+        data: vec![vec![1, 2, 3], vec![4, 5]],
+        hold: DataHold::default(),
+    };
+    let msg = ServerMessage::Reply {
+        id: 9,
+        result: Reply::InferDone(t.clone()),
+    };
+    let (head, data) = encode_message(&msg);
+    let mut wire = head.clone();
+    for d in data {
+        wire.extend(d);
+    }
+    let mut dec = FrameDecoder::new(1 << 20);
+    dec.push(&wire);
+    let Some(Decoded::Frame(p)) = dec.next_frame() else {
+        panic!("a frame")
+    };
+    let ServerMessage::Reply {
+        result: Reply::InferDone(got),
+        ..
+    } = decode_message(p).unwrap()
+    else {
+        panic!("an infer_done")
+    };
+    assert_eq!(got.output_bytes("a"), Some(&[1u8, 2, 3][..]));
+    assert_eq!(got.output_bytes("probs/out"), Some(&[4u8, 5][..]));
+    assert_eq!(got.outputs, t.outputs);
+    // Without outputs, an answer is plain JSON.
+    let plain = ServerMessage::Reply {
+        id: 9,
+        result: Reply::InferDone(TaskResult {
+            data: Vec::new(),
+            outputs: Vec::new(),
+            ..t
+        }),
+    };
+    assert_eq!(encode_message(&plain).0, encode(&plain));
 }

@@ -46,8 +46,10 @@ mod models;
 mod pacing;
 mod status;
 mod streams;
+mod tensors;
 
 pub use affinity::{set_realtime_priority, Placement, SavedPlacement};
+pub use models::name_is_path;
 use models::{canonical_model, not_loaded};
 use pacing::SPIN_WINDOW;
 use streams::stream_info;
@@ -144,6 +146,16 @@ impl Drop for ReplyTo {
 }
 
 struct Task {
+    /// The request's data (inputs given), and its model's inputs and
+    /// outputs, for the answer.
+    data: Option<(
+        Arc<crate::tensors::RequestData>,
+        Arc<crate::tensors::ModelIo>,
+    )>,
+    /// Its inline tensor bytes, counted against its user
+    /// (`daemon.max_tensor_bytes_per_uid`) until its answer is written or
+    /// dropped (the hold goes with the answer).
+    hold: Option<Arc<BytesHeld>>,
     stream: u64,
     model: String,
     priority: Priority,
@@ -164,6 +176,7 @@ struct Stream {
 
 struct LoadedModel {
     info: ModelInfo,
+    io: Arc<crate::tensors::ModelIo>,
     standalone_ns: Option<u64>,
 }
 
@@ -195,9 +208,61 @@ struct State {
     /// The streams each uid holds (per-uid limits, without a scan of every
     /// stream on the request path).
     uid_streams: HashMap<u32, BTreeSet<u64>>,
+    /// Tasks that fail with `timeout` unless they reach the device by then
+    /// ([`Runtime::handle_within`]).
+    start_deadlines: BTreeSet<(Instant, u64)>,
     /// Tasks declared by `task_begin` (CASE/MGB), with their connection.
     declared: HashMap<u64, u64>,
     next_declared: u64,
+    /// Registered shared-memory regions, by id.
+    regions: HashMap<u64, tensors::RegionRec>,
+    next_region: u64,
+}
+
+/// Inline tensor bytes in flight per uid: counted when a request is
+/// admitted, released when the last holder of its [`BytesHeld`] drops it
+/// (its answer written or dropped, or the request failed).
+type UidBytes = Arc<Mutex<HashMap<u32, u64>>>;
+
+/// One request's share of [`UidBytes`].
+struct BytesHeld {
+    map: UidBytes,
+    uid: u32,
+    bytes: u64,
+}
+
+impl Drop for BytesHeld {
+    fn drop(&mut self) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = m.get_mut(&self.uid) {
+            *b = b.saturating_sub(self.bytes);
+            if *b == 0 {
+                m.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// Limits on requests' data (docs/daemon.md, "Configuration").
+#[derive(Debug, Clone)]
+pub struct TensorLimits {
+    pub max_tensor_frame_bytes: usize,
+    pub max_tensor_bytes_per_uid: u64,
+    pub max_regions_per_connection: usize,
+    pub max_regions_per_uid: usize,
+    pub max_region_bytes: u64,
+}
+
+impl Default for TensorLimits {
+    fn default() -> Self {
+        TensorLimits {
+            max_tensor_frame_bytes: 64 << 20,
+            max_tensor_bytes_per_uid: 1 << 30,
+            max_regions_per_connection: 16,
+            max_regions_per_uid: 64,
+            max_region_bytes: 4 << 30,
+        }
+    }
 }
 
 /// Fixed settings of a runtime.
@@ -216,6 +281,8 @@ pub struct RuntimeSettings {
     /// wake-up latency). Shorter: completions are delivered sooner, the
     /// pacer uses more CPU.
     pub pacer_tick: Duration,
+    /// Limits on requests' data.
+    pub limits: TensorLimits,
 }
 
 pub struct Runtime {
@@ -228,6 +295,7 @@ pub struct Runtime {
     epoch_monotonic_ns: u64,
     settings: RuntimeSettings,
     daemon_uid: u32,
+    uid_bytes: UidBytes,
 }
 
 impl Runtime {
@@ -252,9 +320,13 @@ impl Runtime {
                 pacer_last: 0,
                 deliveries: Vec::new(),
                 declared: HashMap::new(),
+                start_deadlines: BTreeSet::new(),
                 uid_streams: HashMap::new(),
                 next_declared: 1,
+                regions: HashMap::new(),
+                next_region: 0,
             }),
+            uid_bytes: Arc::default(),
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
             epoch_monotonic_ns: crate::protocol::monotonic_ns(),
@@ -367,7 +439,22 @@ impl Runtime {
                         }),
                         preemptions: t.preemptions,
                         outputs_verified: verified,
+                        outputs: Vec::new(),
+                        outputs_missing: None,
+                        data: Vec::new(),
+                        hold: crate::protocol::DataHold(
+                            t.hold
+                                .clone()
+                                .map(|h| h as Arc<dyn std::any::Any + Send + Sync>),
+                        ),
                     };
+                    let mut result = result;
+                    if let Some((data, io)) = &t.data {
+                        let got = st.engine.take_outputs(task).unwrap_or_else(|| {
+                            Err("the device returned no outputs for this request".into())
+                        });
+                        tensors::answer_outputs(io, data, got, &mut result);
+                    }
                     st.deliveries.push((task, t.waiter, Ok(result)));
                 }
                 EngineEvent::DeviceError { action, error } => {
@@ -401,6 +488,7 @@ impl Runtime {
     pub fn connection_closed(&self, conn: u64) {
         let mut st = self.lock();
         st.connections = st.connections.saturating_sub(1);
+        st.regions.retain(|_, r| r.conn != conn);
         if st.declared.values().any(|&c| c == conn) {
             st.declared.retain(|_, c| *c != conn);
             st.engine.job_end(conn + 1);
@@ -442,6 +530,7 @@ impl Runtime {
         }
         for task in pending {
             if let Some(t) = st.tasks.remove(&task) {
+                let _ = st.engine.take_outputs(task);
                 n += 1;
                 st.metrics.tasks_failed += 1;
                 deliver(
@@ -469,6 +558,35 @@ impl Runtime {
     /// straight to the connection's writer when the task ends
     /// ([`Handled::Sent`]).
     pub fn handle(&self, conn: &Conn, id: u64, body: RequestBody, arrival: Instant) -> Handled {
+        self.handle_data(conn, id, body, None, arrival)
+    }
+
+    /// As [`Runtime::handle`], for a request whose frame had a data
+    /// section (an `infer` with inline tensors).
+    pub fn handle_data(
+        &self,
+        conn: &Conn,
+        id: u64,
+        body: RequestBody,
+        frame: Option<crate::protocol::FrameData>,
+        arrival: Instant,
+    ) -> Handled {
+        self.handle_within(conn, id, body, frame, arrival, None)
+    }
+
+    /// As [`Runtime::handle_data`]; an `infer` that has not reached the
+    /// device by `start_by` is withdrawn and fails with `timeout` (Triton's
+    /// `timeout` parameter, docs/kserve.md). A request the device's
+    /// scheduler already holds runs to its end.
+    pub fn handle_within(
+        &self,
+        conn: &Conn,
+        id: u64,
+        body: RequestBody,
+        frame: Option<crate::protocol::FrameData>,
+        arrival: Instant,
+        start_by: Option<Instant>,
+    ) -> Handled {
         if let Some(f) = oversized_name(&body) {
             self.lock().metrics.requests += 1;
             return Handled::Error(f);
@@ -484,7 +602,7 @@ impl Runtime {
         }
         let mut st = self.lock();
         st.metrics.requests += 1;
-        let r = self.handle_locked(&mut st, conn, id, body, arrival);
+        let r = self.handle_locked(&mut st, conn, id, body, frame, arrival, start_by);
         // Device events already due are caught up here, by whichever
         // request holds the lock, so their completions are delivered now
         // rather than when the poll loop next gets the thread: with many
@@ -503,13 +621,17 @@ impl Runtime {
         r
     }
 
+    // The request and where it came from: each argument is one of its parts.
+    #[allow(clippy::too_many_arguments)]
     fn handle_locked(
         &self,
         st: &mut State,
         conn: &Conn,
         id: u64,
         body: RequestBody,
+        frame: Option<crate::protocol::FrameData>,
         arrival: Instant,
+        start_by: Option<Instant>,
     ) -> Handled {
         use Handled::{Error as Err_, Reply as Ok_};
         let peer = conn.peer;
@@ -519,6 +641,8 @@ impl Runtime {
                 model,
                 wait,
                 qos_ms,
+                inputs,
+                outputs,
             } => {
                 if let Some(q) = qos_ms.filter(|q| !(q.is_finite() && *q > 0.0)) {
                     return Err_(Failure::new(
@@ -527,7 +651,26 @@ impl Runtime {
                     ));
                 }
                 let qos_ns = qos_ms.map(|q| (q * 1e6).round() as u64);
-                self.infer(st, conn, stream, &model, wait.then_some(id), qos_ns, arrival)
+                let before = st.next_task;
+                let tensors = inputs.map(|i| (i, outputs, frame));
+                let h = self.infer(
+                    st,
+                    conn,
+                    stream,
+                    &model,
+                    wait.then_some(id),
+                    qos_ns,
+                    tensors,
+                    arrival,
+                );
+                if let Some(by) = start_by.filter(|_| st.next_task > before) {
+                    // The task just submitted, if it waits for the device.
+                    let task = before;
+                    if st.tasks.get(&task).is_some_and(|t| t.first_queued.is_none()) {
+                        st.start_deadlines.insert((by, task));
+                    }
+                }
+                h
             }
             RequestBody::Hello => Ok_(Reply::Hello(crate::protocol::HelloInfo {
                 daemon_version: env!("CARGO_PKG_VERSION").into(),
@@ -588,12 +731,22 @@ impl Runtime {
                 Err(e) => Err_(engine_failure(e)),
             },
             RequestBody::SetPolicy { policy } => self.set_policy(st, peer, policy),
+            RequestBody::RegisterRegion { .. } => Err_(Failure::new(
+                ErrorCode::Internal,
+                "register_region is handled with its descriptor",
+            )),
+            RequestBody::UnregisterRegion { region } => self.unregister_region(st, conn, region),
         }
     }
 
     /// Refuses new work from now on (shutdown has begun).
     pub fn begin_shutdown(&self) {
         self.lock().shutting_down = true;
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
     }
 
     pub fn tasks_in_flight(&self) -> usize {
@@ -636,6 +789,7 @@ impl Runtime {
 /// its client told why (after the lock is released).
 fn fail_task(st: &mut State, task: u64, why: Failure) {
     if let Some(t) = st.tasks.remove(&task) {
+        let _ = st.engine.take_outputs(task);
         st.metrics.tasks_failed += 1;
         if let Some(s) = st.streams.get_mut(&t.stream) {
             s.tasks.remove(&task);

@@ -41,7 +41,7 @@ pub(super) fn not_loaded(st: &State, name: &str) -> Failure {
 
 /// Whether a `models load` NAME is a path rather than a name in the models
 /// directory: it has a path separator or starts with `.`.
-pub(super) fn name_is_path(name: &str) -> bool {
+pub fn name_is_path(name: &str) -> bool {
     name.contains('/') || name.starts_with('.')
 }
 
@@ -176,9 +176,28 @@ impl Runtime {
                     }
                 }
             }
-            Ok::<_, reef_model::LoadError>((m, package))
+            // The storages' roles of a hand-written package (its inputs
+            // and outputs), when no package was read for the device.
+            let roles = match &package {
+                Some(p) => Some(
+                    p.storages
+                        .iter()
+                        .map(|s| {
+                            let role = match s.role {
+                                reef_model::package::Role::Input => "input",
+                                reef_model::package::Role::Output => "output",
+                                reef_model::package::Role::Weight => "weight",
+                                reef_model::package::Role::Activation => "activation",
+                            };
+                            (s.name.clone(), s.bytes, role.to_string())
+                        })
+                        .collect(),
+                ),
+                None => m.path.parent().and_then(toml_roles),
+            };
+            Ok::<_, reef_model::LoadError>((m, package, roles))
         });
-        let (model, package) = match loaded {
+        let (model, package, roles) = match loaded {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => return Handled::Error(load_failure(e)),
             Err(e) => return Handled::Error(Failure::new(ErrorCode::Internal, e)),
@@ -218,6 +237,7 @@ impl Runtime {
             },
             None => None,
         };
+        let io = Arc::new(crate::tensors::ModelIo::of(&model, roles.as_deref()));
         let mut info = ModelInfo {
             name: key.clone(),
             path: model.path.clone(),
@@ -227,6 +247,8 @@ impl Runtime {
             idempotence: idem.as_ref().and(idem_path),
             owner_uid: conn.peer.uid,
             device: None,
+            inputs: super::tensors::specs(&io.inputs),
+            outputs: super::tensors::specs(&io.outputs),
         };
         let profiled_ns = model.measured_latency_ns();
         let mut st = self.lock();
@@ -253,6 +275,7 @@ impl Runtime {
         st.models.insert(
             key,
             LoadedModel {
+                io,
                 info: info.clone(),
                 standalone_ns,
             },
@@ -334,4 +357,33 @@ fn peer_groups(peer: Peer) -> Vec<libc::gid_t> {
     g.sort();
     g.dedup();
     g
+}
+
+/// The storages' names, sizes and roles in a model directory's
+/// `model.toml` (hand-written packages), if it has one that reads.
+fn toml_roles(dir: &Path) -> Option<Vec<(String, u64, String)>> {
+    #[derive(serde::Deserialize)]
+    struct Raw {
+        #[serde(default)]
+        storage: Vec<RawStorage>,
+    }
+    #[derive(serde::Deserialize)]
+    struct RawStorage {
+        name: String,
+        bytes: u64,
+        role: String,
+    }
+    let f = dir.join("model.toml");
+    if !f.is_file() {
+        return None;
+    }
+    let text =
+        reef_model::files::read_text(&f, "model.toml", reef_model::files::MAX_TEXT_BYTES).ok()?;
+    let raw: Raw = toml::from_str(&text).ok()?;
+    Some(
+        raw.storage
+            .into_iter()
+            .map(|s| (s.name, s.bytes, s.role))
+            .collect(),
+    )
 }

@@ -156,7 +156,42 @@ impl Runtime {
         st.engine.advance(now, &mut ev);
         self.apply_events(st, &mut ev);
         st.events = ev;
+        if !st.start_deadlines.is_empty() {
+            self.expire_start_deadlines(st);
+        }
         now
+    }
+
+    /// Fails the tasks whose start deadline passed before they reached the
+    /// device, if the engine can still withdraw them.
+    fn expire_start_deadlines(&self, st: &mut State) {
+        let now = Instant::now();
+        while let Some(&(by, task)) = st.start_deadlines.first() {
+            let started = st.tasks.get(&task).is_none_or(|t| t.first_queued.is_some());
+            if !started && by > now {
+                break;
+            }
+            st.start_deadlines.pop_first();
+            if started || !st.engine.withdraw(task) {
+                continue;
+            }
+            let waited = st
+                .tasks
+                .get(&task)
+                .map(|t| now.saturating_duration_since(t.arrival))
+                .unwrap_or_default();
+            super::fail_task(
+                st,
+                task,
+                Failure::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "the request waited {} us without reaching the GPU and its timeout passed; it was not run",
+                        waited.as_micros()
+                    ),
+                ),
+            );
+        }
     }
 
     /// Releases the lock, then delivers the outcomes found under it.

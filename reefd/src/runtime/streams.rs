@@ -197,6 +197,11 @@ impl Runtime {
         model: &str,
         wait: Option<u64>,
         qos_ns: Option<u64>,
+        tensors: Option<(
+            Vec<crate::protocol::TensorRef>,
+            Vec<crate::protocol::OutputRef>,
+            Option<crate::protocol::FrameData>,
+        )>,
         arrival: Instant,
     ) -> Handled {
         if st.shutting_down {
@@ -239,15 +244,73 @@ impl Runtime {
             }
         }
         let priority = s.priority;
-        if !st.models.contains_key(&model) {
+        let Some(m) = st.models.get(&model) else {
             return Handled::Error(not_loaded(st, &model));
-        }
+        };
+        // The request's tensors, checked against the model.
+        let mut tensor_bytes = 0u64;
+        let data = match tensors {
+            None => None,
+            Some((inputs, outputs, frame)) => {
+                let io = Arc::clone(&m.io);
+                let regions = &st.regions;
+                let region_of = |r: u64| {
+                    regions
+                        .get(&r)
+                        .filter(|x| x.conn == conn.id)
+                        .map(|x| Arc::clone(&x.region))
+                };
+                let d = match super::tensors::request_data(
+                    &model,
+                    &io,
+                    &inputs,
+                    &outputs,
+                    frame.as_ref(),
+                    &region_of,
+                ) {
+                    Ok(d) => d,
+                    Err(f) => return Handled::Error(f),
+                };
+                tensor_bytes = frame.as_ref().map_or(0, |f| f.frame.len() as u64)
+                    + d.outputs
+                        .iter()
+                        .filter(|o| o.region.is_none())
+                        .map(|o| o.bytes as u64)
+                        .sum::<u64>();
+                if !conn.peer.is_root() && tensor_bytes > 0 {
+                    let held = self
+                        .uid_bytes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&conn.peer.uid)
+                        .copied()
+                        .unwrap_or(0);
+                    let max = self.settings.limits.max_tensor_bytes_per_uid;
+                    if held + tensor_bytes > max {
+                        return Handled::Error(Failure::new(
+                            ErrorCode::Busy,
+                            format!(
+                                "uid {} has {held} bytes of inline tensors in flight and this request needs {tensor_bytes} more (daemon.max_tensor_bytes_per_uid = {max}); wait for some to finish, or pass tensors in shared memory",
+                                conn.peer.uid
+                            ),
+                        ));
+                    }
+                }
+                Some((Arc::new(d), io))
+            }
+        };
         let task = st.next_task;
         st.next_task += 1;
         let now = self.now_ns();
         let mut ev = std::mem::take(&mut st.events);
         if qos_ns.is_some() {
             st.engine.set_qos(task, qos_ns);
+        }
+        if let Some((d, _)) = &data {
+            if let Err(e) = st.engine.set_data(task, Arc::clone(d)) {
+                st.events = ev;
+                return Handled::Error(engine_failure(e));
+            }
         }
         // The submission first: for an RT request it issues the first kernel
         // (the control path ends there); the bookkeeping below is not on it.
@@ -273,6 +336,20 @@ impl Runtime {
         st.tasks.insert(
             task,
             Task {
+                data,
+                hold: (tensor_bytes > 0).then(|| {
+                    *self
+                        .uid_bytes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(conn.peer.uid)
+                        .or_default() += tensor_bytes;
+                    Arc::new(BytesHeld {
+                        map: Arc::clone(&self.uid_bytes),
+                        uid: conn.peer.uid,
+                        bytes: tensor_bytes,
+                    })
+                }),
                 stream,
                 model,
                 priority,
@@ -283,6 +360,7 @@ impl Runtime {
             },
         );
         st.metrics.tasks_submitted += 1;
+
         if let Some(s) = st.streams.get_mut(&stream) {
             s.tasks.insert(task);
         }

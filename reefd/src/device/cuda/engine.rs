@@ -108,6 +108,32 @@ impl EngineDevice for CudaKernels {
     fn standalone_ns(&self, name: &str) -> Option<u64> {
         CudaKernels::standalone_ns(self, name)
     }
+
+    fn data_path(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn attach(
+        &mut self,
+        req: reef_sched::RequestId,
+        _model: &str,
+        data: std::sync::Arc<crate::tensors::RequestData>,
+        _buffer: &dyn Fn(usize) -> reef_sim::BufferId,
+    ) {
+        CudaKernels::attach(self, req, data)
+    }
+
+    fn take_outputs(&mut self, req: reef_sched::RequestId) -> Option<crate::tensors::Outputs> {
+        CudaKernels::take_outputs(self, req)
+    }
+
+    fn task_failure(&mut self, req: reef_sched::RequestId) -> Option<String> {
+        CudaKernels::task_failure(self, req)
+    }
+
+    fn take_errors(&mut self) -> Vec<(String, String)> {
+        CudaKernels::take_errors(self)
+    }
 }
 
 impl CudaKernels {

@@ -5,10 +5,12 @@
 //!
 //! What each action is on CUDA (REEF §4.3, Fig. 8; §4.6 for closed-source
 //! GPUs):
-//! - a stream: a CUDA stream (`cuStreamCreate`, no stream priority) in
-//!   the real-time context or the best-effort context, so a kill would
-//!   never reach RT kernels; its device-queue capacity is enforced here (the scheduler
-//!   never launches past it, §4.2);
+//! - a stream: a CUDA stream of the device's one context
+//!   (`cuStreamCreateWithPriority`: RT streams at the driver's greatest
+//!   priority, BE streams at its least, so an RT kernel's pending blocks are
+//!   placed before BE's; running blocks are not preempted); its
+//!   device-queue capacity is enforced here (the scheduler never launches
+//!   past it, §4.2);
 //! - a launch: kernel *k* of the request's model, from the stream's own
 //!   instance of the model's module (its preempt flag and execution index
 //!   are per instance), with the next execution index appended (Fig. 8
@@ -24,16 +26,42 @@
 //! catches up ([`Device::live`]: the events of a real device are stamped
 //! at the instant they are seen, at most one poll interval late). A
 //! kernel that may have seen the flag is judged by its instance's
-//! execution index: it ran when the index reached its own (kernels of a
-//! stream run in order, so those that passed the check are a prefix), else
-//! it was evicted. A kernel is reported started when the one before it on
-//! its stream is seen complete (CUDA reports no start).
+//! execution index (kernels of a stream run in order, so those that
+//! passed the check are a prefix). The check runs at the entry of every
+//! block (REEF §4.3 Fig. 8; trap-handler/src/ptx.rs), so a kernel running
+//! when the flag was set finished its started blocks and its later blocks
+//! exited: it ran partly and its outputs are partly written. Hence:
+//! - the index is past its own: a later kernel passed the check, so this
+//!   one had finished: completed;
+//! - the index is its own: it passed the check, perhaps only partly (the
+//!   index names the interrupted kernel, §4.4): reported started, then
+//!   evicted, so the scheduler's restore executes it again (or its
+//!   idempotent group: sched's `restore_point`);
+//! - the index is below its own: it never passed: evicted, never started.
 //!
-//! Outputs: the input of request `t` is seed `t % INPUT_SEEDS`'s bytes
-//! ([`input`]); when its last
-//! kernel completes, its output is read back and compared with the same
-//! seed's output computed unpreempted when the model was loaded
-//! ([`Device::verified`]).
+//! A kernel is reported started when the one before it on its stream is
+//! seen complete (CUDA reports no start), except a flagged kernel, which
+//! is reported started only once its index shows it passed the check.
+//!
+//! Faults: a failed `cuEventQuery` (a sticky error such as
+//! CUDA_ERROR_ILLEGAL_ADDRESS poisons the context; every later call on it
+//! returns the error) ends every request that holds buffers on the
+//! context, with the driver's words ([`CudaKernels::task_failure`]); the
+//! context is rebuilt with its models reloaded
+//! ([`super::CudaDevice::rebuild`]) and the streams made again, and
+//! serving goes on. The fault is reported once as a device error
+//! ([`CudaKernels::take_errors`]: `stats` counts it in `device_errors`).
+//!
+//! Outputs: a request that carries data (issue 30; `EngineDevice::attach`)
+//! has each input copied host to device, from where the daemon holds it
+//! (its frame, or the client's shared-memory region: no other copy), into
+//! its storage in the stream's instance of the model when kernel 0 is
+//! launched (again at a restore from kernel 0), and each output copied
+//! device to host when its last kernel completes, into the answer's
+//! buffer or straight into the client's region. A request without data
+//! takes seed `t % INPUT_SEEDS`'s bytes ([`input`]); its output is read
+//! back and compared with the same seed's output computed unpreempted when
+//! the model was loaded ([`Device::verified`]).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -44,8 +72,7 @@ use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, StreamId, Tags};
 
 use super::driver::{check, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING};
 use super::{
-    class_ctx, dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions, Instance,
-    StreamClass,
+    dtoh, htod, launch_kernel, CudaDevice, CudaError, CudaLaunchOptions, Instance, StreamClass,
 };
 
 /// Distinct inputs a model's requests cycle through (each verified against
@@ -62,9 +89,18 @@ pub const POLL_NS: Time = 20_000;
 /// protocol carries no input tensors today; request `t` takes seed
 /// `t % INPUT_SEEDS`.)
 pub fn input(seed: u64, bytes: usize) -> Vec<u8> {
-    (0..bytes)
-        .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
-        .collect()
+    // Byte i is (131 seed + 7 i) mod 251: one period of 251 bytes,
+    // repeated (copies, not a division per byte: a 16 MiB input took
+    // longer to make than its request took to run).
+    let period: Vec<u8> = (0..251u64)
+        .map(|i| (seed.wrapping_mul(131).wrapping_add(i * 7) % 251) as u8)
+        .collect();
+    let mut v = Vec::with_capacity(bytes);
+    while v.len() < bytes {
+        let n = (bytes - v.len()).min(period.len());
+        v.extend_from_slice(&period[..n]);
+    }
+    v
 }
 
 /// One kernel handed to CUDA.
@@ -93,7 +129,7 @@ struct Slot {
 }
 
 struct KStream {
-    ctx: usize,
+    class: StreamClass,
     cu: CUstream,
     capacity: usize,
     /// The stream's instances of each model it ran: one per request of the
@@ -123,9 +159,20 @@ pub struct CudaKernels {
     standalone: HashMap<String, u64>,
     /// Events seen but not yet reported.
     pending: Vec<DeviceEvent>,
-    free_events: Vec<(usize, CUevent)>,
+    free_events: Vec<CUevent>,
     /// Scheduler streams that may run one model (each holds an instance).
     streams_per_model: usize,
+    /// Data of requests that carry it, until they are over.
+    attached: HashMap<u64, std::sync::Arc<crate::tensors::RequestData>>,
+    /// Outputs of finished requests with data, until taken.
+    outputs: HashMap<u64, crate::tensors::Outputs>,
+    /// Requests ended by a fault of the context, with the driver's words
+    /// (taken by [`Self::task_failure`]).
+    failed: HashMap<u64, String>,
+    /// Faults to report once as device errors: (action, error).
+    errors: Vec<(String, String)>,
+    /// Contexts rebuilt after a fault.
+    rebuilds: u64,
 }
 
 // The raw handles are the driver's, used only with their context current.
@@ -135,8 +182,20 @@ fn text(e: CudaError) -> String {
     e.to_string()
 }
 
+/// Whether a driver error poisons the context ("sticky": every later call
+/// on the context returns it; driver API reference, "Error Handling", and
+/// each code's description in cuda.h, "the process ... must be
+/// terminated and relaunched"): CUDA_ERROR_ILLEGAL_ADDRESS (700),
+/// LAUNCH_TIMEOUT (702), ASSERT (710), HARDWARE_STACK_ERROR to
+/// LAUNCH_FAILED (714-719) and ECC_UNCORRECTABLE (214). A refused launch
+/// (LAUNCH_OUT_OF_RESOURCES, 701, INVALID_VALUE) is not.
+pub fn sticky(e: &CudaError) -> bool {
+    e.code()
+        .is_some_and(|c| matches!(c as u32, 700 | 702 | 710 | 714..=719 | 214))
+}
+
 impl CudaKernels {
-    /// Opens `cuda:N` (driver library, RT and BE contexts, probed levels).
+    /// Opens `cuda:N` (driver library, its one context, probed levels).
     pub fn open(opts: &CudaLaunchOptions) -> Result<CudaKernels, CudaError> {
         Ok(CudaKernels {
             dev: CudaDevice::open(opts)?,
@@ -150,6 +209,11 @@ impl CudaKernels {
             pending: Vec::new(),
             free_events: Vec::new(),
             streams_per_model: 2,
+            attached: HashMap::new(),
+            outputs: HashMap::new(),
+            failed: HashMap::new(),
+            errors: Vec::new(),
+            rebuilds: 0,
         })
     }
 
@@ -160,11 +224,27 @@ impl CudaKernels {
         self.streams_per_model = n.max(1);
     }
 
-    /// Device memory model `files` takes on this device: its weights in
-    /// both contexts and one instance of its inputs, activations and
-    /// outputs per stream that runs it.
+    /// Device memory model `files` takes on this device: its weights and
+    /// one instance of its inputs, activations and outputs per stream that
+    /// runs it.
     pub fn footprint(&self, files: &super::ModelFiles) -> u64 {
-        2 * files.weight_bytes() + self.streams_per_model as u64 * files.stream_bytes()
+        files.weight_bytes() + self.streams_per_model as u64 * files.stream_bytes()
+    }
+
+    /// Why request `req` failed on the device (a fault of the context,
+    /// in the driver's words), taken once.
+    pub fn task_failure(&mut self, req: RequestId) -> Option<String> {
+        self.failed.remove(&req.0)
+    }
+
+    /// Faults seen since the last call, as (action, driver's error).
+    pub fn take_errors(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.errors)
+    }
+
+    /// Contexts rebuilt after a fault so far.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds
     }
 
     /// The launch path's device: name, levels, memory, models.
@@ -208,7 +288,7 @@ impl CudaKernels {
     pub fn unload_model(&mut self, name: &str) {
         for s in &mut self.streams {
             for slot in s.instances.remove(name).unwrap_or_default() {
-                self.dev.drop_instance(s.ctx, slot.inst);
+                self.dev.drop_instance(slot.inst);
             }
         }
         self.references.retain(|(m, _), _| m != name);
@@ -219,24 +299,23 @@ impl CudaKernels {
     }
 
     fn compute_references(&mut self, model: &str) -> Result<(), CudaError> {
-        let c = 1;
-        let inst = self.dev.new_instance(c, model)?;
+        let inst = self.dev.new_instance(model)?;
         let mut cu = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is current.
         let r = check("cuStreamCreate", unsafe {
             sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
         })
-        .and_then(|()| self.event(c))
+        .and_then(|()| self.event())
         .and_then(|ev| {
-            let r = Self::run_references(&self.dev, model, &inst, c, cu, ev);
-            self.free_events.push((c, ev));
+            let r = Self::run_references(&self.dev, model, &inst, cu, ev);
+            self.free_events.push(ev);
             // SAFETY: our stream, idle after the synchronisations.
             unsafe {
                 let _ = sys::cuStreamDestroy_v2(cu);
             }
             r
         });
-        self.dev.drop_instance(c, inst);
+        self.dev.drop_instance(inst);
         let (outs, fastest) = r?;
         self.standalone.insert(model.to_string(), fastest);
         for (seed, bytes) in outs.into_iter().enumerate() {
@@ -255,7 +334,6 @@ impl CudaKernels {
         dev: &CudaDevice,
         model: &str,
         inst: &Instance,
-        c: usize,
         cu: CUstream,
         ev: CUevent,
     ) -> Result<(Vec<Vec<u8>>, u64), CudaError> {
@@ -268,7 +346,7 @@ impl CudaKernels {
             let t0 = std::time::Instant::now();
             htod(inst.buffers[&m.files.input], &bytes)?;
             for k in 0..m.files.launches.len() {
-                launch_kernel(m, inst, c, cu, k, exec, ev)?;
+                launch_kernel(m, inst, cu, k, exec, ev)?;
                 exec += 1;
             }
             // SAFETY: our stream.
@@ -293,9 +371,9 @@ impl CudaKernels {
         self.standalone.get(name).copied()
     }
 
-    fn event(&mut self, c: usize) -> Result<CUevent, CudaError> {
-        if let Some(i) = self.free_events.iter().position(|(ec, _)| *ec == c) {
-            return Ok(self.free_events.swap_remove(i).1);
+    fn event(&mut self) -> Result<CUevent, CudaError> {
+        if let Some(ev) = self.free_events.pop() {
+            return Ok(ev);
         }
         let mut ev = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is current.
@@ -340,7 +418,24 @@ impl CudaKernels {
                 s.0, st.capacity
             )));
         }
-        let c = st.ctx;
+        if self.failed.contains_key(&task) {
+            // A fault ended the request: its later kernels run nowhere
+            // and are reported done at once, so the scheduler finishes it
+            // (failed, [`Self::task_failure`]) without launches that would
+            // each be a device error.
+            let id = LaunchId(self.next_launch);
+            self.next_launch += 1;
+            for kind in [EventKind::Started, EventKind::Completed] {
+                self.pending.push(DeviceEvent {
+                    time: self.now,
+                    stream: s,
+                    launch: id,
+                    tags: l.tags,
+                    kind,
+                });
+            }
+            return Ok(());
+        }
         // The instance this request holds, else a free one, else a new one
         // (each has its own buffers, preempt flag and execution index).
         let slots = st.instances.get(&model);
@@ -349,7 +444,7 @@ impl CudaKernels {
         let slot = match held.or(free) {
             Some(i) => i,
             None => {
-                let inst = self.dev.new_instance(c, &model)?;
+                let inst = self.dev.new_instance(&model)?;
                 // A new instance starts with the stream's flag.
                 if st.flag {
                     htod(inst.flag, &1u32.to_le_bytes())?;
@@ -367,29 +462,61 @@ impl CudaKernels {
             .get_mut(&model)
             .expect("instance")[slot]
             .task = Some(task);
-        self.dev.current(c)?;
+        self.dev.current()?;
         let m = &self.dev.models[&model];
         let st = &self.streams[s.0 as usize];
         let inst = &st.instances[&model][slot].inst;
         if k == 0 {
-            let seed = task % INPUT_SEEDS;
-            htod(
-                inst.buffers[&m.files.input],
-                &input(seed, m.files.input_bytes()),
-            )?;
+            match self.attached.get(&task) {
+                // The request's inputs, host to device, from where the
+                // daemon holds them: one copy.
+                Some(data) => {
+                    for (storage, bytes) in &data.inputs {
+                        let (Some(&p), Some(st)) =
+                            (inst.buffers.get(storage), m.files.storages.get(*storage))
+                        else {
+                            return Err(CudaError::Invalid(format!(
+                                "model {model} has no storage {storage} on this stream"
+                            )));
+                        };
+                        if st.bytes as usize != bytes.len() {
+                            return Err(CudaError::Invalid(format!(
+                                "storage {} of model {model} is {} bytes, the input {}",
+                                st.name,
+                                st.bytes,
+                                bytes.len()
+                            )));
+                        }
+                        // SAFETY: `bytes` points at `len()` readable bytes
+                        // held by the request's data while this runs.
+                        check("cuMemcpyHtoD_v2", unsafe {
+                            sys::cuMemcpyHtoD_v2(p, bytes.as_ptr().cast(), bytes.len())
+                        })?;
+                    }
+                }
+                None => {
+                    let seed = task % INPUT_SEEDS;
+                    htod(
+                        inst.buffers[&m.files.input],
+                        &input(seed, m.files.input_bytes()),
+                    )?;
+                }
+            }
         }
-        let ev = self.event(c)?;
+        let ev = self.event()?;
         let m = &self.dev.models[&model];
         let st = &self.streams[s.0 as usize];
         let inst = &st.instances[&model][slot].inst;
-        if let Err(e) = launch_kernel(m, inst, c, st.cu, k, st.next_exec, ev) {
-            self.free_events.push((c, ev));
+        if let Err(e) = launch_kernel(m, inst, st.cu, k, st.next_exec, ev) {
+            self.free_events.push(ev);
             return Err(e);
         }
         let id = LaunchId(self.next_launch);
         self.next_launch += 1;
         let st = &mut self.streams[s.0 as usize];
-        let first = st.inflight.is_empty();
+        // A kernel launched with the flag set is reported started only if
+        // its index shows it passed the check (module doc).
+        let first = st.inflight.is_empty() && !st.flag;
         if first {
             self.pending.push(DeviceEvent {
                 time: self.now,
@@ -413,10 +540,11 @@ impl CudaKernels {
         Ok(())
     }
 
-    /// Reports the kernels of stream `si` CUDA has finished, at `now`.
+    /// Reports the kernels of stream `si` CUDA has finished, at `now`. A
+    /// failed query is the context's fault: returned with the driver's
+    /// words.
     fn poll_stream(&mut self, si: usize, out: &mut Vec<DeviceEvent>) -> Result<(), CudaError> {
-        let c = self.streams[si].ctx;
-        self.dev.current(c)?;
+        self.dev.current()?;
         loop {
             let st = &self.streams[si];
             let Some(f) = st.inflight.front() else {
@@ -428,17 +556,28 @@ impl CudaKernels {
                 return Ok(());
             }
             check("cuEventQuery", r)?;
-            let ran = if f.flagged {
+            // (passed the flag check, ran every block)
+            let (passed, ran) = if f.flagged {
                 let mut b = [0u8; 4];
                 dtoh(&mut b, st.instances[&f.model][f.slot].inst.index)?;
-                u32::from_le_bytes(b) >= f.exec
+                let idx = u32::from_le_bytes(b);
+                (idx >= f.exec, idx > f.exec)
             } else {
-                true
+                (true, true)
             };
             let st = &mut self.streams[si];
             let f = st.inflight.pop_front().expect("front");
-            self.free_events.push((c, f.ev));
+            self.free_events.push(f.ev);
             let stream = StreamId(si as u32);
+            if passed && !f.started {
+                out.push(DeviceEvent {
+                    time: self.now,
+                    stream,
+                    launch: f.id,
+                    tags: f.tags,
+                    kind: EventKind::Started,
+                });
+            }
             out.push(DeviceEvent {
                 time: self.now,
                 stream,
@@ -450,7 +589,7 @@ impl CudaKernels {
                     EventKind::Evicted
                 },
             });
-            if let Some(next) = st.inflight.front_mut().filter(|n| !n.started) {
+            if let Some(next) = st.inflight.front_mut().filter(|n| !n.started && !n.flagged) {
                 next.started = true;
                 out.push(DeviceEvent {
                     time: self.now,
@@ -462,6 +601,47 @@ impl CudaKernels {
             }
             let m = &self.dev.models[&f.model];
             if ran && f.tags.kernel as usize + 1 == m.files.launches.len() {
+                if let Some(data) = self.attached.get(&f.tags.task) {
+                    // Device to host, into the answer's buffer or straight
+                    // into the client's region: one copy each.
+                    let inst = &self.streams[si].instances[&f.model][f.slot].inst;
+                    let mut got = Vec::with_capacity(data.outputs.len());
+                    let mut r: Result<(), CudaError> = Ok(());
+                    for o in &data.outputs {
+                        let Some(&p) = inst.buffers.get(&o.storage) else {
+                            r = Err(CudaError::Invalid(format!(
+                                "model {} has no storage {}",
+                                f.model, o.storage
+                            )));
+                            break;
+                        };
+                        match &o.region {
+                            Some((region, range)) => {
+                                let Some(dst) = region.ptr_mut(range.start) else {
+                                    r = Err(CudaError::Invalid("a read-only region".into()));
+                                    break;
+                                };
+                                // SAFETY: `range` lies in the writable
+                                // mapping, held by the request's data.
+                                r = check("cuMemcpyDtoH_v2", unsafe {
+                                    sys::cuMemcpyDtoH_v2(dst.cast(), p, range.len())
+                                });
+                                got.push(crate::tensors::OutputBytes::Written);
+                            }
+                            None => {
+                                let mut b = vec![0u8; o.bytes];
+                                r = dtoh(&mut b, p);
+                                got.push(crate::tensors::OutputBytes::Inline(b));
+                            }
+                        }
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                    self.outputs
+                        .insert(f.tags.task, r.map(|()| got).map_err(|e| e.to_string()));
+                    continue;
+                }
                 let o = m.files.output;
                 let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
                 dtoh(
@@ -475,9 +655,91 @@ impl CudaKernels {
         }
     }
 
+    /// A fault poisoned the context (module doc): every request holding
+    /// buffers on it ends with `why`; its kernels in flight are reported
+    /// done now (nothing of them is left: the context is destroyed); the
+    /// context is rebuilt with its models and the streams are made again.
+    fn fault(&mut self, action: &str, why: String, out: &mut Vec<DeviceEvent>) {
+        tracing::error!(
+            "{}: {action} failed: {why}: the context is lost; its requests fail, the context is \
+             rebuilt with its models",
+            self.dev.device()
+        );
+        self.errors.push((action.to_string(), why.clone()));
+        for (si, st) in self.streams.iter_mut().enumerate() {
+            let stream = StreamId(si as u32);
+            for f in st.inflight.drain(..) {
+                self.failed.insert(f.tags.task, why.clone());
+                for kind in [EventKind::Started, EventKind::Completed] {
+                    if kind == EventKind::Started && f.started {
+                        continue;
+                    }
+                    out.push(DeviceEvent {
+                        time: self.now,
+                        stream,
+                        launch: f.id,
+                        tags: f.tags,
+                        kind,
+                    });
+                }
+            }
+            // Instances (buffers, modules) die with the context: dropped
+            // without calls.
+            for slot in st.instances.drain().flat_map(|(_, v)| v) {
+                if let Some(t) = slot.task {
+                    self.failed.insert(t, why.clone());
+                }
+            }
+        }
+        for t in self.failed.keys() {
+            self.verified.remove(t);
+        }
+        // Events, streams and modules of the old context are dead.
+        self.free_events.clear();
+        let t0 = std::time::Instant::now();
+        let r = self.dev.rebuild().and_then(|()| {
+            for st in &mut self.streams {
+                st.cu = Self::new_stream(&self.dev, st.class)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                self.rebuilds += 1;
+                tracing::warn!(
+                    "{}: context rebuilt in {:.0} us ({} models reloaded)",
+                    self.dev.device(),
+                    t0.elapsed().as_secs_f64() * 1e6,
+                    self.dev.models.len()
+                );
+            }
+            Err(e) => {
+                tracing::error!("{}: rebuilding the context: {e}", self.dev.device());
+                self.errors
+                    .push(("rebuild the context".into(), e.to_string()));
+            }
+        }
+    }
+
+    /// A CUDA stream of `class`'s priority in the device's context.
+    fn new_stream(dev: &CudaDevice, class: StreamClass) -> Result<CUstream, CudaError> {
+        dev.current()?;
+        let mut cu = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        check("cuStreamCreateWithPriority", unsafe {
+            sys::cuStreamCreateWithPriority(
+                &mut cu,
+                STREAM_NON_BLOCKING,
+                dev.stream_priority(class),
+            )
+        })?;
+        Ok(cu)
+    }
+
     fn destroy_streams(&mut self) {
+        let current = self.dev.current().is_ok();
         for mut st in std::mem::take(&mut self.streams) {
-            if self.dev.current(st.ctx).is_ok() {
+            if current {
                 // SAFETY: our stream; waited for before it is destroyed.
                 unsafe {
                     let _ = sys::cuStreamSynchronize(st.cu);
@@ -485,11 +747,11 @@ impl CudaKernels {
                 }
             }
             for f in st.inflight.drain(..) {
-                self.free_events.push((st.ctx, f.ev));
+                self.free_events.push(f.ev);
             }
             for (_, slots) in st.instances.drain() {
                 for slot in slots {
-                    self.dev.drop_instance(st.ctx, slot.inst);
+                    self.dev.drop_instance(slot.inst);
                 }
             }
         }
@@ -518,16 +780,9 @@ impl Device for CudaKernels {
         } else {
             StreamClass::BestEffort
         };
-        let c = class_ctx(class);
-        self.dev.current(c).map_err(text)?;
-        let mut cu = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
-        })
-        .map_err(text)?;
+        let cu = Self::new_stream(&self.dev, class).map_err(text)?;
         self.streams.push(KStream {
-            ctx: c,
+            class,
             cu,
             capacity: capacity.max(1),
             instances: HashMap::new(),
@@ -540,12 +795,19 @@ impl Device for CudaKernels {
 
     fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String> {
         self.stream(s)?;
-        self.launch_on(s, &l).map_err(text)
+        self.launch_on(s, &l).map_err(|e| {
+            if sticky(&e) {
+                let mut out = std::mem::take(&mut self.pending);
+                self.fault("cuLaunchKernel", e.to_string(), &mut out);
+                self.pending = out;
+            }
+            text(e)
+        })
     }
 
     fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), String> {
-        let c = self.stream(s)?.ctx;
-        self.dev.current(c).map_err(text)?;
+        self.stream(s)?;
+        self.dev.current().map_err(text)?;
         let st = &mut self.streams[s.0 as usize];
         for slot in st.instances.values().flatten() {
             htod(slot.inst.flag, &(on as u32).to_le_bytes()).map_err(text)?;
@@ -590,9 +852,11 @@ impl Device for CudaKernels {
         out.append(&mut self.pending);
         for si in 0..self.streams.len() {
             if let Err(e) = self.poll_stream(si, out) {
-                // A failed query leaves the kernel in flight; it is asked
-                // again at the next poll (the driver's error is logged).
-                tracing::error!(stream = si, "polling {}: {e}", self.dev.device());
+                // The context is lost (module doc, "Faults"): a failed
+                // query is never asked again (it would be, every poll, for
+                // ever).
+                self.fault("cuEventQuery", e.to_string(), out);
+                break;
             }
         }
     }
@@ -603,6 +867,8 @@ impl Device for CudaKernels {
         self.pending.clear();
         self.bound.clear();
         self.verified.clear();
+        self.attached.clear();
+        self.outputs.clear();
     }
 
     fn bind(&mut self, req: RequestId, model: &str) {
@@ -615,6 +881,7 @@ impl Device for CudaKernels {
     }
 
     fn request_done(&mut self, req: RequestId) {
+        self.attached.remove(&req.0);
         for st in &mut self.streams {
             for slot in st.instances.values_mut().flatten() {
                 if slot.task == Some(req.0) {
@@ -626,5 +893,38 @@ impl Device for CudaKernels {
 
     fn live(&self) -> bool {
         true
+    }
+}
+
+impl CudaKernels {
+    /// Request `req` carries `data` (see the module doc, "Outputs").
+    pub fn attach(&mut self, req: RequestId, data: std::sync::Arc<crate::tensors::RequestData>) {
+        self.attached.insert(req.0, data);
+    }
+
+    /// The outputs of request `req`, once its last kernel completed.
+    pub fn take_outputs(&mut self, req: RequestId) -> Option<crate::tensors::Outputs> {
+        self.outputs.remove(&req.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The seeded input is the same bytes as the per-byte formula the
+    /// references were defined by.
+    #[test]
+    fn seeded_input_repeats_its_period() {
+        for seed in 0..super::INPUT_SEEDS {
+            for bytes in [0, 1, 250, 251, 252, 8192, 100_003] {
+                let want: Vec<u8> = (0..bytes)
+                    .map(|i| (seed.wrapping_mul(131).wrapping_add(i as u64 * 7) % 251) as u8)
+                    .collect();
+                assert_eq!(
+                    super::input(seed, bytes),
+                    want,
+                    "seed {seed}, {bytes} bytes"
+                );
+            }
+        }
     }
 }

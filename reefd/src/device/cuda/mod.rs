@@ -22,12 +22,23 @@
 //! search path. The presence check (`is_culib_present`) runs first: cudarc
 //! panics on the first call into a missing library.
 //!
-//! Layout on the device:
-//! - two contexts, real-time (RT) and BE (`cuCtxCreate_v2`), so that a
-//!   preemption (and on a GPU host a kill, which acts on a whole context)
-//!   never reaches RT kernels;
-//! - per model and context, one allocation per weight storage, weights
-//!   uploaded once at load; a load that does not fit the free memory
+//! Layout on the device (issue 26; measured on the strict stand-in,
+//! docs/hardware.md "Context layout"):
+//! - **one context** (`cuCtxCreate_v2`), RT streams at the driver's
+//!   greatest stream priority and BE streams at its least
+//!   (`cuCtxGetStreamPriorityRange`, `cuStreamCreateWithPriority`): the
+//!   block scheduler places an RT kernel's pending blocks before BE's, as
+//!   BE's running blocks finish. Two contexts cannot share the GPU at
+//!   once without MPS, they time-slice ("a kernel from one CUDA context
+//!   cannot execute concurrently with a kernel from another CUDA
+//!   context", CUDA C Programming Guide, "Concurrent Kernel Execution"),
+//!   so RT kernels in a context of their own wait for BE's context to
+//!   drain or for its time slice to end;
+//! - a fault (a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS) poisons
+//!   the context: [`kernels`] fails the requests on it with the driver's
+//!   words and [`CudaDevice::rebuild`]s it, models reloaded;
+//! - per model, one allocation per weight storage, weights uploaded once
+//!   at load; a load that does not fit the free memory
 //!   (`cuMemGetInfo_v2`) is refused with both figures before anything is
 //!   allocated ([`kernels::CudaKernels::load_model`]), and a failure midway
 //!   frees what was allocated;
@@ -100,8 +111,8 @@ pub struct CudaLaunchOptions {
 
 struct Loaded {
     files: ModelFiles,
-    /// Weight allocations per context (RT = 0, BE = 1), by storage index.
-    weights: [HashMap<usize, CUdeviceptr>; 2],
+    /// Weight allocations, by storage index.
+    weights: HashMap<usize, CUdeviceptr>,
 }
 
 /// One stream's instance of a model: module, functions, globals, buffers.
@@ -121,8 +132,12 @@ pub struct SmLimits {
     pub max_blocks_per_sm: u32,
 }
 
-/// An open `cuda:N` device with its two contexts.
+/// An open `cuda:N` device with its context.
 pub struct CudaDevice {
+    /// The driver's device (`cuDeviceGet`), for a rebuild.
+    dev: sys::CUdevice,
+    /// The driver's (least, greatest) stream priorities.
+    priorities: (i32, i32),
     device: String,
     gpu_name: String,
     /// Compute capability (major, minor), `None` when the driver does not
@@ -131,7 +146,7 @@ pub struct CudaDevice {
     /// The SM figures placement across a node's GPUs reads, `None` when the
     /// driver does not report them all.
     sm: Option<SmLimits>,
-    ctx: [CUcontext; 2],
+    ctx: CUcontext,
     levels: Levels,
     models: BTreeMap<String, Loaded>,
 }
@@ -140,21 +155,14 @@ pub struct CudaDevice {
 // context is made current (every call here does so).
 unsafe impl Send for CudaDevice {}
 
-fn class_ctx(c: StreamClass) -> usize {
-    match c {
-        StreamClass::RealTime => 0,
-        StreamClass::BestEffort => 1,
-    }
-}
-
 /// The probe kernel for level 2 (injected like a model's kernels).
 const PROBE_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n\
     // reef-sim: kernel=reef_probe block_ns=1000\n\
     .visible .entry reef_probe()\n{\n\tret;\n}\n";
 
 impl CudaDevice {
-    /// Loads the driver, creates the RT and BE contexts on GPU `index` and
-    /// probes the preemption levels.
+    /// Loads the driver, creates the context on GPU `index` (and reads the
+    /// driver's stream priority range) and probes the preemption levels.
     pub fn open(opts: &CudaLaunchOptions) -> Result<CudaDevice, CudaError> {
         load_library(opts.library.as_deref())?;
         let device = format!("cuda:{}", opts.index);
@@ -202,11 +210,18 @@ impl CudaDevice {
                         as u32,
                 })
             })();
-            let mut ctx = [std::ptr::null_mut(); 2];
-            for c in &mut ctx {
-                check("cuCtxCreate_v2", sys::cuCtxCreate_v2(c, 0, dev))?;
+            let mut ctx = std::ptr::null_mut();
+            check("cuCtxCreate_v2", sys::cuCtxCreate_v2(&mut ctx, 0, dev))?;
+            // Without stream priorities (a driver that refuses the query)
+            // both classes get the default priority.
+            let (mut least, mut greatest) = (0, 0);
+            if sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) != CUresult::CUDA_SUCCESS
+            {
+                (least, greatest) = (0, 0);
             }
             let mut d = CudaDevice {
+                dev,
+                priorities: (least, greatest),
                 device,
                 gpu_name,
                 cc,
@@ -220,11 +235,60 @@ impl CudaDevice {
         }
     }
 
-    fn current(&self, c: usize) -> Result<(), CudaError> {
+    fn current(&self) -> Result<(), CudaError> {
         // SAFETY: the context is ours and alive.
-        check("cuCtxSetCurrent", unsafe {
-            sys::cuCtxSetCurrent(self.ctx[c])
-        })
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+
+    /// The CUDA stream priority of a class: RT the driver's greatest, BE
+    /// its least (the default).
+    pub fn stream_priority(&self, class: StreamClass) -> i32 {
+        match class {
+            StreamClass::RealTime => self.priorities.1,
+            StreamClass::BestEffort => self.priorities.0,
+        }
+    }
+
+    /// The driver's (least, greatest) stream priorities.
+    pub fn stream_priorities(&self) -> (i32, i32) {
+        self.priorities
+    }
+
+    /// A context poisoned by a fault answers every call with its sticky
+    /// error: it is destroyed (everything in it goes) and a new one is
+    /// created, made current, with every loaded model's weights uploaded
+    /// again. The caller's handles of the old context (streams, events,
+    /// instances) are dead and must be dropped without calls.
+    pub fn rebuild(&mut self) -> Result<(), CudaError> {
+        // SAFETY: our context; its handles are not used again.
+        unsafe {
+            let _ = sys::cuCtxDestroy_v2(self.ctx);
+            self.ctx = std::ptr::null_mut();
+            check(
+                "cuCtxCreate_v2",
+                sys::cuCtxCreate_v2(&mut self.ctx, 0, self.dev),
+            )?;
+        }
+        let names: Vec<String> = self.models.keys().cloned().collect();
+        for name in names {
+            let mut weights = HashMap::new();
+            let m = &self.models[&name];
+            let r = (|| -> Result<(), CudaError> {
+                for (&i, bytes) in &m.files.weights {
+                    let p = alloc(bytes.len())?;
+                    weights.insert(i, p);
+                    htod(p, bytes)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                free_all(self.ctx, &weights);
+                self.models.remove(&name);
+                return Err(e);
+            }
+            self.models.get_mut(&name).expect("loaded").weights = weights;
+        }
+        Ok(())
     }
 
     /// Level 2 works when the probe kernel is evicted with the flag set and
@@ -246,7 +310,7 @@ impl CudaDevice {
         let src = reef_trap::ptx::inject(PROBE_PTX, "probe", &Default::default())
             .map_err(|e| e.to_string())?;
         let image = CString::new(src.ptx).map_err(|e| e.to_string())?;
-        self.current(1).map_err(|e| e.to_string())?;
+        self.current().map_err(|e| e.to_string())?;
         // SAFETY: driver calls with valid pointers.
         unsafe {
             let mut m = std::ptr::null_mut();
@@ -309,10 +373,10 @@ impl CudaDevice {
         }
     }
 
-    /// Makes the BE context current on the calling thread (for raw driver
+    /// Makes the context current on the calling thread (for raw driver
     /// calls in tests).
     pub fn make_current_be(&self) -> Result<(), CudaError> {
-        self.current(1)
+        self.current()
     }
 
     pub fn device(&self) -> &str {
@@ -330,7 +394,7 @@ impl CudaDevice {
 
     /// (free, total) device memory.
     pub fn memory(&self) -> Result<(u64, u64), CudaError> {
-        self.current(0)?;
+        self.current()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
         check("cuMemGetInfo_v2", unsafe {
@@ -376,7 +440,7 @@ impl CudaDevice {
     }
 
     /// Loads a model directory under `name` (default: the manifest's name):
-    /// weights uploaded once into each context. The memory its streams'
+    /// weights uploaded once. The memory its streams'
     /// instances take is the caller's to check
     /// ([`kernels::CudaKernels::load_model`]); the weights' allocation fails
     /// with the driver's out-of-memory error when they do not fit.
@@ -397,20 +461,18 @@ impl CudaDevice {
                 "model {name} is already loaded"
             )));
         }
-        let mut weights = [HashMap::new(), HashMap::new()];
+        let mut weights = HashMap::new();
         let r = (|| -> Result<(), CudaError> {
-            for (c, w) in weights.iter_mut().enumerate() {
-                self.current(c)?;
-                for (&i, bytes) in &files.weights {
-                    let p = alloc(bytes.len())?;
-                    w.insert(i, p);
-                    htod(p, bytes)?;
-                }
+            self.current()?;
+            for (&i, bytes) in &files.weights {
+                let p = alloc(bytes.len())?;
+                weights.insert(i, p);
+                htod(p, bytes)?;
             }
             Ok(())
         })();
         if let Err(e) = r {
-            free_all(&self.ctx, &weights);
+            free_all(self.ctx, &weights);
             return Err(e);
         }
         self.models.insert(name.clone(), Loaded { files, weights });
@@ -424,12 +486,12 @@ impl CudaDevice {
             .models
             .remove(name)
             .ok_or_else(|| CudaError::Invalid(format!("model {name} is not loaded")))?;
-        free_all(&self.ctx, &m.weights);
+        free_all(self.ctx, &m.weights);
         Ok(())
     }
 
-    fn drop_instance(&self, c: usize, inst: Instance) {
-        if self.current(c).is_ok() {
+    fn drop_instance(&self, inst: Instance) {
+        if self.current().is_ok() {
             // SAFETY: handles from the driver, freed once.
             unsafe {
                 for p in inst.buffers.values() {
@@ -440,15 +502,15 @@ impl CudaDevice {
         }
     }
 
-    /// A new instance of loaded model `model` in context `c`: its module
+    /// A new instance of loaded model `model`: its module
     /// (its own preempt flag and execution index), functions and buffers
     /// (weights are the context's, shared).
-    fn new_instance(&self, c: usize, model: &str) -> Result<Instance, CudaError> {
+    fn new_instance(&self, model: &str) -> Result<Instance, CudaError> {
         let m = self
             .models
             .get(model)
             .ok_or_else(|| CudaError::Invalid(format!("model {model} is not loaded")))?;
-        self.current(c)?;
+        self.current()?;
         let mut inst = Instance {
             module: std::ptr::null_mut(),
             functions: Vec::new(),
@@ -475,7 +537,7 @@ impl CudaDevice {
         })();
         if let Err(e) = r {
             if !inst.module.is_null() {
-                self.drop_instance(c, inst);
+                self.drop_instance(inst);
             }
             return Err(e);
         }
@@ -485,23 +547,20 @@ impl CudaDevice {
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        // SAFETY: destroying our contexts frees everything in them.
+        // SAFETY: destroying our context frees everything in it.
         unsafe {
-            for c in self.ctx {
-                let _ = sys::cuCtxDestroy_v2(c);
-            }
+            let _ = sys::cuCtxDestroy_v2(self.ctx);
         }
     }
 }
 
-/// Launches kernel `kernel` of loaded model `m` from instance `inst` (in
-/// context `c`, current) on stream `cu` with execution index `exec` (the
+/// Launches kernel `kernel` of loaded model `m` from instance `inst` (its
+/// context current) on stream `cu` with execution index `exec` (the
 /// injected kernels' trailing parameter, REEF Fig. 8 line 8), and records
 /// event `ev` after it.
 fn launch_kernel(
     m: &Loaded,
     inst: &Instance,
-    c: usize,
     cu: CUstream,
     kernel: usize,
     exec: u32,
@@ -516,7 +575,7 @@ fn launch_kernel(
             Arg::Storage(i) => inst
                 .buffers
                 .get(i)
-                .or_else(|| m.weights[c].get(i))
+                .or_else(|| m.weights.get(i))
                 .copied()
                 .ok_or_else(|| CudaError::Invalid(format!("storage {i} is not allocated")))?,
             Arg::U32(v) => *v as u64,
@@ -551,14 +610,12 @@ fn launch_kernel(
     }
 }
 
-fn free_all(ctx: &[CUcontext; 2], w: &[HashMap<usize, CUdeviceptr>; 2]) {
-    for (c, m) in w.iter().enumerate() {
-        // SAFETY: our context and allocations.
-        unsafe {
-            if sys::cuCtxSetCurrent(ctx[c]) == CUresult::CUDA_SUCCESS {
-                for p in m.values() {
-                    let _ = sys::cuMemFree_v2(*p);
-                }
+fn free_all(ctx: CUcontext, w: &HashMap<usize, CUdeviceptr>) {
+    // SAFETY: our context and allocations.
+    unsafe {
+        if sys::cuCtxSetCurrent(ctx) == CUresult::CUDA_SUCCESS {
+            for p in w.values() {
+                let _ = sys::cuMemFree_v2(*p);
             }
         }
     }

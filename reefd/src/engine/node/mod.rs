@@ -19,7 +19,7 @@
 //!   `reef-bench multigpu`'s `jobs::nn_job`, docs/results-multigpu.md) and
 //!   its widest kernel's launch shape. On CUDA GPUs a model declares what
 //!   the CUDA engine allocates for it instead (its weights and one
-//!   request's buffers in the RT and the BE context,
+//!   request's buffers, in its one context,
 //!   `CudaDevice::footprint`), the SM figures come from the driver
 //!   (`cuDeviceGetAttribute`) and the free memory is the smaller of what
 //!   placement has not reserved and what the driver reports free
@@ -87,6 +87,8 @@ pub struct NodeEngine {
     streams: HashMap<u64, StreamRec>,
     tasks: HashMap<u64, DeviceIdx>,
     counters: PlacementStats,
+    /// Data of tasks not yet submitted ([`Engine::set_data`]).
+    data: HashMap<u64, std::sync::Arc<crate::tensors::RequestData>>,
 }
 
 impl NodeEngine {
@@ -176,8 +178,7 @@ impl NodeEngine {
             labels,
             devs,
             lims,
-            "weights in the RT and the BE context, one request's buffers per stream that runs it"
-                .into(),
+            "weights and one request's buffers per stream that runs it".into(),
         )
     }
 
@@ -201,6 +202,7 @@ impl NodeEngine {
             streams: HashMap::new(),
             tasks: HashMap::new(),
             counters: PlacementStats::default(),
+            data: HashMap::new(),
         })
     }
 
@@ -477,6 +479,17 @@ impl Engine for NodeEngine {
         dropped
     }
 
+    fn withdraw(&mut self, task: u64) -> bool {
+        let Some(&d) = self.tasks.get(&task) else {
+            return false;
+        };
+        let gone = self.devs[d].withdraw(task);
+        if gone {
+            self.tasks.remove(&task);
+        }
+        gone
+    }
+
     fn submit(
         &mut self,
         now: Nanos,
@@ -485,7 +498,11 @@ impl Engine for NodeEngine {
         model: &str,
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError> {
+        let data = self.data.remove(&task);
         let d = self.bind_stream(stream, model)?;
+        if let Some(data) = data {
+            self.devs[d].set_data(task, data)?;
+        }
         let r = self.devs[d].submit(now, task, stream, model, out);
         if r.is_ok() {
             self.tasks.insert(task, d);
@@ -540,6 +557,20 @@ impl Engine for NodeEngine {
                 (h + a, q + b)
             })
         })
+    }
+
+    fn set_data(
+        &mut self,
+        task: u64,
+        data: std::sync::Arc<crate::tensors::RequestData>,
+    ) -> Result<(), EngineError> {
+        // Handed to the device the task is submitted to.
+        self.data.insert(task, data);
+        Ok(())
+    }
+
+    fn take_outputs(&mut self, task: u64) -> Option<crate::tensors::Outputs> {
+        self.devs.iter_mut().find_map(|d| d.take_outputs(task))
     }
 
     fn residue(&self) -> (usize, usize) {

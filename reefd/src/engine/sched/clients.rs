@@ -121,6 +121,7 @@ impl<D: EngineDevice> SchedEngine<D> {
             let Some(mi) = self.model_index(&model) else {
                 let d = self.dstreams.get_mut(&id).expect("stream");
                 d.queue.pop_front();
+                self.data.remove(&task);
                 out.push(EngineEvent::TaskRejected {
                     task,
                     reason: format!("model {model} was unloaded"),
@@ -202,6 +203,15 @@ impl<D: EngineDevice> SchedEngine<D> {
                 if self.build.slots[slot].class == Class::RealTime {
                     a.set_qos(ClientId(slot as u32), q);
                 }
+            }
+            if let Some(data) = self.data.remove(&task) {
+                // Its inputs go to the device before its first kernel.
+                self.build
+                    .drv
+                    .dev
+                    .attach(RequestId(task), &self.models[mi].name, data, &|s| {
+                        buffer(ns, s)
+                    });
             }
             self.build
                 .drv

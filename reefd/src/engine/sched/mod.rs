@@ -75,7 +75,7 @@ use crate::engine::{
 use crate::protocol::{Priority, TaskState};
 use reef_exec::{Device, Driver, LaunchKind, ModelShapes, Outcome, RunSched, Setup, Work};
 use reef_sched::{Class, ClientId, ClientSpec, Event, ModelId, ModelInfo, RequestId, StreamId};
-use reef_sim::{BufferId, DeviceSpec, KernelShape, Sim, ValueTracker};
+use reef_sim::{BufferId, DeviceSpec, KernelShape, ValueTracker};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -191,7 +191,7 @@ struct TaskRec {
 }
 
 /// See the module documentation.
-pub struct SchedEngine<D: EngineDevice = Sim> {
+pub struct SchedEngine<D: EngineDevice = crate::device::sim::SimDevice> {
     settings: SchedSettings,
     spec: DeviceSpec,
     models: Vec<Prepared>,
@@ -217,6 +217,11 @@ pub struct SchedEngine<D: EngineDevice = Sim> {
     fikit_saved: u64,
     /// QoS targets (ns) of tasks not yet in the scheduler (`--qos-ms`).
     qos: HashMap<u64, u64>,
+    /// Data of tasks not yet in the scheduler ([`Engine::set_data`]),
+    /// handed to the device when they enter it.
+    data: HashMap<u64, Arc<crate::tensors::RequestData>>,
+    /// Outputs of finished tasks, until the runtime takes them.
+    outputs: HashMap<u64, crate::tensors::Outputs>,
     /// The Aker managers' figures of the builds replaced so far.
     aker_before: reef_sched::aker::AkerStats,
 }
@@ -293,6 +298,42 @@ pub trait EngineDevice: Device + Send {
     fn code_reader(&self) -> Option<crate::engine::CodeReader> {
         None
     }
+    /// Whether the device takes requests' data ([`EngineDevice::attach`]);
+    /// `Err` says why not.
+    fn data_path(&self) -> Result<(), String> {
+        Err(format!("{} takes no tensors", self.describe()))
+    }
+    /// Request `req` (of model `model`) carries `data`; called just before
+    /// it arrives at the scheduler. The device puts each input's bytes in
+    /// the request's buffer of its storage (`buffer`: storage index to the
+    /// request's value-tracking buffer) before its first kernel runs, and
+    /// when its last kernel completes reads each output from its storage
+    /// to where `data` says ([`EngineDevice::take_outputs`]).
+    fn attach(
+        &mut self,
+        _req: reef_sched::RequestId,
+        _model: &str,
+        _data: Arc<crate::tensors::RequestData>,
+        _buffer: &dyn Fn(usize) -> BufferId,
+    ) {
+    }
+    /// What became of request `req`'s outputs (taken once): `None` when it
+    /// carried no data; `Err` when the device could not produce them (it
+    /// never makes them up).
+    fn take_outputs(&mut self, _req: reef_sched::RequestId) -> Option<crate::tensors::Outputs> {
+        None
+    }
+    /// Why the device ended request `req` (a GPU: a fault of its context,
+    /// in the driver's words), taken once; `None`: it did not.
+    fn task_failure(&mut self, _req: reef_sched::RequestId) -> Option<String> {
+        None
+    }
+    /// Failures the device saw outside the scheduler's actions (a GPU: a
+    /// context fault found by a completion query), as (action, error),
+    /// taken once: each is a device error.
+    fn take_errors(&mut self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 impl<D: EngineDevice> SchedEngine<D> {
@@ -341,6 +382,8 @@ impl<D: EngineDevice> SchedEngine<D> {
             fikit_profiles: HashMap::new(),
             fikit_saved: 0,
             qos: HashMap::new(),
+            data: HashMap::new(),
+            outputs: HashMap::new(),
             aker_before: Default::default(),
         })
     }
@@ -473,6 +516,9 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
             return Vec::new();
         };
         let mut dropped: Vec<u64> = d.queue.iter().map(|(t, _)| *t).collect();
+        for t in &dropped {
+            self.data.remove(t);
+        }
         if let Some(t) = d.inflight {
             // The request inside the scheduler cannot be withdrawn from it:
             // it finishes as an orphan and its client slot frees then.
@@ -503,6 +549,16 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         dropped
     }
 
+    fn withdraw(&mut self, task: u64) -> bool {
+        for d in self.dstreams.values_mut() {
+            if let Some(i) = d.queue.iter().position(|(t, _)| *t == task) {
+                d.queue.remove(i);
+                return true;
+            }
+        }
+        false
+    }
+
     fn submit(
         &mut self,
         now: Nanos,
@@ -512,11 +568,13 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         out: &mut Vec<EngineEvent>,
     ) -> Result<(), EngineError> {
         if self.model_index(model).is_none() {
+            self.data.remove(&task);
             return Err(EngineError::NotFound(format!(
                 "model {model} is not loaded"
             )));
         }
         if !self.dstreams.contains_key(&stream) {
+            self.data.remove(&task);
             return Err(EngineError::NotFound(format!("no stream {stream}")));
         }
         // Catch the device up to `now` before the task joins its stream's
@@ -633,6 +691,24 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
             Some(q) => self.qos.insert(task, q),
             None => self.qos.remove(&task),
         };
+    }
+
+    fn set_data(
+        &mut self,
+        task: u64,
+        data: Arc<crate::tensors::RequestData>,
+    ) -> Result<(), EngineError> {
+        self.build
+            .drv
+            .dev
+            .data_path()
+            .map_err(EngineError::Unsupported)?;
+        self.data.insert(task, data);
+        Ok(())
+    }
+
+    fn take_outputs(&mut self, task: u64) -> Option<crate::tensors::Outputs> {
+        self.outputs.remove(&task)
     }
 
     fn aker(&self) -> Option<crate::protocol::AkerStats> {

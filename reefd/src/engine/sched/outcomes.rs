@@ -61,6 +61,9 @@ impl<D: EngineDevice> SchedEngine<D> {
     /// is dropped.
     pub(super) fn absorb(&mut self, o: &mut Vec<Outcome>, out: &mut Vec<EngineEvent>) {
         let now = self.build.drv.dev.now();
+        for (action, error) in self.build.drv.dev.take_errors() {
+            out.push(EngineEvent::DeviceError { action, error });
+        }
         // BE clients whose request finished: freed once the device events
         // are taken in (freeing one can issue scheduler commands).
         let mut released = Vec::new();
@@ -101,6 +104,14 @@ impl<D: EngineDevice> SchedEngine<D> {
                     let Some(rec) = self.tasks.remove(&task) else {
                         continue;
                     };
+                    // What the device did with its outputs: kept for the
+                    // runtime when it finished for its client, else dropped.
+                    let outputs = self.build.drv.dev.take_outputs(req);
+                    if let Some(o) =
+                        outputs.filter(|_| done && rec.dstream.is_some() && rec.failed.is_none())
+                    {
+                        self.outputs.insert(task, o);
+                    }
                     let b = &mut self.build;
                     let slot = rec.slot;
                     b.slots[slot].inflight = b.slots[slot].inflight.saturating_sub(1);
@@ -119,10 +130,12 @@ impl<D: EngineDevice> SchedEngine<D> {
                         // device kept for its check is dropped.
                         self.free_ns.push(rec.ns);
                         let _ = b.drv.dev.verified(req);
+                        let _ = b.drv.dev.task_failure(req);
                         continue;
                     }
                     let ns = rec.ns;
-                    if let Some(reason) = rec.failed {
+                    let fault = b.drv.dev.task_failure(req);
+                    if let Some(reason) = rec.failed.or(fault) {
                         // A kernel of it never reached the device.
                         let _ = b.drv.dev.verified(req);
                         out.push(EngineEvent::TaskFailed { task, reason });

@@ -266,7 +266,8 @@ fn a_refused_preemption_action_is_reported_not_dropped() {
     // simulator answers with its own error, as a driver whose queue
     // was destroyed would).
     for s in e.sched_streams_of(1) {
-        e.build.drv.inject_lost_stream(StreamId(s));
+        let d = e.build.drv.device_stream(StreamId(s)).unwrap();
+        e.build.drv.dev.lose_stream(d);
     }
     e.submit(2_000_000, 2, 2, "vgg", &mut out).unwrap();
     run(&mut e, &mut out);

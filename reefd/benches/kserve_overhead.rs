@@ -1,0 +1,323 @@
+//! What the Open Inference Protocol fronts add (issue 27, docs/kserve.md):
+//! the same inference of one small model, over the native Unix socket, HTTP
+//! with JSON tensors, HTTP with binary tensors and gRPC, side by side in
+//! one run against one daemon, with 1 and 64 concurrent closed-loop
+//! clients. Prints each path's round trip p50/p99 as the client sees it,
+//! the daemon's own share (its `latency_us` stamp: arrival to completion),
+//! what the front adds over the native socket, and requests per second.
+//!
+//! Run: `cargo bench -p reefd --bench kserve_overhead`
+//! (REEF_BENCH_REQUESTS: requests per client at concurrency 1, default
+//! 2000; at 64 each client sends a 64th of it. REEF_BENCH_DEVICE: default
+//! sim:h100. REEF_BENCH_MODEL: a model directory to serve, default the
+//! two-kernel test model of reef-libcuda-sim.)
+
+use reefd::client::Client;
+use reefd::kserve::grpc::pb;
+use reefd::metrics::summarize;
+use reefd::protocol::Priority;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn main() -> anyhow::Result<()> {
+    let per: usize = std::env::var("REEF_BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let device = std::env::var("REEF_BENCH_DEVICE").unwrap_or_else(|_| "sim:h100".into());
+    let model_dir: PathBuf = std::env::var_os("REEF_BENCH_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../libcuda-sim/models/two-kernel")
+        });
+    let daemon = Daemon::start(&device)?;
+    let mut admin = Client::connect(&daemon.socket)?;
+    let info = admin.load_model(
+        model_dir.file_name().unwrap().to_str().unwrap(),
+        Some(&model_dir),
+    )?;
+    let model = info.name.clone();
+    println!(
+        "reefd on {device}, model {model} ({} kernels), policy reef, best-effort requests; {} cores",
+        info.kernels,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    println!(
+        "{:<12} {:>7} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9}",
+        "path", "clients", "p50 us", "p99 us", "reefd p50", "added p50", "added p99", "req/s"
+    );
+    let paths = ["native", "http-json", "http-binary", "grpc"];
+    for clients in [1usize, 64] {
+        let n = (per / clients).max(10);
+        let mut native_p = (0.0, 0.0);
+        for path in paths {
+            let r = run(&daemon, path, &model, clients, n)?;
+            let rtt = summarize(r.rtt.iter().copied());
+            let own = summarize(r.own.iter().copied());
+            if path == "native" {
+                native_p = (rtt.p50_us, rtt.p99_us);
+            }
+            println!(
+                "{:<12} {:>7} {:>9.1} {:>9.1} {:>11.1} {:>11.1} {:>11.1} {:>9.0}",
+                path,
+                clients,
+                rtt.p50_us,
+                rtt.p99_us,
+                own.p50_us,
+                rtt.p50_us - native_p.0,
+                rtt.p99_us - native_p.1,
+                r.rtt.len() as f64 / r.wall.as_secs_f64()
+            );
+        }
+    }
+    println!("added: the path's round trip less the native socket's, same model, same run");
+    Ok(())
+}
+
+struct Daemon {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    http: String,
+    grpc: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Daemon {
+    fn start(device: &str) -> anyhow::Result<Daemon> {
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("reefd.sock");
+        let http = format!("127.0.0.1:{}", free_port());
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let cfg = dir.path().join("reefd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[daemon]\nsocket = {socket:?}\npid_file = {:?}\nlog_level = \"warn\"\n[device]\ndevice = {device:?}\n[metrics]\nenabled = false\n[kserve]\nhttp = {http:?}\ngrpc = {grpc:?}\n",
+                dir.path().join("reefd.pid")
+            ),
+        )?;
+        let child = Command::new(env!("CARGO_BIN_EXE_reefd"))
+            .args(["start", "--foreground", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if Client::connect(&socket)
+                .and_then(|mut c| c.status())
+                .is_ok()
+            {
+                return Ok(Daemon {
+                    child,
+                    _dir: dir,
+                    socket,
+                    http,
+                    grpc,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        anyhow::bail!("reefd did not come up")
+    }
+}
+
+struct Run {
+    /// Client round trips, us.
+    rtt: Vec<f64>,
+    /// The daemon's own latency stamps, us.
+    own: Vec<f64>,
+    wall: Duration,
+}
+
+fn run(d: &Daemon, path: &str, model: &str, clients: usize, n: usize) -> anyhow::Result<Run> {
+    let start = Instant::now();
+    let results: Vec<anyhow::Result<(Vec<f64>, Vec<f64>)>> = if path == "grpc" {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        rt.block_on(grpc_clients(&d.grpc, model, clients, n))
+    } else {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..clients)
+                .map(|_| {
+                    s.spawn(|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+                        match path {
+                            "native" => native_client(&d.socket, model, n),
+                            "http-json" => http_client(&d.http, model, n, false),
+                            _ => http_client(&d.http, model, n, true),
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let wall = start.elapsed();
+    let mut rtt = Vec::new();
+    let mut own = Vec::new();
+    for r in results {
+        let (a, b) = r?;
+        rtt.extend(a);
+        own.extend(b);
+    }
+    Ok(Run { rtt, own, wall })
+}
+
+fn native_client(socket: &Path, model: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut c = Client::connect(socket)?;
+    let s = c.register(Priority::Be, Some("bench"))?;
+    let (mut rtt, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = c.infer(s.stream, model)?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e6);
+        own.push(r.latency_us);
+    }
+    Ok((rtt, own))
+}
+
+/// A keep-alive HTTP/1.1 client over one connection.
+fn http_client(
+    addr: &str,
+    model: &str,
+    n: usize,
+    binary: bool,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let mut w = s.try_clone()?;
+    let mut r = BufReader::new(s);
+    let body = br#"{"inputs":[],"parameters":{"priority":10}}"#;
+    let mut req = format!(
+        "POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if binary {
+        req.push_str(&format!(
+            "Inference-Header-Content-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    let mut msg = req.into_bytes();
+    msg.extend_from_slice(body);
+    let (mut rtt, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut line = String::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        w.write_all(&msg)?;
+        let mut len = 0usize;
+        let mut status = 0u16;
+        loop {
+            line.clear();
+            r.read_line(&mut line)?;
+            if status == 0 {
+                status = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+            }
+            let l = line.to_ascii_lowercase();
+            if let Some(v) = l.strip_prefix("content-length:") {
+                len = v.trim().parse()?;
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut b = vec![0u8; len];
+        r.read_exact(&mut b)?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e6);
+        anyhow::ensure!(
+            status == 200,
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&b)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&b)?;
+        own.push(
+            v["parameters"]["reef_latency_us"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+        );
+    }
+    Ok((rtt, own))
+}
+
+async fn grpc_clients(
+    addr: &str,
+    model: &str,
+    clients: usize,
+    n: usize,
+) -> Vec<anyhow::Result<(Vec<f64>, Vec<f64>)>> {
+    use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+    // One channel (one HTTP/2 connection) shared by the clients, as
+    // tritonclient's gRPC client does.
+    let ch = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+        Ok(e) => match e.tcp_nodelay(true).connect().await {
+            Ok(c) => c,
+            Err(e) => return vec![Err(e.into())],
+        },
+        Err(e) => return vec![Err(e.into())],
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let mut c = GrpcInferenceServiceClient::new(ch.clone());
+        let model = model.to_string();
+        set.spawn(async move {
+            let (mut rtt, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for _ in 0..n {
+                let mut req = pb::ModelInferRequest {
+                    model_name: model.clone(),
+                    ..Default::default()
+                };
+                req.parameters.insert(
+                    "priority".into(),
+                    pb::InferParameter {
+                        parameter_choice: Some(pb::infer_parameter::ParameterChoice::Int64Param(
+                            10,
+                        )),
+                    },
+                );
+                let t = Instant::now();
+                let r = c.model_infer(req).await?.into_inner();
+                rtt.push(t.elapsed().as_secs_f64() * 1e6);
+                let lat = match r
+                    .parameters
+                    .get("reef_latency_us")
+                    .and_then(|p| p.parameter_choice.clone())
+                {
+                    Some(pb::infer_parameter::ParameterChoice::DoubleParam(x)) => x,
+                    _ => f64::NAN,
+                };
+                own.push(lat);
+            }
+            Ok::<_, anyhow::Error>((rtt, own))
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = set.join_next().await {
+        out.push(r.unwrap_or_else(|e| Err(e.into())));
+    }
+    out
+}

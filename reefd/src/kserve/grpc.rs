@@ -1,0 +1,625 @@
+//! The Open Inference Protocol over gRPC: `inference.GRPCInferenceService`
+//! (proto/kserve_v2.proto) on tonic and prost.
+//!
+//! Tensor data comes as `raw_input_contents` (one little-endian buffer per
+//! input, in input order: what tritonclient sends), as typed `contents`,
+//! or in a registered shared memory region; outputs go back as
+//! `raw_output_contents`, except those asked into a region.
+
+use super::{level_of_priority, tensor, Front, Input, Kind, Schedule, V2Error};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The code generated from proto/kserve_v2.proto.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("inference");
+}
+
+use pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use pb::infer_parameter::ParameterChoice;
+
+impl From<V2Error> for Status {
+    fn from(e: V2Error) -> Status {
+        match e.kind {
+            Kind::BadRequest | Kind::TooLarge => Status::invalid_argument(e.message),
+            Kind::NotFound => Status::not_found(e.message),
+            Kind::Unauthenticated => Status::unauthenticated(e.message),
+            Kind::Unavailable => Status::unavailable(e.message),
+            Kind::Exhausted => Status::resource_exhausted(e.message),
+            Kind::Timeout => Status::deadline_exceeded(e.message),
+            Kind::Unsupported => Status::unimplemented(e.message),
+            Kind::Internal => Status::internal(e.message),
+        }
+    }
+}
+
+use super::limit::PeerAddr;
+
+impl tonic::transport::server::Connected for super::limit::Conn {
+    type ConnectInfo = PeerAddr;
+    fn connect_info(&self) -> PeerAddr {
+        PeerAddr(self.peer_addr().ok())
+    }
+}
+
+/// The gRPC service on a [`Front`].
+#[derive(Clone)]
+pub struct Service {
+    front: Arc<Front>,
+}
+
+impl Service {
+    fn check<T>(&self, req: &Request<T>, admin: bool) -> Result<(), Status> {
+        let peer = req
+            .extensions()
+            .get::<PeerAddr>()
+            .and_then(|p| p.0)
+            .map(|a| a.ip());
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        self.front
+            .opts
+            .access
+            .check(peer, token, admin)
+            .map_err(|_| V2Error::unauthenticated(admin).into())
+    }
+}
+
+/// Serves `listener` until the task is aborted.
+pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
+    let max = front.opts.max_body_bytes;
+    let conns = front.opts.max_connections.max(1);
+    let svc = GrpcInferenceServiceServer::new(Service { front })
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<super::limit::Conn, std::io::Error>>(16);
+    let mut limited = super::limit::Limited::new(listener, conns);
+    let acceptor = tokio::spawn(async move {
+        loop {
+            let (c, _) = limited.accept_limited().await;
+            if tx.send(Ok(c)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
+    if let Err(e) = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming(incoming)
+        .await
+    {
+        tracing::error!(error = %e, "gRPC front stopped");
+    }
+    acceptor.abort();
+}
+
+fn int_param(p: &HashMap<String, pb::InferParameter>, k: &str) -> Result<Option<i64>, V2Error> {
+    match p.get(k).and_then(|v| v.parameter_choice.as_ref()) {
+        None => Ok(None),
+        Some(ParameterChoice::Int64Param(n)) => Ok(Some(*n)),
+        Some(ParameterChoice::Uint64Param(n)) => i64::try_from(*n)
+            .map(Some)
+            .map_err(|_| V2Error::bad(format!("parameter {k} is too large"))),
+        Some(other) => Err(V2Error::bad(format!(
+            "parameter {k} must be an integer, got {other:?}"
+        ))),
+    }
+}
+
+fn schedule_of(
+    front: &Front,
+    p: &HashMap<String, pb::InferParameter>,
+) -> Result<Schedule, V2Error> {
+    let level = level_of_priority(int_param(p, "priority")?, front.opts.default_priority)?;
+    let timeout = match int_param(p, "timeout")? {
+        None | Some(0) => None,
+        Some(us) if us > 0 => Some(std::time::Duration::from_micros(us as u64)),
+        Some(us) => {
+            return Err(V2Error::bad(format!(
+                "timeout must be a positive number of microseconds, got {us}"
+            )))
+        }
+    };
+    let qos_ms = match p.get("qos_ms").and_then(|v| v.parameter_choice.as_ref()) {
+        None => None,
+        Some(ParameterChoice::DoubleParam(q)) if q.is_finite() && *q > 0.0 => Some(*q),
+        Some(ParameterChoice::Int64Param(q)) if *q > 0 => Some(*q as f64),
+        Some(other) => {
+            return Err(V2Error::bad(format!(
+                "qos_ms must be a positive number of milliseconds, got {other:?}"
+            )))
+        }
+    };
+    Ok(Schedule {
+        level,
+        timeout,
+        qos_ms,
+    })
+}
+
+fn shm_of(
+    p: &HashMap<String, pb::InferParameter>,
+    what: &str,
+) -> Result<Option<super::ShmRef>, V2Error> {
+    let Some(r) = p
+        .get("shared_memory_region")
+        .and_then(|v| v.parameter_choice.as_ref())
+    else {
+        return Ok(None);
+    };
+    let ParameterChoice::StringParam(region) = r else {
+        return Err(V2Error::bad(format!(
+            "{what}: shared_memory_region must be a string"
+        )));
+    };
+    let size = int_param(p, "shared_memory_byte_size")?.ok_or_else(|| {
+        V2Error::bad(format!(
+            "{what}: shared_memory_region needs shared_memory_byte_size"
+        ))
+    })?;
+    let offset = int_param(p, "shared_memory_offset")?.unwrap_or(0);
+    if size < 0 || offset < 0 {
+        return Err(V2Error::bad(format!(
+            "{what}: shared memory offset and size must not be negative"
+        )));
+    }
+    Ok(Some((region.clone(), offset as u64, size as u64)))
+}
+
+/// Typed contents as little-endian bytes of `datatype`.
+fn contents_bytes(
+    name: &str,
+    datatype: &str,
+    c: &pb::InferTensorContents,
+) -> Result<Vec<u8>, V2Error> {
+    let mut out = Vec::new();
+    macro_rules! le {
+        ($v:expr, $t:ty) => {
+            for x in $v {
+                let y = <$t>::try_from(*x).map_err(|_| {
+                    V2Error::bad(format!("input {name:?}: {x} does not fit {datatype}"))
+                })?;
+                out.extend_from_slice(&y.to_le_bytes());
+            }
+        };
+    }
+    match datatype {
+        "BOOL" => out.extend(c.bool_contents.iter().map(|b| *b as u8)),
+        "INT8" => le!(&c.int_contents, i8),
+        "INT16" => le!(&c.int_contents, i16),
+        "INT32" => le!(&c.int_contents, i32),
+        "INT64" => le!(&c.int64_contents, i64),
+        "UINT8" => le!(&c.uint_contents, u8),
+        "UINT16" => le!(&c.uint_contents, u16),
+        "UINT32" => le!(&c.uint_contents, u32),
+        "UINT64" => le!(&c.uint64_contents, u64),
+        "FP32" => c
+            .fp32_contents
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        "FP64" => c
+            .fp64_contents
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        other => {
+            return Err(V2Error::bad(format!(
+                "input {name:?}: {other} cannot be sent as typed contents; send raw_input_contents"
+            )))
+        }
+    }
+    Ok(out)
+}
+
+impl Service {
+    async fn infer_one(&self, r: pb::ModelInferRequest) -> Result<pb::ModelInferResponse, V2Error> {
+        let f = &self.front;
+        let m = f.model(&r.model_name, &r.model_version).await?;
+        let sched = schedule_of(f, &r.parameters)?;
+        if !r.raw_input_contents.is_empty() && r.raw_input_contents.len() != r.inputs.len() {
+            return Err(V2Error::bad(format!(
+                "{} raw_input_contents for {} inputs: give one per input, in order",
+                r.raw_input_contents.len(),
+                r.inputs.len()
+            )));
+        }
+        let mut inputs = Vec::with_capacity(r.inputs.len());
+        let mut raw = r.raw_input_contents.into_iter();
+        for t in r.inputs {
+            let size = tensor::byte_size(&t.datatype, &t.shape)
+                .map_err(|e| V2Error::bad(format!("input {:?}: {e}", t.name)))?;
+            let what = format!("input {:?}", t.name);
+            let shm = shm_of(&t.parameters, &what)?;
+            let raw_bytes = raw.next();
+            let bytes = if let Some((region, offset, n)) = shm {
+                if n as usize != size {
+                    return Err(V2Error::bad(format!(
+                        "{what}: shared_memory_byte_size {n} but {} {:?} is {size} bytes",
+                        t.datatype, t.shape
+                    )));
+                }
+                f.shm.read(&region, offset, n)?
+            } else if let Some(b) = raw_bytes {
+                if b.len() != size {
+                    return Err(V2Error::bad(format!(
+                        "{what}: {} bytes of raw_input_contents but {} {:?} is {size} bytes",
+                        b.len(),
+                        t.datatype,
+                        t.shape
+                    )));
+                }
+                b.to_vec()
+            } else {
+                let c = t.contents.as_ref().ok_or_else(|| {
+                    V2Error::bad(format!(
+                        "{what} has no contents, raw_input_contents or shared memory region"
+                    ))
+                })?;
+                let b = contents_bytes(&t.name, &t.datatype, c)?;
+                if b.len() != size {
+                    return Err(V2Error::bad(format!(
+                        "{what}: contents hold {} bytes but {} {:?} is {size} bytes",
+                        b.len(),
+                        t.datatype,
+                        t.shape
+                    )));
+                }
+                b
+            };
+            inputs.push(Input {
+                name: t.name,
+                datatype: t.datatype,
+                shape: t.shape,
+                bytes,
+            });
+        }
+        let mut wanted: Vec<(String, Option<super::ShmRef>)> = Vec::new();
+        for o in &r.outputs {
+            wanted.push((
+                o.name.clone(),
+                shm_of(&o.parameters, &format!("output {:?}", o.name))?,
+            ));
+        }
+        let answer = f.infer(&m, sched, inputs).await?;
+        if wanted.is_empty() {
+            wanted = answer
+                .outputs
+                .iter()
+                .map(|o| (o.name.clone(), None))
+                .collect();
+        }
+        let mut resp = pb::ModelInferResponse {
+            model_name: m.name.clone(),
+            model_version: "1".into(),
+            id: r.id,
+            ..Default::default()
+        };
+        let p = |c: ParameterChoice| pb::InferParameter {
+            parameter_choice: Some(c),
+        };
+        resp.parameters.insert(
+            "reef_task".into(),
+            p(ParameterChoice::Uint64Param(answer.task.task)),
+        );
+        resp.parameters.insert(
+            "reef_latency_us".into(),
+            p(ParameterChoice::DoubleParam(answer.task.latency_us)),
+        );
+        resp.parameters.insert(
+            "reef_preemptions".into(),
+            p(ParameterChoice::Int64Param(answer.task.preemptions as i64)),
+        );
+        for (name, shm) in wanted {
+            let o = answer
+                .outputs
+                .iter()
+                .find(|o| o.name == name)
+                .ok_or_else(|| {
+                    V2Error::bad(format!("model {} has no output named {name:?}", m.name))
+                })?;
+            let mut t = pb::model_infer_response::InferOutputTensor {
+                name: o.name.clone(),
+                datatype: o.datatype.clone(),
+                shape: o.shape.clone(),
+                ..Default::default()
+            };
+            if let Some((region, offset, n)) = shm {
+                if (n as usize) < o.bytes.len() {
+                    return Err(V2Error::bad(format!(
+                        "output {name:?} is {} bytes but its shared memory region gives {n}",
+                        o.bytes.len()
+                    )));
+                }
+                f.shm.write(&region, offset, &o.bytes)?;
+                t.parameters.insert(
+                    "shared_memory_region".into(),
+                    p(ParameterChoice::StringParam(region)),
+                );
+                t.parameters.insert(
+                    "shared_memory_byte_size".into(),
+                    p(ParameterChoice::Int64Param(o.bytes.len() as i64)),
+                );
+            } else {
+                resp.raw_output_contents.push(o.bytes.clone());
+            }
+            resp.outputs.push(t);
+        }
+        Ok(resp)
+    }
+}
+
+type InferStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Service {
+    async fn server_live(
+        &self,
+        req: Request<pb::ServerLiveRequest>,
+    ) -> Result<Response<pb::ServerLiveResponse>, Status> {
+        self.check(&req, false)?;
+        Ok(Response::new(pb::ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(
+        &self,
+        req: Request<pb::ServerReadyRequest>,
+    ) -> Result<Response<pb::ServerReadyResponse>, Status> {
+        self.check(&req, false)?;
+        Ok(Response::new(pb::ServerReadyResponse {
+            ready: self.front.ready(),
+        }))
+    }
+
+    async fn model_ready(
+        &self,
+        req: Request<pb::ModelReadyRequest>,
+    ) -> Result<Response<pb::ModelReadyResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        let ready = self.front.model(&r.name, &r.version).await.is_ok();
+        Ok(Response::new(pb::ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        req: Request<pb::ServerMetadataRequest>,
+    ) -> Result<Response<pb::ServerMetadataResponse>, Status> {
+        self.check(&req, false)?;
+        Ok(Response::new(pb::ServerMetadataResponse {
+            name: super::SERVER_NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: super::EXTENSIONS.iter().map(|s| s.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        req: Request<pb::ModelMetadataRequest>,
+    ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        let m = self.front.model(&r.name, &r.version).await?;
+        let (inputs, outputs) = super::model_io(&m);
+        let meta = |t: Vec<super::TensorMeta>| {
+            t.into_iter()
+                .map(
+                    |(name, datatype, shape)| pb::model_metadata_response::TensorMetadata {
+                        name,
+                        datatype,
+                        shape,
+                    },
+                )
+                .collect()
+        };
+        Ok(Response::new(pb::ModelMetadataResponse {
+            name: m.name,
+            versions: vec!["1".into()],
+            platform: "reef".into(),
+            inputs: meta(inputs),
+            outputs: meta(outputs),
+        }))
+    }
+
+    async fn model_infer(
+        &self,
+        req: Request<pb::ModelInferRequest>,
+    ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        self.check(&req, false)?;
+        Ok(Response::new(self.infer_one(req.into_inner()).await?))
+    }
+
+    type ModelStreamInferStream = InferStream;
+
+    async fn model_stream_infer(
+        &self,
+        req: Request<tonic::Streaming<pb::ModelInferRequest>>,
+    ) -> Result<Response<InferStream>, Status> {
+        self.check(&req, false)?;
+        let mut input = req.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let svc = self.clone();
+        tokio::spawn(async move {
+            // In order, one at a time: a stream's answers keep its order.
+            while let Ok(Some(r)) = input.message().await {
+                let out = match svc.infer_one(r).await {
+                    Ok(resp) => pb::ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(resp),
+                    },
+                    Err(e) => pb::ModelStreamInferResponse {
+                        error_message: e.message,
+                        infer_response: None,
+                    },
+                };
+                if tx.send(Ok(out)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn model_statistics(
+        &self,
+        req: Request<pb::ModelStatisticsRequest>,
+    ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        let which = if r.name.is_empty() {
+            None
+        } else {
+            self.front.model(&r.name, &r.version).await?;
+            Some(r.name.as_str())
+        };
+        let d = |x: (u64, u64)| {
+            Some(pb::StatisticDuration {
+                count: x.0,
+                ns: x.1,
+            })
+        };
+        let model_stats = self
+            .front
+            .statistics(which)
+            .into_iter()
+            .map(|(name, s)| pb::ModelStatistics {
+                name,
+                version: "1".into(),
+                last_inference: s.last_inference_ms,
+                inference_count: s.success.0,
+                execution_count: s.success.0,
+                inference_stats: Some(pb::InferStatistics {
+                    success: d(s.success),
+                    fail: d(s.fail),
+                    queue: d(s.queue),
+                    compute_input: d((0, 0)),
+                    compute_infer: d(s.compute_infer),
+                    compute_output: d((0, 0)),
+                    cache_hit: d((0, 0)),
+                    cache_miss: d((0, 0)),
+                }),
+            })
+            .collect();
+        Ok(Response::new(pb::ModelStatisticsResponse { model_stats }))
+    }
+
+    async fn repository_index(
+        &self,
+        req: Request<pb::RepositoryIndexRequest>,
+    ) -> Result<Response<pb::RepositoryIndexResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        let models = self
+            .front
+            .index(r.ready)
+            .await?
+            .into_iter()
+            .map(|(name, state)| pb::repository_index_response::ModelIndex {
+                name,
+                version: if state == "READY" {
+                    "1".into()
+                } else {
+                    String::new()
+                },
+                state: state.into(),
+                reason: if state == "READY" {
+                    String::new()
+                } else {
+                    "not loaded".into()
+                },
+            })
+            .collect();
+        Ok(Response::new(pb::RepositoryIndexResponse { models }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        req: Request<pb::RepositoryModelLoadRequest>,
+    ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
+        self.check(&req, true)?;
+        let r = req.into_inner();
+        if r.parameters
+            .keys()
+            .any(|k| k == "config" || k.starts_with("file:"))
+        {
+            return Err(V2Error::new(
+                Kind::Unsupported,
+                "reefd loads models from its models directory only; a config or files in the request are not accepted",
+            )
+            .into());
+        }
+        self.front.load(&r.model_name).await?;
+        Ok(Response::new(pb::RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        req: Request<pb::RepositoryModelUnloadRequest>,
+    ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
+        self.check(&req, true)?;
+        self.front.unload(&req.into_inner().model_name).await?;
+        Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        req: Request<pb::SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryStatusResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        let regions = self
+            .front
+            .shm
+            .status(Some(&r.name))?
+            .into_iter()
+            .map(|(name, key, offset, byte_size)| {
+                (
+                    name.clone(),
+                    pb::system_shared_memory_status_response::RegionStatus {
+                        name,
+                        key,
+                        offset,
+                        byte_size,
+                    },
+                )
+            })
+            .collect();
+        Ok(Response::new(pb::SystemSharedMemoryStatusResponse {
+            regions,
+        }))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        req: Request<pb::SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryRegisterResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        self.front
+            .shm
+            .register(&r.name, &r.key, r.offset, r.byte_size)?;
+        Ok(Response::new(pb::SystemSharedMemoryRegisterResponse {}))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        req: Request<pb::SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<pb::SystemSharedMemoryUnregisterResponse>, Status> {
+        self.check(&req, false)?;
+        let r = req.into_inner();
+        self.front.shm.unregister(if r.name.is_empty() {
+            None
+        } else {
+            Some(&r.name)
+        });
+        Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
+    }
+}

@@ -1,0 +1,806 @@
+//! The Open Inference Protocol (KServe v2) front of reefd, over HTTP/REST
+//! ([`http`]) and gRPC ([`grpc`]): the protocol Triton, KServe, Seldon
+//! MLServer and OpenVINO Model Server implement and `tritonclient` speaks,
+//! so a client already written for Triton points at reefd and changes only
+//! the address. REEF §6.1 puts REEF beside Triton's GPUStreams and §6.6
+//! (Fig. 28) beside Triton with priorities; this front is how Triton's
+//! clients get REEF's real-time class.
+//!
+//! Both fronts share one request path with the native Unix-socket protocol:
+//! a [`Front`] is a client *inside* the daemon. It holds one connection to
+//! the [`Runtime`] (a [`Conn`] whose answers come back through its outbox)
+//! and a pool of streams per priority level, and turns each v2 request into
+//! the native request the runtime already serves (`infer`, `load_model`,
+//! `unload_model`, `list_models`). Nothing below the runtime knows a request
+//! came over HTTP.
+//!
+//! Scheduling from the request, as Triton's schedule-policy extension
+//! defines it: the `priority` parameter 1 is the highest and selects RT
+//! (level 0); 2–10 select levels 1–9 (FIKIT's levels; best-effort for
+//! REEF's policies); 0 or absent selects `kserve.default_priority` (BE
+//! unless configured). `timeout` (µs) fails a request that has not reached
+//! the GPU in time; `qos_ms` reaches `aker`/`baymax` as on the native
+//! protocol.
+//!
+//! Access ([`Access`]): TCP carries no peer credentials, so the listeners
+//! bind loopback unless `kserve.allow_remote` is set, and a non-loopback
+//! address also needs `kserve.token` (a bearer token). Model load and
+//! unload over the network need the token always: they are the daemon's
+//! admin operations.
+
+pub mod grpc;
+pub mod http;
+pub mod limit;
+pub mod shm;
+pub mod tensor;
+
+use crate::protocol::{ErrorCode, ModelInfo, Priority, Reply, RequestBody, ServerMessage};
+use crate::runtime::{Conn, Failure, Handled, Peer, Runtime};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// The protocol extensions reefd implements, and only those (server
+/// metadata lists them; tritonclient's callers check this list).
+pub const EXTENSIONS: &[&str] = &[
+    "model_repository",
+    "schedule_policy",
+    "statistics",
+    "system_shared_memory",
+    "binary_tensor_data",
+];
+
+/// The server's name in server metadata.
+pub const SERVER_NAME: &str = "reefd";
+
+/// Connection ids of fronts start here, far from the socket's (which count
+/// up from 1), so logs and `list_streams` tell them apart.
+const FRONT_CONN_BASE: u64 = 1 << 62;
+
+/// Settings of the v2 fronts (`[kserve]` in reefd.toml).
+#[derive(Debug, Clone)]
+pub struct KserveOptions {
+    pub http: Option<SocketAddr>,
+    pub grpc: Option<SocketAddr>,
+    pub access: Access,
+    /// Largest request body (HTTP) or message (gRPC) accepted, bytes.
+    pub max_body_bytes: usize,
+    /// Open TCP connections per listener; more wait in the backlog.
+    pub max_connections: usize,
+    /// Inference requests being served at once over both fronts; more are
+    /// refused at once (HTTP 503, gRPC RESOURCE_EXHAUSTED).
+    pub max_in_flight: usize,
+    /// The class of a request whose `priority` is 0 or absent.
+    pub default_priority: Priority,
+    /// Best-effort streams per level (BE requests of many clients share
+    /// them round-robin, as the native protocol's BE clients each hold one).
+    pub be_streams: usize,
+    /// Users whose shared memory objects may be registered (besides the
+    /// daemon's own).
+    pub shm_uids: Vec<u32>,
+}
+
+impl Default for KserveOptions {
+    fn default() -> Self {
+        KserveOptions {
+            http: None,
+            grpc: None,
+            access: Access::default(),
+            max_body_bytes: 64 << 20,
+            max_connections: 1024,
+            max_in_flight: 1024,
+            default_priority: Priority::Be,
+            be_streams: 4,
+            shm_uids: Vec::new(),
+        }
+    }
+}
+
+/// Who may use the v2 fronts.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// A bearer token (`Authorization: Bearer TOKEN` over HTTP, the
+    /// `authorization` metadata over gRPC). Required from non-loopback
+    /// peers, and for model load and unload from any peer.
+    pub token: Option<String>,
+}
+
+/// Why a request was refused by [`Access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// No or a wrong token.
+    Unauthenticated,
+}
+
+impl Access {
+    /// Checks a request from `peer` carrying `presented` (the token in its
+    /// `Authorization` header, without `Bearer `). `admin` operations (load,
+    /// unload) need the token even from loopback.
+    pub fn check(
+        &self,
+        peer: Option<IpAddr>,
+        presented: Option<&str>,
+        admin: bool,
+    ) -> Result<(), Denied> {
+        let loopback = peer.is_some_and(|ip| ip.is_loopback());
+        match &self.token {
+            Some(t) => {
+                let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), t.as_bytes()));
+                if ok || (loopback && !admin && presented.is_none()) {
+                    Ok(())
+                } else {
+                    Err(Denied::Unauthenticated)
+                }
+            }
+            // No token configured: loopback may serve, never administer;
+            // the listener cannot be bound elsewhere (config validation).
+            None if loopback && !admin => Ok(()),
+            None => Err(Denied::Unauthenticated),
+        }
+    }
+}
+
+/// Compares two secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// A failed v2 request: the kind of failure (mapped to an HTTP status and a
+/// gRPC code by each front) and a message that says what to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct V2Error {
+    pub kind: Kind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    BadRequest,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+    /// The request's `timeout` passed before it reached the GPU.
+    Timeout,
+    TooLarge,
+    Exhausted,
+    Unsupported,
+    Internal,
+}
+
+impl V2Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        V2Error {
+            kind,
+            message: message.into(),
+        }
+    }
+    pub fn bad(message: impl Into<String>) -> Self {
+        V2Error::new(Kind::BadRequest, message)
+    }
+    pub fn unauthenticated(admin: bool) -> Self {
+        V2Error::new(
+            Kind::Unauthenticated,
+            if admin {
+                "model load and unload need the daemon's token (kserve.token): send `Authorization: Bearer TOKEN`"
+            } else {
+                "this front needs the daemon's token from non-loopback clients (kserve.token): send `Authorization: Bearer TOKEN`"
+            },
+        )
+    }
+}
+
+impl std::fmt::Display for V2Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<Failure> for V2Error {
+    fn from(f: Failure) -> Self {
+        let kind = match f.code {
+            ErrorCode::BadRequest | ErrorCode::FrameTooLarge => Kind::BadRequest,
+            ErrorCode::NotFound => Kind::NotFound,
+            ErrorCode::PermissionDenied => Kind::Unauthenticated,
+            ErrorCode::Busy | ErrorCode::ShuttingDown | ErrorCode::Cancelled => Kind::Unavailable,
+            ErrorCode::Timeout => Kind::Timeout,
+            ErrorCode::Unsupported => Kind::Unsupported,
+            ErrorCode::Internal => Kind::Internal,
+        };
+        V2Error::new(kind, f.message)
+    }
+}
+
+/// The `priority` parameter of Triton's schedule-policy extension, mapped
+/// to a reef level: 1 → 0 (RT), 2–10 → 1–9, 0 → the default class.
+pub fn level_of_priority(p: Option<i64>, default: Priority) -> Result<Priority, V2Error> {
+    match p {
+        None | Some(0) => Ok(default),
+        Some(n @ 1..=10) => Ok(Priority::level((n - 1) as u8).expect("1..=10 maps to 0..=9")),
+        Some(n) => Err(V2Error::bad(format!(
+            "priority {n} is outside 0-10 (1 is the highest and is served as real-time; 0 selects the model's default)"
+        ))),
+    }
+}
+
+/// Scheduling parameters of one inference request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    pub level: Priority,
+    /// Fail the request if it has not reached the GPU by then.
+    pub timeout: Option<Duration>,
+    pub qos_ms: Option<f64>,
+}
+
+/// One input tensor of a v2 request, its bytes gathered (from JSON, the
+/// binary section, or a shared memory region).
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub name: String,
+    /// The protocol's datatype name (`FP32`).
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    pub bytes: Vec<u8>,
+}
+
+/// One output tensor of an answer.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    pub bytes: Vec<u8>,
+}
+
+/// What an inference answered: the daemon's own stamps and the outputs.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub task: crate::protocol::TaskResult,
+    pub outputs: Vec<Output>,
+}
+
+/// The protocol's datatype name of a numpy dtype name (the native
+/// protocol's), and back.
+pub fn datatype_of_dtype(dtype: &str) -> Option<&'static str> {
+    Some(match dtype {
+        "bool" => "BOOL",
+        "uint8" => "UINT8",
+        "int8" => "INT8",
+        "uint16" => "UINT16",
+        "int16" => "INT16",
+        "float16" => "FP16",
+        "bfloat16" => "BF16",
+        "uint32" => "UINT32",
+        "int32" => "INT32",
+        "float32" => "FP32",
+        "uint64" => "UINT64",
+        "int64" => "INT64",
+        "float64" => "FP64",
+        _ => return None,
+    })
+}
+
+pub fn dtype_of_datatype(datatype: &str) -> Option<&'static str> {
+    Some(match datatype {
+        "BOOL" => "bool",
+        "UINT8" => "uint8",
+        "INT8" => "int8",
+        "UINT16" => "uint16",
+        "INT16" => "int16",
+        "FP16" => "float16",
+        "BF16" => "bfloat16",
+        "UINT32" => "uint32",
+        "INT32" => "int32",
+        "FP32" => "float32",
+        "UINT64" => "uint64",
+        "INT64" => "int64",
+        "FP64" => "float64",
+        _ => return None,
+    })
+}
+
+/// A tensor placed in a shared memory region: (region, offset, bytes).
+pub type ShmRef = (String, u64, u64);
+
+/// A model's inputs and outputs as v2 metadata: (name, datatype, shape).
+pub type TensorMeta = (String, String, Vec<i64>);
+
+/// The inputs and outputs a loaded model declares, as v2 metadata (the
+/// native protocol names dtypes as numpy does).
+pub fn model_io(m: &ModelInfo) -> (Vec<TensorMeta>, Vec<TensorMeta>) {
+    let meta = |v: &[crate::protocol::TensorSpec]| {
+        v.iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    datatype_of_dtype(&t.dtype).unwrap_or("BYTES").to_string(),
+                    t.shape.iter().map(|&d| d as i64).collect(),
+                )
+            })
+            .collect()
+    };
+    (meta(&m.inputs), meta(&m.outputs))
+}
+
+/// Per-model counters of the statistics extension, from the daemon's own
+/// stamps: `queue` is the control path (arrival to the first kernel in the
+/// device queue), `compute_infer` the rest of the task's latency.
+#[derive(Debug, Clone, Default)]
+pub struct ModelStats {
+    pub success: (u64, u64),
+    pub fail: (u64, u64),
+    pub queue: (u64, u64),
+    pub compute_infer: (u64, u64),
+    /// Milliseconds since the Unix epoch of the last inference.
+    pub last_inference_ms: u64,
+}
+
+/// A client of the runtime inside the daemon, shared by the HTTP and gRPC
+/// fronts.
+pub struct Front {
+    rt: Arc<Runtime>,
+    conn: Conn,
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Reply, Failure>>>>,
+    /// Streams by level: RT and the middle levels one each, BE a few
+    /// shared round-robin.
+    streams: tokio::sync::Mutex<BTreeMap<u8, Vec<u64>>>,
+    next_be: AtomicUsize,
+    in_flight: Arc<Semaphore>,
+    pub opts: KserveOptions,
+    stats: Mutex<BTreeMap<String, ModelStats>>,
+    pub shm: shm::Regions,
+    started: Instant,
+}
+
+impl Front {
+    /// A front on `rt`. Its requests act as `peer` (the daemon's own user:
+    /// the network clients have no credentials of their own; `Access`
+    /// decides who they are).
+    pub fn new(rt: Arc<Runtime>, opts: KserveOptions, peer: Peer, conn_id: u64) -> Arc<Front> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<ServerMessage>();
+        let conn = Conn {
+            id: FRONT_CONN_BASE + conn_id,
+            peer,
+            outbox: tx,
+            warm: Arc::new(tokio::sync::Notify::new()),
+        };
+        let shm = shm::Regions::with_uids(opts.shm_uids.clone());
+        let front = Arc::new(Front {
+            rt,
+            conn,
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            streams: tokio::sync::Mutex::new(BTreeMap::new()),
+            next_be: AtomicUsize::new(0),
+            in_flight: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            opts,
+            stats: Mutex::new(BTreeMap::new()),
+            shm,
+            started: Instant::now(),
+        });
+        // Answers of blocking infers come through the outbox, by request id.
+        let weak = Arc::downgrade(&front);
+        tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                let Some(front) = weak.upgrade() else { break };
+                let (id, r) = match msg {
+                    ServerMessage::Reply { id, result } => (id, Ok(result)),
+                    ServerMessage::Error {
+                        id: Some(id),
+                        code,
+                        message,
+                    } => (id, Err(Failure::new(code, message))),
+                    _ => continue,
+                };
+                let waiter = front.pending.lock().unwrap().remove(&id);
+                if let Some(tx) = waiter {
+                    let _ = tx.send(r);
+                }
+            }
+        });
+        front
+    }
+
+    /// Sends one native request and waits for its answer.
+    async fn call(&self, body: RequestBody) -> Result<Reply, Failure> {
+        self.call_within(body, None, None).await
+    }
+
+    async fn call_within(
+        &self,
+        body: RequestBody,
+        data: Option<crate::protocol::FrameData>,
+        within: Option<Duration>,
+    ) -> Result<Reply, Failure> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let load = matches!(body, RequestBody::LoadModel { .. });
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap().insert(id, tx);
+        let handled = if load {
+            // Reads model files: off the thread that serves the sockets.
+            let (rt, conn) = (Arc::clone(&self.rt), self.conn.clone());
+            tokio::task::spawn_blocking(move || rt.handle(&conn, id, body, Instant::now()))
+                .await
+                .unwrap_or_else(|_| {
+                    Handled::Error(Failure::new(
+                        ErrorCode::Internal,
+                        "loading the model failed unexpectedly; see the daemon's log",
+                    ))
+                })
+        } else {
+            let now = Instant::now();
+            self.rt
+                .handle_within(&self.conn, id, body, data, now, within.map(|d| now + d))
+        };
+        match handled {
+            Handled::Reply(r) => {
+                self.pending.lock().unwrap().remove(&id);
+                Ok(r)
+            }
+            Handled::Error(f) => {
+                self.pending.lock().unwrap().remove(&id);
+                Err(f)
+            }
+            Handled::Sent => rx.await.unwrap_or_else(|_| {
+                Err(Failure::new(
+                    ErrorCode::Internal,
+                    "the daemon dropped the request",
+                ))
+            }),
+        }
+    }
+
+    /// Whether the daemon serves requests (not shutting down).
+    pub fn ready(&self) -> bool {
+        !self.rt.is_shutting_down()
+    }
+
+    /// Loaded models.
+    pub async fn models(&self) -> Result<Vec<ModelInfo>, V2Error> {
+        match self.call(RequestBody::ListModels).await? {
+            Reply::Models { models } => Ok(models),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A loaded model by name, or `not_found` naming the loaded ones.
+    pub async fn model(&self, name: &str, version: &str) -> Result<ModelInfo, V2Error> {
+        if !version.is_empty() && version != "1" {
+            return Err(V2Error::new(
+                Kind::NotFound,
+                format!("model {name} has only version 1 (reefd keeps one version of a model), not {version:?}"),
+            ));
+        }
+        let models = self.models().await?;
+        match models.iter().find(|m| m.name == name) {
+            Some(m) => Ok(m.clone()),
+            None => Err(V2Error::new(
+                Kind::NotFound,
+                format!(
+                    "model {name:?} is not loaded (loaded: {}); load it through the repository API or `reefctl models load`",
+                    names(&models)
+                ),
+            )),
+        }
+    }
+
+    /// The model repository index: every model in the daemon's models
+    /// directory and every loaded one, with its state.
+    pub async fn index(&self, ready_only: bool) -> Result<Vec<(String, &'static str)>, V2Error> {
+        let loaded = self.models().await?;
+        let mut all: BTreeMap<String, &'static str> = BTreeMap::new();
+        if !ready_only {
+            for n in reef_model::list_models(&self.rt.settings().models_dir).unwrap_or_default() {
+                all.insert(n, "UNAVAILABLE");
+            }
+        }
+        for m in loaded {
+            all.insert(m.name, "READY");
+        }
+        Ok(all.into_iter().collect())
+    }
+
+    pub async fn load(&self, name: &str) -> Result<ModelInfo, V2Error> {
+        if crate::runtime::name_is_path(name) {
+            return Err(V2Error::bad(format!(
+                "model name {name:?} looks like a path: the repository API loads models by name from the daemon's models directory only"
+            )));
+        }
+        match self
+            .call(RequestBody::LoadModel {
+                name: name.to_string(),
+                path: None,
+                idempotence: None,
+                device_index: None,
+            })
+            .await?
+        {
+            Reply::ModelLoaded(m) => Ok(m),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn unload(&self, name: &str) -> Result<(), V2Error> {
+        match self
+            .call(RequestBody::UnloadModel {
+                name: name.to_string(),
+            })
+            .await?
+        {
+            Reply::ModelUnloaded { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The stream a request of `level` runs on, registered on first use.
+    async fn stream_for(&self, level: Priority) -> Result<u64, V2Error> {
+        let want = if level == Priority::Be {
+            self.opts.be_streams.max(1)
+        } else {
+            1
+        };
+        let mut streams = self.streams.lock().await;
+        let have = streams.entry(level.get()).or_default();
+        if have.len() < want {
+            let label = format!("kserve:{level}");
+            match self
+                .call(RequestBody::Register {
+                    priority: level,
+                    label: Some(label),
+                })
+                .await?
+            {
+                Reply::Registered(s) => {
+                    have.push(s.stream);
+                    return Ok(s.stream);
+                }
+                other => return Err(unexpected(&other)),
+            }
+        }
+        let i = self.next_be.fetch_add(1, Ordering::Relaxed) % have.len();
+        Ok(have[i])
+    }
+
+    /// Runs one inference of model `m` under `sched` on `inputs`. The
+    /// inputs' bytes go to the runtime as one data section (the native
+    /// protocol's inline tensors): one copy here, then the device's own.
+    pub async fn infer(
+        &self,
+        m: &ModelInfo,
+        sched: Schedule,
+        inputs: Vec<Input>,
+    ) -> Result<Answer, V2Error> {
+        let model = m.name.as_str();
+        let _permit = self.in_flight.clone().try_acquire_owned().map_err(|_| {
+            V2Error::new(
+                Kind::Exhausted,
+                format!(
+                    "reefd serves at most {} inference requests at once over HTTP and gRPC (kserve.max_in_flight); retry later",
+                    self.opts.max_in_flight
+                ),
+            )
+        })?;
+        // A model that declares no inputs (a measured schedule without
+        // code) takes none, and the device runs it on inputs of its own;
+        // for one that does, the runtime checks every input.
+        let (refs, data) = if inputs.is_empty() && m.inputs.is_empty() {
+            (None, None)
+        } else {
+            let total: usize = inputs.iter().map(|i| i.bytes.len()).sum();
+            let mut buf = Vec::with_capacity(total);
+            let mut refs = Vec::with_capacity(inputs.len());
+            for i in inputs {
+                let dtype = dtype_of_datatype(&i.datatype).ok_or_else(|| {
+                    V2Error::bad(format!(
+                        "input {:?}: datatype {} is not one reefd serves",
+                        i.name, i.datatype
+                    ))
+                })?;
+                refs.push(crate::protocol::TensorRef {
+                    name: i.name,
+                    dtype: dtype.to_string(),
+                    shape: i.shape.iter().map(|&d| d.max(0) as u64).collect(),
+                    region: None,
+                    offset: buf.len() as u64,
+                    bytes: i.bytes.len() as u64,
+                });
+                buf.extend_from_slice(&i.bytes);
+            }
+            (
+                Some(refs),
+                Some(crate::protocol::FrameData {
+                    frame: Arc::new(buf),
+                    start: 0,
+                }),
+            )
+        };
+        let with_data = refs.is_some();
+        let stream = self.stream_for(sched.level).await?;
+        let begun = Instant::now();
+        let r = self
+            .call_within(
+                RequestBody::Infer {
+                    stream,
+                    model: model.to_string(),
+                    wait: true,
+                    qos_ms: sched.qos_ms,
+                    inputs: refs,
+                    outputs: Vec::new(),
+                },
+                data,
+                sched.timeout,
+            )
+            .await;
+        let mut stats = self.stats.lock().unwrap();
+        let s = stats.entry(model.to_string()).or_default();
+        s.last_inference_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        match r {
+            Ok(Reply::InferDone(task)) => {
+                let total = (task.latency_us * 1e3) as u64;
+                let queue = task.control_path_us.map(|c| (c * 1e3) as u64).unwrap_or(0);
+                add(&mut s.success, total);
+                add(&mut s.queue, queue);
+                add(&mut s.compute_infer, total.saturating_sub(queue));
+                drop(stats);
+                if with_data {
+                    if let Some(why) = &task.outputs_missing {
+                        return Err(V2Error::new(
+                            Kind::Unsupported,
+                            format!("the inference ran but its outputs cannot be returned: {why}"),
+                        ));
+                    }
+                }
+                let mut outputs = Vec::with_capacity(task.outputs.len());
+                for o in &task.outputs {
+                    let bytes = task.output_bytes(&o.name).ok_or_else(|| {
+                        V2Error::new(
+                            Kind::Internal,
+                            format!("output {:?} has no bytes in the answer", o.name),
+                        )
+                    })?;
+                    outputs.push(Output {
+                        name: o.name.clone(),
+                        datatype: datatype_of_dtype(&o.dtype).unwrap_or("BYTES").to_string(),
+                        shape: o.shape.iter().map(|&d| d as i64).collect(),
+                        bytes: bytes.to_vec(),
+                    });
+                }
+                Ok(Answer { task, outputs })
+            }
+            Ok(other) => Err(unexpected(&other)),
+            Err(f) => {
+                add(&mut s.fail, begun.elapsed().as_nanos() as u64);
+                Err(f.into())
+            }
+        }
+    }
+
+    /// The statistics extension's counters of `model` (all when `None`).
+    pub fn statistics(&self, model: Option<&str>) -> Vec<(String, ModelStats)> {
+        let stats = self.stats.lock().unwrap();
+        stats
+            .iter()
+            .filter(|(n, _)| model.is_none_or(|m| m == n.as_str()))
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect()
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+fn add(d: &mut (u64, u64), ns: u64) {
+    d.0 += 1;
+    d.1 += ns;
+}
+
+fn names(models: &[ModelInfo]) -> String {
+    if models.is_empty() {
+        "none".into()
+    } else {
+        models
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn unexpected(r: &Reply) -> V2Error {
+    V2Error::new(
+        Kind::Internal,
+        format!("unexpected answer from the runtime: {r:?}"),
+    )
+}
+
+/// Starts the listeners of `opts` on the current tokio runtime. Returns
+/// their tasks (aborted at shutdown, after the runtime has failed what was
+/// still in flight).
+pub async fn start(
+    rt: Arc<Runtime>,
+    opts: KserveOptions,
+    peer: Peer,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    use anyhow::Context;
+    let front = Front::new(rt, opts.clone(), peer, 0);
+    let mut tasks = Vec::new();
+    if let Some(addr) = opts.http {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for HTTP on {addr} (kserve.http)"))?;
+        tracing::info!(%addr, "Open Inference Protocol over HTTP on http://{addr}/v2");
+        tasks.push(tokio::spawn(http::serve(Arc::clone(&front), l)));
+    }
+    if let Some(addr) = opts.grpc {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for gRPC on {addr} (kserve.grpc)"))?;
+        tracing::info!(%addr, "Open Inference Protocol over gRPC on {addr}");
+        tasks.push(tokio::spawn(grpc::serve(Arc::clone(&front), l)));
+    }
+    Ok(tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_maps_as_the_schedule_policy_extension_says() {
+        let be = Priority::Be;
+        assert_eq!(level_of_priority(None, be).unwrap(), be);
+        assert_eq!(
+            level_of_priority(Some(0), Priority::Rt).unwrap(),
+            Priority::Rt
+        );
+        assert_eq!(level_of_priority(Some(1), be).unwrap(), Priority::Rt);
+        assert_eq!(level_of_priority(Some(2), be).unwrap().get(), 1);
+        assert_eq!(level_of_priority(Some(10), be).unwrap(), Priority::Be);
+        assert!(level_of_priority(Some(11), be).is_err());
+        assert!(level_of_priority(Some(-1), be).is_err());
+    }
+
+    #[test]
+    fn access_needs_the_token_off_loopback_and_for_admin() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let far: IpAddr = "10.1.2.3".parse().unwrap();
+        let open = Access::default();
+        assert_eq!(open.check(Some(lo), None, false), Ok(()));
+        assert_eq!(
+            open.check(Some(lo), None, true),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(
+            open.check(Some(far), None, false),
+            Err(Denied::Unauthenticated)
+        );
+        let tok = Access {
+            token: Some("s3cret".into()),
+        };
+        assert_eq!(tok.check(Some(lo), None, false), Ok(()));
+        assert_eq!(tok.check(Some(lo), Some("s3cret"), true), Ok(()));
+        assert_eq!(
+            tok.check(Some(lo), Some("wrong"), false),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(
+            tok.check(Some(far), None, false),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(tok.check(Some(far), Some("s3cret"), false), Ok(()));
+        assert_eq!(
+            tok.check(Some(far), Some("s3cre"), false),
+            Err(Denied::Unauthenticated)
+        );
+    }
+}

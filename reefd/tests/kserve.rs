@@ -1,0 +1,427 @@
+//! The Open Inference Protocol fronts (issue 27, docs/kserve.md) against an
+//! independent client: Triton's `tritonclient` from PyPI, over HTTP and
+//! gRPC, sync and async (reefd/tests/kserve_client.py), plus the refusals
+//! a hostile or mistaken client meets, spoken as raw HTTP so nothing in a
+//! client library smooths them over.
+
+mod common;
+
+use common::Daemon;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// A free loopback port (bound, then released for the daemon).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Fronts {
+    d: Daemon,
+    http: String,
+    grpc: String,
+}
+
+fn start(device: &str, extra: &str) -> Fronts {
+    start_full(device, "", extra)
+}
+
+fn start_full(device: &str, device_extra: &str, extra: &str) -> Fronts {
+    let (h, g) = (free_port(), free_port());
+    let http = format!("127.0.0.1:{h}");
+    let grpc = format!("127.0.0.1:{g}");
+    let d = Daemon::start_full(
+        device,
+        "",
+        device_extra,
+        &format!("[kserve]\nhttp = {http:?}\ngrpc = {grpc:?}\ntoken = {TOKEN:?}\n{extra}"),
+    );
+    // The fronts come up before the daemon reports ready.
+    assert!(
+        TcpStream::connect(&http).is_ok(),
+        "HTTP front not listening; log:\n{}",
+        d.log()
+    );
+    Fronts { d, http, grpc }
+}
+
+/// One HTTP/1.1 request; returns (status, headers, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&out[..split]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut body = out[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[nl + 2..nl + 2 + n]);
+        b = &b[nl + 2 + n + 2..];
+    }
+}
+
+fn error_of(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(body)));
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error field: {v}"))
+        .to_string()
+}
+
+fn venv_python() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python")
+}
+
+/// Runs kserve_client.py against `f` on `model` (and a reference ONNX).
+fn tritonclient(f: &Fronts, model: &str, reference: Option<&Path>) {
+    let py = venv_python();
+    assert!(
+        py.is_file(),
+        "run scripts/setup.sh: it installs .venv with tritonclient"
+    );
+    let mut cmd = Command::new(&py);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kserve_client.py"))
+        .args([&f.http, &f.grpc, TOKEN, model]);
+    if let Some(r) = reference {
+        cmd.arg(r);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "tritonclient checks failed:\n{stdout}\n{}\nreefd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        f.d.log()
+    );
+    f.d.check_nothing_left().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A measured schedule without tensors on the simulated MI50.
+#[test]
+fn tritonclient_over_http_and_grpc_sync_and_async() {
+    let f = start("sim:mi50", "");
+    tritonclient(&f, "vgg", None);
+}
+
+/// cuda:0 on the simulated libcuda, with tensors: reef-libcuda-sim's test
+/// model (input `x` float32 [2048], output `y`), its outputs the same
+/// through JSON, binary data and shared memory, and for the same input.
+#[test]
+fn tritonclient_with_tensors_on_cuda0() {
+    let _g = common::cuda_serial();
+    let lib = common::sim_library();
+    let models = common::two_kernel_dir().parent().unwrap().to_path_buf();
+    let f = start_full(
+        "cuda:0",
+        &format!("cuda_library = {lib:?}\nmodels_dir = {models:?}"),
+        "",
+    );
+    tritonclient(&f, "two-kernel", None);
+}
+
+/// sim:h100 with real values (the CPU build of reef-compile's kernels):
+/// tritonclient's answers equal ONNX Runtime's on the same inputs.
+#[test]
+fn tritonclient_on_sim_h100_equals_onnx_runtime() {
+    let t = common::compiled_tiny(1);
+    let models = t.path().join("models");
+    let f = start_full("sim:h100", &format!("models_dir = {models:?}"), "");
+    tritonclient(&f, "tiny", Some(&t.path().join("tiny.onnx")));
+}
+
+#[test]
+fn bad_requests_get_the_protocols_errors_and_the_daemon_goes_on() {
+    let f = start("sim:mi50", "max_body_bytes = 65536\n");
+    let admin = [("Authorization", &*format!("Bearer {TOKEN}"))];
+    let (s, _, b) = http(&f.http, "POST", "/v2/repository/models/vgg/load", &[], b"");
+    assert_eq!(s, 401, "{}", String::from_utf8_lossy(&b));
+    assert!(error_of(&b).contains("token"));
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/vgg/load",
+        &[("Authorization", "Bearer wrong-token-wrong-token")],
+        b"",
+    );
+    assert_eq!(s, 401, "{}", String::from_utf8_lossy(&b));
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/vgg/load",
+        &admin,
+        b"",
+    );
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/..%2Fetc/load",
+        &admin,
+        b"",
+    );
+    assert!(s == 400 || s == 404, "{s} {}", String::from_utf8_lossy(&b));
+
+    let infer = "/v2/models/vgg/infer";
+    // Malformed JSON.
+    let (s, _, b) = http(&f.http, "POST", infer, &[], b"{\"inputs\": [");
+    assert_eq!(s, 400);
+    assert!(error_of(&b).contains("not valid JSON"), "{}", error_of(&b));
+    // A body over the limit.
+    let big = vec![b' '; 70_000];
+    let (s, _, _) = http(&f.http, "POST", infer, &[], &big);
+    assert_eq!(s, 413);
+    // A binary_data_size that disagrees with the body.
+    let head = br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[2],"parameters":{"binary_data_size":8}}]}"#;
+    let mut body = head.to_vec();
+    body.extend_from_slice(&[0u8; 4]);
+    let len = head.len().to_string();
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[("Inference-Header-Content-Length", &len)],
+        &body,
+    );
+    assert_eq!(s, 400);
+    assert!(
+        error_of(&b).contains("only 4 bytes of binary data remain"),
+        "{}",
+        error_of(&b)
+    );
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[("Inference-Header-Content-Length", "99999")],
+        &body,
+    );
+    assert_eq!(s, 400);
+    assert!(
+        error_of(&b).contains("Inference-Header-Content-Length"),
+        "{}",
+        error_of(&b)
+    );
+    // A wrong datatype or shape.
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[{"name":"x","datatype":"STRING","shape":[1],"data":["a"]}]}"#,
+    );
+    assert_eq!(s, 400);
+    assert!(error_of(&b).contains("STRING"), "{}", error_of(&b));
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[1,2]}]}"#,
+    );
+    assert_eq!(s, 400);
+    assert!(
+        error_of(&b).contains("2 elements but its shape says 3"),
+        "{}",
+        error_of(&b)
+    );
+    // An unknown model or version.
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/models/nope/infer",
+        &[],
+        br#"{"inputs":[]}"#,
+    );
+    assert_eq!(s, 404);
+    assert!(error_of(&b).contains("not loaded"), "{}", error_of(&b));
+    let (s, _, b) = http(&f.http, "GET", "/v2/models/vgg/versions/7", &[], b"");
+    assert_eq!(s, 404);
+    assert!(error_of(&b).contains("only version 1"), "{}", error_of(&b));
+    // Shared memory that is unknown, or a region past its object's end.
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"parameters":{"shared_memory_region":"nope","shared_memory_byte_size":4}}]}"#,
+    );
+    assert_eq!(s, 400);
+    assert!(
+        error_of(&b).contains("register it first"),
+        "{}",
+        error_of(&b)
+    );
+    let key = format!("reef_kserve_test_{}", std::process::id());
+    let obj = Path::new("/dev/shm").join(&key);
+    std::fs::write(&obj, [0u8; 64]).unwrap();
+    let reg = format!(r#"{{"key":"/{key}","offset":0,"byte_size":128}}"#);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        &[],
+        reg.as_bytes(),
+    );
+    assert_eq!(s, 400);
+    assert!(error_of(&b).contains("does not fit"), "{}", error_of(&b));
+    let reg = format!(r#"{{"key":"/{key}","offset":0,"byte_size":64}}"#);
+    let (s, _, _) = http(
+        &f.http,
+        "POST",
+        "/v2/systemsharedmemory/region/r/register",
+        &[],
+        reg.as_bytes(),
+    );
+    assert_eq!(s, 200);
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[{"name":"x","datatype":"FP32","shape":[4],"parameters":{"shared_memory_region":"r","shared_memory_offset":56,"shared_memory_byte_size":16}}]}"#,
+    );
+    assert_eq!(s, 400);
+    assert!(error_of(&b).contains("past its end"), "{}", error_of(&b));
+    let (s, _, _) = http(
+        &f.http,
+        "POST",
+        "/v2/systemsharedmemory/unregister",
+        &[],
+        b"",
+    );
+    assert_eq!(s, 200);
+    std::fs::remove_file(&obj).unwrap();
+    // The daemon is unaffected: a good request is served.
+    let (s, _, b) = http(
+        &f.http,
+        "POST",
+        infer,
+        &[],
+        br#"{"inputs":[],"parameters":{"priority":1}}"#,
+    );
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["model_name"], "vgg");
+    f.d.check_nothing_left().unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn non_loopback_binds_need_allow_remote_and_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    for (section, words) in [
+        ("[kserve]\nhttp = \"0.0.0.0:18000\"\n", "allow_remote"),
+        (
+            "[kserve]\nhttp = \"0.0.0.0:18000\"\nallow_remote = true\n",
+            "token",
+        ),
+        (
+            "[kserve]\nhttp = \"127.0.0.1:1\"\ntoken = \"short\"\n",
+            "16 characters",
+        ),
+        ("[kserve]\ngrpc = \"localhost\"\n", "not an address"),
+    ] {
+        let cfg = dir.path().join("reefd.toml");
+        std::fs::write(&cfg, section).unwrap();
+        let out = Command::new(common::reefd_bin())
+            .args(["start", "--foreground", "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{section} was accepted");
+        assert!(err.contains(words), "{section}: {err}");
+    }
+}
+
+#[test]
+fn a_timeout_fails_requests_that_wait_and_never_runs_them() {
+    let f = start("sim:mi50", "");
+    let admin = [("Authorization", &*format!("Bearer {TOKEN}"))];
+    let (s, _, _) = http(
+        &f.http,
+        "POST",
+        "/v2/repository/models/vgg/load",
+        &admin,
+        b"",
+    );
+    assert_eq!(s, 200);
+    // Eight RT requests at once share the front's one RT stream: the first
+    // reaches the GPU at once, the others wait behind it (VGG runs for
+    // milliseconds on sim:mi50) and their 200 us timeout passes.
+    let before = f.d.client().stats().unwrap().tasks_completed;
+    let addr = f.http.clone();
+    let answers: Vec<(u16, Vec<u8>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                let addr = addr.clone();
+                sc.spawn(move || {
+                    let (s, _, b) = http(
+                        &addr,
+                        "POST",
+                        "/v2/models/vgg/infer",
+                        &[],
+                        br#"{"inputs":[],"parameters":{"priority":1,"timeout":200}}"#,
+                    );
+                    (s, b)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = answers.iter().filter(|(s, _)| *s == 200).count();
+    let timed_out: Vec<_> = answers.iter().filter(|(s, _)| *s == 503).collect();
+    assert!(ok >= 1, "{answers:?}");
+    assert!(!timed_out.is_empty(), "no request timed out: {answers:?}");
+    for (_, b) in &timed_out {
+        assert!(error_of(b).contains("timeout passed"), "{}", error_of(b));
+    }
+    assert_eq!(ok + timed_out.len(), 8, "{answers:?}");
+    // The timed-out requests never ran.
+    let stats = f.d.client().stats().unwrap();
+    assert_eq!(stats.tasks_completed - before, ok as u64);
+}
