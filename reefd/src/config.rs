@@ -17,6 +17,9 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// reef-sched's policies): `reef` (reset-based preemption, REEF §4, with
 /// dynamic kernel padding, §5), `reef-dkp-mv` (the same with multi-version
 /// kernels, §5.3), `reef-nodkp` (preemption only), `wait`, `seq`, `streams`
+/// (GPUStreams, no stream priorities, §6.1), `streams-prio` (RT streams at
+/// high priority, §6.6), `share` (a process context per client, FIKIT's
+/// default sharing; only on a device with contexts, the simulated ones)
 /// and `rt-only`. Padded launches are executed by reef-exec, as in
 /// `reef-bench`.
 pub const POLICIES: &[&str] = &[
@@ -26,6 +29,8 @@ pub const POLICIES: &[&str] = &[
     "rt-only",
     "seq",
     "streams",
+    "streams-prio",
+    "share",
     "wait",
     "fikit",
     "fikit-nofill",
