@@ -1,15 +1,18 @@
 //! `reef-bench fikit`: FIKIT's evaluation (fikit.txt §4.3–§4.5: Figs. 14–20
 //! and Table 3) on the simulated GPU with reef's measured models as the
 //! services, each figure printed beside the paper's; DISB A–E with `fikit`
-//! beside `reef`, `streams` and `seq` for back-to-back and host-paced
+//! beside `reef`, `streams`, `share` and `seq` for back-to-back and host-paced
 //! clients, with ε swept, the ablations without filling and without early
 //! stop, and a device limited to preemption level 1; and the cost of one
 //! BestPrioFit selection (Algorithm 2) over 10 queues × 100 waiting kernels.
 //! docs/results-fikit.md explains every difference from the paper.
 //!
-//! "Default GPU sharing" (the paper's NVIDIA default mode) is `streams` with
-//! both services as best-effort clients: one stream each, equal hardware
-//! priority, everything launched at once. "Exclusive" is computed as the
+//! "Default GPU sharing" (the paper's NVIDIA default mode, fikit.txt §2 and
+//! §4.5: several processes sharing one GPU) is `share` with both services
+//! as best-effort clients: one process (context) each, no priority,
+//! everything launched at once; the device time-slices between the
+//! contexts where it does (NVIDIA presets; the MI50 runs up to 8 processes
+//! at once, docs/simulator.md "Contexts"). "Exclusive" is computed as the
 //! paper does in §4.5.2 (the services run one after the other).
 
 use crate::disb::metrics::{self, PolicyResult};
@@ -193,8 +196,8 @@ impl Ctx {
         .with_context(|| format!("policy {policy}, host {}", host.label()))
     }
 
-    /// The same two services under default sharing (`streams`, both
-    /// best-effort) and under FIKIT (high at priority 0, low at 5):
+    /// The same two services under default sharing (`share`, both
+    /// best-effort, a process each) and under FIKIT (high at priority 0, low at 5):
     /// `plans(high_class, low_class)` builds the clients (§4.5's baseline
     /// against FIKIT).
     fn shared_and_fikit(
@@ -207,7 +210,7 @@ impl Ctx {
         let sh = self.run(
             plans(Class::BestEffort, Class::BestEffort),
             duration,
-            "streams",
+            "share",
             host,
             vec![],
             self.fikit.clone(),
@@ -312,12 +315,12 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
         // §4.3 Fig. 14 and §4.4 Fig. 15.
         let base: Vec<Result<(f64, f64)>> = par(&(0..n).collect::<Vec<_>>(), threads, |&m| {
             Ok((
-                ctx.alone(m, host, "streams", &[], args.requests)?,
+                ctx.alone(m, host, "share", &[], args.requests)?,
                 ctx.alone(m, host, "fikit", &profiles, args.requests)?,
             ))
         });
         println!(
-            "Fig. 14/15: single service JCT overhead vs default (streams), {} requests, T = {}",
+            "Fig. 14/15: single service JCT overhead vs default (share), {} requests, T = {}",
             args.requests, args.runs
         );
         println!(
@@ -409,8 +412,8 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
         let (h, l) = pairs[0];
         let m = 3u32;
         let ratios = [1u32, 10, 50];
-        let alone_h = ctx.alone(h, host, "streams", &[], 5)?;
-        let alone_l = ctx.alone(l, host, "streams", &[], 5)?;
+        let alone_h = ctx.alone(h, host, "share", &[], 5)?;
+        let alone_l = ctx.alone(l, host, "share", &[], 5)?;
         let res: Vec<Result<Option<f64>>> = par(&ratios, threads, |&r| {
             let out = ctx.run(
                 vec![
@@ -571,6 +574,7 @@ fn disb(ctx: &Ctx, args: &FikitArgs, threads: usize) -> Result<()> {
             for p in [
                 "seq",
                 "streams",
+                "share",
                 "reef",
                 "fikit",
                 "fikit-nofill",

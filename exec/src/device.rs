@@ -61,6 +61,26 @@ pub trait Device {
         capacity: usize,
         own_queue: bool,
     ) -> Result<StreamId, String>;
+    /// [`Device::create_stream`] in process context `context` (a policy
+    /// that gives each client a process of its own, `share`; context 0 is
+    /// the one every device has). A device without contexts of its own
+    /// refuses any other context rather than run them in one, which
+    /// would let kernels of different processes run together.
+    fn create_stream_in_context(
+        &mut self,
+        context: u32,
+        priority: i32,
+        capacity: usize,
+        own_queue: bool,
+    ) -> Result<StreamId, String> {
+        if context == 0 {
+            self.create_stream(priority, capacity, own_queue)
+        } else {
+            Err(format!(
+                "this device has one process context; context {context} was asked for"
+            ))
+        }
+    }
     /// Queues `l` on stream `s`'s device queue.
     fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String>;
     /// Sets or clears stream `s`'s preempt flag (level 2: a kernel that
@@ -156,6 +176,19 @@ impl Device for Sim {
             Sim::create_stream(self, priority, capacity)
         }
         .map_err(|e| e.to_string())
+    }
+    fn create_stream_in_context(
+        &mut self,
+        context: u32,
+        priority: i32,
+        capacity: usize,
+        own_queue: bool,
+    ) -> Result<StreamId, String> {
+        while self.contexts() <= context as usize {
+            self.create_context();
+        }
+        self.create_stream_in(reef_sim::ContextId(context), priority, capacity, own_queue)
+            .map_err(|e| e.to_string())
     }
     fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String> {
         Sim::launch(self, s, l)

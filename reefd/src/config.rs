@@ -17,6 +17,9 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// reef-sched's policies): `reef` (reset-based preemption, REEF §4, with
 /// dynamic kernel padding, §5), `reef-dkp-mv` (the same with multi-version
 /// kernels, §5.3), `reef-nodkp` (preemption only), `wait`, `seq`, `streams`
+/// (GPUStreams, no stream priorities, §6.1), `streams-prio` (RT streams at
+/// high priority, §6.6), `share` (a process context per client, FIKIT's
+/// default sharing; only on a device with contexts, the simulated ones)
 /// and `rt-only`. Padded launches are executed by reef-exec, as in
 /// `reef-bench`.
 pub const POLICIES: &[&str] = &[
@@ -26,6 +29,8 @@ pub const POLICIES: &[&str] = &[
     "rt-only",
     "seq",
     "streams",
+    "streams-prio",
+    "share",
     "wait",
     "fikit",
     "fikit-nofill",
@@ -78,6 +83,12 @@ pub struct KserveConfig {
     /// Users whose shared memory objects may be registered, besides the
     /// daemon's own.
     pub shm_uids: Vec<u32>,
+    /// HTTP: close a connection whose request header is not complete
+    /// this many milliseconds after it began.
+    pub header_read_timeout_ms: u64,
+    /// HTTP: answer 408 to a request whose body is not complete this many
+    /// milliseconds after its header.
+    pub body_read_timeout_ms: u64,
 }
 
 impl Default for KserveConfig {
@@ -94,6 +105,8 @@ impl Default for KserveConfig {
             max_in_flight: d.max_in_flight,
             default_priority: "be".into(),
             shm_uids: Vec::new(),
+            header_read_timeout_ms: d.header_read_timeout.as_millis() as u64,
+            body_read_timeout_ms: d.body_read_timeout.as_millis() as u64,
         }
     }
 }
@@ -423,6 +436,13 @@ impl Config {
                     .into(),
             ));
         }
+        if k.header_read_timeout_ms == 0 || k.body_read_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "kserve.header_read_timeout_ms and body_read_timeout_ms must be at least 1 \
+                 (a slow client would otherwise hold a connection slot for ever)"
+                    .into(),
+            ));
+        }
         Ok(crate::kserve::KserveOptions {
             http: addr("http", &k.http)?,
             grpc: addr("grpc", &k.grpc)?,
@@ -433,6 +453,8 @@ impl Config {
             default_priority,
             be_streams: self.scheduler.be_streams_per_model.max(1),
             shm_uids: k.shm_uids.clone(),
+            header_read_timeout: std::time::Duration::from_millis(k.header_read_timeout_ms),
+            body_read_timeout: std::time::Duration::from_millis(k.body_read_timeout_ms),
         })
     }
 

@@ -425,3 +425,70 @@ fn a_timeout_fails_requests_that_wait_and_never_runs_them() {
     let stats = f.d.client().stats().unwrap();
     assert_eq!(stats.tasks_completed - before, ok as u64);
 }
+
+/// Slow senders (issue 27, "Load"): with two connection slots held by two
+/// clients that trickle a request header a byte every 200 ms, a third
+/// client is still served, because the header timeout closes the
+/// tricklers and frees their slots (without it they hold them for as long
+/// as they trickle); a client that sends a header and only part of its
+/// body is answered 408.
+#[test]
+fn slow_senders_are_cut_off_and_free_their_connection_slots() {
+    let f = start(
+        "sim:mi50",
+        "max_connections = 2\nheader_read_timeout_ms = 1000\nbody_read_timeout_ms = 1000\n",
+    );
+    let trickle_for = Duration::from_secs(15);
+    let tricklers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(&f.http).unwrap();
+            let mut r = s.try_clone().unwrap();
+            let writer = std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                let head = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+                for &b in head.iter().chain(std::iter::repeat(&b'a')) {
+                    if t0.elapsed() > trickle_for || s.write_all(&[b]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+            let reader = std::thread::spawn(move || {
+                r.set_read_timeout(Some(trickle_for + Duration::from_secs(5)))
+                    .unwrap();
+                let t0 = std::time::Instant::now();
+                let mut sink = Vec::new();
+                let closed = r.read_to_end(&mut sink).is_ok();
+                (closed, t0.elapsed())
+            });
+            (writer, reader)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (s, _, _) = http(&f.http, "GET", "/v2/health/live", &[], b"");
+    assert_eq!(
+        s, 200,
+        "a third client is served once the slow ones are cut off"
+    );
+    for (w, r) in tricklers {
+        let (closed, after) = r.join().unwrap();
+        assert!(
+            closed && after < trickle_for,
+            "a trickling client was not cut off while it trickled (closed {closed} after {after:?})"
+        );
+        w.join().unwrap();
+    }
+    // A header, then 1 byte of a 100-byte body.
+    let mut s = TcpStream::connect(&f.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"POST /v2/models/vgg/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("body_read_timeout_ms"), "{text}");
+    // The daemon goes on.
+    let (s, _, _) = http(&f.http, "GET", "/v2/health/ready", &[], b"");
+    assert_eq!(s, 200);
+}

@@ -166,6 +166,9 @@ pub struct Layout {
     pub client_stream: Vec<StreamId>,
     /// Priority and device-queue capacity of each stream, indexed by `StreamId`.
     pub streams: Vec<(StreamPriority, Option<usize>)>,
+    /// Process context of each stream, indexed by `StreamId`; empty: every
+    /// stream in context 0 (one process, the daemon's or the runtime's).
+    pub contexts: Vec<u32>,
 }
 
 impl Layout {
@@ -187,6 +190,7 @@ impl Layout {
         Self {
             client_stream,
             streams,
+            contexts: Vec::new(),
         }
     }
 
@@ -202,6 +206,19 @@ impl Layout {
         Self {
             client_stream: (0..clients.len() as u32).map(StreamId).collect(),
             streams,
+            contexts: Vec::new(),
+        }
+    }
+
+    /// One process per client (FIKIT §2, §4.5 "default GPU sharing
+    /// mode"): each client's stream in a context of its own, no priority.
+    /// How the device shares itself between the contexts is the device's
+    /// (time slices on NVIDIA GPUs, docs/simulator.md "Contexts").
+    pub fn per_process(clients: &[ClientSpec]) -> Self {
+        Self {
+            client_stream: (0..clients.len() as u32).map(StreamId).collect(),
+            streams: vec![(StreamPriority::Normal, None); clients.len()],
+            contexts: (1..=clients.len() as u32).collect(),
         }
     }
 }
@@ -391,6 +408,7 @@ impl Core {
                     stream: StreamId(i as u32),
                     priority,
                     dq_capacity: cap,
+                    context: layout.contexts.get(i).copied().unwrap_or(0),
                 });
                 StreamState {
                     priority,
@@ -795,10 +813,14 @@ impl Core {
             // completed and kernel c never passed its flag check), or past c
             // after a restore to an earlier group start. Fig. 8 restarts from
             // find_idem_entry(l) in every case, re-running a completed kernel
-            // in the second; knowing completions, the core restarts at c
-            // there (nothing of c ran). With a closed-loop real-time client
-            // that preempts right after every restore, re-running the
-            // completed kernel each time would stop best-effort progress.
+            // in the second; the core restarts at c there (nothing of c
+            // ran), but only for a completion it saw before the flag was
+            // set: one reported while the flag was set for the kernel the
+            // index names may be a partial run and was not counted
+            // (`on_finished`), so that kernel is c and is re-executed, as
+            // §4.4 does. With a closed-loop real-time client that preempts
+            // right after every restore, re-running a completed kernel each
+            // time would stop best-effort progress.
             // Without start reports, c is assumed interrupted.
             let c = a.completed_upto;
             let model = &self.models[a.model.0 as usize];
@@ -889,6 +911,21 @@ impl Core {
         self.clients.get(client.0 as usize).map(|c| c.class)
     }
 
+    /// Whether a completion of `tag` reported now on stream `s` may be of
+    /// a partly run kernel: the stream's preempt flag is set and the
+    /// execution index names that kernel (REEF §4.3–4.4; see
+    /// `on_finished`). Such a completion does not count, and the restore
+    /// re-executes the kernel.
+    pub fn completion_unconfirmed(&self, s: StreamId, tag: KernelTag) -> bool {
+        self.streams.get(s.0 as usize).is_some_and(|st| {
+            st.flag
+                && st
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.req == tag.req && a.last_started == Some(tag.kernel))
+        })
+    }
+
     pub(crate) fn on_started(&mut self, s: StreamId, tag: KernelTag) {
         if let Some(a) = self.active_for(s, tag) {
             // The global index holds the latest kernel to pass its check.
@@ -944,7 +981,18 @@ impl Core {
             }
         }
         if how == 0 {
-            self.kernel_completed(s, tag);
+            // REEF §4.3–4.4: every block checks the flag at its entry, so
+            // a kernel that was running when the flag was set ends with its
+            // dispatched blocks done and the rest exited, and its
+            // completion event fires as for a whole run. The execution
+            // index names it, and nothing on the host tells a partial run
+            // from a whole one: its completion does not count, the restore
+            // re-executes it (or its idempotent group). A kernel the index
+            // has moved past finished before its successor passed its
+            // check, so it ran whole.
+            if !self.completion_unconfirmed(s, tag) {
+                self.kernel_completed(s, tag);
+            }
         }
         self.check_drained(s);
         self.pump(s);

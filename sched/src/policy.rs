@@ -3,8 +3,18 @@
 //! - `rt-only`: the real-time clients alone (the RT-Only reference of §6.2).
 //! - `seq`: sequential execution, real-time first but waiting for the
 //!   best-effort request already launched (Clockwork; SEQ in §6.2, Fig. 4a).
-//! - `streams`: every client on its own stream, real-time streams at high
-//!   priority (Triton; GPUStreams in §6.2, Fig. 4c).
+//! - `streams`: GPUStreams as REEF §6.1 defines it: one process (one
+//!   context), every client on its own stream, no stream priorities, all
+//!   running concurrently (§6.2, Fig. 4c).
+//! - `streams-prio`: the same with the real-time streams at high stream
+//!   priority (Triton with priority, the setting of §6.6 Fig. 28): the
+//!   device prefers their pending blocks; running blocks are not
+//!   preempted.
+//! - `share`: one process per client, each its own context (FIKIT's
+//!   "default GPU sharing mode", fikit.txt §2 and §4.5): how the contexts
+//!   share the device is the device's (kernels of two contexts never run
+//!   together on NVIDIA GPUs, which time-slice between them;
+//!   docs/simulator.md "Contexts").
 //! - `wait`: wait-based preemption with lazy eviction and no device-queue cap
 //!   (the extended baseline of §6.4, Fig. 4b).
 //! - `reef-nodkp` (and `reef` by name alone): reset-based preemption (§4,
@@ -50,6 +60,8 @@ pub const POLICY_NAMES: &[&str] = &[
     "rt-only",
     "seq",
     "streams",
+    "streams-prio",
+    "share",
     "wait",
     "reef-nodkp",
     "reef",
@@ -73,7 +85,9 @@ pub fn policy_by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
     Ok(match name {
         "rt-only" => Box::new(RtOnly),
         "seq" => Box::new(Seq::default()),
-        "streams" => Box::new(Streams),
+        "streams" => Box::new(Streams::gpu_streams()),
+        "streams-prio" => Box::new(Streams::with_priority()),
+        "share" => Box::new(Streams::share()),
         "wait" => Box::new(Preemptive::wait()),
         "reef" => Box::new(Preemptive::reef()),
         // Preemption only; `reef` and `reef-dkp-mv` add dynamic kernel
@@ -192,15 +206,57 @@ impl Policy for Seq {
     }
 }
 
-/// GPUStreams: every client runs on its own stream concurrently.
-pub struct Streams;
+/// Every client on its own stream, all running concurrently; the three
+/// baselines differ only in how the streams are laid out (module docs).
+pub struct Streams {
+    name: &'static str,
+    kind: StreamsKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamsKind {
+    /// One context, no stream priorities (REEF §6.1 GPUStreams).
+    Plain,
+    /// One context, real-time streams at high priority (REEF §6.6).
+    Priority,
+    /// A context per client (FIKIT's default sharing).
+    Processes,
+}
+
+impl Streams {
+    /// `streams`: REEF's GPUStreams (§6.1).
+    pub fn gpu_streams() -> Self {
+        Self {
+            name: "streams",
+            kind: StreamsKind::Plain,
+        }
+    }
+    /// `streams-prio`: Triton with stream priorities (REEF §6.6, Fig. 28).
+    pub fn with_priority() -> Self {
+        Self {
+            name: "streams-prio",
+            kind: StreamsKind::Priority,
+        }
+    }
+    /// `share`: one process per client (FIKIT §2, §4.5).
+    pub fn share() -> Self {
+        Self {
+            name: "share",
+            kind: StreamsKind::Processes,
+        }
+    }
+}
 
 impl Policy for Streams {
     fn name(&self) -> &'static str {
-        "streams"
+        self.name
     }
     fn layout(&self, clients: &[ClientSpec], _: &Config) -> Layout {
-        Layout::per_client(clients, StreamPriority::High)
+        match self.kind {
+            StreamsKind::Plain => Layout::per_client(clients, StreamPriority::Normal),
+            StreamsKind::Priority => Layout::per_client(clients, StreamPriority::High),
+            StreamsKind::Processes => Layout::per_process(clients),
+        }
     }
     fn schedule(&mut self, core: &mut Core) {
         loop {

@@ -171,11 +171,14 @@ pub enum Event {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Create a stream with a priority and a device-queue capacity
-    /// (`None`: unbounded). Emitted once per stream when the core is built.
+    /// (`None`: unbounded), in process context `context` (0 for every
+    /// stream unless the policy gives each client a process of its own,
+    /// `share`). Emitted once per stream when the core is built.
     CreateStream {
         stream: StreamId,
         priority: StreamPriority,
         dq_capacity: Option<usize>,
+        context: u32,
     },
     /// Push kernel `tag.kernel` of request `tag.req`'s model into the stream's
     /// device queue (the core holds the host queue and transmits only while

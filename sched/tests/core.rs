@@ -290,31 +290,46 @@ fn seq_makes_real_time_wait_for_the_launched_best_effort_request() {
     assert!(log.done[&RequestId(1)] > be_done);
 }
 
-#[test]
-fn streams_runs_clients_concurrently_with_real_time_at_high_priority() {
-    let (mut s, mut dev, _) = setup("streams", DeviceCaps::default());
-    let log = drive(&mut s, &mut dev, arrivals());
-    let creates: Vec<_> = log
-        .actions
+/// The streams each policy creates: (stream, priority, context).
+fn creates(log: &fake::RunLog) -> Vec<(StreamId, StreamPriority, u32)> {
+    log.actions
         .iter()
         .filter_map(|(_, a)| match a {
             Action::CreateStream {
-                stream, priority, ..
-            } => Some((*stream, *priority)),
+                stream,
+                priority,
+                context,
+                ..
+            } => Some((*stream, *priority, *context)),
             _ => None,
         })
-        .collect();
-    assert_eq!(
-        creates,
-        vec![
-            (StreamId(0), StreamPriority::High),
-            (StreamId(1), StreamPriority::Normal)
-        ]
-    );
-    assert!(s.preemptions().is_empty());
-    // RT finished before BE: they ran side by side.
-    assert!(log.done[&RequestId(1)] < log.done[&RequestId(100)]);
-    assert_eq!(launches_on(&log, 1).len(), 20);
+        .collect()
+}
+
+/// `streams` (REEF §6.1 GPUStreams: one context, no stream priorities),
+/// `streams-prio` (§6.6: RT streams at high priority) and `share` (FIKIT's
+/// default sharing: a context per client) all run the clients side by side;
+/// only the layout differs.
+#[test]
+fn streams_streams_prio_and_share_run_clients_concurrently() {
+    use StreamPriority::{High, Normal};
+    for (policy, want) in [
+        ("streams", [(0, Normal, 0), (1, Normal, 0)]),
+        ("streams-prio", [(0, High, 0), (1, Normal, 0)]),
+        ("share", [(0, Normal, 1), (1, Normal, 2)]),
+    ] {
+        let (mut s, mut dev, _) = setup(policy, DeviceCaps::default());
+        let log = drive(&mut s, &mut dev, arrivals());
+        let want: Vec<_> = want.iter().map(|&(i, p, c)| (StreamId(i), p, c)).collect();
+        assert_eq!(creates(&log), want, "{policy}");
+        assert!(s.preemptions().is_empty());
+        // RT finished before BE: they ran side by side.
+        assert!(
+            log.done[&RequestId(1)] < log.done[&RequestId(100)],
+            "{policy}"
+        );
+        assert_eq!(launches_on(&log, 1).len(), 20);
+    }
 }
 
 #[test]
@@ -741,4 +756,263 @@ fn forgetting_finished_preemption_records_changes_no_decision() {
     // All three finished, so all three were forgotten, in order.
     assert!(forgot.preemptions().is_empty());
     assert_eq!(forgot.core().preemptions_base(), 3);
+}
+
+/// Issue 26, finding 1 (REEF §4.3 Fig. 8, §4.4): the flag is checked at the
+/// entry of every block, so a best-effort kernel already running when a
+/// lazy eviction (level 2, no kill) sets the flag finishes the blocks it
+/// had dispatched, its later blocks exit, and the completion event fires
+/// as for a whole run. The execution index names it, so the restore must
+/// re-execute it. The rule of 68f6349 counted that completion and resumed
+/// after the kernel, leaving its outputs partly written.
+#[test]
+fn a_kernel_partly_run_at_preemption_is_re_executed() {
+    let caps = DeviceCaps {
+        max_level: PreemptLevel::LazyEviction,
+        ..DeviceCaps::default()
+    };
+    let rt = ModelInfo::idempotent("rt", 2);
+    let be = ModelInfo::idempotent("be", 6);
+    let mut s = Scheduler::new(
+        policy_by_name("reef").unwrap(),
+        Config {
+            device: caps,
+            ..Config::default()
+        },
+        vec![rt, be],
+        clients(1, 1),
+    )
+    .unwrap();
+    let mut acts = Vec::new();
+    let (rt_s, be_s) = (StreamId(0), StreamId(1));
+    let be_req = RequestId(100);
+    let tag = |req, kernel| KernelTag { req, kernel };
+    s.handle(
+        0,
+        Event::RequestArrived {
+            req: be_req,
+            client: ClientId(1),
+            deadline: None,
+        },
+    );
+    // Kernel 0 runs whole; kernel 1 passes its check (index 1).
+    s.handle(
+        10 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 0),
+        },
+    );
+    s.handle(
+        20 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 0),
+        },
+    );
+    s.handle(
+        21 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    s.drain_actions(&mut acts);
+    let launched: Vec<u32> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch { stream, tag } if *stream == be_s => Some(tag.kernel),
+            _ => None,
+        })
+        .collect();
+    assert!(launched.len() > 2, "{launched:?}");
+    // An RT request: the BE stream is lazily evicted (flag, no kill).
+    s.handle(
+        25 * US,
+        Event::RequestArrived {
+            req: RequestId(1),
+            client: ClientId(0),
+            deadline: None,
+        },
+    );
+    acts.clear();
+    s.drain_actions(&mut acts);
+    assert!(acts.contains(&Action::SetPreemptFlag {
+        stream: be_s,
+        value: true
+    }));
+    assert!(!acts.iter().any(|a| matches!(a, Action::KillStream { .. })));
+    // Kernel 1's dispatched blocks finish, the rest exit at entry: its
+    // completion event fires. The queued kernels exit whole.
+    s.handle(
+        40 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    for &k in &launched[2..] {
+        s.handle(
+            48 * US,
+            Event::KernelEvicted {
+                stream: be_s,
+                tag: tag(be_req, k),
+            },
+        );
+    }
+    // The RT request runs and ends; the BE request is restored.
+    for k in 0..2 {
+        s.handle(
+            100 * US,
+            Event::KernelStarted {
+                stream: rt_s,
+                tag: tag(RequestId(1), k),
+            },
+        );
+        s.handle(
+            100 * US,
+            Event::KernelCompleted {
+                stream: rt_s,
+                tag: tag(RequestId(1), k),
+            },
+        );
+    }
+    acts.clear();
+    s.drain_actions(&mut acts);
+    let restore = acts
+        .iter()
+        .find_map(|a| match a {
+            Action::Restore {
+                stream,
+                exec_index,
+                from_kernel,
+                ..
+            } if *stream == be_s => Some((*exec_index, *from_kernel)),
+            _ => None,
+        })
+        .expect("the BE request is restored");
+    assert_eq!(
+        restore,
+        (Some(1), 1),
+        "kernel 1 ran partly and must run again"
+    );
+    let first = acts.iter().find_map(|a| match a {
+        Action::Launch { stream, tag } if *stream == be_s => Some(tag.kernel),
+        _ => None,
+    });
+    assert_eq!(first, Some(1));
+}
+
+/// The same for a request's last kernel: a partial run of it under the
+/// flag must not end the request (its output is partly written); the
+/// restore re-executes it and only its completion after that does.
+#[test]
+fn a_last_kernel_partly_run_at_preemption_does_not_end_the_request() {
+    let caps = DeviceCaps {
+        max_level: PreemptLevel::LazyEviction,
+        ..DeviceCaps::default()
+    };
+    let mut s = Scheduler::new(
+        policy_by_name("reef").unwrap(),
+        Config {
+            device: caps,
+            ..Config::default()
+        },
+        vec![
+            ModelInfo::idempotent("rt", 1),
+            ModelInfo::idempotent("be", 2),
+        ],
+        clients(1, 1),
+    )
+    .unwrap();
+    let mut acts = Vec::new();
+    let (rt_s, be_s) = (StreamId(0), StreamId(1));
+    let (be_req, rt_req) = (RequestId(100), RequestId(1));
+    let tag = |req, kernel| KernelTag { req, kernel };
+    let arrive = |s: &mut Scheduler, t, req, client| {
+        s.handle(
+            t,
+            Event::RequestArrived {
+                req,
+                client: ClientId(client),
+                deadline: None,
+            },
+        )
+    };
+    arrive(&mut s, 0, be_req, 1);
+    s.handle(
+        10 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 0),
+        },
+    );
+    s.handle(
+        20 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 0),
+        },
+    );
+    s.handle(
+        21 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    arrive(&mut s, 25 * US, rt_req, 0);
+    s.handle(
+        40 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    s.drain_actions(&mut acts);
+    let done = |acts: &[Action]| {
+        acts.iter()
+            .any(|a| matches!(a, Action::RequestDone { req, .. } if *req == be_req))
+    };
+    assert!(
+        !done(&acts),
+        "a partial run of the last kernel ended the request"
+    );
+    s.handle(
+        100 * US,
+        Event::KernelStarted {
+            stream: rt_s,
+            tag: tag(rt_req, 0),
+        },
+    );
+    s.handle(
+        100 * US,
+        Event::KernelCompleted {
+            stream: rt_s,
+            tag: tag(rt_req, 0),
+        },
+    );
+    acts.clear();
+    s.drain_actions(&mut acts);
+    assert!(acts.contains(&Action::Launch {
+        stream: be_s,
+        tag: tag(be_req, 1)
+    }));
+    s.handle(
+        110 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    s.handle(
+        120 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    acts.clear();
+    s.drain_actions(&mut acts);
+    assert!(done(&acts));
 }

@@ -13,8 +13,15 @@
 //! stream), then, once that previous kernel has finished (streams are in
 //! order), dispatches it (`cp_dispatch_ns`). A launch becomes visible in the
 //! device queue `host_launch_ns` after the call (launches of one stream are
-//! serialised on the host). A kernel dispatched while its stream's preempt
-//! flag is set exits after `flag_check_ns` and is reported evicted.
+//! serialised on the host). The preempt flag is read by every block when
+//! it is dispatched to a CU (REEF §4.3 Fig. 8, the check at the entry of
+//! each block; `trap-handler/src/ptx.rs` injects it there): blocks placed
+//! before the flag was set run to their end, the kernel's later blocks exit
+//! at entry, all of them within one `flag_check_ns` once there is room for
+//! a block. A kernel none of whose blocks passed is reported evicted; one
+//! whose blocks partly ran is reported completed, as a GPU's completion
+//! event fires for it too, and its outputs are partly written
+//! ([`EventKind::Completed`]).
 //!
 //! Blocks are placed on compute units under the per-CU limits (threads,
 //! waves, blocks, LDS, registers), spread evenly over the allowed CUs
@@ -55,6 +62,12 @@ use std::sync::Arc;
 /// A stream (one device queue), as returned by [`Sim::create_stream`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub u32);
+
+/// A process context (a CUDA context, a ROCm process), as returned by
+/// [`Sim::create_context`]. Context 0 exists from the start and holds the
+/// streams of [`Sim::create_stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContextId(pub u32);
 
 /// One accepted launch. Unique for the life of a [`Sim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,6 +149,8 @@ pub enum SimError {
     QueueFull { stream: u32, capacity: usize },
     #[error("no stream {0}")]
     NoSuchStream(u32),
+    #[error("no context {0}")]
+    NoSuchContext(u32),
     #[error("kernel {kernel}: block range {start}..{end} is empty or outside its {blocks} blocks")]
     BadBlockRange {
         kernel: String,
@@ -168,9 +183,18 @@ pub enum SimError {
 pub enum EventKind {
     /// Its first block was placed on a CU.
     Started,
-    /// All its blocks finished.
+    /// Its stream moved past it: all its blocks finished, or, when its
+    /// stream's preempt flag was set while blocks of it were still waiting
+    /// for dispatch, the blocks dispatched before finished and the rest
+    /// exited at their entry check (a partly run kernel: its outputs are
+    /// partly written, see [`crate::ValueTracker`]). A GPU's host cannot
+    /// tell the two apart: the kernel's completion event fires either way,
+    /// and REEF's execution index says only that some block of it passed
+    /// its check (REEF §4.4), so the event does not either.
     Completed,
-    /// Dispatched while its stream's preempt flag was set; no block ran.
+    /// Every block of it exited at its entry check because its stream's
+    /// preempt flag was set (REEF §4.2): no block ran, no buffer was
+    /// touched, and the execution index never named it.
     Evicted,
     /// Removed from the device queue by [`Sim::clear_queue`] before dispatch.
     Cleared,
@@ -327,6 +351,24 @@ struct Stream {
     running: Option<u32>,
     /// The hardware queue its packets go to.
     hwq: u32,
+    /// Its process context.
+    ctx: u32,
+}
+
+/// A process context's state on the device (docs/simulator.md "Contexts").
+#[derive(Debug, Clone, Copy, Default)]
+struct Ctx {
+    /// Its blocks may be resident (it holds one of the device's
+    /// `concurrent_contexts` slots).
+    resident: bool,
+    /// Resident, but its blocks may be placed only from this time on (the
+    /// context switch that brought it in).
+    ready_at: u64,
+    /// End of its current time slice (meaningful while resident).
+    slice_end: u64,
+    /// Its slice ended while another context waited: no new block of it is
+    /// placed, and it leaves once its resident blocks have finished.
+    leaving: bool,
 }
 
 /// A hardware queue (docs/simulator.md "Hardware queues"): what the command
@@ -338,6 +380,8 @@ struct Stream {
 #[derive(Debug)]
 struct HwQueue {
     priority: i32,
+    /// The context whose runtime opened it (queue pools are per process).
+    ctx: u32,
     /// Opened for one stream outside the runtime's pool
     /// ([`Sim::create_stream_own_queue`]); no other stream joins it.
     own: bool,
@@ -354,7 +398,6 @@ struct HwQueue {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LState {
     Queued,
-    Evicting,
     Active,
     /// A padded launch's leader that finished before its other parts.
     Done,
@@ -396,6 +439,10 @@ struct Launch {
     cap_empty: u32,
     /// DRAM bandwidth its resident groups draw (sum of their `rate`).
     rate: u128,
+    /// Blocks that exited at their preempt-flag check (never ran).
+    skipped: u32,
+    /// Its flagged blocks are exiting (an `Ev::EvictDone` is pending).
+    exiting: bool,
     /// Persistent blocks per CU (0: no limit) and, when set, the launch's
     /// resident blocks on each CU.
     ptb: u32,
@@ -456,10 +503,14 @@ enum Ev {
     Stream(u32),
     /// A block group finished (slot, generation).
     Group(u32, u32),
-    /// A flagged kernel finished its exit (launch slot, generation).
+    /// A kernel's flagged blocks finished their exit (launch slot,
+    /// generation).
     EvictDone(u32, u32),
     /// A kill takes effect: on one stream, or all (u32::MAX).
     Kill(u32),
+    /// Re-evaluate which contexts are resident (a slice ended or a context
+    /// switch completed).
+    Contexts,
 }
 
 /// The simulated GPU.
@@ -504,6 +555,17 @@ pub struct Sim {
     buckets: Vec<(u32, u64, CuSet)>,
     /// Per CU: the resource-mix load of its resident waves (`mix.rs`).
     load: Vec<crate::mix::Load>,
+    /// Process contexts; context 0 always exists.
+    ctxs: Vec<Ctx>,
+    /// The context that last left the device (a switch to another one
+    /// costs `context_switch_ns`), and the last one brought in (round
+    /// robin among the waiting ones starts after it).
+    last_out: Option<u32>,
+    last_in: u32,
+    /// Context switches so far.
+    switches: u64,
+    /// Times of the pending `Ev::Contexts` events.
+    ctx_wakes: std::collections::BTreeSet<u64>,
 }
 
 impl Sim {
@@ -553,6 +615,11 @@ impl Sim {
             records: Vec::new(),
             completed: 0,
             memory_used: 0,
+            ctxs: vec![Ctx::default()],
+            last_out: None,
+            last_in: 0,
+            switches: 0,
+            ctx_wakes: std::collections::BTreeSet::new(),
         }
     }
 
@@ -585,7 +652,47 @@ impl Sim {
         priority: i32,
         device_queue_capacity: usize,
     ) -> Result<StreamId, SimError> {
-        self.new_stream(priority, device_queue_capacity, false)
+        self.new_stream(ContextId(0), priority, device_queue_capacity, false)
+    }
+
+    /// A new process context (docs/simulator.md "Contexts"): its kernels
+    /// run concurrently with those of at most `concurrent_contexts - 1`
+    /// other contexts (none on NVIDIA presets); past that the device
+    /// time-slices between the contexts that have work.
+    pub fn create_context(&mut self) -> ContextId {
+        self.ctxs.push(Ctx::default());
+        ContextId(self.ctxs.len() as u32 - 1)
+    }
+
+    /// Process contexts (context 0 included).
+    pub fn contexts(&self) -> usize {
+        self.ctxs.len()
+    }
+
+    /// Context switches so far.
+    pub fn context_switches(&self) -> u64 {
+        self.switches
+    }
+
+    /// The context of a stream.
+    pub fn context_of(&self, s: StreamId) -> Option<ContextId> {
+        self.streams.get(s.0 as usize).map(|st| ContextId(st.ctx))
+    }
+
+    /// [`Sim::create_stream`] (or, with `own_queue`,
+    /// [`Sim::create_stream_own_queue`]) in context `ctx`. Hardware-queue
+    /// pools are per context, as each process's runtime opens its own.
+    pub fn create_stream_in(
+        &mut self,
+        ctx: ContextId,
+        priority: i32,
+        device_queue_capacity: usize,
+        own_queue: bool,
+    ) -> Result<StreamId, SimError> {
+        if ctx.0 as usize >= self.ctxs.len() {
+            return Err(SimError::NoSuchContext(ctx.0));
+        }
+        self.new_stream(ctx, priority, device_queue_capacity, own_queue)
     }
 
     /// A new stream with a hardware queue of its own, outside the pool of
@@ -597,11 +704,12 @@ impl Sim {
         priority: i32,
         device_queue_capacity: usize,
     ) -> Result<StreamId, SimError> {
-        self.new_stream(priority, device_queue_capacity, true)
+        self.new_stream(ContextId(0), priority, device_queue_capacity, true)
     }
 
     fn new_stream(
         &mut self,
+        ctx: ContextId,
         priority: i32,
         device_queue_capacity: usize,
         own: bool,
@@ -611,9 +719,9 @@ impl Sim {
         }
         let id = self.streams.len() as u32;
         let hwq = if own {
-            self.push_hw_queue(priority, id, true)
+            self.push_hw_queue(ctx.0, priority, id, true)
         } else {
-            self.map_hw_queue(priority, id)
+            self.map_hw_queue(ctx.0, priority, id)
         };
         self.streams.push(Stream {
             priority,
@@ -623,6 +731,7 @@ impl Sim {
             flag: false,
             running: None,
             hwq,
+            ctx: ctx.0,
         });
         Ok(StreamId(id))
     }
@@ -632,11 +741,11 @@ impl Sim {
     /// that priority with the fewest streams (the lowest index on a tie),
     /// as ROCclr's queue pool per priority does (`GPU_MAX_HW_QUEUES`);
     /// streams created in turn therefore go round robin.
-    fn map_hw_queue(&mut self, priority: i32, stream: u32) -> u32 {
+    fn map_hw_queue(&mut self, ctx: u32, priority: i32, stream: u32) -> u32 {
         let mut same = 0u32;
         let mut best: Option<(usize, u32)> = None;
         for (i, q) in self.hwqs.iter().enumerate() {
-            if q.priority != priority || q.own {
+            if q.priority != priority || q.own || q.ctx != ctx {
                 continue;
             }
             same += 1;
@@ -645,16 +754,17 @@ impl Sim {
             }
         }
         if same < self.spec.hw_queues {
-            return self.push_hw_queue(priority, stream, false);
+            return self.push_hw_queue(ctx, priority, stream, false);
         }
         let (_, q) = best.expect("a full pool has a queue");
         self.hwqs[q as usize].members.push(stream);
         q
     }
 
-    fn push_hw_queue(&mut self, priority: i32, stream: u32, own: bool) -> u32 {
+    fn push_hw_queue(&mut self, ctx: u32, priority: i32, stream: u32, own: bool) -> u32 {
         self.hwqs.push(HwQueue {
             priority,
+            ctx,
             own,
             members: vec![stream],
             cp: Cp::Idle,
@@ -836,6 +946,8 @@ impl Sim {
                     unit: 0,
                     cap_empty: 0,
                     rate: 0,
+                    skipped: 0,
+                    exiting: false,
                     ptb: 0,
                     resident: Vec::new(),
                 });
@@ -872,6 +984,8 @@ impl Sim {
             l.cap_empty = cap_empty;
         }
         l.rate = 0;
+        l.skipped = 0;
+        l.exiting = false;
         slot
     }
 
@@ -890,8 +1004,13 @@ impl Sim {
         cap
     }
 
-    /// Sets or clears a stream's preempt flag in device memory (level 2):
-    /// kernels dispatched while it is set exit at entry and are evicted.
+    /// Sets or clears a stream's preempt flag in device memory (level 2).
+    /// Every block reads it when it is dispatched to a CU (REEF §4.3
+    /// Fig. 8): while it is set, the stream's blocks not yet dispatched
+    /// exit at entry (`flag_check_ns`), blocks already running finish. A
+    /// kernel with no block run is [`EventKind::Evicted`]; one with some
+    /// blocks run ends [`EventKind::Completed`] with its outputs partly
+    /// written.
     pub fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), SimError> {
         self.require(PreemptLevel::PreemptFlag)?;
         self.stream(s)?;
@@ -1242,20 +1361,19 @@ impl Sim {
             Ev::Stream(q) => self.hwq_step(q),
             Ev::Group(g, gen) => self.group_done(g, gen),
             Ev::EvictDone(slot, gen) => {
-                let l = &self.launches[slot as usize];
-                if l.live && l.gen == gen && l.state == LState::Evicting {
-                    let s = l.stream;
-                    for part in self.parts_of(slot) {
-                        self.emit(part, EventKind::Evicted);
-                        self.release_launch(part);
+                let l = &mut self.launches[slot as usize];
+                if l.live && l.gen == gen && l.exiting {
+                    l.exiting = false;
+                    if l.done + l.skipped == l.end - l.start {
+                        self.end_launch(slot);
                     }
-                    self.streams[s as usize].running = None;
-                    let q = self.streams[s as usize].hwq;
-                    self.hwqs[q as usize].running = None;
-                    self.hwq_step(q);
                 }
             }
             Ev::Kill(target) => self.kill_effect(target),
+            Ev::Contexts => {
+                self.ctx_wakes.remove(&self.now);
+                self.place();
+            }
         }
     }
 
@@ -1316,42 +1434,167 @@ impl Sim {
                     let st = &mut self.streams[s as usize];
                     let slot = st.dq.pop_front().expect("dispatching a queued kernel");
                     st.running = Some(slot);
-                    let flagged = st.flag;
                     let prio = st.priority;
                     let hq = &mut self.hwqs[q as usize];
                     hq.cp = Cp::Idle;
                     hq.running = Some(slot);
-                    if flagged {
-                        let l = &mut self.launches[slot as usize];
-                        l.state = LState::Evicting;
-                        let gen = l.gen;
-                        self.schedule(now + self.spec.flag_check_ns, Ev::EvictDone(slot, gen));
-                    } else {
-                        let nf = self.launches[slot as usize].followers.len();
-                        for i in 0..=nf {
-                            let part = if i == 0 {
-                                slot
-                            } else {
-                                self.launches[slot as usize].followers[i - 1]
-                            };
-                            self.dispatch_seq += 1;
-                            let l = &mut self.launches[part as usize];
-                            l.state = LState::Active;
-                            l.seq = self.dispatch_seq;
-                            l.scan = l.cus;
-                            // Insert keeping (priority desc, seq asc) order.
-                            let key = (Reverse(prio), self.dispatch_seq);
-                            let pos = self.active.partition_point(|&a| {
-                                let la = &self.launches[a as usize];
-                                (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
-                            });
-                            self.active.insert(pos, part);
-                        }
-                        self.place();
+                    // The blocks read the preempt flag when they are placed
+                    // (`place`), not here: a kernel dispatched while it is
+                    // set exits once its first blocks get a CU.
+                    let nf = self.launches[slot as usize].followers.len();
+                    for i in 0..=nf {
+                        let part = if i == 0 {
+                            slot
+                        } else {
+                            self.launches[slot as usize].followers[i - 1]
+                        };
+                        self.dispatch_seq += 1;
+                        let l = &mut self.launches[part as usize];
+                        l.state = LState::Active;
+                        l.seq = self.dispatch_seq;
+                        l.scan = l.cus;
+                        // Insert keeping (priority desc, seq asc) order.
+                        let key = (Reverse(prio), self.dispatch_seq);
+                        let pos = self.active.partition_point(|&a| {
+                            let la = &self.launches[a as usize];
+                            (Reverse(self.streams[la.stream as usize].priority), la.seq) < key
+                        });
+                        self.active.insert(pos, part);
                     }
+                    self.place();
                     continue;
                 }
             }
+        }
+    }
+
+    /// The context mechanism (docs/simulator.md "Contexts"; CUDA C
+    /// Programming Guide "Concurrent Kernel Execution": kernels of
+    /// different contexts never run concurrently without MPS; the NVIDIA
+    /// driver's channel-group timeslice): a context holds one of the
+    /// device's `concurrent_contexts` slots, idle or not, until a context
+    /// with work needs the slot. Such a context gets a free slot, else
+    /// that of a resident context with no work left (it idled), or that of
+    /// a resident context whose time slice has ended:
+    /// that one stops dispatching blocks and leaves once its resident
+    /// blocks have finished (a switch at block boundaries; the hardware's
+    /// instruction-level compute preemption would save them instead).
+    /// Bringing a context in after another left costs `context_switch_ns`,
+    /// during which none of its blocks is placed; with one context (every
+    /// caller that never calls [`Sim::create_context`]) nothing of this
+    /// runs.
+    fn switch_contexts(&mut self) {
+        let now = self.now;
+        let n = self.ctxs.len();
+        // Work: a dispatched kernel, or a packet visible in a device queue.
+        let mut work = vec![false; n];
+        let mut blocks = vec![false; n];
+        for &a in &self.active {
+            let l = &self.launches[a as usize];
+            let c = self.streams[l.stream as usize].ctx as usize;
+            work[c] = true;
+            if !l.groups.is_empty() || l.exiting {
+                blocks[c] = true;
+            }
+        }
+        for st in &self.streams {
+            if let Some(&h) = st.dq.front() {
+                if self.launches[h as usize].visible_at <= now {
+                    work[st.ctx as usize] = true;
+                }
+            }
+        }
+        let waiting = |ctxs: &[Ctx], work: &[bool]| (0..n).any(|c| work[c] && !ctxs[c].resident);
+        // An idle context keeps its slot (the runlist keeps it mapped)
+        // until a waiting context needs one.
+        let want = (0..n)
+            .filter(|&c| work[c] && !self.ctxs[c].resident)
+            .count() as u32;
+        let held = self.ctxs.iter().filter(|c| c.resident).count() as u32;
+        let mut to_free = (held + want).saturating_sub(self.spec.concurrent_contexts);
+        let slice = self.spec.context_timeslice_ns;
+        for c in 0..n {
+            let cx = self.ctxs[c];
+            if !cx.resident {
+                continue;
+            }
+            let gone = if cx.leaving {
+                !blocks[c]
+            } else if !work[c] && cx.ready_at <= now && to_free > 0 {
+                to_free -= 1;
+                true
+            } else {
+                false
+            };
+            if gone {
+                self.ctxs[c].resident = false;
+                self.ctxs[c].leaving = false;
+                self.last_out = Some(c as u32);
+                continue;
+            }
+            if slice > 0 && !cx.leaving && cx.ready_at <= now && waiting(&self.ctxs, &work) {
+                if cx.slice_end <= now {
+                    // Its slice is over and a context waits: it leaves.
+                    self.ctxs[c].leaving = true;
+                    if !blocks[c] {
+                        self.ctxs[c].resident = false;
+                        self.ctxs[c].leaving = false;
+                        self.last_out = Some(c as u32);
+                    }
+                } else {
+                    self.wake_contexts_at(cx.slice_end);
+                }
+            } else if slice > 0 && cx.slice_end <= now {
+                // Alone (or still coming in): the next slice starts.
+                let k = (now - cx.slice_end) / slice + 1;
+                self.ctxs[c].slice_end = cx.slice_end + k * slice;
+            }
+        }
+        // Fill free slots, round robin from the context brought in last.
+        let mut resident = self.ctxs.iter().filter(|c| c.resident).count() as u32;
+        let mut i = 0;
+        while resident < self.spec.concurrent_contexts && i < n {
+            let c = (self.last_in as usize + 1 + i) % n;
+            i += 1;
+            if !work[c] || self.ctxs[c].resident {
+                continue;
+            }
+            // A switch when the device last held another context and none
+            // is resident now (contexts beside resident ones are mapped
+            // concurrently, at no switch).
+            let cost = match self.last_out {
+                Some(o) if o as usize != c && resident == 0 => self.spec.context_switch_ns,
+                _ => 0,
+            };
+            if self.last_out.is_some_and(|o| o as usize != c) && resident == 0 {
+                self.switches += 1;
+            }
+            let ready = now + cost;
+            self.ctxs[c] = Ctx {
+                resident: true,
+                ready_at: ready,
+                slice_end: ready + slice,
+                leaving: false,
+            };
+            self.last_in = c as u32;
+            resident += 1;
+            // Its blocks may go wherever there is room once it is ready.
+            for &a in &self.active {
+                let l = &mut self.launches[a as usize];
+                if self.streams[l.stream as usize].ctx as usize == c && l.next_block < l.end {
+                    l.scan = l.cus;
+                }
+            }
+            if cost > 0 {
+                self.wake_contexts_at(ready);
+            }
+        }
+    }
+
+    /// Schedules a context re-evaluation at `t` unless one is pending then.
+    fn wake_contexts_at(&mut self, t: u64) {
+        if self.ctx_wakes.insert(t) {
+            self.schedule(t, Ev::Contexts);
         }
     }
 
@@ -1369,12 +1612,31 @@ impl Sim {
     /// Places pending blocks of active kernels, in priority/dispatch order,
     /// then times the groups placed (see [`Sim::time_fresh_groups`]).
     fn place(&mut self) {
+        let multi = self.ctxs.len() > 1;
+        if multi {
+            self.switch_contexts();
+        }
+        let now = self.now;
         let mut i = 0;
         while i < self.active.len() {
             let slot = self.active[i];
             let l = &self.launches[slot as usize];
+            if multi {
+                // Only the blocks of a resident, ready context that is not
+                // leaving are dispatched (its waiting blocks, flagged ones
+                // included, wait; their CU scan is kept for later).
+                let c = &self.ctxs[self.streams[l.stream as usize].ctx as usize];
+                if !c.resident || c.leaving || c.ready_at > now {
+                    i += 1;
+                    continue;
+                }
+            }
             if l.next_block < l.end && !l.scan.is_empty() {
-                self.place_launch(slot);
+                if self.streams[l.stream as usize].flag {
+                    self.flag_exit(slot);
+                } else {
+                    self.place_launch(slot);
+                }
             }
             i += 1;
         }
@@ -1761,23 +2023,63 @@ impl Sim {
         let (slot, blocks) = self.retire_group(gslot, BlockOutcome::Finished);
         let l = &mut self.launches[slot as usize];
         l.done += blocks;
-        if l.done == l.end - l.start {
-            self.complete_launch(slot);
+        if l.done + l.skipped == l.end - l.start && !l.exiting {
+            self.end_launch(slot);
         }
         self.place();
     }
 
-    fn complete_launch(&mut self, slot: u32) {
+    /// The blocks of `slot` not yet dispatched read its stream's preempt
+    /// flag, set, and exit at entry (REEF §4.3 Fig. 8: the check is the
+    /// first thing every block does). A block needs a CU slot to run its
+    /// check, so this happens only once one of the launch's allowed CUs has
+    /// room for a block; then all of them exit, and the exit costs the
+    /// device's `flag_check_ns` (REEF §6.4 Fig. 20(b), the per-kernel cost
+    /// of a lazily evicted kernel: the exiting blocks pass through the free
+    /// slots together in that time, holding no resources afterwards).
+    fn flag_exit(&mut self, slot: u32) {
         let l = &self.launches[slot as usize];
+        let (scan, unit, ptb) = (l.scan, l.unit, l.ptb);
+        let room = scan.iter().any(|cu| {
+            let u = self.usage[cu];
+            let fits_cu = u == 0 || fits(self.limits - u, unit);
+            fits_cu && (ptb == 0 || self.launches[slot as usize].resident[cu] < ptb)
+        });
+        let l = &mut self.launches[slot as usize];
+        l.scan = CuSet::empty();
+        if !room {
+            return;
+        }
+        l.skipped = l.end - l.next_block;
+        l.next_block = l.end;
+        l.exiting = true;
+        let gen = l.gen;
+        self.schedule(self.now + self.spec.flag_check_ns, Ev::EvictDone(slot, gen));
+    }
+
+    /// Every block of the launch has finished or exited at its flag check.
+    fn end_launch(&mut self, slot: u32) {
+        let l = &self.launches[slot as usize];
+        if l.done == 0 {
+            // No block passed its check: evicted, nothing written.
+            self.emit(slot, EventKind::Evicted);
+            self.finish_part(slot);
+            return;
+        }
         let sh = &l.req.shape;
+        // The blocks that ran are the first ones of its range (blocks are
+        // dispatched in index order): they wrote their part of the outputs.
+        let ran = l.start as u64..(l.end - l.skipped) as u64;
         self.values.complete(
             sh.identity,
             &l.req.reads,
             &l.req.writes,
-            l.start as u64..l.end as u64,
+            ran,
             sh.blocks as u64,
         );
-        self.completed += 1;
+        if l.skipped == 0 {
+            self.completed += 1;
+        }
         self.emit(slot, EventKind::Completed);
         self.finish_part(slot);
     }
@@ -1794,6 +2096,12 @@ impl Sim {
             .iter()
             .copied()
             .filter(|&a| target == u32::MAX || self.launches[a as usize].stream == target)
+            // A launch with no block running and none left to dispatch is
+            // only finishing its flagged blocks' exit: nothing to kill.
+            .filter(|&a| {
+                let l = &self.launches[a as usize];
+                !(l.groups.is_empty() && l.next_block == l.end)
+            })
             .collect();
         for slot in victims {
             let gs = self.launches[slot as usize].groups.clone();

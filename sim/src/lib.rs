@@ -72,8 +72,8 @@ pub mod values;
 pub use clock::{Clock, VirtualClock, WallClock};
 pub use cuset::CuSet;
 pub use engine::{
-    BlockOutcome, BlockRecord, CuUsage, DeviceEvent, EventKind, KernelLaunch, LaunchId, Sim,
-    SimConfig, SimError, StreamId, Tags,
+    BlockOutcome, BlockRecord, ContextId, CuUsage, DeviceEvent, EventKind, KernelLaunch, LaunchId,
+    Sim, SimConfig, SimError, StreamId, Tags,
 };
 pub use host::HostQueues;
 pub use mix::{Demand, PipeRates};

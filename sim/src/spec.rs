@@ -68,6 +68,17 @@ pub struct DeviceSpec {
     /// Entry check and exit of a kernel fetched while its stream's preempt
     /// flag is set.
     pub flag_check_ns: u64,
+    /// Process contexts whose blocks may be resident at once
+    /// (docs/simulator.md "Contexts"): 1 on NVIDIA GPUs without MPS, where
+    /// kernels of different CUDA contexts never run concurrently; the
+    /// processes the AMD hardware scheduler maps at once on the MI50.
+    pub concurrent_contexts: u32,
+    /// Time slice of a context when others wait (NVIDIA: the driver's
+    /// default channel-group timeslice); 0 = none known: a waiting context
+    /// gets the device only when a resident one idles.
+    pub context_timeslice_ns: u64,
+    /// Cost of switching the device from one context to another.
+    pub context_switch_ns: u64,
     /// Delay from a kill command to the moment the blocks are gone.
     pub kill_latency_ns: u64,
     /// True when the kernels' measured `latency[k]` curves were taken on this
@@ -188,6 +199,12 @@ impl DeviceSpec {
                 return bad(f, &format!("must be at most {max} (a per-CU limit)"));
             }
         }
+        if self.concurrent_contexts == 0 {
+            return bad(
+                "concurrent_contexts",
+                "must be at least 1 (contexts resident at once)",
+            );
+        }
         if self.hw_queues == 0 {
             return bad(
                 "hw_queues",
@@ -206,6 +223,8 @@ impl DeviceSpec {
             ("flag_check_ns", self.flag_check_ns),
             ("kill_latency_ns", self.kill_latency_ns),
             ("min_block_ns", self.min_block_ns),
+            ("context_timeslice_ns", self.context_timeslice_ns),
+            ("context_switch_ns", self.context_switch_ns),
         ] {
             if v > MAX_DEVICE_TIME_NS {
                 return bad(f, &format!("must be at most {MAX_DEVICE_TIME_NS} ns (1 s)"));

@@ -229,6 +229,113 @@ fn preempt_flag_evicts_at_kernel_entry() {
     assert_eq!(sim.values().get(buf), ValueTracker::initial(buf));
 }
 
+/// REEF §4.3 Fig. 8: the flag is read by every block at its dispatch
+/// (issue 26). A kernel of N = 120 blocks with one block per CU (40 KiB of
+/// LDS each) restricted to k = 20 CUs runs k blocks per wave; the flag set
+/// during the first wave lets those k blocks finish and the other N - k
+/// exit at entry. The kernel ends as a GPU's would (its completion event
+/// fires) after exactly those k blocks, and its output is partly written
+/// until the whole kernel runs again.
+#[test]
+fn a_kernel_flagged_after_k_blocks_started_runs_exactly_those() {
+    let spec = mi50();
+    let (a, b) = (BufferId(1), BufferId(2));
+    let (n, k) = (120u32, 20usize);
+    let kern = shape(n, 64, 40 << 10, vec![30_000]);
+    let launch = || {
+        KernelLaunch::new(kern.clone(), tags(0, 0))
+            .with_buffers(vec![a], vec![b])
+            .with_cus(CuSet::range(0, k))
+    };
+    let mut reference = ValueTracker::new();
+    reference.complete(kern.identity, &[a], &[b], 0..n as u64, n as u64);
+
+    let cfg = SimConfig {
+        record_blocks: true,
+        ..SimConfig::default()
+    };
+    let mut sim = Sim::new(spec.clone(), cfg);
+    let s = sim.create_stream(0, 4).unwrap();
+    let id = sim.launch(s, launch()).unwrap();
+    // The first wave (k blocks) is placed at PATH; flag during it.
+    let mut evs = sim.advance_to(PATH + 10_000);
+    assert!(evs
+        .iter()
+        .any(|e| e.launch == id && e.kind == EventKind::Started));
+    assert_eq!(sim.resident_blocks(), k as u64);
+    sim.set_preempt_flag(s, true).unwrap();
+    evs.extend(drain(&mut sim));
+    let end = evs
+        .iter()
+        .find(|e| e.launch == id && e.kind != EventKind::Started);
+    let end = end.expect("the kernel ends");
+    // Its running blocks finish at PATH + 30 us, then the rest exit at
+    // their entry check.
+    assert_eq!(end.kind, EventKind::Completed);
+    assert_eq!(end.time, PATH + 30_000 + spec.flag_check_ns);
+    let ran: Vec<_> = sim
+        .block_records()
+        .iter()
+        .filter(|r| r.launch == id)
+        .collect();
+    let blocks: u32 = ran.iter().map(|r| r.blocks.len() as u32).sum();
+    assert_eq!(blocks, k as u32, "{ran:?}");
+    assert!(ran
+        .iter()
+        .all(|r| r.outcome == BlockOutcome::Finished && r.blocks.end <= k as u32));
+    assert!(sim.stream_idle(s));
+    // Only those blocks wrote: the output is corrupted...
+    assert_eq!(sim.values().diff(&reference, &[b]).len(), 1);
+    // ...until the kernel is executed again, whole.
+    sim.set_preempt_flag(s, false).unwrap();
+    let again = sim.launch(s, launch()).unwrap();
+    let evs = drain(&mut sim);
+    assert!(evs
+        .iter()
+        .any(|e| e.launch == again && e.kind == EventKind::Completed));
+    assert!(sim.values().diff(&reference, &[b]).is_empty());
+
+    // A kernel whose blocks were all placed before the flag (60 blocks on
+    // 60 CUs) runs whole.
+    let one_wave = shape(60, 64, 40 << 10, vec![30_000]);
+    let mut reference = ValueTracker::new();
+    reference.complete(one_wave.identity, &[a], &[b], 0..60, 60);
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let s = sim.create_stream(0, 4).unwrap();
+    let id = sim
+        .launch(
+            s,
+            KernelLaunch::new(one_wave, tags(0, 0)).with_buffers(vec![a], vec![b]),
+        )
+        .unwrap();
+    sim.advance_to(PATH + 10_000);
+    sim.set_preempt_flag(s, true).unwrap();
+    let evs = drain(&mut sim);
+    assert_eq!(completion(&evs, id), PATH + 30_000);
+    assert!(sim.values().diff(&reference, &[b]).is_empty());
+}
+
+/// A flagged block needs a CU slot to run its check: a kernel dispatched
+/// while the flag is set behind a kernel of another stream that fills
+/// every CU exits only once a slot frees, and then in one check time.
+#[test]
+fn flagged_blocks_exit_once_they_get_a_cu() {
+    let spec = mi50();
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let busy = sim.create_stream(1, 4).unwrap();
+    let s = sim.create_stream(0, 4).unwrap();
+    let fill = shape(60, 64, 40 << 10, vec![50_000]);
+    sim.launch(busy, KernelLaunch::new(fill.clone(), tags(1, 0)))
+        .unwrap();
+    sim.advance_to(1_000);
+    sim.set_preempt_flag(s, true).unwrap();
+    let id = sim.launch(s, KernelLaunch::new(fill, tags(2, 0))).unwrap();
+    let evs = drain(&mut sim);
+    let e = evs.iter().find(|e| e.launch == id).unwrap();
+    assert_eq!(e.kind, EventKind::Evicted);
+    assert_eq!(e.time, PATH + 50_000 + spec.flag_check_ns);
+}
+
 #[test]
 fn kill_corrupts_and_restore_matches_reference() {
     let spec = mi50();

@@ -118,6 +118,7 @@ proptest! {
             .map(|&(p, c)| sim.create_stream(p, c).unwrap())
             .collect();
         let mut launched: HashMap<LaunchId, Range<u32>> = HashMap::new();
+        let mut flagged_any = false;
         let mut events = Vec::new();
         for (dt, op) in ops {
             let until = sim.now() + dt;
@@ -161,7 +162,10 @@ proptest! {
                     }
                     prop_assert!(sim.queue_len(st) <= sim.queue_capacity(st));
                 }
-                Op::Flag { stream, on } => sim.set_preempt_flag(ids[stream], on).unwrap(),
+                Op::Flag { stream, on } => {
+                    flagged_any |= on;
+                    sim.set_preempt_flag(ids[stream], on).unwrap()
+                }
                 Op::Kill { stream } => sim.kill_stream(ids[stream]).unwrap(),
                 Op::KillAll => sim.kill_all().unwrap(),
                 Op::Clear { stream } => {
@@ -204,9 +208,19 @@ proptest! {
             }
             match terminal[id] {
                 EventKind::Completed => {
+                    // Every block ran, or (its stream's flag set while
+                    // blocks of it waited) a prefix of its range ran and
+                    // the rest exited at their flag check (REEF §4.3).
                     prop_assert!(recs.iter().all(|r| r.outcome == BlockOutcome::Finished));
                     let covered: u32 = recs.iter().map(|r| r.blocks.len() as u32).sum();
-                    prop_assert_eq!(covered, range.len() as u32);
+                    prop_assert!(covered >= 1 && covered <= range.len() as u32);
+                    prop_assert_eq!(recs[0].blocks.start, range.start);
+                    for w in recs.windows(2) {
+                        prop_assert_eq!(w[0].blocks.end, w[1].blocks.start);
+                    }
+                    if !flagged_any {
+                        prop_assert_eq!(covered, range.len() as u32);
+                    }
                 }
                 EventKind::Killed { blocks_done } => {
                     let fin: u32 = recs
@@ -226,8 +240,9 @@ proptest! {
 
 /// One VGG inference on one stream, killed at `kill_at` (ns) together with a
 /// queue clear and a host-queue reset (reset-based preemption, REEF §4), then
-/// restored by re-launching from the first kernel that did not complete
-/// (REEF §4.4: TVM kernels are idempotent). Returns the sim's final values
+/// restored by re-launching from the first kernel that did not complete or
+/// the one the execution index names (REEF §4.4: TVM kernels are
+/// idempotent). Returns the sim's final values
 /// and whether anything was killed.
 fn vgg_with_kill(kill_at: u64, restore: bool) -> (ValueTracker, bool) {
     use reef_model::{default_models_dir, load_named};
@@ -259,6 +274,7 @@ fn vgg_with_kill(kill_at: u64, restore: bool) -> (ValueTracker, bool) {
     let mut done = vec![false; m.kernels.len()];
     let mut killed = false;
     let mut preempted = false;
+    let mut index = None;
     loop {
         let next = sim.next_event_time();
         if !preempted && next.is_none_or(|t| t > kill_at) {
@@ -272,16 +288,25 @@ fn vgg_with_kill(kill_at: u64, restore: bool) -> (ValueTracker, bool) {
         let Some(t) = next else { break };
         for e in sim.advance_to(t) {
             match e.kind {
+                EventKind::Started => index = Some(e.tags.kernel as usize),
                 EventKind::Completed => done[e.tags.kernel as usize] = true,
                 EventKind::Killed { .. } => killed = true,
                 _ => {}
             }
         }
         if preempted && sim.stream_idle(s) && sim.preempt_flag(s) {
-            // Preemption finished: restore from the first incomplete kernel.
+            // Preemption finished: restore from the first incomplete
+            // kernel, or from the one the execution index names when its
+            // completion came under the flag (it may have run partly:
+            // REEF §4.3-4.4).
             sim.set_preempt_flag(s, false).unwrap();
             if restore {
-                if let Some(first) = done.iter().position(|d| !d) {
+                let first = done.iter().position(|d| !d);
+                let first = match (first, index) {
+                    (Some(f), Some(i)) => Some(f.min(i)),
+                    (f, i) => f.or(i),
+                };
+                if let Some(first) = first {
                     for i in first..m.kernels.len() {
                         host.submit(s, launch(i));
                     }

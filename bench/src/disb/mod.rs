@@ -28,7 +28,9 @@ use workload::Workload;
 pub struct DisbArgs {
     /// `A`..`E`, `all`, or a path to a DISB workload JSON file.
     pub workload: String,
-    /// Comma-separated policies (rt-only, seq, streams, wait, reef-nodkp:
+    /// Comma-separated policies (rt-only, seq, streams: GPUStreams without
+    /// stream priorities, streams-prio: RT streams at high priority, share:
+    /// a process context per client, wait, reef-nodkp:
     /// preemption only, reef: preemption and dynamic kernel padding,
     /// reef-dkp-mv: padding with multi-version kernels, fikit: FIKIT's
     /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
@@ -36,7 +38,7 @@ pub struct DisbArgs {
     /// docs/aker.md).
     #[arg(
         long,
-        default_value = "rt-only,seq,streams,wait,reef-nodkp,reef,reef-dkp-mv,fikit,aker"
+        default_value = "rt-only,seq,streams,streams-prio,wait,reef-nodkp,reef,reef-dkp-mv,fikit,aker"
     )]
     pub policy: String,
     /// Simulated device: a preset (mi50, gv100, h100) or a .toml spec path.
@@ -447,7 +449,11 @@ pub fn main(args: DisbArgs) -> Result<()> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     let cost = |i: usize| {
         let (w, p) = jobs[i];
-        let weight = if p == "streams" { 10 } else { 1 };
+        let weight = if matches!(p, "streams" | "streams-prio" | "share") {
+            10
+        } else {
+            1
+        };
         weight * workloads[w].tasks.len()
     };
     order.sort_by_key(|&i| std::cmp::Reverse(cost(i)));

@@ -724,6 +724,35 @@ mod tests {
             .all(|p| p.level == PreemptLevel::Kill && p.latency().unwrap() < 200_000));
     }
 
+    /// Padding under the per-block preempt flag (issue 26): a BE kernel
+    /// whose own launch ran partly (its later blocks exited at their
+    /// check) while padded launches ran other blocks of it, in the
+    /// workloads where lazy eviction meets padding. Every request's
+    /// outputs equal an unpreempted run's. Failed before padding kept its
+    /// plan across such a completion and credited overlapping parts
+    /// (`sched/src/dkp/padded.rs`): C reef-dkp-mv corrupted 43 requests.
+    #[test]
+    fn padding_keeps_values_when_be_kernels_run_partly() {
+        for wl in ["C", "D", "E"] {
+            let w =
+                Workload::load(&reef_model::shared_dir().join(format!("disb/workloads/{wl}.json")))
+                    .unwrap();
+            let (spec, models, sa) = setup(&w);
+            let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+            for policy in ["reef", "reef-dkp-mv"] {
+                let plans = plan_clients(&w, &idx, &sa, 7);
+                let out =
+                    simulate(&spec, &models, plans, 2_000_000_000, &opts(policy, true)).unwrap();
+                assert!(
+                    out.preemptions.len() >= 20,
+                    "{wl} {policy}: {}",
+                    out.preemptions.len()
+                );
+                assert_eq!(out.corrupted_outputs, 0, "{wl} {policy}");
+            }
+        }
+    }
+
     /// Aker's fused launches carry BE blocks beside RT kernels (split BE
     /// kernels finished by later launches), and every request's outputs,
     /// BE ones included, equal an unpreempted run; baymax never fuses.

@@ -481,6 +481,7 @@ impl<D: Device> Driver<D> {
                 stream,
                 priority,
                 dq_capacity,
+                context,
             } => {
                 let what = || format!("create stream {}", stream.0);
                 let prio = match priority {
@@ -490,7 +491,7 @@ impl<D: Device> Driver<D> {
                 let cap = dq_capacity.unwrap_or(self.run.big_queue).max(1);
                 let s = self
                     .dev
-                    .create_stream(prio, cap, self.run.own_queues)
+                    .create_stream_in_context(context, prio, cap, self.run.own_queues)
                     .map_err(|e| (what(), e))?;
                 if stream.0 as usize != self.streams.len() {
                     return Err((what(), "streams are created in order".into()));

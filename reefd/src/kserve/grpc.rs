@@ -29,7 +29,7 @@ impl From<V2Error> for Status {
             Kind::Unauthenticated => Status::unauthenticated(e.message),
             Kind::Unavailable => Status::unavailable(e.message),
             Kind::Exhausted => Status::resource_exhausted(e.message),
-            Kind::Timeout => Status::deadline_exceeded(e.message),
+            Kind::Timeout | Kind::SlowClient => Status::deadline_exceeded(e.message),
             Kind::Unsupported => Status::unimplemented(e.message),
             Kind::Internal => Status::internal(e.message),
         }

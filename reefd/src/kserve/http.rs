@@ -31,6 +31,7 @@ impl IntoResponse for V2Error {
             Kind::Unavailable | Kind::Exhausted => StatusCode::SERVICE_UNAVAILABLE,
             // Triton answers an expired queue timeout as unavailable.
             Kind::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            Kind::SlowClient => StatusCode::REQUEST_TIMEOUT,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::Unsupported => StatusCode::NOT_IMPLEMENTED,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -92,19 +93,87 @@ pub fn router(front: Arc<Front>) -> Router {
             V2Error::new(Kind::NotFound, "no such endpoint: reefd serves the Open Inference Protocol under /v2 (docs/kserve.md)")
         })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&front),
+            read_body_in_time,
+        ))
         .with_state(front)
 }
 
 /// Serves `listener` until the task is aborted: at most
 /// `kserve.max_connections` connections at once (more wait in the
 /// backlog), each on its own task so a slow client stalls only itself.
+/// A connection whose request header is not complete within
+/// `kserve.header_read_timeout` is closed (hyper's HTTP/1 header timer;
+/// axum::serve sets no timer, so it has none), and a request whose body
+/// is not complete within `kserve.body_read_timeout` after its header is
+/// answered 408 ([`read_body_in_time`]): a client sending a byte a second
+/// holds its slot for a bounded time only.
 pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
+    use tower::ServiceExt;
     let max = front.opts.max_connections.max(1);
-    let app = router(front).into_make_service_with_connect_info::<super::limit::PeerAddr>();
-    let listener = super::limit::Limited::new(listener, max);
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::error!(error = %e, "HTTP front stopped");
+    let header_timeout = front.opts.header_read_timeout;
+    let app = router(front);
+    let mut listener = super::limit::Limited::new(listener, max);
+    loop {
+        let (conn, addr) = listener.accept_limited().await;
+        let app = app.clone();
+        tokio::spawn(async move {
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let mut req = req.map(axum::body::Body::new);
+                    req.extensions_mut()
+                        .insert(ConnectInfo(super::limit::PeerAddr(Some(addr))));
+                    app.clone().oneshot(req)
+                });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), svc)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(peer = %addr, error = %e, "HTTP connection ended");
+            }
+        });
     }
+}
+
+/// Reads the whole request body before the handler runs, within
+/// `kserve.body_read_timeout` and `kserve.max_body_bytes`: a body that
+/// arrives too slowly is answered 408 and one too large 413, with the
+/// protocol's error object.
+async fn read_body_in_time(
+    State(f): Ctx,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, V2Error> {
+    let (parts, body) = req.into_parts();
+    let limit = f.opts.max_body_bytes;
+    let bytes = match tokio::time::timeout(
+        f.opts.body_read_timeout,
+        axum::body::to_bytes(body, limit),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            return Err(V2Error::new(
+                Kind::TooLarge,
+                format!("the request body could not be read (at most {limit} bytes are accepted, kserve.max_body_bytes): {e}"),
+            ))
+        }
+        Err(_) => {
+            return Err(V2Error::new(
+                Kind::SlowClient,
+                format!(
+                    "the request body did not arrive within {} ms of its header (kserve.body_read_timeout_ms)",
+                    f.opts.body_read_timeout.as_millis()
+                ),
+            ))
+        }
+    };
+    let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    Ok(next.run(req).await)
 }
 
 async fn live(State(f): Ctx, ConnectInfo(p): Peer, h: HeaderMap) -> Result<StatusCode, V2Error> {

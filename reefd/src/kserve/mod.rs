@@ -81,6 +81,14 @@ pub struct KserveOptions {
     /// Users whose shared memory objects may be registered (besides the
     /// daemon's own).
     pub shm_uids: Vec<u32>,
+    /// HTTP: a connection that has not sent a request's whole header this
+    /// long after it began (or after the previous reply, on a kept-alive
+    /// connection) is closed, so slow senders cannot hold the connection
+    /// slots (`max_connections`) for ever.
+    pub header_read_timeout: std::time::Duration,
+    /// HTTP: a request whose body has not arrived this long after its
+    /// header is answered 408 and its connection closed.
+    pub body_read_timeout: std::time::Duration,
 }
 
 impl Default for KserveOptions {
@@ -95,6 +103,8 @@ impl Default for KserveOptions {
             default_priority: Priority::Be,
             be_streams: 4,
             shm_uids: Vec::new(),
+            header_read_timeout: std::time::Duration::from_secs(10),
+            body_read_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -167,6 +177,8 @@ pub enum Kind {
     Unavailable,
     /// The request's `timeout` passed before it reached the GPU.
     Timeout,
+    /// The client did not send its request in time (HTTP 408).
+    SlowClient,
     TooLarge,
     Exhausted,
     Unsupported,

@@ -776,6 +776,7 @@ impl Policy for AkerPolicy {
                     (p, None)
                 })
                 .collect(),
+            contexts: Vec::new(),
         }
     }
     fn schedule(&mut self, core: &mut Core) {

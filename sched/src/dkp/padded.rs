@@ -358,8 +358,22 @@ impl PaddingScheduler {
                 }
             }
             Event::KernelCompleted { stream, tag } => {
+                // A completion under the flag of the kernel the execution
+                // index names may be of a partly run launch (its later
+                // blocks exited at their flag check, REEF §4.3): like the
+                // core, padding does not count it. The credited prefix
+                // (blocks completed by padded launches) stays valid; the
+                // rest runs again from it.
+                // The plan stays: the blocks it gave padded launches still
+                // in flight are theirs, and planning again from the credit
+                // would give them out twice (credited out of order, they
+                // would be lost, and the kernel's blocks run again after a
+                // later kernel overwrote what it reads).
+                let unsure = self.inner.core().completion_unconfirmed(*stream, *tag);
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
-                    if b.req.map(|r| r.0) == Some(tag.req) {
+                    if b.req.map(|r| r.0) == Some(tag.req) && unsure {
+                        b.finished(tag.kernel);
+                    } else if b.req.map(|r| r.0) == Some(tag.req) {
                         b.finished(tag.kernel);
                         b.done_upto = b.done_upto.max(tag.kernel + 1);
                         if b.credit.is_some_and(|c| c.kernel < b.done_upto) {
@@ -479,12 +493,15 @@ impl PaddingScheduler {
                 done: 0,
             }),
         };
-        if p.blocks.start != c.done {
-            // Not the next prefix (cannot happen with in-order launches);
-            // keep the credit conservative.
+        if p.blocks.start > c.done {
+            // Not adjacent to the credited prefix (cannot happen with
+            // in-order launches); keep the credit conservative.
             return;
         }
-        c.done = p.blocks.end;
+        // The next prefix, or one overlapping it (blocks planned again
+        // after a plan was dropped, run in order on the real-time stream):
+        // blocks are independent, so the union is a prefix.
+        c.done = c.done.max(p.blocks.end);
         if c.done < total {
             return;
         }
@@ -581,6 +598,16 @@ impl PaddingScheduler {
                     if let Some(b) = self.be.get_mut(stream.0 as usize) {
                         b.done_upto = from_kernel;
                         b.plan = None;
+                        // A restore from before the credited kernel (the
+                        // entry of its idempotent group, REEF §4.4: the
+                        // kernel is not idempotent, e.g. it updates a
+                        // buffer in place) re-runs the kernels that write
+                        // what the credited blocks read or updated, so
+                        // their part is undone and every block runs again.
+                        if b.credit.is_some_and(|c| c.kernel > from_kernel) {
+                            b.credit = None;
+                            b.rest = None;
+                        }
                     }
                     self.out.push_back(DkpAction::Core(a));
                 }
@@ -1789,6 +1816,38 @@ mod tests {
         s.credit(0, &part(v, 13..15));
         let c = s.be[1].credit.unwrap();
         assert_eq!((c.version, c.done, c.first), (v, 15, v));
+    }
+
+    /// Parts that overlap the credited prefix (blocks planned again while
+    /// earlier parts were in flight) extend it to their union; before,
+    /// such a part was dropped and the kernel's completed blocks ran again
+    /// after later kernels had overwritten its inputs.
+    #[test]
+    fn overlapping_padded_parts_extend_the_credit_to_their_union() {
+        let mut s = setup(1);
+        let (req, be) = (RequestId(100), StreamId(1));
+        let b = &mut s.be[1];
+        b.req = Some((req, ClientId(1)));
+        b.done_upto = 1;
+        let part = |blocks: Range<u32>| BePart {
+            stream: be,
+            client: ClientId(1),
+            model: ModelId(1),
+            tag: KernelTag { req, kernel: 1 },
+            version: 0,
+            blocks,
+            cus: 20..60,
+            per_cu: 1,
+        };
+        s.credit(0, &part(0..100));
+        s.credit(0, &part(0..250));
+        assert_eq!(s.be[1].credit.map(|c| c.done), Some(250));
+        // A gap is never credited over.
+        s.credit(0, &part(260..270));
+        assert_eq!(s.be[1].credit.map(|c| c.done), Some(250));
+        s.credit(0, &part(240..300));
+        assert!(s.be[1].credit.is_none());
+        assert_eq!(s.be[1].done_upto, 2);
     }
 
     #[test]

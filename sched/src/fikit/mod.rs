@@ -515,6 +515,7 @@ impl Policy for Fikit {
                 .iter()
                 .map(|_| (StreamPriority::Normal, Some(cfg.dq_capacity)))
                 .collect(),
+            contexts: Vec::new(),
         }
     }
 
