@@ -301,6 +301,40 @@ impl SimPredictor {
         })
     }
 
+    /// Replaces the stand-alone times with ones measured on the device
+    /// that serves the models (`solo_ns[m][k]`, ns per kernel `k` of model
+    /// `m`, in this predictor's model order): Aker §5 trains its predictor
+    /// on the GPU it serves, so a GPU's policy must not predict from a
+    /// simulated preset of another GPU (issue 26 item 6). The block-count
+    /// model stays a line through the origin and the measured whole kernel
+    /// ([`KernelPred::model`]); classes stay those of the kernels' names.
+    pub fn with_solo_ns(mut self, solo_ns: &[Vec<u64>]) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            solo_ns.len() == self.kernels.len(),
+            "measured kernel times for {} models, the predictor has {}",
+            solo_ns.len(),
+            self.kernels.len()
+        );
+        for (m, (ks, measured)) in self.kernels.iter_mut().zip(solo_ns).enumerate() {
+            anyhow::ensure!(
+                measured.len() == ks.len(),
+                "model {m}: {} measured kernel times for {} kernels",
+                measured.len(),
+                ks.len()
+            );
+            for (k, &ns) in ks.iter_mut().zip(measured) {
+                anyhow::ensure!(ns > 0, "model {m}: a kernel measured at 0 ns");
+                k.solo_ns = ns as f64;
+            }
+        }
+        Ok(self)
+    }
+
+    /// The predicted stand-alone time of kernel `k` of model `m` (ns).
+    pub fn solo_ns(&self, m: usize, k: usize) -> Option<f64> {
+        self.kernels.get(m)?.get(k).map(|p| p.solo_ns)
+    }
+
     /// A predictor sharing this one's fusion profiles (a later run on the
     /// same device and models need not profile pairs again).
     pub fn share(&self) -> Self {
@@ -504,10 +538,39 @@ fn run_out(sim: &mut Sim) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ModelShapes;
     use reef_sim::{BufferId, SimConfig, Tags, ValueTracker};
 
     fn spec() -> DeviceSpec {
         DeviceSpec::preset("mi50").unwrap()
+    }
+
+    /// A GPU's measured kernel times replace the preset's predictions
+    /// (issue 26 item 6); counts that do not match the models are refused.
+    #[test]
+    fn measured_kernel_times_replace_the_presets() {
+        let sp = spec();
+        let dir = reef_model::default_models_dir();
+        let m =
+            crate::PreparedModel::new(reef_model::load_named(&dir, "vgg").unwrap(), &sp).unwrap();
+        let n = m.shapes().len();
+        let p = SimPredictor::new(&sp, std::slice::from_ref(&m)).unwrap();
+        let preset: Vec<f64> = (0..n).map(|k| p.solo_ns(0, k).unwrap()).collect();
+        let measured: Vec<u64> = (0..n as u64).map(|k| 1_000 + 7 * k).collect();
+        let q = p
+            .share()
+            .with_solo_ns(std::slice::from_ref(&measured))
+            .unwrap();
+        for (k, &ns) in measured.iter().enumerate() {
+            let got = Predictor::kernel(&q, ModelId(0), k as u32);
+            assert_eq!(got.solo_ns, ns as f64);
+            assert_ne!(got.solo_ns, preset[k]);
+            // The block-count line goes through the measured whole kernel.
+            assert!((got.of_blocks(got.blocks) - ns as f64).abs() < 1e-6);
+        }
+        assert!(p.share().with_solo_ns(&[measured[1..].to_vec()]).is_err());
+        assert!(p.share().with_solo_ns(&[]).is_err());
+        assert!(p.with_solo_ns(&[vec![0; n]]).is_err());
     }
 
     #[test]

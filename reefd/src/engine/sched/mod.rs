@@ -271,6 +271,14 @@ pub trait EngineDevice: Device + Send {
     fn standalone_ns(&self, _name: &str) -> Option<u64> {
         None
     }
+    /// Model `name`'s kernels' stand-alone times measured on the device
+    /// when it was loaded (ns, in schedule order): the predictions of
+    /// `aker`, `baymax` and `tacker` on a GPU (Aker §5 trains its predictor
+    /// on the GPU it serves). `None`: not measured (the simulator is the
+    /// preset the predictor profiles).
+    fn kernel_ns(&self, _name: &str) -> Option<Vec<u64>> {
+        None
+    }
     /// How this device wants a model's code read ([`Engine::code_reader`]).
     fn code_reader(&self) -> Option<crate::engine::CodeReader> {
         None

@@ -25,12 +25,20 @@ impl<D: EngineDevice> SchedEngine<D> {
         self.save_fikit_profiles();
         let padding = self.padding_now();
         let aker = self.build.drv.sched.aker_stats();
-        let (setup, slots, rt_slot) = Self::layout(
+        let (mut setup, slots, rt_slot) = Self::layout(
             &self.settings,
             &self.spec,
             &self.models,
             &self.fikit_profiles,
         );
+        let measured = match self.device_predictor() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "scheduler rebuild failed; keeping the previous one");
+                return;
+            }
+        };
+        setup.aker_profiles = measured.map(std::sync::Arc::new);
         match self.build.drv.rebuild(setup) {
             Ok(()) => {
                 let drv = &mut self.build.drv;
@@ -59,6 +67,36 @@ impl<D: EngineDevice> SchedEngine<D> {
                 tracing::error!(error = %format!("{e:#}"), "scheduler rebuild failed; keeping the previous one")
             }
         }
+    }
+
+    /// Under `aker`, `baymax` and `tacker`: a predictor whose kernel
+    /// times are the device's own measurements ([`EngineDevice::kernel_ns`])
+    /// when the device measured them (a GPU), so no GPU predicts from a
+    /// simulated preset of another one; `None` on the simulator, whose
+    /// preset the driver profiles. A GPU that measured some loaded models
+    /// and not others cannot be predicted for: an error.
+    fn device_predictor(&self) -> anyhow::Result<Option<reef_exec::aker::SimPredictor>> {
+        if reef_sched::aker::Manager::of_name(&self.settings.policy).is_none() {
+            return Ok(None);
+        }
+        let dev = &self.build.drv.dev;
+        let measured: Vec<Option<Vec<u64>>> =
+            self.models.iter().map(|m| dev.kernel_ns(&m.name)).collect();
+        if measured.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let mut all = Vec::with_capacity(measured.len());
+        for (m, t) in self.models.iter().zip(measured) {
+            all.push(t.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "policy {}: model {} has no kernel times measured on this device, which its predictions need (Aker §5)",
+                    self.settings.policy,
+                    m.name
+                )
+            })?);
+        }
+        let p = reef_exec::aker::SimPredictor::new(&self.spec, &self.models)?;
+        Ok(Some(p.with_solo_ns(&all)?))
     }
 
     pub(super) fn fikit_policy(&self) -> Option<&reef_sched::fikit::Fikit> {
