@@ -78,9 +78,9 @@
 // The crate is also an rlib so its tests call them in-process, as cudarc
 // does, inside `unsafe` blocks that keep those contracts.
 
-pub mod cpu;
-pub mod driver;
-pub mod ptx;
+// The driver's state is shared with the simulated libamdhip64
+// (driver-sim/, crate reef-driver-sim).
+pub use reef_driver_sim::{cpu, driver, ptx};
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

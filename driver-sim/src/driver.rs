@@ -65,7 +65,8 @@
 //!   of its active kernels in stream-priority order.
 //! - **A fault poisons its context**: a kernel that touches memory its
 //!   context does not own, or one chosen by fault injection
-//!   ([`crate::FAULT_ENV`], [`crate::reef_libcuda_sim_inject_fault`]), sets
+//!   (each library's fault-injection variable and hook, e.g.
+//!   libcuda-sim's `REEF_LIBCUDA_SIM_FAULT`), sets
 //!   CUDA_ERROR_ILLEGAL_ADDRESS on its context; every later call on that
 //!   context (or on its streams, events, modules and memory) returns it,
 //!   its queued and held work is dropped, and only `cuCtxDestroy` is left
@@ -448,10 +449,10 @@ pub struct Driver {
     /// returns it).
     sticky: HashMap<u64, CUresult>,
     pub stats: Stats,
-    /// Fault injection ([`crate::FAIL_LAUNCH_ENV`]): the launch of this
+    /// Fault injection (libcuda-sim's `REEF_LIBCUDA_SIM_FAIL_LAUNCH`): the launch of this
     /// kernel name with this 1-based count is refused.
     fail_launch: Option<(String, u64)>,
-    /// Fault injection ([`crate::FAULT_ENV`]): the launch of this kernel
+    /// Fault injection (libcuda-sim's `REEF_LIBCUDA_SIM_FAULT`): the launch of this kernel
     /// name with this 1-based count faults when it runs.
     fault_launch: Vec<(String, u64)>,
     next_launch: u64,
@@ -460,7 +461,7 @@ pub struct Driver {
 }
 
 /// A fault to inject, `NAME@N` (the N-th launch of kernel NAME), from
-/// [`crate::FAIL_LAUNCH_ENV`].
+/// libcuda-sim's `REEF_LIBCUDA_SIM_FAIL_LAUNCH`.
 pub fn parse_fail_launch(v: &str) -> Result<(String, u64), String> {
     let (name, n) = v
         .rsplit_once('@')
@@ -1319,9 +1320,23 @@ impl Driver {
         // A compiled model's CPU build; a module whose library cannot be
         // loaded keeps the stand-in function (and says so once).
         let cpu = crate::cpu::load(text).unwrap_or_else(|e| {
-            eprintln!("reef-libcuda-sim: kernels keep stand-in values: {e}");
+            eprintln!("reef-driver-sim: kernels keep stand-in values: {e}");
             HashMap::new()
         });
+        self.module_load_parsed(ctx, parsed, cpu)
+    }
+
+    /// A module already read by the library's own loader (PTX for the
+    /// simulated libcuda, an AMDGPU code object for the simulated
+    /// libamdhip64): its entries, globals (allocated on the context's
+    /// device) and the CPU build of its compiled kernels.
+    pub fn module_load_parsed(
+        &mut self,
+        ctx: u64,
+        parsed: ptx::Module,
+        cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
+    ) -> R<u64> {
+        self.check_sticky(ctx)?;
         let id = self.fresh();
         let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
