@@ -24,6 +24,7 @@
 //! the simulated MI50 with a notice.
 
 pub mod cuda;
+pub mod hip;
 pub mod kfd;
 pub mod preempt;
 pub mod sim;
