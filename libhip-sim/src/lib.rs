@@ -358,7 +358,7 @@ pub unsafe extern "C" fn hipGetDevice(d: *mut c_int) -> HipError {
 
 fn device_name(s: &State, d: usize) -> String {
     format!(
-        "reef-sim {} (simulated by reef-libhip-sim, not a GPU)",
+        "reef-sim {} (simulated by reef-libhip-sim, test device)",
         s.driver
             .spec(d as i32)
             .map(|sp| sp.name.as_str())

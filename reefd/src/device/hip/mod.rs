@@ -20,16 +20,20 @@
 //! for them; per model one allocation per weight; per stream and model its
 //! own module instance (flag, index) and activations.
 //!
-//! Levels: 1 always (host queues are reefd's). 2 is probed when a model is
-//! loaded: its first kernel, launched from a fresh instance with the flag
-//! set, must not store its execution index, and the reference runs, flag
-//! clear, must store every index ([`HipDevice::probe_flag`]); a code object
-//! without the globals (compiled before reef-compile injected the check)
-//! leaves the device at level 1, saying why. A memory fault on an AMD GPU
+//! Levels: 1 always (host queues are reefd's). 2 is probed at open, as on
+//! CUDA, with a probe kernel holding nothing but the check reef-compile
+//! injects (probe/probe.ll, built for gfx906 and gfx90a): launched with its
+//! module's flag set it must not store its execution index, with the flag
+//! clear it must. Each model is probed again when loaded
+//! ([`HipDevice::probe_flag`]: its first kernel with the flag set), and its
+//! reference runs must store every index; a code object without the
+//! globals (compiled before reef-compile injected the check) is refused. A memory fault on an AMD GPU
 //! ends the process (ROCr aborts; libhip-sim/src/lib.rs), so there is no
 //! context to rebuild as on CUDA.
 
 pub mod driver;
+pub mod engine;
+pub mod kernels;
 pub mod module;
 
 use std::collections::{BTreeMap, HashMap};
@@ -88,8 +92,16 @@ pub struct HipDevice {
     /// HIP's (least, greatest) stream priorities.
     priorities: (i32, i32),
     levels: Levels,
+    /// Notes added by the daemon (the KFD's level-3 probe).
+    extra_notes: Vec<String>,
     pub(crate) models: BTreeMap<String, Loaded>,
 }
+
+/// The probe code objects (module doc, "Levels").
+const PROBES: &[(&str, &[u8])] = &[
+    ("gfx906", include_bytes!("probe/probe.gfx906.hsaco")),
+    ("gfx90a", include_bytes!("probe/probe.gfx90a.hsaco")),
+];
 
 // The raw handles are HIP's, usable from any thread once the device is
 // made current (every call here does so).
@@ -144,7 +156,7 @@ impl HipDevice {
             if (hip.hipDeviceGetStreamPriorityRange)(&mut least, &mut greatest) != 0 {
                 (least, greatest) = (0, 0);
             }
-            Ok(HipDevice {
+            let mut d = HipDevice {
                 hip,
                 index: opts.index,
                 device,
@@ -152,18 +164,108 @@ impl HipDevice {
                 gcn_arch,
                 compute_units,
                 priorities: (least, greatest),
-                levels: Levels::up_to(
+                levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
+                extra_notes: Vec::new(),
+                models: BTreeMap::new(),
+            };
+            d.levels = match d.probe_levels() {
+                Ok(()) => Levels::up_to(PreemptLevel::LazyEviction, vec![KILL_THROUGH_KFD.into()]),
+                Err(why) => Levels::up_to(
                     PreemptLevel::HostQueue,
                     vec![
-                        "lazy eviction (level 2) is probed when a model is loaded (its code \
-                         object's reef_preempt_flag)"
-                            .into(),
+                        format!("no lazy eviction (level 2): the preempt-flag probe failed: {why}"),
                         KILL_THROUGH_KFD.into(),
                     ],
                 ),
-                models: BTreeMap::new(),
-            })
+            };
+            Ok(d)
         }
+    }
+
+    /// Adds a note to the levels' (`status`).
+    pub fn add_note(&mut self, note: String) {
+        self.extra_notes.push(note.clone());
+        self.levels.notes.push(note);
+    }
+
+    /// Level 2 at open (module doc): the probe kernel for this GPU's
+    /// processor, launched with its flag set, must not store its index, and
+    /// with the flag clear must.
+    fn probe_levels(&self) -> Result<(), String> {
+        let proc_ = module::processor(&self.gcn_arch);
+        let Some((_, code)) = PROBES.iter().find(|(p, _)| *p == proc_) else {
+            return Err(format!("no probe code object for {proc_} (gfx906, gfx90a)"));
+        };
+        let image = module::bundle(&[
+            (
+                module::HOST_TARGET,
+                b"// reef-sim: kernel=reef_probe block_ns=1000\n",
+            ),
+            (&format!("hipv4-amdgcn-amd-amdhsa--{proc_}"), code),
+        ]);
+        self.current().map_err(|e| e.to_string())?;
+        let h = self.hip;
+        let mut m = std::ptr::null_mut();
+        // SAFETY: a whole offload bundle; valid out-pointer.
+        check("hipModuleLoadData", unsafe {
+            (h.hipModuleLoadData)(&mut m, image.as_ptr().cast())
+        })
+        .map_err(|e| e.to_string())?;
+        let r = (|| -> Result<(), HipError> {
+            let f = function(m, "reef_probe")?;
+            let flag = global(m, "reef_preempt_flag")?;
+            let index = global(m, "reef_exec_index")?;
+            let s = self.stream(false)?;
+            let run = |idx: u32, on: u32| -> Result<u32, HipError> {
+                htod(flag, &on.to_le_bytes())?;
+                let mut i = idx;
+                let mut params = [&mut i as *mut u32 as Ptr];
+                // SAFETY: one pointer to the kernel's one 4-byte argument.
+                unsafe {
+                    check(
+                        "hipModuleLaunchKernel",
+                        (h.hipModuleLaunchKernel)(
+                            f,
+                            1,
+                            1,
+                            1,
+                            64,
+                            1,
+                            1,
+                            0,
+                            s,
+                            params.as_mut_ptr(),
+                            std::ptr::null_mut(),
+                        ),
+                    )?;
+                    check("hipStreamSynchronize", (h.hipStreamSynchronize)(s))?;
+                }
+                let mut out = [0u8; 4];
+                dtoh(&mut out, index)?;
+                Ok(u32::from_le_bytes(out))
+            };
+            let (evicted, ran) = (run(7, 1), run(8, 0));
+            // SAFETY: our stream, idle.
+            unsafe {
+                let _ = (h.hipStreamDestroy)(s);
+            }
+            if evicted? == 7 {
+                return Err(HipError::Invalid(
+                    "a kernel launched with the flag set ran".into(),
+                ));
+            }
+            if ran? != 8 {
+                return Err(HipError::Invalid(
+                    "a kernel launched with the flag clear did not store its index".into(),
+                ));
+            }
+            Ok(())
+        })();
+        // SAFETY: our module.
+        unsafe {
+            let _ = (h.hipModuleUnload)(m);
+        }
+        r.map_err(|e| e.to_string())
     }
 
     pub(crate) fn current(&self) -> Result<(), HipError> {
@@ -331,9 +433,8 @@ impl HipDevice {
     /// Level 2 on model `model` (module doc): kernel 0 launched from a
     /// fresh instance with the flag set exits at its check (its index not
     /// stored). The other half (flag clear: every index stored) is checked
-    /// by the caller's reference runs. Raises the device to level 2 when
-    /// it holds; says why not otherwise.
-    pub fn probe_flag(&mut self, model: &str) -> Result<(), String> {
+    /// by the caller's reference runs.
+    pub fn probe_flag(&self, model: &str) -> Result<(), String> {
         let inst = self.new_instance(model).map_err(|e| e.to_string())?;
         let r = (|| -> Result<(), HipError> {
             let s = self.stream(false)?;
@@ -360,18 +461,7 @@ impl HipDevice {
             Ok(())
         })();
         self.drop_instance(inst);
-        match r {
-            Ok(()) => {
-                if self.levels.highest() < PreemptLevel::LazyEviction {
-                    self.levels =
-                        Levels::up_to(PreemptLevel::LazyEviction, vec![KILL_THROUGH_KFD.into()]);
-                }
-                Ok(())
-            }
-            Err(e) => Err(format!(
-                "no lazy eviction (level 2) with model {model}: the preempt-flag probe failed: {e}"
-            )),
-        }
+        r.map_err(|e| format!("model {model}: its first kernel ignored the preempt flag: {e}"))
     }
 
     /// One unpreempted inference of loaded model `model` on `input` (the
