@@ -88,6 +88,33 @@ use crate::ptx;
 
 pub type R<T> = Result<T, CUresult>;
 
+/// A launch's arguments as both drivers read them (`cuLaunchKernel`'s and
+/// `hipModuleLaunchKernel`'s `kernelParams`): `params[i]` points at the
+/// `sizes[i]` bytes of argument `i`; a null array (with arguments) or a
+/// null entry is INVALID_VALUE.
+///
+/// # Safety
+/// `params` is null or holds `sizes.len()` pointers, each null or to at
+/// least its argument's bytes (the launch calls' contract).
+pub unsafe fn kernel_params(
+    sizes: &[usize],
+    params: *mut *mut std::ffi::c_void,
+) -> R<Vec<Vec<u8>>> {
+    if !sizes.is_empty() && params.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut args = Vec::with_capacity(sizes.len());
+    for (i, &n) in sizes.iter().enumerate() {
+        // SAFETY: per the contract, params[i] is null or points at n bytes.
+        let p = unsafe { *params.add(i) } as *const u8;
+        if p.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        args.push(unsafe { std::slice::from_raw_parts(p, n) }.to_vec());
+    }
+    Ok(args)
+}
+
 /// The name of the module global the injected preemptor reads (reef-ptx-inject).
 pub const FLAG_SYMBOL: &str = "reef_preempt_flag";
 /// The module global the injected preemptor writes the execution index to.

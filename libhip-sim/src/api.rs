@@ -483,19 +483,8 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
             return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
         let sizes = s.driver.param_sizes(f as u64)?;
-        if !sizes.is_empty() && params.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut args = Vec::with_capacity(sizes.len());
-        for (i, &n) in sizes.iter().enumerate() {
-            // SAFETY: per the contract, params[i] points at n bytes.
-            let p = unsafe { *params.add(i) } as *const u8;
-            if p.is_null() {
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
-            args.push(unsafe { std::slice::from_raw_parts(p, n) }.to_vec());
-        }
-        Ok(args)
+        // SAFETY: the caller keeps hipModuleLaunchKernel's contract.
+        unsafe { reef_driver_sim::driver::kernel_params(&sizes, params) }
     }) {
         Ok(a) => a,
         Err(c) => return c,

@@ -393,6 +393,26 @@ pub fn msgpack(b: &[u8], at: usize, depth: u32) -> Result<(Msg, usize), String> 
     })
 }
 
+/// A bundle of `entries` (target id, contents) in clang-offload-bundler's
+/// layout (the module doc's), for tests and tools.
+pub fn bundle(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut head = BUNDLE_MAGIC.to_vec();
+    head.extend((entries.len() as u64).to_le_bytes());
+    let hdr_len: usize = head.len() + entries.iter().map(|(id, _)| 24 + id.len()).sum::<usize>();
+    let mut off = hdr_len as u64;
+    for (id, body) in entries {
+        head.extend(off.to_le_bytes());
+        head.extend((body.len() as u64).to_le_bytes());
+        head.extend((id.len() as u64).to_le_bytes());
+        head.extend(id.as_bytes());
+        off += body.len() as u64;
+    }
+    for (_, body) in entries {
+        head.extend(*body);
+    }
+    head
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,25 +450,5 @@ mod tests {
         ));
         let (code, host) = unbundle(&bundle, "gfx90a").unwrap();
         assert_eq!((code, host.as_str()), (&b"co"[..], "hi"));
-    }
-
-    /// A bundle in clang-offload-bundler's layout.
-    pub fn bundle(entries: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut head = BUNDLE_MAGIC.to_vec();
-        head.extend((entries.len() as u64).to_le_bytes());
-        let hdr_len: usize =
-            head.len() + entries.iter().map(|(id, _)| 24 + id.len()).sum::<usize>();
-        let mut off = hdr_len as u64;
-        for (id, body) in entries {
-            head.extend(off.to_le_bytes());
-            head.extend((body.len() as u64).to_le_bytes());
-            head.extend((id.len() as u64).to_le_bytes());
-            head.extend(id.as_bytes());
-            off += body.len() as u64;
-        }
-        for (_, body) in entries {
-            head.extend(*body);
-        }
-        head
     }
 }

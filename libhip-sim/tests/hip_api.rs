@@ -63,24 +63,7 @@ fn code_object() -> &'static [u8] {
     })
 }
 
-/// An offload bundle in clang-offload-bundler's layout.
-fn bundle(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut head = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
-    head.extend((entries.len() as u64).to_le_bytes());
-    let hdr: usize = head.len() + entries.iter().map(|(id, _)| 24 + id.len()).sum::<usize>();
-    let mut off = hdr as u64;
-    for (id, body) in entries {
-        head.extend(off.to_le_bytes());
-        head.extend((body.len() as u64).to_le_bytes());
-        head.extend((id.len() as u64).to_le_bytes());
-        head.extend(id.as_bytes());
-        off += body.len() as u64;
-    }
-    for (_, body) in entries {
-        head.extend(*body);
-    }
-    head
-}
+use reef_libhip_sim::codeobj::bundle;
 
 fn load(image: &[u8]) -> Result<*mut c_void, HipError> {
     let mut m = null_mut();
