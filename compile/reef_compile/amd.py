@@ -176,6 +176,7 @@ def build(mod, param_values, sched_arch: str, arch: str) -> Built:
         n = ln.block[0] * ln.block[1] * ln.block[2]
         bounds[ln.name] = max(bounds.get(ln.name, 1), n)
     ir = _retarget_ir(str(rt.inspect_source("llvm")), arch, bounds)
+    ir = inject_preempt_check(ir, set(bounds))
     return Built(_emit(ir, tools["ld.lld"]), launches, ir)
 
 
@@ -264,6 +265,77 @@ def _retarget_ir(ir: str, arch: str, bounds: dict[str, int]) -> str:
         + f'\n!90001 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION * 100}}}\n'
     )
     return ir
+
+
+# REEF's preempt flag and execution index (REEF §4.3 Fig. 8), the names
+# reef-ptx-inject gives them in PTX (trap-handler/src/ptx.rs), so reefd's
+# launch path treats both architectures alike.
+PREEMPT_FLAG = "reef_preempt_flag"
+EXEC_INDEX = "reef_exec_index"
+INDEX_PARAM = "__reef_exec_idx"
+
+_KERNEL_HEAD = re.compile(
+    r"^(define [^@\n]*amdgpu_kernel [^@\n]*@([\w.$]+))\(((?:[^()]|\([^()]*\))*)\)([^{\n]*)\{$"
+)
+_ALLOCA = re.compile(r"^\s+%[\w.]+ = alloca ")
+
+
+def inject_preempt_check(ir: str, names: set[str]) -> str:
+    """REEF §4.3 Fig. 8 lines 1-4 in the device LLVM IR of each kernel in
+    `names`, as reef-ptx-inject writes them in PTX for NVIDIA: a trailing
+    `i32 %__reef_exec_idx` parameter, and a first block that returns when
+    the module global `reef_preempt_flag` is set and otherwise stores the
+    index to `reef_exec_index`. Every work group runs the check when it is
+    dispatched, so a kernel flagged while it runs ends its later work
+    groups at entry. The flag is read `volatile` (from memory at every
+    dispatch, never hoisted). The kernel's static allocas move into the new
+    first block, so they stay static (an alloca outside the entry block is a
+    dynamic stack object)."""
+    lines = ir.split("\n")
+    out: list[str] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(lines):
+        m = _KERNEL_HEAD.match(lines[i])
+        if not m or m.group(2) not in names or i + 1 >= len(lines) or lines[i + 1] != "entry:":
+            out.append(lines[i])
+            i += 1
+            continue
+        name, params = m.group(2), m.group(3)
+        seen.add(name)
+        sep = ", " if params.strip() else ""
+        out.append(f"{m.group(1)}({params}{sep}i32 %{INDEX_PARAM}){m.group(4)}{{")
+        out.append("reef.check:")
+        i += 2
+        while i < len(lines) and _ALLOCA.match(lines[i]):
+            out.append(lines[i])
+            i += 1
+        out += [
+            f"  %reef.flag = load volatile i32, ptr addrspace(1) @{PREEMPT_FLAG}, align 4",
+            "  %reef.stop = icmp ne i32 %reef.flag, 0",
+            "  br i1 %reef.stop, label %reef.exit, label %reef.pass",
+            "reef.exit:",
+            "  ret void",
+            "reef.pass:",
+            f"  store volatile i32 %{INDEX_PARAM}, ptr addrspace(1) @{EXEC_INDEX}, align 4",
+            "  br label %entry",
+            "entry:",
+        ]
+    missing = sorted(names - seen)
+    if missing:
+        raise CompileError(
+            f"kernels {', '.join(missing)}: no `entry:` block after their definition in TVM's "
+            "ROCm LLVM IR, where the preempt-flag check goes"
+        )
+    ir = "\n".join(out)
+    m = re.search(r'^target triple = .*$', ir, re.M)
+    if m is None:
+        raise CompileError("TVM's ROCm LLVM IR has no target triple")
+    globals_ = (
+        f"\n@{PREEMPT_FLAG} = addrspace(1) externally_initialized global i32 0, align 4"
+        f"\n@{EXEC_INDEX} = addrspace(1) externally_initialized global i32 0, align 4"
+    )
+    return ir[: m.end()] + globals_ + ir[m.end():]
 
 
 def _emit(ir: str, lld: str) -> bytes:
@@ -412,6 +484,21 @@ def _notes(path: Path) -> str:
     return p.stdout
 
 
+def data_symbols(path: Path) -> dict[str, int]:
+    """The code object's global STT_OBJECT symbols other than kernel
+    descriptors (`NAME.kd`), with their sizes: its module globals."""
+    readelf = check_tools()["llvm-readelf"]
+    p = subprocess.run([readelf, "--symbols", "--wide", str(path)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CompileError(f"{path.name}: llvm-readelf --symbols failed: {p.stderr.strip()}")
+    out = {}
+    for line in p.stdout.splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[3] == "OBJECT" and cols[4] == "GLOBAL" and not cols[7].endswith(".kd"):
+            out[cols[7]] = int(cols[2], 0)
+    return out
+
+
 def kernel_symbols(path: Path) -> set[str]:
     """Names of the code object's STT_FUNC symbols (the kernels' entries)."""
     readelf = check_tools()["llvm-readelf"]
@@ -461,6 +548,10 @@ def compile_arch(mod, param_values, sched_arch: str, arch: str, launches, out: P
             f"code object versions {CODE_OBJECT_VERSION} and 5 (the device library's ABI)"
         )
     symbols = kernel_symbols(path)
+    data = data_symbols(path)
+    for g in (PREEMPT_FLAG, EXEC_INDEX):
+        if data.get(g) != 4:
+            raise CompileError(f"{path.name}: no 4-byte global {g} (the injected preempt check)")
     for ln in launches:
         if ln.name not in symbols:
             raise CompileError(f"{arch}: kernel {ln.name} is not a symbol of {path.name}")

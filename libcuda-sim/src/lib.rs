@@ -78,9 +78,9 @@
 // The crate is also an rlib so its tests call them in-process, as cudarc
 // does, inside `unsafe` blocks that keep those contracts.
 
-pub mod cpu;
-pub mod driver;
-pub mod ptx;
+// The driver's state is shared with the simulated libamdhip64
+// (driver-sim/, crate reef-driver-sim).
+pub use reef_driver_sim::{cpu, driver, ptx};
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -745,19 +745,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
         let sizes = d.param_sizes(f as u64)?;
-        if !sizes.is_empty() && params.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut args = Vec::with_capacity(sizes.len());
-        for (i, &n) in sizes.iter().enumerate() {
-            // SAFETY: per the contract, params[i] points at n bytes.
-            let p = unsafe { *params.add(i) } as *const u8;
-            if p.is_null() {
-                return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-            }
-            args.push(unsafe { std::slice::from_raw_parts(p, n) }.to_vec());
-        }
-        Ok(args)
+        // SAFETY: the caller keeps cuLaunchKernel's contract for `params`.
+        unsafe { driver::kernel_params(&sizes, params) }
     }) {
         Ok(a) => a,
         Err(c) => return c,

@@ -206,6 +206,10 @@ pub struct DeviceConfig {
     /// `libreef_libcuda_sim.so`); empty: `$REEF_CUDA_LIBRARY`, else
     /// `libcuda.so` from the dynamic loader's search path.
     pub cuda_library: String,
+    /// The HIP runtime `kfd:N` loads (e.g. the simulated
+    /// `libreef_libhip_sim.so`); empty: `$REEF_HIP_LIBRARY`, else
+    /// `libamdhip64.so` from the dynamic loader's search path.
+    pub hip_library: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -281,6 +285,7 @@ impl Default for DeviceConfig {
             kfd_topology: crate::device::kfd::DEFAULT_TOPOLOGY_DIR.into(),
             nvidiactl_path: "/dev/nvidiactl".into(),
             cuda_library: String::new(),
+            hip_library: String::new(),
         }
     }
 }
@@ -580,6 +585,23 @@ impl Config {
         std::env::var_os(crate::device::cuda::LIBRARY_ENV)
             .filter(|v| !v.is_empty())
             .map(|v| (PathBuf::from(v), "REEF_CUDA_LIBRARY"))
+    }
+}
+
+impl Config {
+    /// The HIP runtime `kfd:N` loads and where that was set from:
+    /// `device.hip_library`, else `$REEF_HIP_LIBRARY`, else `None`
+    /// (`libamdhip64.so` from the dynamic loader's search path).
+    pub fn hip_library(&self) -> Option<(PathBuf, &'static str)> {
+        if !self.device.hip_library.is_empty() {
+            return Some((
+                PathBuf::from(&self.device.hip_library),
+                "device.hip_library",
+            ));
+        }
+        std::env::var_os(crate::device::hip::LIBRARY_ENV)
+            .filter(|v| !v.is_empty())
+            .map(|v| (PathBuf::from(v), "REEF_HIP_LIBRARY"))
     }
 }
 

@@ -101,6 +101,29 @@ pub fn make_cuda_engine(
     Ok(Box::new(node))
 }
 
+/// The engine serving `kfd:index`: the HIP launch path (device/hip/) on
+/// [`Config::hip_library`], with the KFD's level-3 probe as a note. An AMD
+/// GPU needs root, as cuda:N's does; the simulated libamdhip64 (a test
+/// device) does not.
+pub fn make_hip_engine(index: u32, cfg: &Config, is_root: bool) -> anyhow::Result<Box<dyn Engine>> {
+    use crate::device::cuda::TEST_DEVICE_MARK;
+    let library = cfg.hip_library().map(|(p, _)| p);
+    let note = crate::device::preempt::kfd_level3(cfg, index, is_root);
+    let e = crate::device::hip::engine::open(index, library, sched_settings("", cfg), vec![note])
+        .map_err(|e| anyhow::anyhow!("device kfd:{index}: {e}"))?;
+    let gpu = e.device().device().gpu_name().to_string();
+    if !is_root && !gpu.contains(TEST_DEVICE_MARK) {
+        bail!(device::DeviceError::NeedsRoot(DeviceSpec::Kfd(index)));
+    }
+    if cfg.scheduler.policy == "reef" {
+        tracing::warn!(
+            "kfd:{index}: dynamic kernel padding (REEF §5) is not available on the HIP launch path; serving reef-nodkp (reset-based preemption)"
+        );
+    }
+    tracing::info!(device = %format!("kfd:{index}"), gpu = %gpu, "{}", e.device().device().levels());
+    Ok(Box::new(e))
+}
+
 /// Reads the PID in a PID file, if the file exists and names a live reefd.
 pub fn running_pid(pid_file: &Path) -> Option<i32> {
     let text = std::fs::read_to_string(pid_file).ok()?;
@@ -156,6 +179,17 @@ pub fn start(opts: StartOptions) -> anyhow::Result<()> {
     // kfd:N and cuda:N: open the configured device through its backend,
     // then refuse (no kernel launch path in this build); see backend/mod.rs.
     crate::device::preempt::check_hardware(&spec, cfg, device::is_root())?;
+    if let DeviceSpec::Kfd(_) = spec {
+        // Before detaching, so a missing runtime is reported on the
+        // terminal in one line.
+        let lib = cfg.hip_library();
+        crate::device::hip::driver::load_library(lib.as_ref().map(|(p, _)| p.as_path())).map_err(
+            |e| match &lib {
+                Some((_, from)) => anyhow::anyhow!("device {spec}: {e} (set by {from})"),
+                None => anyhow::anyhow!("device {spec}: {e}"),
+            },
+        )?;
+    }
     if let DeviceSpec::Cuda(_) = spec {
         // Before detaching, so a missing library is reported on the
         // terminal; the driver itself is initialised in the daemon.
@@ -230,9 +264,10 @@ fn run(
         report(&mut ready, &format!("{e:#}"));
         return Err(e);
     }
-    let device_name = match &selected.cuda {
-        Some(i) => DeviceSpec::Cuda(i.clone()).to_string(),
-        None => format!("sim:{}", selected.preset),
+    let device_name = match (&selected.cuda, selected.kfd) {
+        (Some(i), _) => DeviceSpec::Cuda(i.clone()).to_string(),
+        (None, Some(n)) => DeviceSpec::Kfd(n).to_string(),
+        (None, None) => format!("sim:{}", selected.preset),
     };
     if let Some(n) = &selected.notice {
         tracing::warn!("{n}");
@@ -246,9 +281,10 @@ fn run(
         report(&mut ready, &format!("{e:#}"));
         return Err(e);
     }
-    let engine = match &selected.cuda {
-        Some(i) => make_cuda_engine(i, cfg, device::is_root()),
-        None => make_engine(&selected.preset, cfg),
+    let engine = match (&selected.cuda, selected.kfd) {
+        (Some(i), _) => make_cuda_engine(i, cfg, device::is_root()),
+        (None, Some(n)) => make_hip_engine(n, cfg, device::is_root()),
+        (None, None) => make_engine(&selected.preset, cfg),
     };
     let engine = match engine {
         Ok(e) => e,

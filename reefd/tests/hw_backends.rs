@@ -7,7 +7,6 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -564,39 +563,27 @@ fn assert_failed_cleanly(out: &std::process::Output, want: &[&str], dir: &Path) 
     assert!(!dir.join("reefd.pid").exists());
 }
 
+/// kfd:N serves through HIP (tests/hip_daemon.rs); the KFD only adds
+/// level 3 where it answers. A KFD path that is no KFD device, or missing,
+/// is said in the level-3 note, not fatal.
 #[test]
-fn reefd_start_kfd_with_a_non_device_path_fails_cleanly() {
+fn the_kfd_level3_note_names_what_the_kfd_path_is() {
     let t = tempfile::tempdir().unwrap();
     let bogus = t.path().join("not-kfd");
     std::fs::write(&bogus, "plain file").unwrap();
-    let cfg = start_config(t.path(), &format!("kfd_path = {bogus:?}"));
-    let out = reefd_start(&cfg, "kfd:0").output().unwrap();
-    if is_root() {
-        assert_failed_cleanly(
-            &out,
-            &[
-                "reefd: error:",
-                &bogus.display().to_string(),
-                "is not an AMD KFD device",
-            ],
-            t.path(),
-        );
-    } else {
-        assert_failed_cleanly(&out, &["kfd:0 needs root"], t.path());
-    }
-    // A path that does not exist.
-    let cfg = start_config(
-        t.path(),
-        &format!("kfd_path = {:?}", t.path().join("missing")),
+    let mut cfg = reefd::config::Config::default();
+    cfg.device.kfd_path = bogus.clone();
+    let note = reefd::device::preempt::kfd_level3(&cfg, 0, true);
+    assert!(
+        note.starts_with("no kill (level 3): ")
+            && note.contains(&bogus.display().to_string())
+            && note.contains("is not an AMD KFD device"),
+        "{note}"
     );
-    let out = reefd_start(&cfg, "kfd:0").output().unwrap();
-    if is_root() {
-        assert_failed_cleanly(
-            &out,
-            &["no such file", "check the configured KFD path"],
-            t.path(),
-        );
-    }
+    cfg.device.kfd_path = t.path().join("missing");
+    let note = reefd::device::preempt::kfd_level3(&cfg, 0, true);
+    assert!(note.contains("check the configured KFD path"), "{note}");
+    assert!(reefd::device::preempt::kfd_level3(&cfg, 0, false).contains("need root"));
 }
 
 #[test]
@@ -648,70 +635,57 @@ fn reefd_start_cuda_without_a_driver_library_says_so_in_one_line() {
     assert_failed_cleanly(&out, &["(set by REEF_CUDA_LIBRARY)"], t.path());
 }
 
+/// `reefd start --device kfd:1` as root with the FUSE fake KFD and the
+/// simulated libamdhip64 (two MI50s): HIP serves levels 1-2 and the KFD's
+/// probe (the REEF patch's WAVE_RESET answers on gpu_id 0x3c4d) is in the
+/// level-3 note; its debug session ends with the daemon.
 #[test]
-fn reefd_start_hardware_as_non_root_says_root_is_needed() {
-    if !is_root() {
-        // Already non-root: the two tests above check the message.
-        return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let cfg = start_config(t.path(), "");
-    // (cuda:N needs root on NVIDIA hardware only, once the driver names
-    // its GPU; tests/cuda_daemon.rs serves the simulated one unprivileged.)
-    let out = reefd_start(&cfg, "kfd:0")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .expect(
-            "running reefd as uid 65534: its binary and directories must be traversable by nobody",
-        );
-    assert_failed_cleanly(
-        &out,
-        &["device kfd:0 needs root", "sudo reefd start"],
-        t.path(),
-    );
-}
-
-#[test]
-fn fuse_reefd_start_kfd_opens_the_device_then_says_kernels_need_hip() {
-    if !fuse_ok("fuse_reefd_start_kfd_opens_the_device_then_says_kernels_need_hip") {
+fn fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd() {
+    if !fuse_ok("fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd") {
         return;
     }
     if !is_root() {
         report_skip(
-            "fuse_reefd_start_kfd_opens_the_device_then_says_kernels_need_hip",
-            "reefd start refuses hardware devices without root",
+            "fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd",
+            "the KFD probe needs root",
         );
         return;
     }
     let m = mount_kfd();
     let topo = topology();
-    let t = tempfile::tempdir().unwrap();
-    let cfg = start_config(
-        t.path(),
-        &format!(
-            "kfd_path = {:?}\nkfd_topology = {:?}",
-            m.path(),
-            topo.path()
-        ),
-    );
-    let out = reefd_start(&cfg, "kfd:1").output().unwrap();
-    assert_failed_cleanly(
-        &out,
-        &[
-            "device kfd:1: cannot execute kernels",
-            "gpu_id 0x3c4d",
-            "preemption levels 1,2,3",
-            "HIP runtime",
-            "--device sim:mi50",
-        ],
-        t.path(),
-    );
-    // The daemon really opened the fake device, probed the patch and ended
-    // its debug session on the way out.
+    let lib = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libreef_libhip_sim.so");
+    {
+        let d = common::Daemon::start_env(
+            "kfd:1",
+            "",
+            &format!(
+                "kfd_path = {:?}\nkfd_topology = {:?}\nhip_library = {lib:?}",
+                m.path(),
+                topo.path()
+            ),
+            "",
+            &[("REEF_LIBHIP_SIM_DEVICE", "mi50x2")],
+        );
+        let s = d.client().status().unwrap();
+        assert_eq!(s.device, "kfd:1");
+        assert_eq!(s.preemption_levels, vec![1, 2]);
+        let note = s
+            .preemption_notes
+            .iter()
+            .find(|n| n.contains("gpu_id 0x3c4d"))
+            .unwrap_or_else(|| panic!("{:?}", s.preemption_notes));
+        assert!(
+            note.contains("preemption levels 1,2,3") && note.contains("queue ids"),
+            "{note}"
+        );
+    }
+    // The daemon opened the fake device, probed the patch and ended its
+    // debug session.
     let st = m.device().state();
-    assert_eq!(st.processes.len(), 1, "{:?}", st.processes.keys());
     assert!(st.processes.values().all(|p| p.debugger.is_none()));
     assert_eq!(st.gpus[1].wave_resets, 1);
 }

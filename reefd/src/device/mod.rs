@@ -24,6 +24,7 @@
 //! the simulated MI50 with a notice.
 
 pub mod cuda;
+pub mod hip;
 pub mod kfd;
 pub mod preempt;
 pub mod sim;
@@ -184,6 +185,9 @@ pub struct Selected {
     /// `cuda:N` (or a node `cuda:0,cuda:1`): served through the CUDA
     /// launch path (engine/gpu.rs; a node through engine/node.rs).
     pub cuda: Option<Vec<u32>>,
+    /// `kfd:N`: served through the HIP launch path (device/hip/), level 3
+    /// through the KFD where /dev/kfd answers.
+    pub kfd: Option<u32>,
 }
 
 /// Resolves a device spec against a probe. `cuda:N` needs the CUDA driver
@@ -198,6 +202,7 @@ pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selecte
             preset: p.clone(),
             notice: None,
             cuda: None,
+            kfd: None,
         }),
         // The launch path needs the driver library only; whether root is
         // needed is decided once the driver names its GPU (daemon.rs).
@@ -212,6 +217,7 @@ pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selecte
                 preset: String::new(),
                 notice: None,
                 cuda: Some(n.clone()),
+                kfd: None,
             })
         }
         DeviceSpec::Auto => {
@@ -236,25 +242,20 @@ pub fn select(spec: &DeviceSpec, probe: &Probe, is_root: bool) -> Result<Selecte
                 preset: "mi50".into(),
                 notice: Some(notice),
                 cuda: None,
+                kfd: None,
             })
         }
-        DeviceSpec::Kfd(_) => {
-            if !is_root {
-                return Err(DeviceError::NeedsRoot(spec.clone()));
-            }
-            let (present, what) = (
-                probe.kfd,
-                "/dev/kfd does not exist: load the amdgpu driver, or use --device sim:mi50",
-            );
-            if !present {
-                return Err(DeviceError::Absent {
-                    spec: spec.clone(),
-                    what: what.into(),
-                });
-            }
-            Err(DeviceError::NoBackend {
-                spec: spec.clone(),
-                what: "the hardware backend cannot execute inference kernels in this build (no GPU code-object loader or launch path yet); use --device sim:mi50".into(),
+        // The HIP launch path needs the HIP runtime only (daemon.rs loads
+        // it); root is decided once HIP names its GPU, as for cuda:N, and
+        // level 3 (the KFD) is probed where /dev/kfd answers.
+        DeviceSpec::Kfd(n) => {
+            // (/dev/kfd and root matter to level 3 only: daemon.rs.)
+            let _ = (probe.kfd, is_root);
+            Ok(Selected {
+                preset: String::new(),
+                notice: None,
+                cuda: None,
+                kfd: Some(*n),
             })
         }
     }
@@ -323,10 +324,9 @@ mod tests {
     #[test]
     fn hardware_needs_root_and_presence() {
         let p = Probe::default();
-        assert_eq!(
-            select(&DeviceSpec::Kfd(0), &p, false),
-            Err(DeviceError::NeedsRoot(DeviceSpec::Kfd(0)))
-        );
+        // kfd:N: the HIP runtime decides (daemon.rs), as libcuda does for
+        // cuda:N; root is checked once HIP names its GPU.
+        assert_eq!(select(&DeviceSpec::Kfd(2), &p, false).unwrap().kfd, Some(2));
         // cuda:N: the driver library decides (root is checked once the
         // driver names its GPU).
         let e = select(&DeviceSpec::Cuda(vec![0]), &p, false).unwrap_err();
@@ -341,18 +341,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.cuda, Some(vec![1]));
-        let e = select(&DeviceSpec::Kfd(0), &p, true).unwrap_err();
-        assert!(e.to_string().contains("/dev/kfd does not exist"));
-        let e = select(
-            &DeviceSpec::Kfd(0),
-            &Probe {
-                kfd: true,
-                cuda: false,
-            },
-            true,
-        )
-        .unwrap_err();
-        assert!(matches!(e, DeviceError::NoBackend { .. }));
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl ModelFiles {
 }
 
 /// One `// reef-sim:` line per kernel of a compiled schedule.
-fn annotations(m: &reef_model::Model, arch: &str) -> Result<String, String> {
+pub(crate) fn annotations(m: &reef_model::Model, arch: &str) -> Result<String, String> {
     let mut out = String::new();
     let mut annotated = HashSet::new();
     for k in &m.kernels {

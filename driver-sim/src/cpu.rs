@@ -121,7 +121,7 @@ fn run(job: Job) {
     // SAFETY: each tensor is one of `bufs`, aligned and as long as said.
     if let Err(e) = unsafe { job.kernel.function.call_raw(&tensors) } {
         // The outputs keep their bytes (the written arguments' snapshot).
-        eprintln!("reef-libcuda-sim: {e}");
+        eprintln!("reef-driver-sim: {e}");
     }
     for (i, slot) in job.outputs {
         slot.fill(bufs[i].as_bytes().to_vec());

@@ -149,7 +149,9 @@ fn parse_list(v: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-fn parse_annotations(src: &str) -> Result<BTreeMap<String, Work>, String> {
+/// The `// reef-sim:` lines of `src` by kernel name (also the host entry of
+/// an AMDGPU offload bundle, libhip-sim).
+pub fn annotations(src: &str) -> Result<BTreeMap<String, Work>, String> {
     let mut out = BTreeMap::new();
     for line in src.lines() {
         let Some(rest) = line.trim().strip_prefix("// reef-sim:") else {
@@ -191,7 +193,7 @@ fn parse_annotations(src: &str) -> Result<BTreeMap<String, Work>, String> {
 /// Parses a PTX module. `Err` carries what is wrong (the driver answers
 /// CUDA_ERROR_INVALID_PTX).
 pub fn parse(src: &str) -> Result<Module, String> {
-    let work = parse_annotations(src)?;
+    let work = annotations(src)?;
     let text = strip_comments(src);
     if !text.contains(".version") || !text.contains(".target") {
         return Err("not a PTX module: no .version/.target directive".into());

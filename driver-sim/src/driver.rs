@@ -65,7 +65,8 @@
 //!   of its active kernels in stream-priority order.
 //! - **A fault poisons its context**: a kernel that touches memory its
 //!   context does not own, or one chosen by fault injection
-//!   ([`crate::FAULT_ENV`], [`crate::reef_libcuda_sim_inject_fault`]), sets
+//!   (each library's fault-injection variable and hook, e.g.
+//!   libcuda-sim's `REEF_LIBCUDA_SIM_FAULT`), sets
 //!   CUDA_ERROR_ILLEGAL_ADDRESS on its context; every later call on that
 //!   context (or on its streams, events, modules and memory) returns it,
 //!   its queued and held work is dropped, and only `cuCtxDestroy` is left
@@ -86,6 +87,33 @@ use reef_sim::{DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, 
 use crate::ptx;
 
 pub type R<T> = Result<T, CUresult>;
+
+/// A launch's arguments as both drivers read them (`cuLaunchKernel`'s and
+/// `hipModuleLaunchKernel`'s `kernelParams`): `params[i]` points at the
+/// `sizes[i]` bytes of argument `i`; a null array (with arguments) or a
+/// null entry is INVALID_VALUE.
+///
+/// # Safety
+/// `params` is null or holds `sizes.len()` pointers, each null or to at
+/// least its argument's bytes (the launch calls' contract).
+pub unsafe fn kernel_params(
+    sizes: &[usize],
+    params: *mut *mut std::ffi::c_void,
+) -> R<Vec<Vec<u8>>> {
+    if !sizes.is_empty() && params.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut args = Vec::with_capacity(sizes.len());
+    for (i, &n) in sizes.iter().enumerate() {
+        // SAFETY: per the contract, params[i] is null or points at n bytes.
+        let p = unsafe { *params.add(i) } as *const u8;
+        if p.is_null() {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        args.push(unsafe { std::slice::from_raw_parts(p, n) }.to_vec());
+    }
+    Ok(args)
+}
 
 /// The name of the module global the injected preemptor reads (reef-ptx-inject).
 pub const FLAG_SYMBOL: &str = "reef_preempt_flag";
@@ -467,10 +495,10 @@ pub struct Driver {
     /// returns it).
     sticky: HashMap<u64, CUresult>,
     pub stats: Stats,
-    /// Fault injection ([`crate::FAIL_LAUNCH_ENV`]): the launch of this
+    /// Fault injection (libcuda-sim's `REEF_LIBCUDA_SIM_FAIL_LAUNCH`): the launch of this
     /// kernel name with this 1-based count is refused.
     fail_launch: Option<(String, u64)>,
-    /// Fault injection ([`crate::FAULT_ENV`]): the launch of this kernel
+    /// Fault injection (libcuda-sim's `REEF_LIBCUDA_SIM_FAULT`): the launch of this kernel
     /// name with this 1-based count faults when it runs.
     fault_launch: Vec<(String, u64)>,
     next_launch: u64,
@@ -479,7 +507,7 @@ pub struct Driver {
 }
 
 /// A fault to inject, `NAME@N` (the N-th launch of kernel NAME), from
-/// [`crate::FAIL_LAUNCH_ENV`].
+/// libcuda-sim's `REEF_LIBCUDA_SIM_FAIL_LAUNCH`.
 pub fn parse_fail_launch(v: &str) -> Result<(String, u64), String> {
     let (name, n) = v
         .rsplit_once('@')
@@ -1355,9 +1383,23 @@ impl Driver {
         // A compiled model's CPU build; a module whose library cannot be
         // loaded keeps the stand-in function (and says so once).
         let cpu = crate::cpu::load(text).unwrap_or_else(|e| {
-            eprintln!("reef-libcuda-sim: kernels keep stand-in values: {e}");
+            eprintln!("reef-driver-sim: kernels keep stand-in values: {e}");
             HashMap::new()
         });
+        self.module_load_parsed(ctx, parsed, cpu)
+    }
+
+    /// A module already read by the library's own loader (PTX for the
+    /// simulated libcuda, an AMDGPU code object for the simulated
+    /// libamdhip64): its entries, globals (allocated on the context's
+    /// device) and the CPU build of its compiled kernels.
+    pub fn module_load_parsed(
+        &mut self,
+        ctx: u64,
+        parsed: ptx::Module,
+        cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
+    ) -> R<u64> {
+        self.check_sticky(ctx)?;
         let id = self.fresh();
         let dev = self.contexts[&ctx].dev;
         let mut globals = HashMap::new();
