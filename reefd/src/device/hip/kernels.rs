@@ -142,7 +142,7 @@ impl HipKernels {
             return Err(HipError::Invalid(why));
         }
         let r = (|| {
-            let bytes = self.dev.models[&name].model.input_bytes();
+            let bytes = self.dev.models[&name].model.input_bytes()[0];
             let mut fastest = u64::MAX;
             for seed in 0..INPUT_SEEDS {
                 let t0 = std::time::Instant::now();
@@ -282,8 +282,8 @@ impl HipKernels {
                     }
                 }
                 None => htod(
-                    inst.buffers[&m.model.input],
-                    &input(task % INPUT_SEEDS, m.model.input_bytes()),
+                    inst.buffers[&m.model.inputs[0]],
+                    &input(task % INPUT_SEEDS, m.model.input_bytes()[0]),
                 )?,
             }
         }
@@ -379,7 +379,7 @@ impl HipKernels {
                         .insert(f.tags.task, r.map_err(|e| e.to_string()));
                     continue;
                 }
-                let o = m.model.output;
+                let o = m.model.outputs[0];
                 let mut bytes = vec![0u8; m.model.storages[o].bytes as usize];
                 dtoh(&mut bytes, inst.buffers[&o])?;
                 let seed = f.tags.task % INPUT_SEEDS;

@@ -348,6 +348,14 @@ impl HipDevice {
         if self.models.contains_key(&name) {
             return Err(HipError::Invalid(format!("model {name} is already loaded")));
         }
+        if model.inputs.len() != 1 || model.outputs.len() != 1 {
+            return Err(HipError::Invalid(format!(
+                "model {name} has {} inputs and {} outputs; kfd:N serves models with one of each \
+                 so far (cuda:N and sim:* serve several)",
+                model.inputs.len(),
+                model.outputs.len()
+            )));
+        }
         self.current()?;
         let mut weights = HashMap::new();
         let r = (|| -> Result<(), HipError> {
@@ -475,7 +483,7 @@ impl HipDevice {
         let r = (|| {
             let s = self.stream(false)?;
             let r = (|| {
-                let i = m.model.input;
+                let i = m.model.inputs[0];
                 if m.model.storages[i].bytes as usize != input.len() {
                     return Err(HipError::Invalid(format!(
                         "model {model}'s input is {} bytes, not {}",
@@ -492,7 +500,7 @@ impl HipDevice {
                 check("hipStreamSynchronize", unsafe {
                     (self.hip.hipStreamSynchronize)(s)
                 })?;
-                let o = m.model.output;
+                let o = m.model.outputs[0];
                 let mut out = vec![0u8; m.model.storages[o].bytes as usize];
                 dtoh(&mut out, inst.buffers[&o])?;
                 let mut b = [0u8; 4];
