@@ -261,25 +261,34 @@ impl CudaKernels {
         self.load_files(files, name)
     }
 
-    /// As [`Self::load_model`], for a model already read.
+    /// As [`Self::load_model`], for a model already read: [`Self::prepare`],
+    /// its run and [`Self::install`] on the calling thread.
     pub fn load_files(&mut self, files: super::ModelFiles, name: &str) -> Result<(), CudaError> {
-        // Its footprint, and one more instance for the reference run.
-        let needed = self.footprint(&files) + files.stream_bytes();
-        let (free, total) = self.dev.memory()?;
-        if needed > free {
-            return Err(CudaError::DoesNotFit {
-                model: name.to_string(),
-                device: self.dev.device().to_string(),
-                needed,
-                free,
-                total,
-            });
+        let up = self
+            .prepare(name)
+            .run(files, &std::sync::atomic::AtomicBool::new(false))?;
+        self.install(up)
+    }
+
+    /// The device work of loading a model under `name`, to run outside
+    /// the daemon's lock (load.rs).
+    pub fn prepare(&self, name: &str) -> super::load::LoadJob {
+        super::load::LoadJob {
+            ctx: self.dev.context(),
+            device: self.dev.device().to_string(),
+            name: name.to_string(),
+            streams_per_model: self.streams_per_model,
         }
-        let name = self.dev.load_files(files, Some(name))?;
-        if let Err(e) = self.compute_references(&name) {
-            self.references.retain(|(m, _), _| *m != name);
-            let _ = self.dev.unload_model(&name);
-            return Err(e);
+    }
+
+    /// Installs a model a [`super::load::LoadJob`] uploaded: refused (and
+    /// freed) when its name is taken or the context was rebuilt since.
+    pub fn install(&mut self, mut up: super::load::Uploaded) -> Result<(), CudaError> {
+        let name = up.name.clone();
+        self.dev.install(&up.ctx, &name, &mut up.loaded)?;
+        self.standalone.insert(name.clone(), up.standalone);
+        for (seed, bytes) in std::mem::take(&mut up.references).into_iter().enumerate() {
+            self.references.insert((name.clone(), seed as u64), bytes);
         }
         Ok(())
     }
@@ -296,70 +305,6 @@ impl CudaKernels {
         if let Err(e) = self.dev.unload_model(name) {
             tracing::warn!("unloading {name} from {}: {e}", self.dev.device());
         }
-    }
-
-    fn compute_references(&mut self, model: &str) -> Result<(), CudaError> {
-        let inst = self.dev.new_instance(model)?;
-        let mut cu = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the context is current.
-        let r = check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
-        })
-        .and_then(|()| self.event())
-        .and_then(|ev| {
-            let r = Self::run_references(&self.dev, model, &inst, cu, ev);
-            self.free_events.push(ev);
-            // SAFETY: our stream, idle after the synchronisations.
-            unsafe {
-                let _ = sys::cuStreamDestroy_v2(cu);
-            }
-            r
-        });
-        self.dev.drop_instance(inst);
-        let (outs, fastest) = r?;
-        self.standalone.insert(model.to_string(), fastest);
-        for (seed, bytes) in outs.into_iter().enumerate() {
-            self.references
-                .insert((model.to_string(), seed as u64), bytes);
-        }
-        Ok(())
-    }
-
-    /// One unpreempted run of `model` per input seed on stream `cu`, waited
-    /// for: the outputs, by seed, and the fastest run's wall time (ns, from
-    /// its input copy, which a request also makes when its first kernel is
-    /// launched, to the synchronisation returning; the output copy after
-    /// is not counted).
-    fn run_references(
-        dev: &CudaDevice,
-        model: &str,
-        inst: &Instance,
-        cu: CUstream,
-        ev: CUevent,
-    ) -> Result<(Vec<Vec<u8>>, u64), CudaError> {
-        let m = &dev.models[model];
-        let mut exec = 1;
-        let mut outs = Vec::new();
-        let mut fastest = u64::MAX;
-        for seed in 0..INPUT_SEEDS {
-            let bytes = input(seed, m.files.input_bytes());
-            let t0 = std::time::Instant::now();
-            htod(inst.buffers[&m.files.input], &bytes)?;
-            for k in 0..m.files.launches.len() {
-                launch_kernel(m, inst, cu, k, exec, ev)?;
-                exec += 1;
-            }
-            // SAFETY: our stream.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(cu)
-            })?;
-            fastest = fastest.min(t0.elapsed().as_nanos() as u64);
-            let o = m.files.output;
-            let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
-            dtoh(&mut bytes, inst.buffers[&o])?;
-            outs.push(bytes);
-        }
-        Ok((outs, fastest))
     }
 
     /// Model `name`'s stand-alone latency measured at load (ns): the
