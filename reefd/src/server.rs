@@ -9,8 +9,8 @@
 //! file.
 
 use crate::protocol::{
-    encode, encode_message, parse_frame, split_tensor_frame, Decoded, ErrorCode, FrameDecoder,
-    RequestBody, ServerMessage, TENSOR_FRAME,
+    encode, encode_message, parse_frame, split_tensor_frame, Decoded, ErrorCode, Event,
+    FrameDecoder, Reply, RequestBody, ServerMessage, TENSOR_FRAME,
 };
 use crate::runtime::{Conn, Handled, Peer, Runtime};
 use anyhow::{bail, Context};
@@ -261,8 +261,20 @@ async fn connection(
     let unanswered = Arc::new((AtomicUsize::new(0), tokio::sync::Notify::new()));
     let written = Arc::clone(&unanswered);
     let writer = tokio::spawn(async move {
-        'write: while let Some(msg) = rx.recv().await {
+        'write: while let Some(mut msg) = rx.recv().await {
             let answer = !matches!(msg, ServerMessage::Event { .. });
+            if let ServerMessage::Reply {
+                result: Reply::InferDone(t),
+                ..
+            }
+            | ServerMessage::Event {
+                event: Event::TaskDone(t),
+            } = &mut msg
+            {
+                if let Some(tl) = &mut t.timeline {
+                    tl.written_ns = crate::protocol::monotonic_ns();
+                }
+            }
             // An answer with inline outputs: the frame's head, then each
             // output's buffer as the device filled it (not copied into one).
             let (head, data) = encode_message(&msg);

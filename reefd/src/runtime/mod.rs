@@ -441,6 +441,12 @@ impl Runtime {
                             self.epoch_monotonic_ns
                                 + q.saturating_duration_since(self.epoch).as_nanos() as u64
                         }),
+                        timeline: Some(Box::new(crate::protocol::Timeline {
+                            done_ns: self.epoch_monotonic_ns
+                                + done.saturating_duration_since(self.epoch).as_nanos() as u64,
+                            seen_ns: crate::protocol::monotonic_ns(),
+                            written_ns: 0,
+                        })),
                         preemptions: t.preemptions,
                         outputs_verified: verified,
                         outputs: Vec::new(),
