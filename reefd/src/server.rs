@@ -336,7 +336,17 @@ async fn connection(
         };
         let arrival = Instant::now();
         decoder.push(&buf[..n]);
+        let mut frames = 0usize;
         while let Some(frame) = decoder.next_frame() {
+            // One read can hold thousands of small frames (64 KiB of
+            // pipelined `hello`s): handled in one go they would hold the
+            // thread for milliseconds, which in poll mode also catches the
+            // device up and delivers RT completions. Other tasks run
+            // between batches.
+            frames += 1;
+            if frames % FRAMES_PER_TURN == 0 {
+                tokio::task::yield_now().await;
+            }
             unanswered.0.fetch_add(1, Ordering::AcqRel);
             match frame {
                 Decoded::TooLarge { len } => {
@@ -537,6 +547,10 @@ async fn read_some(
         }
     }
 }
+
+/// Frames a connection handles before it lets the thread's other tasks
+/// run (the poll loop among them).
+const FRAMES_PER_TURN: usize = 32;
 
 /// Frames larger than this are parsed on a blocking thread.
 const BIG_FRAME: usize = 64 * 1024;
