@@ -9,8 +9,8 @@
 //! file.
 
 use crate::protocol::{
-    encode, encode_message, parse_frame, split_tensor_frame, Decoded, ErrorCode, FrameDecoder,
-    RequestBody, ServerMessage, TENSOR_FRAME,
+    encode, encode_message, parse_frame, split_tensor_frame, Decoded, ErrorCode, Event,
+    FrameDecoder, Reply, RequestBody, ServerMessage, TENSOR_FRAME,
 };
 use crate::runtime::{Conn, Handled, Peer, Runtime};
 use anyhow::{bail, Context};
@@ -261,8 +261,20 @@ async fn connection(
     let unanswered = Arc::new((AtomicUsize::new(0), tokio::sync::Notify::new()));
     let written = Arc::clone(&unanswered);
     let writer = tokio::spawn(async move {
-        'write: while let Some(msg) = rx.recv().await {
+        'write: while let Some(mut msg) = rx.recv().await {
             let answer = !matches!(msg, ServerMessage::Event { .. });
+            if let ServerMessage::Reply {
+                result: Reply::InferDone(t),
+                ..
+            }
+            | ServerMessage::Event {
+                event: Event::TaskDone(t),
+            } = &mut msg
+            {
+                if let Some(tl) = &mut t.timeline {
+                    tl.written_ns = crate::protocol::monotonic_ns();
+                }
+            }
             // An answer with inline outputs: the frame's head, then each
             // output's buffer as the device filled it (not copied into one).
             let (head, data) = encode_message(&msg);
@@ -324,7 +336,17 @@ async fn connection(
         };
         let arrival = Instant::now();
         decoder.push(&buf[..n]);
+        let mut frames = 0usize;
         while let Some(frame) = decoder.next_frame() {
+            // One read can hold thousands of small frames (64 KiB of
+            // pipelined `hello`s): handled in one go they would hold the
+            // thread for milliseconds, which in poll mode also catches the
+            // device up and delivers RT completions. Other tasks run
+            // between batches.
+            frames += 1;
+            if frames % FRAMES_PER_TURN == 0 {
+                tokio::task::yield_now().await;
+            }
             unanswered.0.fetch_add(1, Ordering::AcqRel);
             match frame {
                 Decoded::TooLarge { len } => {
@@ -525,6 +547,10 @@ async fn read_some(
         }
     }
 }
+
+/// Frames a connection handles before it lets the thread's other tasks
+/// run (the poll loop among them).
+const FRAMES_PER_TURN: usize = 32;
 
 /// Frames larger than this are parsed on a blocking thread.
 const BIG_FRAME: usize = 64 * 1024;

@@ -116,6 +116,23 @@ pub(super) fn print_table(r: &Report) {
             la
         );
     }
+    println!("after completion, us (mean / p99): done->seen: the daemon catching the device up past the last kernel; seen->written: the answer waiting for its connection's writer; written->read: the socket and the client's wake-up");
+    for (name, p) in [("quiet", &r.quiet)]
+        .into_iter()
+        .chain(r.rounds.iter().map(|rd| ("loaded", &rd.loaded)))
+        .chain([("quiet again", &r.quiet_after)])
+    {
+        println!(
+            "{:<12} done->seen {:>7.1} / {:>7.1}   seen->written {:>7.1} / {:>7.1}   written->read {:>7.1} / {:>7.1}",
+            name,
+            p.done_to_seen_us.mean,
+            p.done_to_seen_us.p99,
+            p.seen_to_written_us.mean,
+            p.seen_to_written_us.p99,
+            p.written_to_read_us.mean,
+            p.written_to_read_us.p99
+        );
+    }
     println!(
         "loaded #1 / quiet: mean {:.3}, p99 {:.3} -> {} (daemon's own latency: mean {:.3}, p99 {:.3})",
         r.ratio_mean,

@@ -16,6 +16,13 @@ pub struct RtPhase {
     /// kernel in the device queue, both on CLOCK_MONOTONIC: counts the time
     /// the request waited in the socket to be read.
     pub send_to_first_kernel_us: Summary,
+    /// After completion, on CLOCK_MONOTONIC: from the last kernel's
+    /// completion on the device to the daemon seeing it, from then to the
+    /// connection's writer writing the answer, and from then to the
+    /// client having read it.
+    pub done_to_seen_us: Summary,
+    pub seen_to_written_us: Summary,
+    pub written_to_read_us: Summary,
     /// Outputs the daemon did not verify as equal to an unpreempted run.
     pub not_verified: usize,
     pub preempted_tasks: usize,
@@ -65,6 +72,7 @@ pub(super) fn rt_phase(
     };
     let (mut cl, mut dm) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut cp = Vec::with_capacity(n);
+    let (mut ds, mut sw, mut wr) = (Vec::new(), Vec::new(), Vec::new());
     let t0 = Instant::now();
     let mut timeouts_in_row = 0;
     for _ in 0..n {
@@ -85,6 +93,7 @@ pub(super) fn rt_phase(
             .send(body)
             .and_then(|id| load::wait_for(c, id, REPLY_TIMEOUT));
         let us = sent.elapsed().as_secs_f64() * 1e6;
+        let read_ns = reefd::protocol::monotonic_ns();
         match r {
             Ok(ServerMessage::Reply {
                 result: Reply::InferDone(t),
@@ -96,6 +105,12 @@ pub(super) fn rt_phase(
                 dm.push(t.latency_us);
                 if let Some(fk) = t.first_kernel_monotonic_ns {
                     cp.push(fk.saturating_sub(c.last_send_monotonic_ns()) as f64 / 1e3);
+                }
+                if let Some(tl) = t.timeline.as_deref().filter(|tl| tl.written_ns > 0) {
+                    let us = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e3;
+                    ds.push(us(tl.done_ns, tl.seen_ns));
+                    sw.push(us(tl.seen_ns, tl.written_ns));
+                    wr.push(us(tl.written_ns, read_ns));
                 }
                 if t.outputs_verified == Some(false) {
                     p.not_verified += 1;
@@ -132,5 +147,8 @@ pub(super) fn rt_phase(
     p.client_us = summary(&cl);
     p.daemon_us = summary(&dm);
     p.send_to_first_kernel_us = summary(&cp);
+    p.done_to_seen_us = summary(&ds);
+    p.seen_to_written_us = summary(&sw);
+    p.written_to_read_us = summary(&wr);
     p
 }

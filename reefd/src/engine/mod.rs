@@ -35,6 +35,55 @@ pub struct EngineModel {
     pub package: Option<Arc<reef_model::package::Package>>,
 }
 
+/// What a device produced loading a model outside the runtime's lock
+/// (a GPU: its weights uploaded, its reference outputs), for the engine
+/// that asked for it to install ([`Engine::finish_load`]). Dropped
+/// without being installed, it frees what it holds on the device.
+pub type LoadedPart = Box<dyn std::any::Any + Send>;
+
+/// The long part of a model load (a GPU's weight uploads and reference
+/// runs), run by the runtime outside its lock (issue 25 item 2). It stops
+/// at its next step, with an error, once `cancel` is set (shutdown).
+pub type LoadWork =
+    Box<dyn FnOnce(&std::sync::atomic::AtomicBool) -> Result<LoadedPart, EngineError> + Send>;
+
+/// A model load begun under the runtime's lock ([`Engine::begin_load`]):
+/// the work to run outside it, and what the engine reserved for it.
+#[derive(Default)]
+pub struct LoadTicket {
+    /// The work to run outside the lock; `None`: nothing is long, and
+    /// [`Engine::finish_load`] does all of it.
+    pub work: Option<LoadWork>,
+    /// The device index the model goes to (a node), `None` on one device
+    /// or when the engine chooses at the end.
+    pub device: Option<usize>,
+    /// What the engine reserved (a node: the placement task holding the
+    /// model's memory), released by [`Engine::abort_load`].
+    pub reservation: Option<u64>,
+}
+
+/// A whole model load on the calling thread: [`Engine::begin_load`], its
+/// work, [`Engine::finish_load`] (an engine's `add_model` when its loads
+/// have work; tests).
+pub fn load_inline<E: Engine + ?Sized>(
+    e: &mut E,
+    model: EngineModel,
+    pin: Option<usize>,
+) -> Result<Option<usize>, EngineError> {
+    let mut t = e.begin_load(&model, pin)?;
+    let part = match t.work.take() {
+        Some(work) => match work(&std::sync::atomic::AtomicBool::new(false)) {
+            Ok(p) => Some(p),
+            Err(err) => {
+                e.abort_load(t);
+                return Err(err);
+            }
+        },
+        None => None,
+    };
+    e.finish_load(model, t, part)
+}
+
 /// Picks the architecture a device runs among those a model was compiled
 /// for.
 pub type ArchChooser = Arc<dyn Fn(&[String]) -> Result<String, String> + Send + Sync>;
@@ -248,6 +297,38 @@ pub trait Engine: Send {
             ))),
             _ => self.add_model(model).map(|_| None),
         }
+    }
+    /// Begins loading `model` (on device `pin` of a node): the quick
+    /// checks and reservations, under the runtime's lock. The ticket's
+    /// work runs outside the lock; then [`Engine::finish_load`] installs
+    /// the model, or [`Engine::abort_load`] releases the ticket. By
+    /// default nothing runs outside the lock.
+    fn begin_load(
+        &mut self,
+        model: &EngineModel,
+        pin: Option<usize>,
+    ) -> Result<LoadTicket, EngineError> {
+        let _ = model;
+        Ok(LoadTicket {
+            device: pin,
+            ..LoadTicket::default()
+        })
+    }
+    /// Installs a model begun by [`Engine::begin_load`] with what its
+    /// work produced; answers the device as [`Engine::add_model_on`].
+    fn finish_load(
+        &mut self,
+        model: EngineModel,
+        ticket: LoadTicket,
+        part: Option<LoadedPart>,
+    ) -> Result<Option<usize>, EngineError> {
+        let _ = part;
+        self.add_model_on(model, ticket.device)
+    }
+    /// Releases a ticket of [`Engine::begin_load`] whose model will not
+    /// be installed (its work failed, or the load is refused at the end).
+    fn abort_load(&mut self, ticket: LoadTicket) {
+        let _ = ticket;
     }
     /// The device memory `model` will take on this engine's device, for
     /// placement across a node; `None`: the engine does not know, and the

@@ -639,6 +639,9 @@ pub struct TaskResult {
     /// the daemon read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_kernel_monotonic_ns: Option<u64>,
+    /// Where the time from completion to the client goes ([`Timeline`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Box<Timeline>>,
     /// How many times the task was preempted (and restored).
     pub preemptions: u32,
     /// Value tracking (DESIGN.md, simulator): whether the final outputs
@@ -663,6 +666,21 @@ pub struct TaskResult {
     /// count of the user's inline bytes); nothing on the wire.
     #[serde(skip)]
     pub hold: DataHold,
+}
+
+/// Instants after a task's completion, in ns of CLOCK_MONOTONIC
+/// ([`monotonic_ns`]): where the time between completion and the client
+/// goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The task's last kernel completed on the device.
+    pub done_ns: u64,
+    /// The daemon saw it (caught the device up past it).
+    pub seen_ns: u64,
+    /// The connection's writer began writing the answer to the socket (0:
+    /// not written by a connection's writer).
+    #[serde(default)]
+    pub written_ns: u64,
 }
 
 /// An opaque token an answer carries inside the daemon, released when the

@@ -234,6 +234,7 @@ fn answers_with_outputs_round_trip() {
         normalized_latency: None,
         control_path_us: None,
         first_kernel_monotonic_ns: None,
+        timeline: None,
         preemptions: 0,
         outputs_verified: None,
         outputs: vec![

@@ -296,6 +296,9 @@ pub struct Runtime {
     settings: RuntimeSettings,
     daemon_uid: u32,
     uid_bytes: UidBytes,
+    /// Set when shutdown begins: model loads in progress outside the lock
+    /// stop at their next step (models.rs).
+    load_cancel: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {
@@ -327,6 +330,7 @@ impl Runtime {
                 next_region: 0,
             }),
             uid_bytes: Arc::default(),
+            load_cancel: std::sync::atomic::AtomicBool::new(false),
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
             epoch_monotonic_ns: crate::protocol::monotonic_ns(),
@@ -437,6 +441,12 @@ impl Runtime {
                             self.epoch_monotonic_ns
                                 + q.saturating_duration_since(self.epoch).as_nanos() as u64
                         }),
+                        timeline: Some(Box::new(crate::protocol::Timeline {
+                            done_ns: self.epoch_monotonic_ns
+                                + done.saturating_duration_since(self.epoch).as_nanos() as u64,
+                            seen_ns: crate::protocol::monotonic_ns(),
+                            written_ns: 0,
+                        })),
                         preemptions: t.preemptions,
                         outputs_verified: verified,
                         outputs: Vec::new(),
@@ -742,6 +752,8 @@ impl Runtime {
     /// Refuses new work from now on (shutdown has begun).
     pub fn begin_shutdown(&self) {
         self.lock().shutting_down = true;
+        self.load_cancel
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether shutdown has begun.

@@ -251,19 +251,65 @@ impl Runtime {
             outputs: super::tensors::specs(&io.outputs),
         };
         let profiled_ns = model.measured_latency_ns();
-        let mut st = self.lock();
-        if let Some(m) = st.models.get(&key) {
-            return Handled::Reply(Reply::ModelLoaded(m.info.clone()));
-        }
-        match st.engine.add_model_on(
-            EngineModel {
-                name: key.clone(),
-                model: Arc::new(model),
-                idempotence: idem,
-                package,
+        let em = EngineModel {
+            name: key.clone(),
+            model: Arc::new(model),
+            idempotence: idem,
+            package,
+        };
+        // Under the lock: the engine's checks and reservations. Outside
+        // it: the device's long work (a GPU's uploads and reference runs),
+        // so that every other request is served meanwhile (issue 25
+        // item 2). Under it again: the model installed, unless shutdown
+        // began or the name was taken meanwhile.
+        let mut ticket = {
+            let mut st = self.lock();
+            if st.shutting_down {
+                return Handled::Error(shutting_down());
+            }
+            if let Some(m) = st.models.get(&key) {
+                return Handled::Reply(Reply::ModelLoaded(m.info.clone()));
+            }
+            match st.engine.begin_load(&em, device_index) {
+                Ok(t) => t,
+                Err(e) => return Handled::Error(engine_failure(e)),
+            }
+        };
+        let part = match ticket.work.take() {
+            Some(work) => match work(&self.load_cancel) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    let mut st = self.lock();
+                    st.engine.abort_load(ticket);
+                    if st.shutting_down {
+                        return Handled::Error(shutting_down());
+                    }
+                    return Handled::Error(engine_failure(e));
+                }
             },
-            device_index,
-        ) {
+            None => None,
+        };
+        let mut st = self.lock();
+        if st.shutting_down {
+            st.engine.abort_load(ticket);
+            return Handled::Error(shutting_down());
+        }
+        if let Some(m) = st.models.get(&key).map(|m| m.info.clone()) {
+            // Another load of the name finished first.
+            st.engine.abort_load(ticket);
+            return if same_model_path(&info.path, &m.path) {
+                Handled::Reply(Reply::ModelLoaded(m))
+            } else {
+                Handled::Error(Failure::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "a model named {key} was loaded from {} meanwhile; unload it first or choose another name",
+                        m.path.display()
+                    ),
+                ))
+            };
+        }
+        match st.engine.finish_load(em, ticket, part) {
             Ok(d) => info.device = d,
             Err(e) => return Handled::Error(engine_failure(e)),
         }

@@ -23,7 +23,7 @@
 use super::kernels::CudaKernels;
 use super::CudaLaunchOptions;
 use crate::engine::sched::{EngineDevice, SchedEngine, SchedSettings};
-use crate::engine::{EngineError, EngineModel};
+use crate::engine::{EngineError, EngineModel, LoadWork, LoadedPart};
 use reef_sim::DeviceSpec;
 use std::path::PathBuf;
 
@@ -40,41 +40,46 @@ impl EngineDevice for CudaKernels {
     }
 
     fn load(&mut self, m: &EngineModel) -> Result<(), EngineError> {
-        let files = self
-            .files_of(m)
-            .ok_or_else(|| EngineError::Invalid(format!("model {}: no directory", m.name)))?
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        let names: Vec<&str> = m.model.kernels.iter().map(|k| k.name.as_str()).collect();
-        if names != files.kernel_names() {
-            return Err(EngineError::Invalid(format!(
-                "model {}: the schedule's kernels {names:?} differ from the CUDA model's {:?} \
-                 (model.toml)",
-                m.name,
-                files.kernel_names()
-            )));
-        }
-        // Each kernel's buffers as the schedule declares them and as the
-        // launch passes them (model.toml may add u32 scalars): a kernel
-        // launched with other buffers than the schedule tracks would make
-        // its reads and writes, and so restores, wrong.
-        for (k, l) in m.model.kernels.iter().zip(&files.launches) {
-            let passed = l
-                .args
-                .iter()
-                .filter(|a| matches!(a, reef_model::package::Arg::Storage(_)))
-                .count();
-            if passed != k.args.len() {
-                return Err(EngineError::Invalid(format!(
-                    "model {}: kernel {} takes {} buffers in the schedule and {passed} in the \
-                     CUDA model (model.toml): make them agree",
-                    m.name,
-                    k.name,
-                    k.args.len()
-                )));
-            }
-        }
+        let files = checked_files(m, self.files_of(m))?;
         self.load_files(files, &m.name)
             .map_err(|e| EngineError::Invalid(e.to_string()))
+    }
+
+    /// Everything but the quick part runs outside the daemon's lock
+    /// (load.rs): the package made a module (PTX injected), checked
+    /// against the schedule, the weights uploaded, the references run.
+    fn prepare_load(&self, m: &EngineModel) -> Option<Result<LoadWork, EngineError>> {
+        let job = self.prepare(&m.name);
+        // Without a package read by the runtime, the directory is read
+        // here (tests): for this GPU, within its memory.
+        let read = m.package.is_none().then(|| {
+            let d = self.device();
+            (d.compute_capability(), d.limits())
+        });
+        let m = m.clone();
+        Some(Ok(Box::new(move |cancel| {
+            let dir =
+                m.model.path.parent().ok_or_else(|| {
+                    EngineError::Invalid(format!("model {}: no directory", m.name))
+                })?;
+            let files = match (&m.package, read) {
+                (Some(p), _) => super::ModelFiles::from_package(dir, p.clone()),
+                (None, Some((cc, limits))) => super::ModelFiles::read_for(dir, cc, &limits),
+                (None, None) => unreachable!("read when there is no package"),
+            };
+            let files = checked_files(&m, Some(files))?;
+            let up = job
+                .run(files, cancel)
+                .map_err(|e| EngineError::Invalid(e.to_string()))?;
+            Ok(Box::new(up) as LoadedPart)
+        })))
+    }
+
+    fn install(&mut self, m: &EngineModel, part: LoadedPart) -> Result<(), EngineError> {
+        let up = part.downcast::<super::load::Uploaded>().map_err(|_| {
+            EngineError::Invalid(format!("model {}: not loaded for a CUDA GPU", m.name))
+        })?;
+        CudaKernels::install(self, *up).map_err(|e| EngineError::Invalid(e.to_string()))
     }
 
     fn unload(&mut self, name: &str) {
@@ -147,6 +152,48 @@ impl CudaKernels {
             None => self.device().read_model(dir),
         })
     }
+}
+
+/// Model `m`'s files as read (`None`: the schedule has no directory),
+/// checked against its schedule: the same kernels, each passed the
+/// buffers the schedule declares.
+fn checked_files(
+    m: &EngineModel,
+    files: Option<Result<super::ModelFiles, super::CudaError>>,
+) -> Result<super::ModelFiles, EngineError> {
+    let files = files
+        .ok_or_else(|| EngineError::Invalid(format!("model {}: no directory", m.name)))?
+        .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    let names: Vec<&str> = m.model.kernels.iter().map(|k| k.name.as_str()).collect();
+    if names != files.kernel_names() {
+        return Err(EngineError::Invalid(format!(
+            "model {}: the schedule's kernels {names:?} differ from the CUDA model's {:?} \
+             (model.toml)",
+            m.name,
+            files.kernel_names()
+        )));
+    }
+    // Each kernel's buffers as the schedule declares them and as the
+    // launch passes them (model.toml may add u32 scalars): a kernel
+    // launched with other buffers than the schedule tracks would make its
+    // reads and writes, and so restores, wrong.
+    for (k, l) in m.model.kernels.iter().zip(&files.launches) {
+        let passed = l
+            .args
+            .iter()
+            .filter(|a| matches!(a, reef_model::package::Arg::Storage(_)))
+            .count();
+        if passed != k.args.len() {
+            return Err(EngineError::Invalid(format!(
+                "model {}: kernel {} takes {} buffers in the schedule and {passed} in the CUDA \
+                 model (model.toml): make them agree",
+                m.name,
+                k.name,
+                k.args.len()
+            )));
+        }
+    }
+    Ok(files)
 }
 
 /// The policy served on a GPU for `policy`: `reef` becomes `reef-nodkp`

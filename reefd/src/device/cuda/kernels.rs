@@ -243,25 +243,34 @@ impl CudaKernels {
         self.load_files(files, name)
     }
 
-    /// As [`Self::load_model`], for a model already read.
+    /// As [`Self::load_model`], for a model already read: [`Self::prepare`],
+    /// its run and [`Self::install`] on the calling thread.
     pub fn load_files(&mut self, files: super::ModelFiles, name: &str) -> Result<(), CudaError> {
-        // Its footprint, and one more instance for the reference run.
-        let needed = self.footprint(&files) + files.stream_bytes();
-        let (free, total) = self.dev.memory()?;
-        if needed > free {
-            return Err(CudaError::DoesNotFit {
-                model: name.to_string(),
-                device: self.dev.device().to_string(),
-                needed,
-                free,
-                total,
-            });
+        let up = self
+            .prepare(name)
+            .run(files, &std::sync::atomic::AtomicBool::new(false))?;
+        self.install(up)
+    }
+
+    /// The device work of loading a model under `name`, to run outside
+    /// the daemon's lock (load.rs).
+    pub fn prepare(&self, name: &str) -> super::load::LoadJob {
+        super::load::LoadJob {
+            ctx: self.dev.context(),
+            device: self.dev.device().to_string(),
+            name: name.to_string(),
+            streams_per_model: self.streams_per_model,
         }
-        let name = self.dev.load_files(files, Some(name))?;
-        if let Err(e) = self.compute_references(&name) {
-            self.references.retain(|(m, _), _| *m != name);
-            let _ = self.dev.unload_model(&name);
-            return Err(e);
+    }
+
+    /// Installs a model a [`super::load::LoadJob`] uploaded: refused (and
+    /// freed) when its name is taken or the context was rebuilt since.
+    pub fn install(&mut self, mut up: super::load::Uploaded) -> Result<(), CudaError> {
+        let name = up.name.clone();
+        self.dev.install(&up.ctx, &name, &mut up.loaded)?;
+        self.standalone.insert(name.clone(), up.standalone);
+        for (seed, bytes) in std::mem::take(&mut up.references).into_iter().enumerate() {
+            self.references.insert((name.clone(), seed as u64), bytes);
         }
         Ok(())
     }

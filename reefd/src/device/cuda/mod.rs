@@ -73,6 +73,7 @@ pub use module::{pick_arch, ModelFiles};
 pub mod driver;
 pub mod engine;
 pub mod kernels;
+pub mod load;
 pub mod module;
 pub mod rm;
 
@@ -146,7 +147,10 @@ pub struct CudaDevice {
     /// The SM figures placement across a node's GPUs reads, `None` when the
     /// driver does not report them all.
     sm: Option<SmLimits>,
-    ctx: CUcontext,
+    /// The context, shared with loads in progress outside the runtime's
+    /// lock (load.rs): a context rebuilt after a fault is destroyed once
+    /// the last of them lets it go.
+    ctx: std::sync::Arc<Ctx>,
     levels: Levels,
     models: BTreeMap<String, Loaded>,
 }
@@ -154,6 +158,27 @@ pub struct CudaDevice {
 // The raw handles are the driver's, usable from any thread once the owning
 // context is made current (every call here does so).
 unsafe impl Send for CudaDevice {}
+
+/// A context of the driver, destroyed (with everything in it) when the
+/// last holder drops it.
+pub(crate) struct Ctx(pub(crate) CUcontext);
+
+// SAFETY: the driver API is thread-safe: a context may be current on
+// several threads at once (CUDA C Programming Guide, "Context"), and its
+// handle is only passed to the driver.
+unsafe impl Send for Ctx {}
+unsafe impl Sync for Ctx {}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: our context; no holder is left to use it.
+            unsafe {
+                let _ = sys::cuCtxDestroy_v2(self.0);
+            }
+        }
+    }
+}
 
 /// The probe kernel for level 2 (injected like a model's kernels).
 const PROBE_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n\
@@ -226,7 +251,7 @@ impl CudaDevice {
                 gpu_name,
                 cc,
                 sm,
-                ctx,
+                ctx: std::sync::Arc::new(Ctx(ctx)),
                 levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
                 models: BTreeMap::new(),
             };
@@ -237,7 +262,9 @@ impl CudaDevice {
 
     fn current(&self) -> Result<(), CudaError> {
         // SAFETY: the context is ours and alive.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.ctx.0)
+        })
     }
 
     /// The CUDA stream priority of a class: RT the driver's greatest, BE
@@ -260,15 +287,15 @@ impl CudaDevice {
     /// again. The caller's handles of the old context (streams, events,
     /// instances) are dead and must be dropped without calls.
     pub fn rebuild(&mut self) -> Result<(), CudaError> {
-        // SAFETY: our context; its handles are not used again.
-        unsafe {
-            let _ = sys::cuCtxDestroy_v2(self.ctx);
-            self.ctx = std::ptr::null_mut();
-            check(
-                "cuCtxCreate_v2",
-                sys::cuCtxCreate_v2(&mut self.ctx, 0, self.dev),
-            )?;
-        }
+        // Our handle of the old context goes (destroying it, unless a
+        // load in progress still holds it: that load then fails on it).
+        self.ctx = std::sync::Arc::new(Ctx(std::ptr::null_mut()));
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cuCtxCreate_v2", unsafe {
+            sys::cuCtxCreate_v2(&mut ctx, 0, self.dev)
+        })?;
+        self.ctx = std::sync::Arc::new(Ctx(ctx));
         let names: Vec<String> = self.models.keys().cloned().collect();
         for name in names {
             let mut weights = HashMap::new();
@@ -282,7 +309,7 @@ impl CudaDevice {
                 Ok(())
             })();
             if let Err(e) = r {
-                free_all(self.ctx, &weights);
+                free_all(self.ctx.0, &weights);
                 self.models.remove(&name);
                 return Err(e);
             }
@@ -472,7 +499,7 @@ impl CudaDevice {
             Ok(())
         })();
         if let Err(e) = r {
-            free_all(self.ctx, &weights);
+            free_all(self.ctx.0, &weights);
             return Err(e);
         }
         self.models.insert(name.clone(), Loaded { files, weights });
@@ -486,19 +513,13 @@ impl CudaDevice {
             .models
             .remove(name)
             .ok_or_else(|| CudaError::Invalid(format!("model {name} is not loaded")))?;
-        free_all(self.ctx, &m.weights);
+        free_all(self.ctx.0, &m.weights);
         Ok(())
     }
 
     fn drop_instance(&self, inst: Instance) {
         if self.current().is_ok() {
-            // SAFETY: handles from the driver, freed once.
-            unsafe {
-                for p in inst.buffers.values() {
-                    let _ = sys::cuMemFree_v2(*p);
-                }
-                let _ = sys::cuModuleUnload(inst.module);
-            }
+            free_instance(inst);
         }
     }
 
@@ -511,47 +532,89 @@ impl CudaDevice {
             .get(model)
             .ok_or_else(|| CudaError::Invalid(format!("model {model} is not loaded")))?;
         self.current()?;
-        let mut inst = Instance {
-            module: std::ptr::null_mut(),
-            functions: Vec::new(),
-            flag: 0,
-            index: 0,
-            buffers: HashMap::new(),
-        };
-        let r = (|| -> Result<(), CudaError> {
-            // SAFETY: a NUL-terminated PTX image; valid out-pointer.
-            check("cuModuleLoadData", unsafe {
-                sys::cuModuleLoadData(&mut inst.module, m.files.ptx.as_ptr() as *const c_void)
-            })?;
-            for k in &m.files.launches {
-                inst.functions.push(function(inst.module, &k.name)?);
-            }
-            inst.flag = global(inst.module, "reef_preempt_flag")?;
-            inst.index = global(inst.module, "reef_exec_index")?;
-            for (i, st) in m.files.storages.iter().enumerate() {
-                if st.role != Role::Weight {
-                    inst.buffers.insert(i, alloc(st.bytes as usize)?);
-                }
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            if !inst.module.is_null() {
-                self.drop_instance(inst);
-            }
-            return Err(e);
+        instance_of(m)
+    }
+
+    /// The context, for a load outside the runtime's lock (load.rs).
+    fn context(&self) -> std::sync::Arc<Ctx> {
+        self.ctx.clone()
+    }
+
+    /// Installs a model a load outside the runtime's lock uploaded in
+    /// context `ctx` (load.rs), taking it from `loaded`: refused, and left
+    /// there for the caller to free, when the context was rebuilt
+    /// meanwhile (its weights went with the old one) or the name is taken.
+    fn install(
+        &mut self,
+        ctx: &std::sync::Arc<Ctx>,
+        name: &str,
+        loaded: &mut Option<Loaded>,
+    ) -> Result<(), CudaError> {
+        if !std::sync::Arc::ptr_eq(ctx, &self.ctx) {
+            return Err(CudaError::Invalid(format!(
+                "model {name}: the context of {} was rebuilt after a fault while the model \
+                 loaded; load it again",
+                self.device
+            )));
         }
-        Ok(inst)
+        if self.models.contains_key(name) {
+            return Err(CudaError::Invalid(format!(
+                "model {name} is already loaded"
+            )));
+        }
+        let l = loaded
+            .take()
+            .ok_or_else(|| CudaError::Invalid(format!("model {name}: nothing was uploaded")))?;
+        self.models.insert(name.to_string(), l);
+        Ok(())
     }
 }
 
-impl Drop for CudaDevice {
-    fn drop(&mut self) {
-        // SAFETY: destroying our context frees everything in it.
-        unsafe {
-            let _ = sys::cuCtxDestroy_v2(self.ctx);
+/// Frees an instance's module and buffers (its context current).
+fn free_instance(inst: Instance) {
+    // SAFETY: handles from the driver, freed once.
+    unsafe {
+        for p in inst.buffers.values() {
+            let _ = sys::cuMemFree_v2(*p);
         }
+        let _ = sys::cuModuleUnload(inst.module);
     }
+}
+
+/// A new instance of model `m` in the current context: see
+/// [`CudaDevice::new_instance`].
+fn instance_of(m: &Loaded) -> Result<Instance, CudaError> {
+    let mut inst = Instance {
+        module: std::ptr::null_mut(),
+        functions: Vec::new(),
+        flag: 0,
+        index: 0,
+        buffers: HashMap::new(),
+    };
+    let r = (|| -> Result<(), CudaError> {
+        // SAFETY: a NUL-terminated PTX image; valid out-pointer.
+        check("cuModuleLoadData", unsafe {
+            sys::cuModuleLoadData(&mut inst.module, m.files.ptx.as_ptr() as *const c_void)
+        })?;
+        for k in &m.files.launches {
+            inst.functions.push(function(inst.module, &k.name)?);
+        }
+        inst.flag = global(inst.module, "reef_preempt_flag")?;
+        inst.index = global(inst.module, "reef_exec_index")?;
+        for (i, st) in m.files.storages.iter().enumerate() {
+            if st.role != Role::Weight {
+                inst.buffers.insert(i, alloc(st.bytes as usize)?);
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        if !inst.module.is_null() {
+            free_instance(inst);
+        }
+        return Err(e);
+    }
+    Ok(inst)
 }
 
 /// Launches kernel `kernel` of loaded model `m` from instance `inst` (its

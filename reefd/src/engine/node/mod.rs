@@ -43,7 +43,8 @@
 
 use super::sched::{SchedEngine, SchedSettings};
 use super::{
-    Engine, EngineError, EngineEvent, EngineInfo, EngineModel, Nanos, PaddingCounters, TaskProgress,
+    Engine, EngineError, EngineEvent, EngineInfo, EngineModel, LoadTicket, Nanos, PaddingCounters,
+    TaskProgress,
 };
 use crate::device::cuda::engine::CudaEngine;
 use crate::protocol::{DeviceStatus, PlacementStats, Priority};
@@ -314,6 +315,17 @@ impl NodeEngine {
         model: EngineModel,
         pin: Option<DeviceIdx>,
     ) -> Result<DeviceIdx, EngineError> {
+        crate::engine::load_inline(self, model, pin).map(|d| d.expect("a node answers the device"))
+    }
+
+    /// [`Engine::begin_load`]: the model placed (on `pin` if given, else
+    /// where Algorithm 3 places it) and its memory reserved there, with
+    /// that device's long work for it.
+    fn begin_model_load(
+        &mut self,
+        model: &EngineModel,
+        pin: Option<DeviceIdx>,
+    ) -> Result<LoadTicket, EngineError> {
         if self.models.contains_key(&model.name) {
             return Err(EngineError::Invalid(format!(
                 "model {} is already loaded",
@@ -323,7 +335,7 @@ impl NodeEngine {
         let mut needs = model_needs(&model.model);
         // A GPU's engine knows what it will allocate (every device of a
         // node runs the same engine: the first one answers for all).
-        if let Some(m) = self.devs[0].model_memory(&model) {
+        if let Some(m) = self.devs[0].model_memory(model) {
             needs.memory = m?;
         }
         self.sync_driver_memory();
@@ -357,11 +369,46 @@ impl NodeEngine {
         let task = TaskId(self.next_model_task);
         self.next_model_task += 1;
         self.reserve_on(task, needs, d)?;
-        if let Err(e) = self.devs[d].add_model(model.clone()) {
+        match self.devs[d].begin_load(model, None) {
+            Ok(t) => Ok(LoadTicket {
+                work: t.work,
+                device: Some(d),
+                reservation: Some(task.0),
+            }),
+            Err(e) => {
+                let _ = self.placer.task_end(task);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Engine::finish_load`]: the model installed on the device its
+    /// ticket placed it on.
+    fn finish_model_load(
+        &mut self,
+        model: EngineModel,
+        ticket: LoadTicket,
+        part: Option<crate::engine::LoadedPart>,
+    ) -> Result<DeviceIdx, EngineError> {
+        let (Some(d), Some(task)) = (ticket.device, ticket.reservation) else {
+            return Err(EngineError::Invalid(format!(
+                "model {}: its load was not begun on this node",
+                model.name
+            )));
+        };
+        let task = TaskId(task);
+        let name = model.name.clone();
+        if self.models.contains_key(&name) {
+            let _ = self.placer.task_end(task);
+            return Err(EngineError::Invalid(format!(
+                "model {name} is already loaded"
+            )));
+        }
+        if let Err(e) = self.devs[d].finish_load(model, LoadTicket::default(), part) {
             let _ = self.placer.task_end(task);
             return Err(e);
         }
-        self.models.insert(model.name, (d, task));
+        self.models.insert(name, (d, task));
         self.counters.models_placed += 1;
         Ok(d)
     }
@@ -614,6 +661,29 @@ impl Engine for NodeEngine {
         pin: Option<usize>,
     ) -> Result<Option<usize>, EngineError> {
         NodeEngine::add_model_on(self, model, pin).map(Some)
+    }
+
+    fn begin_load(
+        &mut self,
+        model: &EngineModel,
+        pin: Option<usize>,
+    ) -> Result<LoadTicket, EngineError> {
+        self.begin_model_load(model, pin)
+    }
+
+    fn finish_load(
+        &mut self,
+        model: EngineModel,
+        ticket: LoadTicket,
+        part: Option<crate::engine::LoadedPart>,
+    ) -> Result<Option<usize>, EngineError> {
+        self.finish_model_load(model, ticket, part).map(Some)
+    }
+
+    fn abort_load(&mut self, ticket: LoadTicket) {
+        if let Some(task) = ticket.reservation {
+            let _ = self.placer.task_end(TaskId(task));
+        }
     }
 
     fn standalone_ns(&self, name: &str) -> Option<u64> {

@@ -81,6 +81,7 @@ use std::sync::Arc;
 
 mod buffers;
 mod clients;
+mod load;
 mod outcomes;
 mod rebuild;
 #[cfg(test)]
@@ -248,6 +249,26 @@ pub trait EngineDevice: Device + Send {
     /// the schedule's shapes and needs nothing.
     fn load(&mut self, _m: &EngineModel) -> Result<(), EngineError> {
         Ok(())
+    }
+    /// The long part of loading model `m` (a GPU: its weight uploads and
+    /// reference runs), to run outside the runtime's lock, then handed to
+    /// [`EngineDevice::install`]; `None`: loading is quick and
+    /// [`EngineDevice::load`] does all of it.
+    fn prepare_load(
+        &self,
+        _m: &EngineModel,
+    ) -> Option<Result<crate::engine::LoadWork, EngineError>> {
+        None
+    }
+    /// Installs model `m` from what the work of
+    /// [`EngineDevice::prepare_load`] produced.
+    fn install(
+        &mut self,
+        m: &EngineModel,
+        part: crate::engine::LoadedPart,
+    ) -> Result<(), EngineError> {
+        let _ = part;
+        self.load(m)
     }
     /// Unloads model `name` (its requests have finished).
     fn unload(&mut self, _name: &str) {}
@@ -437,34 +458,24 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
     }
 
     fn add_model(&mut self, model: EngineModel) -> Result<(), EngineError> {
-        let shapes = KernelShape::for_model(&model.model, &self.spec).map_err(|e| {
-            EngineError::Invalid(format!(
-                "model {}: kernel {} cannot run on {}: {}",
-                model.name, e.kernel, self.spec.name, e.problem
-            ))
-        })?;
-        if shapes.is_empty() {
-            return Err(EngineError::Invalid(format!(
-                "model {} has no kernels",
-                model.name
-            )));
-        }
-        if self.models.iter().any(|m| m.name == model.name) {
-            self.build.drv.dev.unload(&model.name);
-        }
-        self.build.drv.dev.load(&model)?;
-        self.models.retain(|m| m.name != model.name);
-        self.models.push(Prepared {
-            name: model.name,
-            model: model.model,
-            shapes,
-            idempotence: model.idempotence.map(|m| (*m).clone()),
-            expected: HashMap::new(),
-        });
-        self.rebuild_pending = true;
-        let now = self.build.base + self.build.drv.dev.now();
-        self.maybe_rebuild(now);
-        Ok(())
+        crate::engine::load_inline(self, model, None).map(|_| ())
+    }
+
+    fn begin_load(
+        &mut self,
+        model: &EngineModel,
+        pin: Option<usize>,
+    ) -> Result<crate::engine::LoadTicket, EngineError> {
+        self.begin_model_load(model, pin)
+    }
+
+    fn finish_load(
+        &mut self,
+        model: EngineModel,
+        _ticket: crate::engine::LoadTicket,
+        part: Option<crate::engine::LoadedPart>,
+    ) -> Result<Option<usize>, EngineError> {
+        self.install_model(model, part).map(|()| None)
     }
 
     fn remove_model(&mut self, name: &str) {
