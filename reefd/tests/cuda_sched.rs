@@ -115,6 +115,12 @@ fn reef_sched_policies_run_on_cuda_with_every_output_verified() {
             })
             .collect();
         assert_eq!(verified.len(), 16, "{policy}");
+        if policy == "baymax" {
+            // Predictions from this GPU's own kernel times, measured at
+            // load, not a simulated preset's (issue 26 item 6).
+            let a = e.aker().expect("baymax reports Aker's figures");
+            assert!(a.predictions_measured, "{a:?}");
+        }
         assert!(
             verified.iter().all(|v| *v == Some(true)),
             "{policy}: {verified:?}"

@@ -523,6 +523,10 @@ pub struct AkerStats {
     pub rest_launches: u64,
     pub qos_met: u64,
     pub qos_missed: u64,
+    /// The predictions are kernel times measured on the serving device at
+    /// load (a GPU), not a simulated preset's (issue 26 item 6).
+    #[serde(default)]
+    pub predictions_measured: bool,
 }
 
 /// FIKIT's figures (fikit.txt §3.2): gaps seen and filled, fill kernels,

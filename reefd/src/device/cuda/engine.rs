@@ -114,6 +114,10 @@ impl EngineDevice for CudaKernels {
         CudaKernels::standalone_ns(self, name)
     }
 
+    fn kernel_ns(&self, name: &str) -> Option<Vec<u64>> {
+        CudaKernels::kernel_ns(self, name)
+    }
+
     fn data_path(&self) -> Result<(), String> {
         Ok(())
     }

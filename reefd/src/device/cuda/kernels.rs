@@ -76,8 +76,9 @@ use super::{
 };
 
 mod io;
-use io::{copy_outputs, put_inputs, read_outputs};
+use io::copy_outputs;
 pub use io::{input, INPUT_SEEDS};
+pub(super) use io::{put_inputs, read_outputs};
 
 /// How often a busy device's completion events are queried: 20 us, the
 /// order of one kernel's launch path (docs/simulator.md: 4 us host + 4 us
@@ -139,6 +140,8 @@ pub struct CudaKernels {
     /// of its reference runs, from its input copy to its stream's
     /// synchronisation returning.
     standalone: HashMap<String, u64>,
+    /// Per-kernel stand-alone times measured at load, by model.
+    kernel_ns: HashMap<String, Vec<u64>>,
     /// Events seen but not yet reported.
     pending: Vec<DeviceEvent>,
     free_events: Vec<CUevent>,
@@ -188,6 +191,7 @@ impl CudaKernels {
             verified: HashMap::new(),
             references: HashMap::new(),
             standalone: HashMap::new(),
+            kernel_ns: HashMap::new(),
             pending: Vec::new(),
             free_events: Vec::new(),
             streams_per_model: 2,
@@ -269,6 +273,8 @@ impl CudaKernels {
         let name = up.name.clone();
         self.dev.install(&up.ctx, &name, &mut up.loaded)?;
         self.standalone.insert(name.clone(), up.standalone);
+        self.kernel_ns
+            .insert(name.clone(), std::mem::take(&mut up.kernel_ns));
         for (seed, bytes) in std::mem::take(&mut up.references).into_iter().enumerate() {
             self.references.insert((name.clone(), seed as u64), bytes);
         }
@@ -284,6 +290,7 @@ impl CudaKernels {
         }
         self.references.retain(|(m, _), _| m != name);
         self.standalone.remove(name);
+        self.kernel_ns.remove(name);
         if let Err(e) = self.dev.unload_model(name) {
             tracing::warn!("unloading {name} from {}: {e}", self.dev.device());
         }
@@ -296,6 +303,12 @@ impl CudaKernels {
     /// the eight is kept).
     pub fn standalone_ns(&self, name: &str) -> Option<u64> {
         self.standalone.get(name).copied()
+    }
+
+    /// Model `name`'s kernels' stand-alone times measured at load (ns, in
+    /// schedule order; device/cuda/load.rs).
+    pub fn kernel_ns(&self, name: &str) -> Option<Vec<u64>> {
+        self.kernel_ns.get(name).cloned()
     }
 
     fn event(&mut self) -> Result<CUevent, CudaError> {

@@ -30,10 +30,10 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUdeviceptr};
 
 use super::driver::{check, EVENT_DISABLE_TIMING, STREAM_NON_BLOCKING};
-use super::kernels::{input, INPUT_SEEDS};
+use super::kernels::{put_inputs, read_outputs, INPUT_SEEDS};
 use super::{
-    alloc, dtoh, free_all, free_instance, htod, instance_of, launch_kernel, Ctx, CudaError,
-    Instance, Loaded, ModelFiles,
+    alloc, free_all, free_instance, htod, instance_of, launch_kernel, Ctx, CudaError, Instance,
+    Loaded, ModelFiles,
 };
 
 /// The largest piece of weights copied in one call: a load checks for
@@ -59,7 +59,20 @@ pub struct Uploaded {
     pub(super) loaded: Option<Loaded>,
     pub(super) references: Vec<Vec<u8>>,
     pub(super) standalone: u64,
+    /// Each kernel's stand-alone time (ns), see [`references`].
+    pub(super) kernel_ns: Vec<u64>,
 }
+
+/// What a model's load-time runs found.
+struct References {
+    outputs: Vec<Vec<u8>>,
+    standalone: u64,
+    kernel_ns: Vec<u64>,
+}
+
+/// Times each kernel is run alone at load for its prediction (the
+/// fastest is kept).
+const KERNEL_PASSES: usize = 3;
 
 impl Drop for Uploaded {
     fn drop(&mut self) {
@@ -120,6 +133,7 @@ impl LoadJob {
             }),
             references: Vec::new(),
             standalone: 0,
+            kernel_ns: Vec::new(),
         };
         let loaded = up.loaded.as_mut().expect("set above");
         for (&i, bytes) in &loaded.files.weights {
@@ -133,7 +147,8 @@ impl LoadJob {
         let inst = instance_of(loaded)?;
         let r = references(loaded, &inst, cancel, &up.name);
         free_instance(inst);
-        (up.references, up.standalone) = r?;
+        let r = r?;
+        (up.references, up.standalone, up.kernel_ns) = (r.outputs, r.standalone, r.kernel_ns);
         Ok(up)
     }
 }
@@ -143,13 +158,19 @@ impl LoadJob {
 /// by seed, and the fastest run's wall time (ns, from its input copy,
 /// which a request also makes when its first kernel is launched, to the
 /// synchronisation returning; the output copy after is not counted).
-/// Checks `cancel` before each run.
+/// Then each kernel alone, [`KERNEL_PASSES`] times: the fastest time of
+/// each, the predictions `aker` and `baymax` take on this GPU (Aker §5
+/// trains its predictor on the GPU it serves; issue 26 item 6). It is a
+/// host wall time from the launch call to the synchronisation returning,
+/// so it includes one launch and one synchronisation (CUDA events with
+/// timing would exclude them; the simulated libcuda does not time
+/// events). Checks `cancel` before each run.
 fn references(
     m: &Loaded,
     inst: &Instance,
     cancel: &AtomicBool,
     name: &str,
-) -> Result<(Vec<Vec<u8>>, u64), CudaError> {
+) -> Result<References, CudaError> {
     let mut cu = std::ptr::null_mut();
     // SAFETY: valid out-pointer; the context is current.
     check("cuStreamCreate", unsafe {
@@ -161,29 +182,44 @@ fn references(
         sys::cuEventCreate(&mut ev, EVENT_DISABLE_TIMING)
     })
     .and_then(|()| {
+        let sync = || {
+            // SAFETY: our stream.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(cu)
+            })
+        };
         let mut exec = 1;
         let mut outs = Vec::new();
         let mut fastest = u64::MAX;
         for seed in 0..INPUT_SEEDS {
             cancelled(cancel, name)?;
-            let bytes = input(seed, m.files.input_bytes());
             let t0 = std::time::Instant::now();
-            htod(inst.buffers[&m.files.input], &bytes)?;
+            put_inputs(&m.files, inst, seed)?;
             for k in 0..m.files.launches.len() {
                 launch_kernel(m, inst, cu, k, exec, ev)?;
                 exec += 1;
             }
-            // SAFETY: our stream.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(cu)
-            })?;
+            sync()?;
             fastest = fastest.min(t0.elapsed().as_nanos() as u64);
-            let o = m.files.output;
-            let mut bytes = vec![0u8; m.files.storages[o].bytes as usize];
-            dtoh(&mut bytes, inst.buffers[&o])?;
-            outs.push(bytes);
+            outs.push(read_outputs(&m.files, inst)?);
         }
-        Ok((outs, fastest))
+        let mut kernel_ns = vec![u64::MAX; m.files.launches.len()];
+        for _ in 0..KERNEL_PASSES {
+            cancelled(cancel, name)?;
+            put_inputs(&m.files, inst, 0)?;
+            for (k, best) in kernel_ns.iter_mut().enumerate() {
+                let t0 = std::time::Instant::now();
+                launch_kernel(m, inst, cu, k, exec, ev)?;
+                sync()?;
+                *best = (*best).min((t0.elapsed().as_nanos() as u64).max(1));
+                exec += 1;
+            }
+        }
+        Ok(References {
+            outputs: outs,
+            standalone: fastest,
+            kernel_ns,
+        })
     });
     // SAFETY: our stream and event; the stream is idle after the
     // synchronisations, or its work failed.

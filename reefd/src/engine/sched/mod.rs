@@ -227,6 +227,9 @@ pub struct SchedEngine<D: EngineDevice = crate::device::sim::SimDevice> {
     outputs: HashMap<u64, crate::tensors::Outputs>,
     /// The Aker managers' figures of the builds replaced so far.
     aker_before: reef_sched::aker::AkerStats,
+    /// The Aker predictor of the current build uses the device's own
+    /// kernel times ([`EngineDevice::kernel_ns`]).
+    aker_measured: bool,
 }
 
 /// Whether the engine runs `policy` (reef-sched's names and the Aker
@@ -391,6 +394,7 @@ impl<D: EngineDevice> SchedEngine<D> {
             data: HashMap::new(),
             outputs: HashMap::new(),
             aker_before: Default::default(),
+            aker_measured: false,
         })
     }
 
@@ -723,6 +727,7 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
             rest_launches: a.rest_launches,
             qos_met: a.qos_met,
             qos_missed: a.qos_missed,
+            predictions_measured: self.aker_measured,
         })
     }
 

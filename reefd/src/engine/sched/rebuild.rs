@@ -38,6 +38,7 @@ impl<D: EngineDevice> SchedEngine<D> {
                 return;
             }
         };
+        let aker_measured = measured.is_some();
         setup.aker_profiles = measured.map(std::sync::Arc::new);
         match self.build.drv.rebuild(setup) {
             Ok(()) => {
@@ -61,6 +62,7 @@ impl<D: EngineDevice> SchedEngine<D> {
                     d.preempted = false;
                 }
                 self.rebuild_pending = false;
+                self.aker_measured = aker_measured;
                 tracing::debug!(policy = %self.settings.policy, models = self.models.len(), "scheduler rebuilt");
             }
             Err(e) => {

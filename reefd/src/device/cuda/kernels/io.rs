@@ -4,13 +4,12 @@
 //! the model ([`put_inputs`]), and every output storage is read back
 //! ([`read_outputs`]) and compared with the same seed's outputs computed
 //! unpreempted when the model was loaded
-//! ([`CudaKernels::compute_references`]; `Device::verified`).
+//! (device/cuda/load.rs; `Device::verified`).
 
-use cudarc::driver::sys::{self, CUevent, CUstream};
+use cudarc::driver::sys;
 
-use super::super::driver::{check, dtoh, htod, CudaError, STREAM_NON_BLOCKING};
-use super::super::{launch_kernel, CudaDevice, Instance, ModelFiles};
-use super::CudaKernels;
+use super::super::driver::{check, dtoh, htod, CudaError};
+use super::super::{Instance, ModelFiles};
 
 /// Distinct inputs a model's requests cycle through (each verified against
 /// its unpreempted output, computed at load).
@@ -36,7 +35,11 @@ pub fn input(seed: u64, bytes: usize) -> Vec<u8> {
 
 /// Seed `seed`'s bytes into each input storage of `files` in `inst`: input
 /// `j` takes seed `seed + j`'s bytes, so two inputs of one size differ.
-pub(super) fn put_inputs(files: &ModelFiles, inst: &Instance, seed: u64) -> Result<(), CudaError> {
+pub(in crate::device::cuda) fn put_inputs(
+    files: &ModelFiles,
+    inst: &Instance,
+    seed: u64,
+) -> Result<(), CudaError> {
     for (j, (&s, bytes)) in files.inputs.iter().zip(files.input_bytes()).enumerate() {
         htod(inst.buffers[&s], &input(seed + j as u64, bytes))?;
     }
@@ -45,7 +48,10 @@ pub(super) fn put_inputs(files: &ModelFiles, inst: &Instance, seed: u64) -> Resu
 
 /// Every output storage of `files` in `inst`, one after another in the
 /// model's order.
-pub(super) fn read_outputs(files: &ModelFiles, inst: &Instance) -> Result<Vec<u8>, CudaError> {
+pub(in crate::device::cuda) fn read_outputs(
+    files: &ModelFiles,
+    inst: &Instance,
+) -> Result<Vec<u8>, CudaError> {
     let mut out = Vec::new();
     for &o in &files.outputs {
         let at = out.len();
@@ -53,70 +59,6 @@ pub(super) fn read_outputs(files: &ModelFiles, inst: &Instance) -> Result<Vec<u8
         dtoh(&mut out[at..], inst.buffers[&o])?;
     }
     Ok(out)
-}
-
-impl CudaKernels {
-    /// One unpreempted run of `model` per input seed (at load): its
-    /// outputs by seed and its stand-alone latency.
-    pub(super) fn compute_references(&mut self, model: &str) -> Result<(), CudaError> {
-        let inst = self.dev.new_instance(model)?;
-        let mut cu = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the context is current.
-        let r = check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut cu, STREAM_NON_BLOCKING)
-        })
-        .and_then(|()| self.event())
-        .and_then(|ev| {
-            let r = Self::run_references(&self.dev, model, &inst, cu, ev);
-            self.free_events.push(ev);
-            // SAFETY: our stream, idle after the synchronisations.
-            unsafe {
-                let _ = sys::cuStreamDestroy_v2(cu);
-            }
-            r
-        });
-        self.dev.drop_instance(inst);
-        let (outs, fastest) = r?;
-        self.standalone.insert(model.to_string(), fastest);
-        for (seed, bytes) in outs.into_iter().enumerate() {
-            self.references
-                .insert((model.to_string(), seed as u64), bytes);
-        }
-        Ok(())
-    }
-
-    /// One unpreempted run of `model` per input seed on stream `cu`, waited
-    /// for: the outputs, by seed, and the fastest run's wall time (ns, from
-    /// its input copy, which a request also makes when its first kernel is
-    /// launched, to the synchronisation returning; the output copy after
-    /// is not counted).
-    fn run_references(
-        dev: &CudaDevice,
-        model: &str,
-        inst: &Instance,
-        cu: CUstream,
-        ev: CUevent,
-    ) -> Result<(Vec<Vec<u8>>, u64), CudaError> {
-        let m = &dev.models[model];
-        let mut exec = 1;
-        let mut outs = Vec::new();
-        let mut fastest = u64::MAX;
-        for seed in 0..INPUT_SEEDS {
-            let t0 = std::time::Instant::now();
-            put_inputs(&m.files, inst, seed)?;
-            for k in 0..m.files.launches.len() {
-                launch_kernel(m, inst, cu, k, exec, ev)?;
-                exec += 1;
-            }
-            // SAFETY: our stream.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(cu)
-            })?;
-            fastest = fastest.min(t0.elapsed().as_nanos() as u64);
-            outs.push(read_outputs(&m.files, inst)?);
-        }
-        Ok((outs, fastest))
-    }
 }
 
 /// Request `data`'s outputs from instance `inst` of `model`, device to
