@@ -491,13 +491,13 @@ impl CudaKernels {
             }
             check("cuEventQuery", r)?;
             // (passed the flag check, ran every block)
-            let (passed, ran) = if f.flagged {
+            let (passed, ran, idx) = if f.flagged {
                 let mut b = [0u8; 4];
                 dtoh(&mut b, st.instances[&f.model][f.slot].inst.index)?;
                 let idx = u32::from_le_bytes(b);
-                (idx >= f.exec, idx > f.exec)
+                (idx >= f.exec, idx > f.exec, idx)
             } else {
-                (true, true)
+                (true, true, 0)
             };
             let st = &mut self.streams[si];
             let f = st.inflight.pop_front().expect("front");
@@ -511,6 +511,28 @@ impl CudaKernels {
                     tags: f.tags,
                     kind: EventKind::Started,
                 });
+            }
+            if ran && f.flagged {
+                // The index went past this kernel: a later kernel of the
+                // instance passed its check (and may have run partly
+                // under the flag). Its start is reported first, so the
+                // scheduler counts this completion and restores from the
+                // kernel the index names (REEF §4.4), not from this one:
+                // re-running this one after its successor partly ran
+                // would read what the successor may have overwritten.
+                for n in st.inflight.iter_mut() {
+                    if n.started || n.slot != f.slot || n.model != f.model || n.exec > idx {
+                        continue;
+                    }
+                    n.started = true;
+                    out.push(DeviceEvent {
+                        time: self.now,
+                        stream,
+                        launch: n.id,
+                        tags: n.tags,
+                        kind: EventKind::Started,
+                    });
+                }
             }
             out.push(DeviceEvent {
                 time: self.now,

@@ -335,13 +335,13 @@ impl HipKernels {
                 return Ok(());
             }
             check("hipEventQuery", r)?;
-            let (passed, ran) = if f.flagged {
+            let (passed, ran, idx) = if f.flagged {
                 let mut b = [0u8; 4];
                 dtoh(&mut b, st.instances[&f.model][f.slot].inst.index)?;
                 let idx = u32::from_le_bytes(b);
-                (idx >= f.exec, idx > f.exec)
+                (idx >= f.exec, idx > f.exec, idx)
             } else {
-                (true, true)
+                (true, true, 0)
             };
             let st = &mut self.streams[si];
             let f = st.inflight.pop_front().expect("front");
@@ -356,6 +356,18 @@ impl HipKernels {
             };
             if passed && !f.started {
                 out.push(ev(f.id, f.tags, EventKind::Started));
+            }
+            if ran && f.flagged {
+                // As on cuda:N (device/cuda/kernels.rs): the kernels the
+                // index went past this one to are reported started first,
+                // so the scheduler restores from the one it names.
+                for n in st.inflight.iter_mut() {
+                    if n.started || n.slot != f.slot || n.model != f.model || n.exec > idx {
+                        continue;
+                    }
+                    n.started = true;
+                    out.push(ev(n.id, n.tags, EventKind::Started));
+                }
             }
             out.push(ev(
                 f.id,
