@@ -492,3 +492,51 @@ fn slow_senders_are_cut_off_and_free_their_connection_slots() {
     let (s, _, _) = http(&f.http, "GET", "/v2/health/ready", &[], b"");
     assert_eq!(s, 200);
 }
+
+/// Open descriptors of process `pid`.
+fn fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// 1000 connections held open at once (issue 27, "Load"): the front keeps
+/// serving, and once they close the daemon's descriptors return to what
+/// they were (nothing leaked per connection).
+#[test]
+fn a_thousand_open_connections_are_served_and_leave_nothing_behind() {
+    let f = start("sim:mi50", "");
+    let pid = f.d.pid();
+    let (s, _, _) = http(&f.http, "GET", "/v2/health/live", &[], b"");
+    assert_eq!(s, 200);
+    let before = fds(pid);
+    let conns: Vec<TcpStream> = (0..1000)
+        .map(|_| TcpStream::connect(&f.http).expect("connect"))
+        .collect();
+    // Every connection is accepted (the limit is 1024): the daemon holds
+    // one descriptor for each.
+    let mut held = 0;
+    for _ in 0..200 {
+        held = fds(pid);
+        if held >= before + 1000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(held >= before + 1000, "{held} descriptors, {before} before");
+    let (s, _, _) = http(&f.http, "GET", "/v2/health/ready", &[], b"");
+    assert_eq!(s, 200, "served beside 1000 open connections");
+    drop(conns);
+    let mut after = usize::MAX;
+    for _ in 0..200 {
+        after = fds(pid);
+        if after <= before {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        after <= before,
+        "{after} descriptors after, {before} before"
+    );
+}
