@@ -488,6 +488,42 @@ fn slow_senders_are_cut_off_and_free_their_connection_slots() {
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("body_read_timeout_ms"), "{text}");
+    // gRPC: a connection that sends nothing, and one that trickles the
+    // HTTP/2 preface a byte every 200 ms (24 bytes: 4.8 s), are closed
+    // once the header timeout passes without a whole preface.
+    for trickle in [false, true] {
+        let mut s = TcpStream::connect(&f.grpc).unwrap();
+        let mut r = s.try_clone().unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let writer = std::thread::spawn(move || {
+            if trickle {
+                for &b in b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" {
+                    if s.write_all(&[b]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+            std::thread::sleep(Duration::from_secs(6));
+        });
+        let mut sink = Vec::new();
+        let t0 = std::time::Instant::now();
+        // Closed: end of stream or a reset, not the read timing out.
+        let closed = match r.read_to_end(&mut sink) {
+            Ok(_) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        assert!(
+            // Before the trickled preface would be complete (4.8 s).
+            closed && t0.elapsed() < Duration::from_millis(4_500),
+            "gRPC connection (trickle {trickle}) not closed by the preface deadline: {:?}",
+            t0.elapsed()
+        );
+        writer.join().unwrap();
+    }
     // The daemon goes on.
     let (s, _, _) = http(&f.http, "GET", "/v2/health/ready", &[], b"");
     assert_eq!(s, 200);

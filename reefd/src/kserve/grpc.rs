@@ -76,14 +76,17 @@ impl Service {
 pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     let max = front.opts.max_body_bytes;
     let conns = front.opts.max_connections.max(1);
+    let front_header_timeout = front.opts.header_read_timeout;
     let svc = GrpcInferenceServiceServer::new(Service { front })
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<super::limit::Conn, std::io::Error>>(16);
     let mut limited = super::limit::Limited::new(listener, conns);
+    let opening = front_header_timeout;
     let acceptor = tokio::spawn(async move {
         loop {
             let (c, _) = limited.accept_limited().await;
+            let c = c.first_bytes_within(super::limit::HTTP2_PREFACE_BYTES, opening);
             if tx.send(Ok(c)).await.is_err() {
                 break;
             }

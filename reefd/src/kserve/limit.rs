@@ -3,6 +3,7 @@
 //! dropped. Clients past the limit wait in the kernel's backlog rather than
 //! taking descriptors and tasks from the ones being served.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -40,6 +41,7 @@ impl Limited {
                         Conn {
                             inner: s,
                             _permit: permit,
+                            opening: None,
                         },
                         addr,
                     );
@@ -83,9 +85,25 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Limi
 pub struct Conn {
     inner: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// Bytes still expected before `deadline`, and the deadline
+    /// ([`Conn::first_bytes_within`]).
+    opening: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
 }
 
+/// The HTTP/2 client connection preface (RFC 9113 §3.4), which a gRPC
+/// client sends first: `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
+pub const HTTP2_PREFACE_BYTES: usize = 24;
+
 impl Conn {
+    /// The connection is closed unless its first `bytes` arrive within
+    /// `within`: a client that connects and sends nothing, or trickles its
+    /// opening, does not hold a connection slot for ever (the gRPC front:
+    /// tonic has no handshake timeout of its own).
+    pub fn first_bytes_within(mut self, bytes: usize, within: Duration) -> Self {
+        self.opening = Some((bytes, Box::pin(tokio::time::sleep(within))));
+        self
+    }
+
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.inner.peer_addr()
     }
@@ -97,7 +115,24 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        if let Some((_, deadline)) = &mut self.opening {
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client did not send its connection preface in time",
+                )));
+            }
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let got = buf.filled().len() - before;
+        if let Some((left, _)) = &mut self.opening {
+            *left = left.saturating_sub(got);
+            if *left == 0 {
+                self.opening = None;
+            }
+        }
+        r
     }
 }
 

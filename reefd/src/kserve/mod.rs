@@ -84,7 +84,9 @@ pub struct KserveOptions {
     /// HTTP: a connection that has not sent a request's whole header this
     /// long after it began (or after the previous reply, on a kept-alive
     /// connection) is closed, so slow senders cannot hold the connection
-    /// slots (`max_connections`) for ever.
+    /// slots (`max_connections`) for ever. gRPC: a connection whose
+    /// HTTP/2 preface has not arrived this long after it was accepted is
+    /// closed.
     pub header_read_timeout: std::time::Duration,
     /// HTTP: a request whose body has not arrived this long after its
     /// header is answered 408 and its connection closed.
