@@ -501,8 +501,9 @@ fn the_simulated_device_serves_without_root() {
 
 /// A driver error is counted in stats and Prometheus, logged with its
 /// action, and fails only its request (issue 18 item 6). The test device
-/// refuses the 9th launch of kernel `scale` (REEF_LIBCUDA_SIM_FAIL_LAUNCH):
-/// the first 8 compute the reference outputs at load, the 9th is the first
+/// refuses the 12th launch of kernel `scale` (REEF_LIBCUDA_SIM_FAIL_LAUNCH):
+/// the first 8 compute the reference outputs at load and the next 3 time
+/// each kernel alone (device/cuda/load.rs), the 12th is the first
 /// request's. A model whose kernel the driver refuses outright is refused
 /// at load, with the driver's words.
 #[test]
@@ -518,7 +519,7 @@ fn driver_errors_are_counted_logged_and_answered() {
         "",
         &format!("cuda_library = {:?}", common::sim_library()),
         &format!("[metrics]\nenabled = true\nlisten = \"127.0.0.1:{port}\"\n"),
-        &[("REEF_LIBCUDA_SIM_FAIL_LAUNCH", "scale@9")],
+        &[("REEF_LIBCUDA_SIM_FAIL_LAUNCH", "scale@12")],
     );
     let t = common::refused_model("wide");
     let mut c = d.client();
@@ -578,7 +579,7 @@ fn a_request_whose_later_launch_is_refused_leaves_its_stream_free() {
         &format!("cuda_library = {:?}", common::sim_library()),
         "",
         // bias_relu is kernel 1 of 2; its 100th launch is a request's (the
-        // first 8 are the reference runs at load).
+        // first 11 are the reference runs and kernel timings at load).
         &[("REEF_LIBCUDA_SIM_FAIL_LAUNCH", "bias_relu@100")],
     );
     let mut c = d.client();
