@@ -564,12 +564,17 @@ fn a_thousand_open_connections_are_served_and_leave_nothing_behind() {
     let mut held = 0;
     for _ in 0..1200 {
         held = fds(pid);
-        if held >= before + 1000 {
+        // (`before` may count a connection of the previous request that
+        // is still closing: a few descriptors of slack.)
+        if held + 10 >= before + 1000 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(held >= before + 1000, "{held} descriptors, {before} before");
+    assert!(
+        held + 10 >= before + 1000,
+        "{held} descriptors, {before} before"
+    );
     let (s, _, _) = http(&f.http, "GET", "/v2/health/ready", &[], b"");
     assert_eq!(s, 200, "served beside 1000 open connections");
     drop(conns);
