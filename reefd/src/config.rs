@@ -89,6 +89,10 @@ pub struct KserveConfig {
     /// HTTP: answer 408 to a request whose body is not complete this many
     /// milliseconds after its header.
     pub body_read_timeout_ms: u64,
+    /// gRPC: send GOAWAY to a connection this many milliseconds old.
+    pub grpc_max_connection_age_ms: u64,
+    /// gRPC: close a connection this many milliseconds after its GOAWAY.
+    pub grpc_max_connection_age_grace_ms: u64,
 }
 
 impl Default for KserveConfig {
@@ -107,6 +111,8 @@ impl Default for KserveConfig {
             shm_uids: Vec::new(),
             header_read_timeout_ms: d.header_read_timeout.as_millis() as u64,
             body_read_timeout_ms: d.body_read_timeout.as_millis() as u64,
+            grpc_max_connection_age_ms: d.grpc_max_connection_age.as_millis() as u64,
+            grpc_max_connection_age_grace_ms: d.grpc_max_connection_age_grace.as_millis() as u64,
         }
     }
 }
@@ -441,10 +447,15 @@ impl Config {
                     .into(),
             ));
         }
-        if k.header_read_timeout_ms == 0 || k.body_read_timeout_ms == 0 {
+        if k.header_read_timeout_ms == 0
+            || k.body_read_timeout_ms == 0
+            || k.grpc_max_connection_age_ms == 0
+            || k.grpc_max_connection_age_grace_ms == 0
+        {
             return Err(ConfigError::Invalid(
-                "kserve.header_read_timeout_ms and body_read_timeout_ms must be at least 1 \
-                 (a slow client would otherwise hold a connection slot for ever)"
+                "kserve.header_read_timeout_ms, body_read_timeout_ms, grpc_max_connection_age_ms \
+                 and grpc_max_connection_age_grace_ms must be at least 1 (a slow or idle client \
+                 would otherwise hold a connection slot for ever)"
                     .into(),
             ));
         }
@@ -460,6 +471,10 @@ impl Config {
             shm_uids: k.shm_uids.clone(),
             header_read_timeout: std::time::Duration::from_millis(k.header_read_timeout_ms),
             body_read_timeout: std::time::Duration::from_millis(k.body_read_timeout_ms),
+            grpc_max_connection_age: std::time::Duration::from_millis(k.grpc_max_connection_age_ms),
+            grpc_max_connection_age_grace: std::time::Duration::from_millis(
+                k.grpc_max_connection_age_grace_ms,
+            ),
         })
     }
 

@@ -537,6 +537,122 @@ fn slow_senders_are_cut_off_and_free_their_connection_slots() {
     assert_eq!(s, 200);
 }
 
+/// An HTTP/2 frame (RFC 9113 §4.1).
+fn h2_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut v = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, ty, flags];
+    v.extend_from_slice(&stream.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// The types of the whole frames in `b`, which begins at a frame.
+fn h2_frame_types(mut b: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while b.len() >= 9 {
+        let n = (b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize;
+        types.push(b[3]);
+        b = &b[(9 + n).min(b.len())..];
+    }
+    types
+}
+
+/// The HEADERS block of a gRPC ModelInfer call, in HPACK (RFC 7541):
+/// indexed `:method POST` and `:scheme http`, then literals without
+/// indexing for `:path`, `:authority`, `content-type` and `te`.
+fn grpc_infer_headers() -> Vec<u8> {
+    fn lit(out: &mut Vec<u8>, s: &str) {
+        out.push(s.len() as u8);
+        out.extend_from_slice(s.as_bytes());
+    }
+    let mut h = vec![0x83, 0x86, 0x04];
+    lit(&mut h, "/inference.GRPCInferenceService/ModelInfer");
+    h.push(0x01);
+    lit(&mut h, "x");
+    h.extend_from_slice(&[0x0f, 0x10]);
+    lit(&mut h, "application/grpc");
+    h.push(0x00);
+    lit(&mut h, "te");
+    lit(&mut h, "trailers");
+    h
+}
+
+/// gRPC connections past their preface (issue 27, "slow senders"): one
+/// that trickles a frame a byte at a time, and one that opens a ModelInfer
+/// call and sends its body a 1-byte DATA frame at a time, are closed by the
+/// frame and request deadlines (`header_read_timeout_ms`,
+/// `body_read_timeout_ms`), long before they stop trickling; an idle one
+/// is sent GOAWAY at `grpc_max_connection_age_ms` and closed after its
+/// grace. The lower bounds show the close came from the deadline, not from
+/// a protocol error in the hand-made frames.
+#[test]
+fn grpc_clients_that_trickle_after_the_preface_are_cut_off() {
+    let f = start(
+        "sim:mi50",
+        "header_read_timeout_ms = 1000\nbody_read_timeout_ms = 1500\n\
+         grpc_max_connection_age_ms = 3000\ngrpc_max_connection_age_grace_ms = 2000\n",
+    );
+    let trickle_for = Duration::from_secs(12);
+    for case in ["frame", "request", "idle"] {
+        let mut s = TcpStream::connect(&f.grpc).unwrap();
+        let mut r = s.try_clone().unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut opening = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        opening.extend(h2_frame(0x4, 0, 0, &[]));
+        if case == "request" {
+            opening.extend(h2_frame(0x1, 0x4, 1, &grpc_infer_headers()));
+        }
+        s.write_all(&opening).unwrap();
+        let t0 = std::time::Instant::now();
+        let writer = std::thread::spawn(move || {
+            let drip: Vec<u8> = match case {
+                // A PING frame, one byte every 200 ms.
+                "frame" => h2_frame(0x6, 0, 0, &[0; 8]),
+                // A 5-byte gRPC message prefix then its payload, one
+                // 1-byte DATA frame every 200 ms.
+                "request" => (0..64).flat_map(|_| h2_frame(0x0, 0, 1, &[0])).collect(),
+                _ => Vec::new(),
+            };
+            let step = if case == "frame" { 1 } else { 10 };
+            for chunk in drip.chunks(step) {
+                if t0.elapsed() > trickle_for || s.write_all(chunk).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            // The SETTINGS acknowledgement a client owes, then silence.
+            let _ = s.write_all(&h2_frame(0x4, 0x1, 0, &[]));
+            std::thread::sleep(Duration::from_secs(6));
+        });
+        let mut got = Vec::new();
+        let closed = match r.read_to_end(&mut got) {
+            Ok(_) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        let after = t0.elapsed();
+        let types = h2_frame_types(&got);
+        eprintln!("gRPC {case}: closed {closed} after {after:?}, frames {types:?}");
+        let (lo, hi) = match case {
+            "frame" => (900, 4_000),
+            "request" => (1_400, 4_500),
+            _ => (2_900, 6_000),
+        };
+        assert!(
+            closed && after >= Duration::from_millis(lo) && after < Duration::from_millis(hi),
+            "{case}: closed {closed} after {after:?}, expected within {lo}..{hi} ms"
+        );
+        // GOAWAY (0x7) only for the connection that aged out; the others
+        // were cut, not refused for a protocol error.
+        assert_eq!(types.contains(&0x7), case == "idle", "{case}: {types:?}");
+        writer.join().unwrap();
+    }
+    // The daemon goes on, over gRPC too.
+    tritonclient(&f, "vgg", None);
+}
+
 /// Open descriptors of process `pid`.
 fn fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

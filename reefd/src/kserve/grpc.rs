@@ -76,17 +76,21 @@ impl Service {
 pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     let max = front.opts.max_body_bytes;
     let conns = front.opts.max_connections.max(1);
-    let front_header_timeout = front.opts.header_read_timeout;
+    let (frame_within, request_within) =
+        (front.opts.header_read_timeout, front.opts.body_read_timeout);
+    let (age, grace) = (
+        front.opts.grpc_max_connection_age,
+        front.opts.grpc_max_connection_age_grace,
+    );
     let svc = GrpcInferenceServiceServer::new(Service { front })
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<super::limit::Conn, std::io::Error>>(16);
     let mut limited = super::limit::Limited::new(listener, conns);
-    let opening = front_header_timeout;
     let acceptor = tokio::spawn(async move {
         loop {
             let (c, _) = limited.accept_limited().await;
-            let c = c.first_bytes_within(super::limit::HTTP2_PREFACE_BYTES, opening);
+            let c = c.watch_http2(frame_within, request_within, age + grace);
             if tx.send(Ok(c)).await.is_err() {
                 break;
             }
@@ -94,6 +98,9 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     });
     let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
     if let Err(e) = tonic::transport::Server::builder()
+        // The age alone: tonic given a grace too never sends GOAWAY (see
+        // h2watch); the watch closes the connection after the grace.
+        .max_connection_age(age)
         .add_service(svc)
         .serve_with_incoming(incoming)
         .await

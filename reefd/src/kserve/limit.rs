@@ -14,6 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::h2watch::H2Watch;
+
 pub struct Limited {
     inner: TcpListener,
     permits: Arc<Semaphore>,
@@ -41,7 +43,7 @@ impl Limited {
                         Conn {
                             inner: s,
                             _permit: permit,
-                            opening: None,
+                            watch: None,
                         },
                         addr,
                     );
@@ -85,27 +87,47 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Limi
 pub struct Conn {
     inner: TcpStream,
     _permit: OwnedSemaphorePermit,
-    /// Bytes still expected before `deadline`, and the deadline
-    /// ([`Conn::first_bytes_within`]).
-    opening: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
+    /// The HTTP/2 deadlines of a gRPC connection ([`Conn::watch_http2`]),
+    /// and the timer armed at the next of them.
+    watch: Option<(H2Watch, Pin<Box<tokio::time::Sleep>>)>,
 }
 
-/// The HTTP/2 client connection preface (RFC 9113 §3.4), which a gRPC
-/// client sends first: `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
-pub const HTTP2_PREFACE_BYTES: usize = 24;
-
 impl Conn {
-    /// The connection is closed unless its first `bytes` arrive within
-    /// `within`: a client that connects and sends nothing, or trickles its
-    /// opening, does not hold a connection slot for ever (the gRPC front:
-    /// tonic has no handshake timeout of its own).
-    pub fn first_bytes_within(mut self, bytes: usize, within: Duration) -> Self {
-        self.opening = Some((bytes, Box::pin(tokio::time::sleep(within))));
+    /// The connection is closed when its client breaks one of the
+    /// [`H2Watch`] rules: the preface and every frame whole within
+    /// `frame_within` of their first byte, every request within
+    /// `request_within` of its first HEADERS frame (the gRPC front: tonic
+    /// has no read timeouts of its own).
+    /// It is closed `close_after` after it was accepted in any case.
+    pub fn watch_http2(
+        mut self,
+        frame_within: Duration,
+        request_within: Duration,
+        close_after: Duration,
+    ) -> Self {
+        let now = tokio::time::Instant::now();
+        let w = H2Watch::new(frame_within, request_within, now.into_std())
+            .close_at(now.into_std() + close_after);
+        let sleep = Box::pin(tokio::time::sleep_until(now + frame_within));
+        self.watch = Some((w, sleep));
         self
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.inner.peer_addr()
+    }
+
+    /// Arms the timer at the watch's next deadline; wakes the task at once
+    /// if that has passed.
+    fn arm(&mut self, cx: &mut Context<'_>) {
+        if let Some((w, sleep)) = &mut self.watch {
+            if let Some(at) = w.deadline() {
+                sleep.as_mut().reset(at.into());
+                if sleep.as_mut().poll(cx).is_ready() {
+                    cx.waker().wake_by_ref();
+                }
+            }
+        }
     }
 }
 
@@ -115,23 +137,21 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if let Some((_, deadline)) = &mut self.opening {
-            if deadline.as_mut().poll(cx).is_ready() {
+        if let Some((w, _)) = &self.watch {
+            if let Some(why) = w.broken(std::time::Instant::now()) {
+                tracing::debug!(peer = ?self.inner.peer_addr().ok(), %why, "gRPC connection closed");
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "the client did not send its connection preface in time",
+                    why.to_string(),
                 )));
             }
         }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let got = buf.filled().len() - before;
-        if let Some((left, _)) = &mut self.opening {
-            *left = left.saturating_sub(got);
-            if *left == 0 {
-                self.opening = None;
-            }
+        if let Some((w, _)) = &mut self.watch {
+            w.read(&buf.filled()[before..], std::time::Instant::now());
         }
+        self.arm(cx);
         r
     }
 }
@@ -142,7 +162,11 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let (Poll::Ready(Ok(n)), Some((w, _))) = (&r, &mut self.watch) {
+            w.wrote(&buf[..*n]);
+        }
+        r
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -155,7 +179,19 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let (Poll::Ready(Ok(n)), Some((w, _))) = (&r, &mut self.watch) {
+            let mut left = *n;
+            for b in bufs {
+                if left == 0 {
+                    break;
+                }
+                let k = left.min(b.len());
+                w.wrote(&b[..k]);
+                left -= k;
+            }
+        }
+        r
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()

@@ -29,6 +29,7 @@
 //! admin operations.
 
 pub mod grpc;
+pub mod h2watch;
 pub mod http;
 pub mod limit;
 pub mod shm;
@@ -91,6 +92,13 @@ pub struct KserveOptions {
     /// HTTP: a request whose body has not arrived this long after its
     /// header is answered 408 and its connection closed.
     pub body_read_timeout: std::time::Duration,
+    /// gRPC: a connection this old is asked to go away (HTTP/2 GOAWAY, as
+    /// gRPC's own `MAX_CONNECTION_AGE`); clients reconnect transparently.
+    /// This bounds an idle connection's hold on a slot.
+    pub grpc_max_connection_age: std::time::Duration,
+    /// gRPC: a connection still open this long after it was asked to go
+    /// away is closed.
+    pub grpc_max_connection_age_grace: std::time::Duration,
 }
 
 impl Default for KserveOptions {
@@ -107,6 +115,8 @@ impl Default for KserveOptions {
             shm_uids: Vec::new(),
             header_read_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(30),
+            grpc_max_connection_age: std::time::Duration::from_secs(300),
+            grpc_max_connection_age_grace: std::time::Duration::from_secs(60),
         }
     }
 }
