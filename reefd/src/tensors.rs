@@ -205,12 +205,40 @@ pub struct OutputPlace {
 }
 
 /// One output as the device produced it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum OutputBytes {
     /// Copied from the device into this buffer, for the answer.
     Inline(Vec<u8>),
     /// Copied from the device into its region.
     Written,
+    /// Not read yet: the device has it once work it queued is done (the
+    /// simulated device's CPU build, `sim/src/realvalues.rs`). The daemon
+    /// reads it after releasing its lock, and writes it to the output's
+    /// region or puts it in the answer then ([`Later`]).
+    Later(Later),
+}
+
+/// An output's bytes read later, off the daemon's lock: `None` when the
+/// device has none.
+pub struct Later(pub Box<dyn FnOnce() -> Option<Vec<u8>> + Send>);
+
+impl Later {
+    pub fn read(self) -> Option<Vec<u8>> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Later(..)")
+    }
+}
+
+/// Two reads not yet made are never known to be equal.
+impl PartialEq for Later {
+    fn eq(&self, _: &Self) -> bool {
+        false
+    }
 }
 
 /// A request's data as the device receives it: each input's storage and

@@ -219,6 +219,16 @@ impl RealValues {
         rx.recv().ok().flatten()
     }
 
+    /// A buffer's bytes once the work queued before is done, without
+    /// waiting for it here: the answer arrives on the receiver (`None`
+    /// inside: never written nor used by a registered kernel; the
+    /// receiver disconnected: the worker is gone).
+    pub fn bytes_later(&self, b: BufferId) -> Receiver<Option<Vec<u8>>> {
+        let (tx, rx) = channel();
+        let _ = self.tx.send(Op::Read(b, tx));
+        rx
+    }
+
     fn snapshot(&self) -> (HashMap<BufferId, Buffer>, Vec<String>, u64) {
         let (tx, rx) = channel();
         self.tx

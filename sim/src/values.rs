@@ -307,6 +307,13 @@ impl ValueTracker {
         self.real.as_ref().and_then(|r| r.bytes(b))
     }
 
+    /// [`ValueTracker::bytes`] without waiting: the bytes arrive on the
+    /// receiver once the completions before were computed (`None`: no
+    /// compiled model is registered).
+    pub fn bytes_later(&self, b: BufferId) -> Option<std::sync::mpsc::Receiver<Option<Vec<u8>>>> {
+        self.real.as_ref().map(|r| r.bytes_later(b))
+    }
+
     /// The real-values state, when a compiled model is registered.
     pub fn real(&self) -> Option<&RealValues> {
         self.real.as_deref()

@@ -18,7 +18,7 @@
 
 use crate::engine::sched::{EngineDevice, SchedEngine, SchedSettings};
 use crate::engine::{EngineError, EngineModel};
-use crate::tensors::{OutputBytes, Outputs, RequestData};
+use crate::tensors::{Later, OutputBytes, Outputs, RequestData};
 use reef_exec::Device;
 use reef_sched::{RequestId, Time};
 use reef_sim::{
@@ -99,34 +99,25 @@ impl SimDevice {
         self.bytes.get(&b).map(Vec::as_slice)
     }
 
-    /// Output storage bytes of a finished request: those the CPU build of
-    /// a compiled model's kernels computed on the buffers' bytes (reef-sim's
-    /// real values, `sim/src/realvalues.rs`; waits for the worker to finish
-    /// the completions so far). `None` for a model without a CPU build.
-    fn output_bytes(&self, b: BufferId) -> Option<Vec<u8>> {
-        self.sim.values().bytes(b)
-    }
-
-    /// Reads request `req`'s outputs when it is done.
+    /// Request `req`'s outputs when it is done: read later, off the
+    /// daemon's lock ([`OutputBytes::Later`]), since the CPU build may
+    /// still be computing them (the simulated device completes kernels on
+    /// its own clock; `sim/src/realvalues.rs`). The reads are queued now,
+    /// so they see the buffers as this request left them.
     fn finish(&mut self, req: u64) {
         let Some(a) = self.attached.remove(&req) else {
             return;
         };
         let mut out = Vec::with_capacity(a.data.outputs.len());
         let mut result: Outputs = Ok(Vec::new());
-        for (place, b) in a.data.outputs.iter().zip(&a.buffers) {
-            let got = self.output_bytes(*b);
-            let Some(src) = got.filter(|s| s.len() == place.bytes) else {
+        for b in a.buffers.iter().take(a.data.outputs.len()) {
+            let Some(rx) = self.sim.values().bytes_later(*b) else {
                 result = Err(NO_VALUES.to_string());
                 break;
             };
-            out.push(match &place.region {
-                Some((r, range)) => {
-                    r.write(range.start, &src);
-                    OutputBytes::Written
-                }
-                None => OutputBytes::Inline(src),
-            });
+            out.push(OutputBytes::Later(Later(Box::new(move || {
+                rx.recv().ok().flatten()
+            }))));
         }
         if result.is_ok() {
             result = Ok(out);

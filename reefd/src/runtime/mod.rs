@@ -204,7 +204,7 @@ struct State {
     pacer_last: Nanos,
     /// Outcomes found under the lock, delivered after it is released (a
     /// delivery wakes another thread: not while RT requests wait).
-    deliveries: Vec<(u64, Waiter, Result<TaskResult, Failure>)>,
+    deliveries: Vec<Delivery>,
     /// The streams each uid holds (per-uid limits, without a scan of every
     /// stream on the request path).
     uid_streams: HashMap<u32, BTreeSet<u64>>,
@@ -299,6 +299,8 @@ pub struct Runtime {
     /// Set when shutdown begins: model loads in progress outside the lock
     /// stop at their next step (models.rs).
     load_cancel: std::sync::atomic::AtomicBool,
+    /// The answers thread ([`spawn_answers`]).
+    answers: std::sync::mpsc::Sender<Delivery>,
 }
 
 impl Runtime {
@@ -331,6 +333,7 @@ impl Runtime {
             }),
             uid_bytes: Arc::default(),
             load_cancel: std::sync::atomic::AtomicBool::new(false),
+            answers: spawn_answers(),
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
             epoch_monotonic_ns: crate::protocol::monotonic_ns(),
@@ -459,13 +462,19 @@ impl Runtime {
                         ),
                     };
                     let mut result = result;
+                    let mut later = Vec::new();
                     if let Some((data, io)) = &t.data {
                         let got = st.engine.take_outputs(task).unwrap_or_else(|| {
                             Err("the device returned no outputs for this request".into())
                         });
-                        tensors::answer_outputs(io, data, got, &mut result);
+                        later = tensors::answer_outputs(io, data, got, &mut result);
                     }
-                    st.deliveries.push((task, t.waiter, Ok(result)));
+                    st.deliveries.push(Delivery {
+                        task,
+                        waiter: t.waiter,
+                        result: Ok(result),
+                        later,
+                    });
                 }
                 EngineEvent::DeviceError { action, error } => {
                     st.metrics.device_errors += 1;
@@ -806,8 +815,41 @@ fn fail_task(st: &mut State, task: u64, why: Failure) {
         if let Some(s) = st.streams.get_mut(&t.stream) {
             s.tasks.remove(&task);
         }
-        st.deliveries.push((task, t.waiter, Err(why)));
+        st.deliveries.push(Delivery {
+            task,
+            waiter: t.waiter,
+            result: Err(why),
+            later: Vec::new(),
+        });
     }
+}
+
+/// An outcome to tell a client once the lock is released.
+struct Delivery {
+    task: u64,
+    waiter: Waiter,
+    result: Result<TaskResult, Failure>,
+    /// Outputs still to read from the device ([`tensors::resolve_outputs`]).
+    later: Vec<tensors::PendingOutput>,
+}
+
+/// Delivers outcomes whose outputs must first be read from the device: the
+/// simulated device's CPU build may still be computing them, and neither
+/// the lock nor the pacer (which advances the device) waits for it.
+fn spawn_answers() -> std::sync::mpsc::Sender<Delivery> {
+    let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
+    std::thread::Builder::new()
+        .name("reefd-answers".into())
+        .spawn(move || {
+            for mut d in rx {
+                if let Ok(r) = &mut d.result {
+                    tensors::resolve_outputs(r, std::mem::take(&mut d.later));
+                }
+                deliver(d.task, d.waiter, d.result);
+            }
+        })
+        .expect("spawn the answers thread");
+    tx
 }
 
 fn deliver(task: u64, w: Waiter, r: Result<TaskResult, Failure>) {

@@ -198,8 +198,19 @@ impl Runtime {
     pub(super) fn unlock(&self, mut st: MutexGuard<'_, State>) {
         let done = std::mem::take(&mut st.deliveries);
         drop(st);
-        for (task, waiter, result) in done {
-            deliver(task, waiter, result);
+        for d in done {
+            if d.later.is_empty() {
+                deliver(d.task, d.waiter, d.result);
+            } else {
+                if let Err(std::sync::mpsc::SendError(mut d)) = self.answers.send(d) {
+                    // The thread is gone (it never exits while the runtime
+                    // lives): read here rather than lose the answer.
+                    if let Ok(r) = &mut d.result {
+                        tensors::resolve_outputs(r, std::mem::take(&mut d.later));
+                    }
+                    deliver(d.task, d.waiter, d.result);
+                }
+            }
         }
     }
 }

@@ -296,30 +296,62 @@ fn in_region(
     })
 }
 
+/// An output whose bytes are read after the daemon's lock is released
+/// ([`OutputBytes::Later`]).
+pub(super) struct PendingOutput {
+    later: crate::tensors::Later,
+    name: String,
+    bytes: usize,
+    /// The region range it goes to, or its index in the answer's data.
+    to: Result<(Arc<Region>, std::ops::Range<usize>), usize>,
+}
+
 /// The outputs of a finished request for its answer: each output's
-/// metadata, inline ones with their bytes in the data section.
+/// metadata, inline ones with their bytes in the data section. Outputs
+/// not read yet are returned, to be read and placed by [`resolve_outputs`]
+/// off the lock.
 pub(super) fn answer_outputs(
     io: &ModelIo,
     data: &RequestData,
     got: crate::tensors::Outputs,
     result: &mut TaskResult,
-) {
+) -> Vec<PendingOutput> {
     let got = match got {
         Ok(g) => g,
         Err(why) => {
             result.outputs_missing = Some(why);
-            return;
+            return Vec::new();
         }
     };
+    let mut later = Vec::new();
     let mut offset = 0u64;
     for (((spec, _), place), bytes) in io.outputs.iter().zip(&data.outputs).zip(got) {
         let (region, at) = match &place.region {
             Some((r, range)) => (Some(r.id), range.start as u64),
             None => (None, offset),
         };
-        if let OutputBytes::Inline(b) = bytes {
-            offset += b.len() as u64;
-            result.data.push(b);
+        match bytes {
+            OutputBytes::Inline(b) => {
+                offset += b.len() as u64;
+                result.data.push(b);
+            }
+            OutputBytes::Written => {}
+            OutputBytes::Later(l) => {
+                let to = match &place.region {
+                    Some((r, range)) => Ok((r.clone(), range.clone())),
+                    None => {
+                        offset += place.bytes as u64;
+                        result.data.push(Vec::new());
+                        Err(result.data.len() - 1)
+                    }
+                };
+                later.push(PendingOutput {
+                    later: l,
+                    name: spec.name.clone(),
+                    bytes: place.bytes,
+                    to,
+                });
+            }
         }
         result.outputs.push(OutputTensor {
             name: spec.name.clone(),
@@ -329,5 +361,33 @@ pub(super) fn answer_outputs(
             offset: at,
             bytes: place.bytes as u64,
         });
+    }
+    later
+}
+
+/// Reads the outputs [`answer_outputs`] left pending and puts them where
+/// they go. If one has no bytes, the answer carries none, and says why.
+pub(super) fn resolve_outputs(result: &mut TaskResult, pending: Vec<PendingOutput>) {
+    for p in pending {
+        let want = p.bytes;
+        match p.later.read() {
+            Some(b) if b.len() == want => match p.to {
+                Ok((r, range)) => r.write(range.start, &b),
+                Err(i) => result.data[i] = b,
+            },
+            got => {
+                result.outputs.clear();
+                result.data.clear();
+                result.outputs_missing = Some(format!(
+                    "the device has no value for output {:?} ({})",
+                    p.name,
+                    match got {
+                        Some(b) => format!("{} bytes, not {want}", b.len()),
+                        None => "its buffer was never written".into(),
+                    }
+                ));
+                return;
+            }
+        }
     }
 }
