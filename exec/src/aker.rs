@@ -267,13 +267,51 @@ impl std::fmt::Debug for SimPredictor {
 impl SimPredictor {
     /// Profiles every kernel of `models` alone on `spec`.
     pub fn new<M: crate::ModelShapes>(spec: &DeviceSpec, models: &[M]) -> anyhow::Result<Self> {
+        let times = models
+            .iter()
+            .map(|m| Self::solo_times(spec, m.shapes()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Self::with_times(spec, models, &times)
+    }
+
+    /// The stand-alone time (ns) of each of a model's kernels on `spec`:
+    /// the profile [`SimPredictor::new`] takes, one scratch simulation per
+    /// kernel. A caller that builds predictors again for the same models
+    /// (the daemon, at each scheduler rebuild) keeps these and passes them
+    /// to [`SimPredictor::with_times`].
+    pub fn solo_times(spec: &DeviceSpec, shapes: &[Arc<KernelShape>]) -> anyhow::Result<Vec<f64>> {
+        shapes
+            .iter()
+            .map(|sh| Ok((time_alone(spec, sh, 0..sh.blocks)? + spec.cp_dispatch_ns) as f64))
+            .collect()
+    }
+
+    /// A predictor whose kernels' stand-alone times are `times[m][k]` (ns,
+    /// [`SimPredictor::solo_times`] or measured), without profiling.
+    pub fn with_times<M: crate::ModelShapes>(
+        spec: &DeviceSpec,
+        models: &[M],
+        times: &[Vec<f64>],
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            times.len() == models.len(),
+            "kernel times for {} models, {} given",
+            times.len(),
+            models.len()
+        );
         let mut kernels = Vec::new();
         let mut shapes = Vec::new();
         let mut n = 0;
-        for m in models {
+        for (mi, (m, t)) in models.iter().zip(times).enumerate() {
+            anyhow::ensure!(
+                t.len() == m.shapes().len(),
+                "model {mi}: {} kernel times for {} kernels",
+                t.len(),
+                m.shapes().len()
+            );
             let mut ks = Vec::new();
-            for (k, sh) in m.shapes().iter().enumerate() {
-                let solo = (time_alone(spec, sh, 0..sh.blocks)? + spec.cp_dispatch_ns) as f64;
+            for (k, (sh, &solo)) in m.shapes().iter().zip(t).enumerate() {
+                anyhow::ensure!(solo > 0.0, "model {mi}: a kernel's time is 0 ns");
                 let name = m
                     .model()
                     .kernels

@@ -135,6 +135,54 @@ impl SimDevice {
     }
 }
 
+/// Model `m`'s CPU build, opened (`None`: it has none, and keeps version
+/// tracking only).
+fn cpu_build(m: &EngineModel) -> Result<Option<Arc<reef_cpu_kernels::Program>>, EngineError> {
+    let has_code =
+        m.model.compiled.is_some() && reef_cpu_kernels::Program::file_has_code(&m.model.path);
+    if !has_code {
+        return Ok(None);
+    }
+    reef_cpu_kernels::Program::load_file(&m.model.path)
+        .map(Some)
+        .map_err(|e| {
+            EngineError::Invalid(format!(
+                "model {}: its CPU build cannot be loaded for real values: {e}",
+                m.name
+            ))
+        })
+}
+
+impl SimDevice {
+    /// Registers model `m`'s CPU build, if it has one, for real values.
+    fn install_program(
+        &mut self,
+        m: &EngineModel,
+        program: Option<Arc<reef_cpu_kernels::Program>>,
+    ) -> Result<(), EngineError> {
+        let Some(program) = program else {
+            tracing::info!(model = %m.name, "no CPU build: version tracking only");
+            self.real.remove(&m.name);
+            return Ok(());
+        };
+        let shapes = reef_sim::KernelShape::for_model(&m.model, self.sim.spec()).map_err(|e| {
+            EngineError::Invalid(format!(
+                "model {}: kernel {}: {}",
+                m.name, e.kernel, e.problem
+            ))
+        })?;
+        // As ValueTracker::load_compiled, keeping the program: a rebuild of
+        // the engine resets the simulator, which then gets it again.
+        let ids: Vec<u64> = shapes.iter().map(|s| s.identity).collect();
+        self.sim
+            .values_mut()
+            .register_program(&ids, program.clone());
+        tracing::info!(model = %m.name, "real values: the CPU build of its kernels computes outputs");
+        self.real.insert(m.name.clone(), (ids, program));
+        Ok(())
+    }
+}
+
 impl EngineDevice for SimDevice {
     fn describe(&self) -> String {
         format!("reef-sim {}", self.sim.spec().name)
@@ -144,34 +192,37 @@ impl EngineDevice for SimDevice {
     /// values: its kernels' outputs are computed on the buffers' bytes when
     /// they complete. A schedule without code keeps version tracking.
     fn load(&mut self, m: &EngineModel) -> Result<(), EngineError> {
-        let shapes = reef_sim::KernelShape::for_model(&m.model, self.sim.spec()).map_err(|e| {
-            EngineError::Invalid(format!(
-                "model {}: kernel {}: {}",
-                m.name, e.kernel, e.problem
-            ))
-        })?;
-        // As ValueTracker::load_compiled, keeping the program: a rebuild of
-        // the engine resets the simulator, which then gets it again.
-        let has_code =
-            m.model.compiled.is_some() && reef_cpu_kernels::Program::file_has_code(&m.model.path);
-        if !has_code {
-            tracing::info!(model = %m.name, "no CPU build: version tracking only");
-            self.real.remove(&m.name);
-            return Ok(());
-        }
-        let program = reef_cpu_kernels::Program::load_file(&m.model.path).map_err(|e| {
-            EngineError::Invalid(format!(
-                "model {}: its CPU build cannot be loaded for real values: {e}",
-                m.name
-            ))
-        })?;
-        let ids: Vec<u64> = shapes.iter().map(|s| s.identity).collect();
-        self.sim
-            .values_mut()
-            .register_program(&ids, program.clone());
-        tracing::info!(model = %m.name, "real values: the CPU build of its kernels computes outputs");
-        self.real.insert(m.name.clone(), (ids, program));
-        Ok(())
+        let program = cpu_build(m)?;
+        self.install_program(m, program)
+    }
+
+    /// The CPU build is opened (its JSON read, `cpu.so` loaded) outside
+    /// the runtime's lock (issue 25 item 2); [`EngineDevice::install`]
+    /// registers it.
+    fn prepare_load(
+        &self,
+        m: &EngineModel,
+    ) -> Option<Result<crate::engine::LoadWork, EngineError>> {
+        let m = m.clone();
+        Some(Ok(Box::new(move |_cancel| {
+            Ok(Box::new(cpu_build(&m)?) as crate::engine::LoadedPart)
+        })))
+    }
+
+    fn install(
+        &mut self,
+        m: &EngineModel,
+        part: crate::engine::LoadedPart,
+    ) -> Result<(), EngineError> {
+        let program = part
+            .downcast::<Option<Arc<reef_cpu_kernels::Program>>>()
+            .map_err(|_| {
+                EngineError::Invalid(format!(
+                    "model {}: not loaded for the simulated device",
+                    m.name
+                ))
+            })?;
+        self.install_program(m, *program)
     }
 
     fn unload(&mut self, name: &str) {

@@ -55,6 +55,8 @@ impl<D: EngineDevice> SchedEngine<D> {
         if self.models.iter().any(|m| m.name == model.name) {
             self.build.drv.dev.unload(&model.name);
         }
+        // A model loaded again may have other kernels: profiled again.
+        self.aker_times.remove(&model.name);
         match part {
             Some(p) => self.build.drv.dev.install(&model, p)?,
             None => self.build.drv.dev.load(&model)?,

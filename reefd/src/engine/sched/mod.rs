@@ -230,6 +230,11 @@ pub struct SchedEngine<D: EngineDevice = crate::device::sim::SimDevice> {
     /// The Aker predictor of the current build uses the device's own
     /// kernel times ([`EngineDevice::kernel_ns`]).
     aker_measured: bool,
+    /// Each loaded model's kernels' stand-alone times profiled on the
+    /// simulated preset for the Aker predictor, kept across rebuilds so a
+    /// rebuild (under the runtime's lock) profiles only models it has not
+    /// seen (issue 25 item 2).
+    aker_times: HashMap<String, Vec<f64>>,
 }
 
 /// Whether the engine runs `policy` (reef-sched's names and the Aker
@@ -395,6 +400,7 @@ impl<D: EngineDevice> SchedEngine<D> {
             outputs: HashMap::new(),
             aker_before: Default::default(),
             aker_measured: false,
+            aker_times: HashMap::new(),
         })
     }
 

@@ -25,12 +25,6 @@ impl<D: EngineDevice> SchedEngine<D> {
         self.save_fikit_profiles();
         let padding = self.padding_now();
         let aker = self.build.drv.sched.aker_stats();
-        let (mut setup, slots, rt_slot) = Self::layout(
-            &self.settings,
-            &self.spec,
-            &self.models,
-            &self.fikit_profiles,
-        );
         let measured = match self.device_predictor() {
             Ok(p) => p,
             Err(e) => {
@@ -38,8 +32,14 @@ impl<D: EngineDevice> SchedEngine<D> {
                 return;
             }
         };
-        let aker_measured = measured.is_some();
-        setup.aker_profiles = measured.map(std::sync::Arc::new);
+        let (mut setup, slots, rt_slot) = Self::layout(
+            &self.settings,
+            &self.spec,
+            &self.models,
+            &self.fikit_profiles,
+        );
+        let aker_measured = measured.as_ref().is_some_and(|m| m.1);
+        setup.aker_profiles = measured.map(|m| std::sync::Arc::new(m.0));
         match self.build.drv.rebuild(setup) {
             Ok(()) => {
                 let drv = &mut self.build.drv;
@@ -71,13 +71,17 @@ impl<D: EngineDevice> SchedEngine<D> {
         }
     }
 
-    /// Under `aker`, `baymax` and `tacker`: a predictor whose kernel
-    /// times are the device's own measurements ([`EngineDevice::kernel_ns`])
-    /// when the device measured them (a GPU), so no GPU predicts from a
-    /// simulated preset of another one; `None` on the simulator, whose
-    /// preset the driver profiles. A GPU that measured some loaded models
-    /// and not others cannot be predicted for: an error.
-    fn device_predictor(&self) -> anyhow::Result<Option<reef_exec::aker::SimPredictor>> {
+    /// Under `aker`, `baymax` and `tacker`: the predictor, and whether its
+    /// kernel times are the device's own measurements
+    /// ([`EngineDevice::kernel_ns`]) — when the device measured them (a
+    /// GPU), so no GPU predicts from a simulated preset of another one —
+    /// or profiled on the simulated preset (kept per model in
+    /// `aker_times`, so a rebuild profiles only new models). A GPU that
+    /// measured some loaded models and not others cannot be predicted
+    /// for: an error.
+    fn device_predictor(
+        &mut self,
+    ) -> anyhow::Result<Option<(reef_exec::aker::SimPredictor, bool)>> {
         if reef_sched::aker::Manager::of_name(&self.settings.policy).is_none() {
             return Ok(None);
         }
@@ -85,20 +89,41 @@ impl<D: EngineDevice> SchedEngine<D> {
         let measured: Vec<Option<Vec<u64>>> =
             self.models.iter().map(|m| dev.kernel_ns(&m.name)).collect();
         if measured.iter().all(Option::is_none) {
-            return Ok(None);
+            self.aker_times
+                .retain(|name, _| self.models.iter().any(|m| &m.name == name));
+            let mut times = Vec::with_capacity(self.models.len());
+            for m in &self.models {
+                let t = match self.aker_times.get(&m.name) {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = reef_exec::aker::SimPredictor::solo_times(&self.spec, &m.shapes)?;
+                        self.aker_times.insert(m.name.clone(), t.clone());
+                        t
+                    }
+                };
+                times.push(t);
+            }
+            let p = reef_exec::aker::SimPredictor::with_times(&self.spec, &self.models, &times)?;
+            return Ok(Some((p, false)));
         }
         let mut all = Vec::with_capacity(measured.len());
         for (m, t) in self.models.iter().zip(measured) {
-            all.push(t.ok_or_else(|| {
+            let t = t.ok_or_else(|| {
                 anyhow::anyhow!(
                     "policy {}: model {} has no kernel times measured on this device, which its predictions need (Aker §5)",
                     self.settings.policy,
                     m.name
                 )
-            })?);
+            })?;
+            anyhow::ensure!(
+                t.iter().all(|&ns| ns > 0),
+                "model {}: a kernel measured at 0 ns",
+                m.name
+            );
+            all.push(t.into_iter().map(|ns| ns as f64).collect());
         }
-        let p = reef_exec::aker::SimPredictor::new(&self.spec, &self.models)?;
-        Ok(Some(p.with_solo_ns(&all)?))
+        let p = reef_exec::aker::SimPredictor::with_times(&self.spec, &self.models, &all)?;
+        Ok(Some((p, true)))
     }
 
     pub(super) fn fikit_policy(&self) -> Option<&reef_sched::fikit::Fikit> {
