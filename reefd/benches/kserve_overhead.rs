@@ -9,7 +9,7 @@
 //! Run: `cargo bench -p reefd --bench kserve_overhead`
 //! (REEF_BENCH_REQUESTS: requests per client at concurrency 1, default
 //! 2000; at 64 each client sends a 64th of it. REEF_BENCH_DEVICE: default
-//! sim:h100. REEF_BENCH_MODEL: a model directory to serve, default the
+//! cuda:0 on the simulated libcuda as an H100. REEF_BENCH_MODEL: a model directory to serve, default the
 //! two-kernel test model of reef-libcuda-sim.)
 
 use reefd::client::Client;
@@ -27,7 +27,11 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
-    let device = std::env::var("REEF_BENCH_DEVICE").unwrap_or_else(|_| "sim:h100".into());
+    // cuda:0 on the simulated libcuda (H100): the two-kernel model has PTX
+    // that libcuda-sim runs, so its answers carry outputs; on sim:* only a
+    // model with a CPU build does (reef-compile's), and the fronts refuse
+    // an answer without outputs (501).
+    let device = std::env::var("REEF_BENCH_DEVICE").unwrap_or_else(|_| "cuda:0".into());
     let model_dir: PathBuf = std::env::var_os("REEF_BENCH_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -301,16 +305,31 @@ impl Daemon {
         let http = format!("127.0.0.1:{}", free_port());
         let grpc = format!("127.0.0.1:{}", free_port());
         let cfg = dir.path().join("reefd.toml");
+        let cuda = if device.starts_with("cuda:") {
+            // The simulated libcuda built beside this bench.
+            let lib = std::env::current_exe()?
+                .parent()
+                .map(|d| d.join("libreef_libcuda_sim.so"))
+                .filter(|l| l.is_file())
+                .ok_or_else(|| anyhow::anyhow!("libreef_libcuda_sim.so missing beside the bench: build reef-libcuda-sim"))?;
+            format!("cuda_library = {lib:?}\n")
+        } else {
+            String::new()
+        };
         // A 10-minute header timeout: the hostile phase's 1000 idle
         // connections and slow senders stay for the whole phase.
         std::fs::write(
             &cfg,
             format!(
-                "[daemon]\nsocket = {socket:?}\npid_file = {:?}\nlog_level = \"warn\"\n[device]\ndevice = {device:?}\n[metrics]\nenabled = false\n[kserve]\nhttp = {http:?}\ngrpc = {grpc:?}\nheader_read_timeout_ms = 600000\n",
+                "[daemon]\nsocket = {socket:?}\npid_file = {:?}\nlog_level = \"warn\"\n[device]\ndevice = {device:?}\n{cuda}[metrics]\nenabled = false\n[kserve]\nhttp = {http:?}\ngrpc = {grpc:?}\nheader_read_timeout_ms = 600000\n",
                 dir.path().join("reefd.pid")
             ),
         )?;
         let child = Command::new(env!("CARGO_BIN_EXE_reefd"))
+            .env(
+                "REEF_LIBCUDA_SIM_DEVICE",
+                std::env::var("REEF_LIBCUDA_SIM_DEVICE").unwrap_or_else(|_| "h100".into()),
+            )
             .args(["start", "--foreground", "--config"])
             .arg(&cfg)
             .stdout(Stdio::null())
