@@ -187,62 +187,66 @@ fn rt_under_load(d: &Daemon, model: &str, n: usize) -> anyhow::Result<()> {
         gb.1.mean_us / nb.1.mean_us,
         nb.0.mean_us / alone.0.mean_us
     );
-    // Hostile: idle connections and slow senders, then the same without.
-    let (fd0, rss0) = (fds(d.child.id()), rss_kb(d.child.id()));
-    let mut idle = Vec::new();
-    for i in 0..1000 {
-        idle.push(TcpStream::connect(if i % 2 == 0 {
-            &d.http
-        } else {
-            &d.grpc
-        })?);
-    }
-    let stop = AtomicBool::new(false);
-    let hostile = std::thread::scope(|s| {
-        for (addr, opening) in [
-            (
-                &d.http,
-                b"POST /v2/models/x/infer HTTP/1.1\r\nHost: x\r\n".to_vec(),
-            ),
-            (&d.grpc, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec()),
-        ] {
-            let stop = &stop;
-            s.spawn(move || {
-                // A byte a second, reconnecting whenever cut off.
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(mut c) = TcpStream::connect(addr) else {
-                        return;
-                    };
-                    for b in opening.iter().cycle() {
-                        if stop.load(Ordering::Relaxed) || c.write_all(&[*b]).is_err() {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_secs(1));
-                    }
-                }
-            });
+    // Hostile: idle connections and slow senders, then the same without;
+    // twice, so memory the first round left is told apart from a leak
+    // (a leak grows again in the second).
+    for round in 1..=2 {
+        let (fd0, rss0) = (fds(d.child.id()), rss_kb(d.child.id()));
+        let mut idle = Vec::new();
+        for i in 0..1000 {
+            idle.push(TcpStream::connect(if i % 2 == 0 {
+                &d.http
+            } else {
+                &d.grpc
+            })?);
         }
-        std::thread::sleep(Duration::from_millis(500));
-        let r = grpc_rt(n);
-        stop.store(true, Ordering::Relaxed);
-        r
-    })?;
-    let (fd1, rss1) = (fds(d.child.id()), rss_kb(d.child.id()));
-    drop(idle);
-    std::thread::sleep(Duration::from_secs(1));
-    let quiet = grpc_rt(n)?;
-    let (fd2, rss2) = (fds(d.child.id()), rss_kb(d.child.id()));
-    let h = show("gRPC RT, 1000 conns + slow", &hostile);
-    let q = show("gRPC RT, without them", &quiet);
-    println!(
-        "  hostile/without: mean {:.3}, p99 {:.3} (client); reefd's own mean {:.3}",
-        h.0.mean_us / q.0.mean_us,
-        h.0.p99_us / q.0.p99_us,
-        h.1.mean_us / q.1.mean_us
-    );
-    println!(
-        "  reefd descriptors {fd0} before, {fd1} under the load, {fd2} after; RSS {rss0} / {rss1} / {rss2} kB"
-    );
+        let stop = AtomicBool::new(false);
+        let hostile = std::thread::scope(|s| {
+            for (addr, opening) in [
+                (
+                    &d.http,
+                    b"POST /v2/models/x/infer HTTP/1.1\r\nHost: x\r\n".to_vec(),
+                ),
+                (&d.grpc, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec()),
+            ] {
+                let stop = &stop;
+                s.spawn(move || {
+                    // A byte a second, reconnecting whenever cut off.
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut c) = TcpStream::connect(addr) else {
+                            return;
+                        };
+                        for b in opening.iter().cycle() {
+                            if stop.load(Ordering::Relaxed) || c.write_all(&[*b]).is_err() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_secs(1));
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            let r = grpc_rt(n);
+            stop.store(true, Ordering::Relaxed);
+            r
+        })?;
+        let (fd1, rss1) = (fds(d.child.id()), rss_kb(d.child.id()));
+        drop(idle);
+        std::thread::sleep(Duration::from_secs(1));
+        let quiet = grpc_rt(n)?;
+        let (fd2, rss2) = (fds(d.child.id()), rss_kb(d.child.id()));
+        let h = show(&format!("gRPC RT, 1000 conns + slow #{round}"), &hostile);
+        let q = show(&format!("gRPC RT, without them #{round}"), &quiet);
+        println!(
+            "  hostile/without: mean {:.3}, p99 {:.3} (client); reefd's own mean {:.3}",
+            h.0.mean_us / q.0.mean_us,
+            h.0.p99_us / q.0.p99_us,
+            h.1.mean_us / q.1.mean_us
+        );
+        println!(
+            "  reefd descriptors {fd0} before, {fd1} under the load, {fd2} after; RSS {rss0} / {rss1} / {rss2} kB"
+        );
+    }
     Ok(())
 }
 
@@ -311,7 +315,11 @@ impl Daemon {
                 .parent()
                 .map(|d| d.join("libreef_libcuda_sim.so"))
                 .filter(|l| l.is_file())
-                .ok_or_else(|| anyhow::anyhow!("libreef_libcuda_sim.so missing beside the bench: build reef-libcuda-sim"))?;
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "libreef_libcuda_sim.so missing beside the bench: build reef-libcuda-sim"
+                    )
+                })?;
             format!("cuda_library = {lib:?}\n")
         } else {
             String::new()
