@@ -10,7 +10,8 @@
 //! (REEF_BENCH_REQUESTS: requests per client at concurrency 1, default
 //! 2000; at 64 each client sends a 64th of it. REEF_BENCH_DEVICE: default
 //! cuda:0 on the simulated libcuda as an H100. REEF_BENCH_MODEL: a model directory to serve, default the
-//! two-kernel test model of reef-libcuda-sim.)
+//! two-kernel test model of reef-libcuda-sim. REEF_BENCH_HOSTILE_ROUNDS:
+//! rounds of the hostile phase, default 2.)
 
 use reefd::client::Client;
 use reefd::kserve::grpc::pb;
@@ -190,7 +191,11 @@ fn rt_under_load(d: &Daemon, model: &str, n: usize) -> anyhow::Result<()> {
     // Hostile: idle connections and slow senders, then the same without;
     // twice, so memory the first round left is told apart from a leak
     // (a leak grows again in the second).
-    for round in 1..=2 {
+    let rounds: usize = std::env::var("REEF_BENCH_HOSTILE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    for round in 1..=rounds {
         let (fd0, rss0) = (fds(d.child.id()), rss_kb(d.child.id()));
         let mut idle = Vec::new();
         for i in 0..1000 {
