@@ -447,6 +447,8 @@ struct Launch {
     /// resident blocks on each CU.
     ptb: u32,
     resident: Vec<u32>,
+    /// It has resident groups, and its footprint counts in `Sim::l2_used`.
+    in_l2: bool,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the
@@ -545,6 +547,11 @@ pub struct Sim {
     dram_rate: u128,
     /// The largest `dram_rate` any placement pass saw.
     dram_peak: u128,
+    /// Summed footprints of the launches with resident groups (L2
+    /// capacity, `time_fresh_groups`).
+    l2_used: u128,
+    /// The largest `l2_used` any placement pass saw.
+    l2_peak: u128,
     /// Groups placed in the current placement pass, not yet timed: (group
     /// slot, generation, duration before bandwidth sharing, co-residency
     /// in 1/1024).
@@ -593,6 +600,8 @@ impl Sim {
             load: vec![[0; crate::mix::PIPES]; n],
             dram_rate: 0,
             dram_peak: 0,
+            l2_used: 0,
+            l2_peak: 0,
             fresh: Vec::new(),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
@@ -950,6 +959,7 @@ impl Sim {
                     exiting: false,
                     ptb: 0,
                     resident: Vec::new(),
+                    in_l2: false,
                 });
                 self.launches.len() as u32 - 1
             }
@@ -983,9 +993,11 @@ impl Sim {
         } else {
             l.cap_empty = cap_empty;
         }
+        debug_assert!(!l.in_l2, "a launch slot reused with resident groups");
         l.rate = 0;
         l.skipped = 0;
         l.exiting = false;
+        l.in_l2 = false;
         slot
     }
 
@@ -1187,6 +1199,25 @@ impl Sim {
         self.dram_rate as f64 / self.spec.memory_bandwidth_bytes_per_s as f64
     }
 
+    /// The summed footprints of the launches with resident blocks, as a
+    /// fraction of the preset's `l2_bytes` (docs/simulator.md "L2
+    /// capacity"); 0 when the preset has no L2 term. Above 1 the resident
+    /// launches' data cannot all stay in the L2.
+    pub fn l2_load(&self) -> f64 {
+        if self.spec.l2_bytes == 0 {
+            return 0.0;
+        }
+        self.l2_used as f64 / self.spec.l2_bytes as f64
+    }
+
+    /// The largest [`Sim::l2_load`] any placement saw so far.
+    pub fn l2_load_peak(&self) -> f64 {
+        if self.spec.l2_bytes == 0 {
+            return 0.0;
+        }
+        self.l2_peak as f64 / self.spec.l2_bytes as f64
+    }
+
     /// The largest [`Sim::dram_load`] any placement saw so far.
     pub fn dram_load_peak(&self) -> f64 {
         self.dram_peak as f64 / self.spec.memory_bandwidth_bytes_per_s as f64
@@ -1272,6 +1303,18 @@ impl Sim {
             return Err(format!(
                 "DRAM draw {} B/s != resident groups' {rate} B/s",
                 self.dram_rate
+            ));
+        }
+        let l2: u128 = self
+            .launches
+            .iter()
+            .filter(|l| !l.groups.is_empty())
+            .map(|l| l.req.shape.footprint_bytes as u128)
+            .sum();
+        if l2 != self.l2_used || self.launches.iter().any(|l| l.in_l2 == l.groups.is_empty()) {
+            return Err(format!(
+                "L2 footprint {} B != resident launches' {l2} B",
+                self.l2_used
             ));
         }
         let busy = self.usage.iter().filter(|&&u| blocks_of(u) > 0).count();
@@ -1669,19 +1712,28 @@ impl Sim {
     fn time_fresh_groups(&mut self) {
         let fresh = std::mem::take(&mut self.fresh);
         let now = self.now;
+        // L2 capacity first (docs/simulator.md "L2 capacity"): every group
+        // of this pass draws, beside its kernel's own DRAM bytes, the bytes
+        // of its footprint that the L2 held alone but cannot hold beside
+        // the other resident launches; they are charged like any other
+        // DRAM traffic below.
+        let extra = self.l2_extra_bytes(&fresh);
         let r = self.dram_rate;
         self.dram_peak = self.dram_peak.max(r);
+        self.l2_peak = self.l2_peak.max(self.l2_used);
         let w = self.spec.memory_bandwidth_bytes_per_s as u128;
         let cus = self.spec.compute_units as u128;
         let one = crate::mix::ONE as u128;
-        for &(gslot, gen, base, k) in &fresh {
+        for (i, &(gslot, gen, base, k)) in fresh.iter().enumerate() {
             let g = &self.groups[gslot as usize];
             let b = self.launches[g.launch as usize]
                 .req
                 .shape
                 .dram_bytes_per_block as u128;
+            // The block's bytes now, with what the L2 no longer holds.
+            let b_now = b + extra[i];
             let mut dur = base;
-            if b > 0 && r > w {
+            if b_now > 0 && r > w {
                 // Bytes per second the curve's own load drew: k blocks of
                 // this kernel on every CU, each moving b over `base`.
                 let r_ref = (k as u128)
@@ -1689,13 +1741,15 @@ impl Sim {
                     .saturating_mul(cus)
                     .saturating_mul(1_000_000_000)
                     / (one * base.max(1) as u128);
-                let own = self.launches[g.launch as usize].rate;
+                // What its own launch draws, without the L2 term's bytes
+                // (alone, the kernel had them in the L2).
+                let own = self.launches[g.launch as usize].rate * b / b_now;
                 let cap = w.max(r_ref).max(own);
                 if r > cap {
                     // Memory-bound time: the block's bytes at its share of
                     // W with k blocks per CU, ns.
                     let t_mem = (k as u128)
-                        .saturating_mul(b)
+                        .saturating_mul(b_now)
                         .saturating_mul(cus)
                         .saturating_mul(1_000_000_000)
                         / (one * w);
@@ -1707,18 +1761,63 @@ impl Sim {
                     }
                     // The group now draws its bytes over the longer time.
                     let blocks = g.per_cu as u128 * g.cus.len() as u128;
-                    let rate = blocks.saturating_mul(b).saturating_mul(1_000_000_000) / dur as u128;
-                    let g = &mut self.groups[gslot as usize];
-                    self.dram_rate = self.dram_rate - g.rate + rate;
-                    let l = &mut self.launches[g.launch as usize];
-                    l.rate = l.rate - g.rate + rate;
-                    g.rate = rate;
+                    let rate =
+                        blocks.saturating_mul(b_now).saturating_mul(1_000_000_000) / dur as u128;
+                    self.set_group_rate(gslot, rate);
                 }
             }
             self.schedule(now + dur, Ev::Group(gslot, gen));
         }
         self.fresh = fresh;
         self.fresh.clear();
+    }
+
+    /// Sets a resident group's DRAM draw, keeping its launch's and the
+    /// device's sums.
+    fn set_group_rate(&mut self, gslot: u32, rate: u128) {
+        let g = &mut self.groups[gslot as usize];
+        self.dram_rate = self.dram_rate - g.rate + rate;
+        let l = &mut self.launches[g.launch as usize];
+        l.rate = l.rate - g.rate + rate;
+        g.rate = rate;
+    }
+
+    /// The L2 capacity term (docs/simulator.md "L2 capacity"): for each
+    /// group placed in this pass, the extra DRAM bytes per block, and its
+    /// draw raised by them. With `C` the preset's `l2_bytes`, `F` the
+    /// kernel's footprint and `S` the summed footprints of every launch
+    /// with resident blocks (this pass's included), the L2 keeps each
+    /// launch a share `C / S` of its data when `S > C` (shared in
+    /// proportion to footprint), against `min(1, C / F)` alone; each byte
+    /// of the difference, `min(F, C) - F x C / S`, is read from DRAM once
+    /// more over the kernel, spread evenly over its blocks. 0 when `S <= C`,
+    /// alone (`S = F`), or without an L2 size or a footprint.
+    fn l2_extra_bytes(&mut self, fresh: &[(u32, u32, u64, u64)]) -> Vec<u128> {
+        let c = self.spec.l2_bytes as u128;
+        let s = self.l2_used;
+        let mut out = vec![0u128; fresh.len()];
+        if c == 0 || s <= c {
+            return out;
+        }
+        for (i, &(gslot, _, base, _)) in fresh.iter().enumerate() {
+            let g = &self.groups[gslot as usize];
+            let sh = &self.launches[g.launch as usize].req.shape;
+            let f = sh.footprint_bytes as u128;
+            if f == 0 {
+                continue;
+            }
+            let lost = f.min(c) - f * c / s;
+            let per_block = lost / sh.blocks.max(1) as u128;
+            if per_block == 0 {
+                continue;
+            }
+            out[i] = per_block;
+            let blocks = g.per_cu as u128 * g.cus.len() as u128;
+            let b = sh.dram_bytes_per_block as u128 + per_block;
+            let rate = blocks.saturating_mul(b).saturating_mul(1_000_000_000) / base.max(1) as u128;
+            self.set_group_rate(gslot, rate);
+        }
+        out
     }
 
     fn place_launch(&mut self, slot: u32) {
@@ -1962,6 +2061,10 @@ impl Sim {
             let l = &mut self.launches[slot as usize];
             l.groups.push(gslot);
             l.rate += rate;
+            if !l.in_l2 {
+                l.in_l2 = true;
+                self.l2_used += l.req.shape.footprint_bytes as u128;
+            }
             self.dram_rate += rate;
             // Timed once the whole pass is placed (`time_fresh_groups`).
             self.fresh.push((gslot, gen, dur, k));
@@ -2008,9 +2111,13 @@ impl Sim {
                 r.end = self.now;
             }
         }
-        let groups = &mut self.launches[slot as usize].groups;
-        if let Some(p) = groups.iter().position(|&x| x == gslot) {
-            groups.swap_remove(p);
+        let l = &mut self.launches[slot as usize];
+        if let Some(p) = l.groups.iter().position(|&x| x == gslot) {
+            l.groups.swap_remove(p);
+        }
+        if l.groups.is_empty() && l.in_l2 {
+            l.in_l2 = false;
+            self.l2_used -= l.req.shape.footprint_bytes as u128;
         }
         (slot, per_cu * cus.len() as u32)
     }

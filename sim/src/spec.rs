@@ -24,6 +24,62 @@ fn preset_text(name: &str) -> Option<&'static str> {
 /// time: one second, far above any GPU's (the MI50's are microseconds).
 pub const MAX_DEVICE_TIME_NS: u64 = 1_000_000_000;
 
+/// Fields a spec file may only set with their source: the comment lines
+/// right above the field must hold a `Source:` line that names a table,
+/// figure, section or page of the document (issue 31: every simulator term
+/// from documented hardware behaviour, its source cited). A file that sets
+/// one without it is refused, the field named.
+pub const SOURCED_FIELDS: &[&str] = &["l2_bytes"];
+
+/// The source of `field` in spec text: the comment block right above the
+/// line that sets it. `Ok("")` when the field is not set; `Err` with the
+/// problem when it is set without a `Source:` line naming where in the
+/// document (a table, figure, section or page) the number is.
+pub fn field_source<'t>(text: &'t str, field: &str) -> Result<&'t str, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(at) = lines.iter().position(|l| {
+        l.split('=')
+            .next()
+            .is_some_and(|k| k.trim() == field && l.contains('='))
+    }) else {
+        return Ok("");
+    };
+    let mut first = at;
+    while first > 0 && lines[first - 1].trim_start().starts_with('#') {
+        first -= 1;
+    }
+    let start = text
+        .lines()
+        .take(first)
+        .map(|l| l.len() + 1)
+        .sum::<usize>()
+        .min(text.len());
+    let end = text
+        .lines()
+        .take(at)
+        .map(|l| l.len() + 1)
+        .sum::<usize>()
+        .min(text.len());
+    let block = &text[start..end];
+    let Some(src) = block.find("Source:") else {
+        return Err(
+            "set without a source: the comment right above it needs a `Source:` line \
+             (document, table or figure, page)"
+                .into(),
+        );
+    };
+    let cited = &block[src..];
+    let names_where = ["Table", "table", "Fig", "§", "p. ", "page"]
+        .iter()
+        .any(|w| cited.contains(w));
+    if !names_where {
+        return Err(
+            "its `Source:` line names no table, figure, section or page of the document".into(),
+        );
+    }
+    Ok(block)
+}
+
 /// A preemption capability (DESIGN.md layer 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PreemptLevel {
@@ -55,6 +111,12 @@ pub struct DeviceSpec {
     /// device has none. Used by the resource mix (`mix.rs`).
     #[serde(default)]
     pub matrix_flops: u64,
+    /// L2 capacity, bytes, shared by every resident launch (docs/simulator.md
+    /// "L2 capacity"): when the summed footprints of the resident launches
+    /// exceed it, each launch's blocks move the bytes of their footprint
+    /// that the L2 no longer holds from DRAM. 0: no L2 term.
+    #[serde(default)]
+    pub l2_bytes: u64,
     /// Host-side cost of one launch call.
     pub host_launch_ns: u64,
     /// Command-processor fetch of one kernel packet from a device queue.
@@ -164,6 +226,15 @@ impl DeviceSpec {
             }
         })?;
         spec.validate(path)?;
+        for field in SOURCED_FIELDS {
+            if let Err(problem) = field_source(text, field) {
+                return Err(SpecError::Invalid {
+                    path: path.into(),
+                    field,
+                    problem,
+                });
+            }
+        }
         Ok(spec)
     }
 
