@@ -1765,11 +1765,63 @@ impl Sim {
                         blocks.saturating_mul(b_now).saturating_mul(1_000_000_000) / dur as u128;
                     self.set_group_rate(gslot, rate);
                 }
+            } else if b_now > 0 && r < w && self.spec.dram_latency_ns > 0 {
+                dur = self.loaded_latency(gslot, base, k, b, b_now, r);
             }
             self.schedule(now + dur, Ev::Group(gslot, gen));
         }
         self.fresh = fresh;
         self.fresh.clear();
+    }
+
+    /// The loaded-latency term below saturation (docs/simulator.md "Loaded
+    /// memory latency"): a group placed while the resident groups draw
+    /// `R < W` sees each DRAM access wait `q(R / W)` in the channel queues
+    /// ([`DeviceSpec::dram_queueing_ns`]) against `q(rho_ref)` under the
+    /// load its curve was measured at (`max(R_ref, R_own) / W`, as for the
+    /// bandwidth term). A block keeps as many accesses in flight as before
+    /// (its code and occupancy fix them), so by Little's law its
+    /// memory-bound part `min(d, t_mem)` lasts `(L0 + q(rho)) / (L0 +
+    /// q(rho_ref))` times longer, `L0` the idle DRAM latency. Returns the
+    /// duration (unchanged when `rho <= rho_ref`), and sets the group's
+    /// draw over it.
+    fn loaded_latency(
+        &mut self,
+        gslot: u32,
+        base: u64,
+        k: u64,
+        b: u128,
+        b_now: u128,
+        r: u128,
+    ) -> u64 {
+        let w = self.spec.memory_bandwidth_bytes_per_s as f64;
+        let cus = self.spec.compute_units as f64;
+        let kf = k as f64 / crate::mix::ONE as f64;
+        let g = &self.groups[gslot as usize];
+        let r_ref = kf * b as f64 * cus * 1e9 / base.max(1) as f64;
+        let own = (self.launches[g.launch as usize].rate * b / b_now) as f64;
+        let (rho, rho_ref) = (r as f64 / w, r_ref.max(own) / w);
+        if rho <= rho_ref {
+            return base;
+        }
+        let l0 = self.spec.dram_latency_ns as f64;
+        let q_ref = self.spec.dram_queueing_ns(rho_ref);
+        let stretch = (self.spec.dram_queueing_ns(rho) - q_ref) / (l0 + q_ref);
+        let t_mem = (kf * b_now as f64 * cus / w * 1e9).min(base as f64);
+        let extra = (t_mem * stretch).max(0.0) as u64;
+        if extra == 0 {
+            return base;
+        }
+        let dur = base
+            .saturating_add(extra)
+            .min(crate::shape::MAX_BLOCK_NS.max(base));
+        if g.record != usize::MAX {
+            self.records[g.record].end = self.now + dur;
+        }
+        let blocks = g.per_cu as u128 * g.cus.len() as u128;
+        let rate = blocks.saturating_mul(b_now).saturating_mul(1_000_000_000) / dur as u128;
+        self.set_group_rate(gslot, rate);
+        dur
     }
 
     /// Sets a resident group's DRAM draw, keeping its launch's and the

@@ -29,7 +29,12 @@ pub const MAX_DEVICE_TIME_NS: u64 = 1_000_000_000;
 /// figure, section or page of the document (issue 31: every simulator term
 /// from documented hardware behaviour, its source cited). A file that sets
 /// one without it is refused, the field named.
-pub const SOURCED_FIELDS: &[&str] = &["l2_bytes"];
+pub const SOURCED_FIELDS: &[&str] = &[
+    "l2_bytes",
+    "dram_latency_ns",
+    "dram_channels",
+    "dram_access_bytes",
+];
 
 /// The source of `field` in spec text: the comment block right above the
 /// line that sets it. `Ok("")` when the field is not set; `Err` with the
@@ -117,6 +122,18 @@ pub struct DeviceSpec {
     /// that the L2 no longer holds from DRAM. 0: no L2 term.
     #[serde(default)]
     pub l2_bytes: u64,
+    /// Idle DRAM latency (a dependent load that misses the L2), ns: the
+    /// base of the loaded-latency term (docs/simulator.md "Loaded memory
+    /// latency"). 0: no loaded-latency term.
+    #[serde(default)]
+    pub dram_latency_ns: u64,
+    /// Independent DRAM channels (memory-controller queues) the bandwidth
+    /// is spread over.
+    #[serde(default)]
+    pub dram_channels: u32,
+    /// Bytes one DRAM access moves (the L2's fetch granularity).
+    #[serde(default)]
+    pub dram_access_bytes: u32,
     /// Host-side cost of one launch call.
     pub host_launch_ns: u64,
     /// Command-processor fetch of one kernel packet from a device queue.
@@ -296,10 +313,17 @@ impl DeviceSpec {
             ("min_block_ns", self.min_block_ns),
             ("context_timeslice_ns", self.context_timeslice_ns),
             ("context_switch_ns", self.context_switch_ns),
+            ("dram_latency_ns", self.dram_latency_ns),
         ] {
             if v > MAX_DEVICE_TIME_NS {
                 return bad(f, &format!("must be at most {MAX_DEVICE_TIME_NS} ns (1 s)"));
             }
+        }
+        if self.dram_latency_ns > 0 && (self.dram_channels == 0 || self.dram_access_bytes == 0) {
+            return bad(
+                "dram_latency_ns",
+                "the loaded-latency term needs dram_channels and dram_access_bytes too",
+            );
         }
         if !(self.profile_scale.is_finite() && self.profile_scale > 0.0) {
             return bad("profile_scale", "must be a positive number");
@@ -328,6 +352,29 @@ impl DeviceSpec {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// Queueing delay of one DRAM access at load `rho` (a fraction of the
+    /// memory bandwidth, below 1), ns (docs/simulator.md "Loaded memory
+    /// latency"): each channel is an M/D/1 queue served at its share of the
+    /// bandwidth, `s = dram_access_bytes x dram_channels / bandwidth` per
+    /// access, waiting `s x rho / (2 (1 - rho))`; bounded by Little's law,
+    /// since no more accesses can wait than are in flight at the idle
+    /// latency (`rho x dram_latency_ns / s` per channel): `rho x
+    /// dram_latency_ns`. 0 without the term's fields.
+    pub fn dram_queueing_ns(&self, rho: f64) -> f64 {
+        if self.dram_latency_ns == 0 || rho.is_nan() || rho <= 0.0 {
+            return 0.0;
+        }
+        let s = self.dram_access_bytes as f64 * self.dram_channels as f64 * 1e9
+            / self.memory_bandwidth_bytes_per_s as f64;
+        let l0 = self.dram_latency_ns as f64;
+        let open = if rho < 1.0 {
+            s * rho / (2.0 * (1.0 - rho))
+        } else {
+            f64::INFINITY
+        };
+        open.min(rho * l0)
     }
 
     /// The whole launch path of an isolated kernel (host launch + fetch +

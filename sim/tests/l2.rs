@@ -213,3 +213,50 @@ fn l2_bytes_without_a_source_is_refused() {
         0
     );
 }
+
+/// The channel queueing delay: M/D/1 per channel at the access's service
+/// time, bounded by Little's law (`rho x L0`).
+#[test]
+fn dram_queueing_follows_the_documented_queue() {
+    let spec = mi50();
+    // MI50: 64 B x 32 channels / 1024 GB/s = 2 ns per access.
+    let s: f64 = 64.0 * 32.0 / 1024.0;
+    for rho in [0.1f64, 0.5, 0.9, 0.99] {
+        let want = (s * rho / (2.0 * (1.0 - rho))).min(rho * 468.0);
+        assert!((spec.dram_queueing_ns(rho) - want).abs() < 1e-9, "{rho}");
+    }
+    assert_eq!(spec.dram_queueing_ns(0.0), 0.0);
+    // Near saturation the open queue would diverge; in-flight accesses
+    // bound it.
+    assert!((spec.dram_queueing_ns(0.99999) - 0.99999 * 468.0).abs() < 1e-6);
+    let mut none = spec.clone();
+    none.dram_latency_ns = 0;
+    assert_eq!(none.dram_queueing_ns(0.9), 0.0);
+}
+
+/// Below saturation, a newcomer placed at a load above the one its curve
+/// was measured under has its memory-bound part stretched by the ratio of
+/// loaded latencies; the first, placed alone, is not.
+#[test]
+fn loaded_latency_stretches_below_saturation() {
+    let spec = mi50();
+    let w = spec.memory_bandwidth_bytes_per_s as f64;
+    let per = |frac: f64| (frac * w * 10e-6 / 30.0).round() as u64;
+    let (bh, bl) = (per(0.6), per(0.3));
+    let (th, tl, _, _) = pair(
+        shape("heavy", bh, 1 << 20, &spec),
+        shape("light", bl, 1 << 20, &spec),
+    );
+    assert_eq!(th, FLAT[0]);
+    // rho = R / W with both resident; the light one's curve point drew
+    // k x b x CUs / d (60 CUs' worth of its blocks).
+    let rate = |b: u64| 30.0 * b as f64 / 10e-6;
+    let rho = (rate(bh) + rate(bl)) / w;
+    let rho_ref = bl as f64 * 60.0 / 10e-6 / w;
+    let q = |x: f64| spec.dram_queueing_ns(x);
+    let stretch = (q(rho) - q(rho_ref)) / (468.0 + q(rho_ref));
+    let t_mem = (bl as f64 * 60.0 / w * 1e9).min(FLAT[0] as f64);
+    let want = FLAT[0] + (t_mem * stretch) as u64;
+    assert!(want > FLAT[0] + 50, "{want}");
+    assert!(tl.abs_diff(want) <= 1, "{tl} vs {want}");
+}
