@@ -459,7 +459,7 @@ pub(super) fn quotes() -> Vec<Quote> {
         )
     });
     v.push(Quote {
-        note: "padded RT kernels slow only when the shared memory bandwidth is oversubscribed (docs/simulator.md)",
+        note: "padded RT kernels slow only through the DRAM terms: bandwidth past saturation, L2 capacity, channel queueing (docs/simulator.md)",
         ..q(
             "mi50",
             "27",
@@ -543,13 +543,15 @@ impl Quote {
                  published 7 us client phases do not move it, docs/fidelity.md)"
             }
             Sim::Lat("streams", _) | Sim::Tput("streams", _) | Sim::Tput("reef", _) if nv => {
-                "interference between co-running kernels beyond the shared DRAM bandwidth: L2 \
-                 capacity and loaded memory latency (not modelled), and CUDA builds \
-                 of the models (the GV100 runs MI50 schedules translated to 80 SMs)"
+                "interference beyond the DRAM terms (bandwidth, L2 capacity, channel queueing): \
+                 per-kernel L2 reuse (the L2 term re-reads a lost byte once) and measured \
+                 per-kernel DRAM traffic (class prototypes here); and CUDA builds of the models \
+                 (the GV100 runs MI50 schedules translated to 80 SMs)"
             }
             Sim::Lat("streams", _) | Sim::Tput("streams", _) | Sim::Tput("reef", _) => {
-                "interference between co-running kernels beyond the shared DRAM bandwidth: L2 \
-                 capacity and loaded memory latency (not modelled)"
+                "interference beyond the DRAM terms (bandwidth, L2 capacity, channel queueing): \
+                 per-kernel L2 reuse (the L2 term re-reads a lost byte once) and measured \
+                 per-kernel DRAM traffic (class prototypes here)"
             }
             Sim::Lat(..) | Sim::LatOverRtOnly(..) => {
                 "the padded launch's own cost (REEF §5.1: function pointers, ~1 %) and contention \
@@ -565,8 +567,8 @@ impl Quote {
             }
             Sim::Fig27P90 | Sim::Fig27Unhurt => {
                 "contention between a padded RT kernel and its padding below DRAM saturation \
-                 (\"GPU memory and shared L2 cache\", REEF §6.5): L2 capacity and loaded \
-                 memory latency (not modelled)"
+                 (\"GPU memory and shared L2 cache\", REEF §6.5) beyond the DRAM terms: \
+                 per-kernel L2 reuse and measured per-kernel DRAM traffic"
             }
             _ => "not named",
         }
