@@ -555,7 +555,7 @@ impl Quote {
             }
             Sim::Lat(..) | Sim::LatOverRtOnly(..) => {
                 "the padded launch's own cost (REEF §5.1: function pointers, ~1 %) and contention \
-                 between an RT kernel and its padding below DRAM saturation"
+                 between an RT kernel and its padding beyond the DRAM terms (per-kernel L2 reuse)"
             }
             Sim::PreemptRatio(_) | Sim::PreemptModel("wait", _) if nv => {
                 "REEFnv's closed-loop kernel cap (REEF §4.6; its value is not published, \
