@@ -214,7 +214,8 @@ pub fn compiled_shape(
     let bytes = work.bytes_read.saturating_add(work.bytes_written) / blocks.max(1) as u64;
     Ok(
         KernelShape::synthetic(&name, blocks, threads, lds, regs, curve, spec)?
-            .with_dram_bytes(bytes),
+            .with_dram_bytes(bytes)
+            .with_footprint(work.bytes_read.saturating_add(work.bytes_written)),
     )
 }
 

@@ -59,6 +59,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
+mod dram;
+
 /// A stream (one device queue), as returned by [`Sim::create_stream`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub u32);
@@ -447,6 +449,8 @@ struct Launch {
     /// resident blocks on each CU.
     ptb: u32,
     resident: Vec<u32>,
+    /// It has resident groups, and its footprint counts in `Sim::l2_used`.
+    in_l2: bool,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the
@@ -545,6 +549,11 @@ pub struct Sim {
     dram_rate: u128,
     /// The largest `dram_rate` any placement pass saw.
     dram_peak: u128,
+    /// Summed footprints of the launches with resident groups (L2
+    /// capacity, `time_fresh_groups`).
+    l2_used: u128,
+    /// The largest `l2_used` any placement pass saw.
+    l2_peak: u128,
     /// Groups placed in the current placement pass, not yet timed: (group
     /// slot, generation, duration before bandwidth sharing, co-residency
     /// in 1/1024).
@@ -593,6 +602,8 @@ impl Sim {
             load: vec![[0; crate::mix::PIPES]; n],
             dram_rate: 0,
             dram_peak: 0,
+            l2_used: 0,
+            l2_peak: 0,
             fresh: Vec::new(),
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             spec,
@@ -950,6 +961,7 @@ impl Sim {
                     exiting: false,
                     ptb: 0,
                     resident: Vec::new(),
+                    in_l2: false,
                 });
                 self.launches.len() as u32 - 1
             }
@@ -983,9 +995,11 @@ impl Sim {
         } else {
             l.cap_empty = cap_empty;
         }
+        debug_assert!(!l.in_l2, "a launch slot reused with resident groups");
         l.rate = 0;
         l.skipped = 0;
         l.exiting = false;
+        l.in_l2 = false;
         slot
     }
 
@@ -1187,6 +1201,25 @@ impl Sim {
         self.dram_rate as f64 / self.spec.memory_bandwidth_bytes_per_s as f64
     }
 
+    /// The summed footprints of the launches with resident blocks, as a
+    /// fraction of the preset's `l2_bytes` (docs/simulator.md "L2
+    /// capacity"); 0 when the preset has no L2 term. Above 1 the resident
+    /// launches' data cannot all stay in the L2.
+    pub fn l2_load(&self) -> f64 {
+        if self.spec.l2_bytes == 0 {
+            return 0.0;
+        }
+        self.l2_used as f64 / self.spec.l2_bytes as f64
+    }
+
+    /// The largest [`Sim::l2_load`] any placement saw so far.
+    pub fn l2_load_peak(&self) -> f64 {
+        if self.spec.l2_bytes == 0 {
+            return 0.0;
+        }
+        self.l2_peak as f64 / self.spec.l2_bytes as f64
+    }
+
     /// The largest [`Sim::dram_load`] any placement saw so far.
     pub fn dram_load_peak(&self) -> f64 {
         self.dram_peak as f64 / self.spec.memory_bandwidth_bytes_per_s as f64
@@ -1272,6 +1305,18 @@ impl Sim {
             return Err(format!(
                 "DRAM draw {} B/s != resident groups' {rate} B/s",
                 self.dram_rate
+            ));
+        }
+        let l2: u128 = self
+            .launches
+            .iter()
+            .filter(|l| !l.groups.is_empty())
+            .map(|l| l.req.shape.footprint_bytes as u128)
+            .sum();
+        if l2 != self.l2_used || self.launches.iter().any(|l| l.in_l2 == l.groups.is_empty()) {
+            return Err(format!(
+                "L2 footprint {} B != resident launches' {l2} B",
+                self.l2_used
             ));
         }
         let busy = self.usage.iter().filter(|&&u| blocks_of(u) > 0).count();
@@ -1645,82 +1690,6 @@ impl Sim {
         }
     }
 
-    /// Schedules the completion of the groups placed in this pass, each
-    /// stretched when the device's memory bandwidth is oversubscribed
-    /// (docs/simulator.md "Shared memory bandwidth"; REEF §6.5, Fig. 27).
-    ///
-    /// Every resident group draws `blocks x b / d` bytes/s (`b` its
-    /// kernel's DRAM bytes per block, `d` its duration); `R` is the sum over
-    /// all resident groups, this pass's included at their unstretched
-    /// durations (so the parts of a padded launch see each other). A block
-    /// of a group at co-residency `k` was measured (its curve) with `k`
-    /// blocks of its kernel on every CU, i.e. under a device load `R_ref =
-    /// k x b x CUs / d`; below `max(W, R_ref)` (`W` the preset's memory
-    /// bandwidth) nothing changes, since the curve already holds that
-    /// much sharing; nor below `R_own`, what the block's own launch draws
-    /// (a kernel alone was measured alone, at whatever load it makes
-    /// itself). With `c = max(W, R_ref, R_own)`, above it the bandwidth is
-    /// processor-shared: every stream of requests gets `c / R` of what it
-    /// asks, so the memory-bound part of the block, `min(d, t_mem)` with
-    /// `t_mem = k x b x CUs / W` (its bytes at its share of the
-    /// bandwidth), lasts `R / c` times longer:
-    /// `d' = d + min(d, t_mem) x (R - c) / c`, rounded down. The groups are scheduled in placement order, as they
-    /// were placed; then their draw is taken at their stretched durations.
-    fn time_fresh_groups(&mut self) {
-        let fresh = std::mem::take(&mut self.fresh);
-        let now = self.now;
-        let r = self.dram_rate;
-        self.dram_peak = self.dram_peak.max(r);
-        let w = self.spec.memory_bandwidth_bytes_per_s as u128;
-        let cus = self.spec.compute_units as u128;
-        let one = crate::mix::ONE as u128;
-        for &(gslot, gen, base, k) in &fresh {
-            let g = &self.groups[gslot as usize];
-            let b = self.launches[g.launch as usize]
-                .req
-                .shape
-                .dram_bytes_per_block as u128;
-            let mut dur = base;
-            if b > 0 && r > w {
-                // Bytes per second the curve's own load drew: k blocks of
-                // this kernel on every CU, each moving b over `base`.
-                let r_ref = (k as u128)
-                    .saturating_mul(b)
-                    .saturating_mul(cus)
-                    .saturating_mul(1_000_000_000)
-                    / (one * base.max(1) as u128);
-                let own = self.launches[g.launch as usize].rate;
-                let cap = w.max(r_ref).max(own);
-                if r > cap {
-                    // Memory-bound time: the block's bytes at its share of
-                    // W with k blocks per CU, ns.
-                    let t_mem = (k as u128)
-                        .saturating_mul(b)
-                        .saturating_mul(cus)
-                        .saturating_mul(1_000_000_000)
-                        / (one * w);
-                    let extra = t_mem.min(base as u128).saturating_mul(r - cap) / cap;
-                    let max = (crate::shape::MAX_BLOCK_NS as u128).max(base as u128);
-                    dur = (base as u128).saturating_add(extra).min(max) as u64;
-                    if g.record != usize::MAX {
-                        self.records[g.record].end = now + dur;
-                    }
-                    // The group now draws its bytes over the longer time.
-                    let blocks = g.per_cu as u128 * g.cus.len() as u128;
-                    let rate = blocks.saturating_mul(b).saturating_mul(1_000_000_000) / dur as u128;
-                    let g = &mut self.groups[gslot as usize];
-                    self.dram_rate = self.dram_rate - g.rate + rate;
-                    let l = &mut self.launches[g.launch as usize];
-                    l.rate = l.rate - g.rate + rate;
-                    g.rate = rate;
-                }
-            }
-            self.schedule(now + dur, Ev::Group(gslot, gen));
-        }
-        self.fresh = fresh;
-        self.fresh.clear();
-    }
-
     fn place_launch(&mut self, slot: u32) {
         let spec = &self.spec;
         let n = spec.compute_units as usize;
@@ -1962,6 +1931,10 @@ impl Sim {
             let l = &mut self.launches[slot as usize];
             l.groups.push(gslot);
             l.rate += rate;
+            if !l.in_l2 {
+                l.in_l2 = true;
+                self.l2_used += l.req.shape.footprint_bytes as u128;
+            }
             self.dram_rate += rate;
             // Timed once the whole pass is placed (`time_fresh_groups`).
             self.fresh.push((gslot, gen, dur, k));
@@ -2008,9 +1981,13 @@ impl Sim {
                 r.end = self.now;
             }
         }
-        let groups = &mut self.launches[slot as usize].groups;
-        if let Some(p) = groups.iter().position(|&x| x == gslot) {
-            groups.swap_remove(p);
+        let l = &mut self.launches[slot as usize];
+        if let Some(p) = l.groups.iter().position(|&x| x == gslot) {
+            l.groups.swap_remove(p);
+        }
+        if l.groups.is_empty() && l.in_l2 {
+            l.in_l2 = false;
+            self.l2_used -= l.req.shape.footprint_bytes as u128;
         }
         (slot, per_cu * cus.len() as u32)
     }

@@ -79,5 +79,5 @@ pub use host::HostQueues;
 pub use mix::{Demand, PipeRates};
 pub use node::{node_devices, parse_device_list, Node, NodeError, OwnerId};
 pub use shape::{KernelShape, ShapeError};
-pub use spec::{DeviceSpec, PreemptLevel, SpecError, PRESETS};
+pub use spec::{field_source, DeviceSpec, PreemptLevel, SpecError, PRESETS, SOURCED_FIELDS};
 pub use values::{BufferId, Mismatch, ValueTracker};

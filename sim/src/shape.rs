@@ -70,6 +70,13 @@ pub struct KernelShape {
     /// Per-wave pipe demand inside a CU (resource mix, `mix.rs`);
     /// [`Demand::UNKNOWN`] unless declared with [`KernelShape::with_demand`].
     pub demand: Demand,
+    /// Bytes the whole kernel touches (its footprint): the sizes of the
+    /// buffers it takes as arguments, each once (MI50 schedules: every
+    /// storage of `args`, `size` x element size; compiled kernels: the
+    /// compiler's `bytes_read` + `bytes_written`). What it asks of the L2
+    /// capacity the resident launches share (docs/simulator.md "L2
+    /// capacity"); 0 when unknown. Set with [`KernelShape::with_footprint`].
+    pub footprint_bytes: u64,
 }
 
 /// Bytes one block of a kernel moves to or from DRAM, from the kernel's
@@ -178,6 +185,7 @@ impl KernelShape {
             slope_ns,
             dram_bytes_per_block: 0,
             demand: Demand::UNKNOWN,
+            footprint_bytes: 0,
         })
     }
 
@@ -217,6 +225,16 @@ impl KernelShape {
             .filter_map(|&a| model.buffers.get(a))
             .map(|b| b.bytes)
             .fold(0u64, u64::saturating_add);
+        // Footprint: every distinct argument buffer once.
+        let footprint = {
+            let mut args = k.args.clone();
+            args.sort_unstable();
+            args.dedup();
+            args.iter()
+                .filter_map(|&a| model.buffers.get(a))
+                .map(|b| b.bytes)
+                .fold(0u64, u64::saturating_add)
+        };
         let bw = spec.memory_bandwidth_bytes_per_s as f64;
         let spread = blocks.min(spec.compute_units) as f64;
         let roof = |kres: usize| -> u64 {
@@ -265,7 +283,9 @@ impl KernelShape {
         let (class, demand) = crate::resources::demand_of_name(&k.name);
         let util = crate::resources::memory_utilisation(class).unwrap_or(0.0);
         let bytes = dram_bytes_from_utilisation(util, &s.exec_ns, spec);
-        Ok(s.with_demand(demand).with_dram_bytes(bytes))
+        Ok(s.with_demand(demand)
+            .with_dram_bytes(bytes)
+            .with_footprint(footprint))
     }
 
     /// Shapes of every kernel of a model, in launch order.
@@ -320,6 +340,13 @@ impl KernelShape {
     /// bandwidth, docs/simulator.md).
     pub fn with_dram_bytes(mut self, bytes_per_block: u64) -> Self {
         self.dram_bytes_per_block = bytes_per_block;
+        self
+    }
+
+    /// Declares the bytes the whole kernel touches (L2 capacity,
+    /// docs/simulator.md).
+    pub fn with_footprint(mut self, bytes: u64) -> Self {
+        self.footprint_bytes = bytes;
         self
     }
 

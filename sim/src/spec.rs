@@ -24,6 +24,67 @@ fn preset_text(name: &str) -> Option<&'static str> {
 /// time: one second, far above any GPU's (the MI50's are microseconds).
 pub const MAX_DEVICE_TIME_NS: u64 = 1_000_000_000;
 
+/// Fields a spec file may only set with their source: the comment lines
+/// right above the field must hold a `Source:` line that names a table,
+/// figure, section or page of the document (issue 31: every simulator term
+/// from documented hardware behaviour, its source cited). A file that sets
+/// one without it is refused, the field named.
+pub const SOURCED_FIELDS: &[&str] = &[
+    "l2_bytes",
+    "dram_latency_ns",
+    "dram_channels",
+    "dram_access_bytes",
+];
+
+/// The source of `field` in spec text: the comment block right above the
+/// line that sets it. `Ok("")` when the field is not set; `Err` with the
+/// problem when it is set without a `Source:` line naming where in the
+/// document (a table, figure, section or page) the number is.
+pub fn field_source<'t>(text: &'t str, field: &str) -> Result<&'t str, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(at) = lines.iter().position(|l| {
+        l.split('=')
+            .next()
+            .is_some_and(|k| k.trim() == field && l.contains('='))
+    }) else {
+        return Ok("");
+    };
+    let mut first = at;
+    while first > 0 && lines[first - 1].trim_start().starts_with('#') {
+        first -= 1;
+    }
+    let start = text
+        .lines()
+        .take(first)
+        .map(|l| l.len() + 1)
+        .sum::<usize>()
+        .min(text.len());
+    let end = text
+        .lines()
+        .take(at)
+        .map(|l| l.len() + 1)
+        .sum::<usize>()
+        .min(text.len());
+    let block = &text[start..end];
+    let Some(src) = block.find("Source:") else {
+        return Err(
+            "set without a source: the comment right above it needs a `Source:` line \
+             (document, table or figure, page)"
+                .into(),
+        );
+    };
+    let cited = &block[src..];
+    let names_where = ["Table", "table", "Fig", "§", "p. ", "page"]
+        .iter()
+        .any(|w| cited.contains(w));
+    if !names_where {
+        return Err(
+            "its `Source:` line names no table, figure, section or page of the document".into(),
+        );
+    }
+    Ok(block)
+}
+
 /// A preemption capability (DESIGN.md layer 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PreemptLevel {
@@ -55,6 +116,24 @@ pub struct DeviceSpec {
     /// device has none. Used by the resource mix (`mix.rs`).
     #[serde(default)]
     pub matrix_flops: u64,
+    /// L2 capacity, bytes, shared by every resident launch (docs/simulator.md
+    /// "L2 capacity"): when the summed footprints of the resident launches
+    /// exceed it, each launch's blocks move the bytes of their footprint
+    /// that the L2 no longer holds from DRAM. 0: no L2 term.
+    #[serde(default)]
+    pub l2_bytes: u64,
+    /// Idle DRAM latency (a dependent load that misses the L2), ns: the
+    /// base of the loaded-latency term (docs/simulator.md "Loaded memory
+    /// latency"). 0: no loaded-latency term.
+    #[serde(default)]
+    pub dram_latency_ns: u64,
+    /// Independent DRAM channels (memory-controller queues) the bandwidth
+    /// is spread over.
+    #[serde(default)]
+    pub dram_channels: u32,
+    /// Bytes one DRAM access moves (the L2's fetch granularity).
+    #[serde(default)]
+    pub dram_access_bytes: u32,
     /// Host-side cost of one launch call.
     pub host_launch_ns: u64,
     /// Command-processor fetch of one kernel packet from a device queue.
@@ -164,6 +243,15 @@ impl DeviceSpec {
             }
         })?;
         spec.validate(path)?;
+        for field in SOURCED_FIELDS {
+            if let Err(problem) = field_source(text, field) {
+                return Err(SpecError::Invalid {
+                    path: path.into(),
+                    field,
+                    problem,
+                });
+            }
+        }
         Ok(spec)
     }
 
@@ -225,10 +313,17 @@ impl DeviceSpec {
             ("min_block_ns", self.min_block_ns),
             ("context_timeslice_ns", self.context_timeslice_ns),
             ("context_switch_ns", self.context_switch_ns),
+            ("dram_latency_ns", self.dram_latency_ns),
         ] {
             if v > MAX_DEVICE_TIME_NS {
                 return bad(f, &format!("must be at most {MAX_DEVICE_TIME_NS} ns (1 s)"));
             }
+        }
+        if self.dram_latency_ns > 0 && (self.dram_channels == 0 || self.dram_access_bytes == 0) {
+            return bad(
+                "dram_latency_ns",
+                "the loaded-latency term needs dram_channels and dram_access_bytes too",
+            );
         }
         if !(self.profile_scale.is_finite() && self.profile_scale > 0.0) {
             return bad("profile_scale", "must be a positive number");
@@ -257,6 +352,29 @@ impl DeviceSpec {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// Queueing delay of one DRAM access at load `rho` (a fraction of the
+    /// memory bandwidth, below 1), ns (docs/simulator.md "Loaded memory
+    /// latency"): each channel is an M/D/1 queue served at its share of the
+    /// bandwidth, `s = dram_access_bytes x dram_channels / bandwidth` per
+    /// access, waiting `s x rho / (2 (1 - rho))`; bounded by Little's law,
+    /// since no more accesses can wait than are in flight at the idle
+    /// latency (`rho x dram_latency_ns / s` per channel): `rho x
+    /// dram_latency_ns`. 0 without the term's fields.
+    pub fn dram_queueing_ns(&self, rho: f64) -> f64 {
+        if self.dram_latency_ns == 0 || rho.is_nan() || rho <= 0.0 {
+            return 0.0;
+        }
+        let s = self.dram_access_bytes as f64 * self.dram_channels as f64 * 1e9
+            / self.memory_bandwidth_bytes_per_s as f64;
+        let l0 = self.dram_latency_ns as f64;
+        let open = if rho < 1.0 {
+            s * rho / (2.0 * (1.0 - rho))
+        } else {
+            f64::INFINITY
+        };
+        open.min(rho * l0)
     }
 
     /// The whole launch path of an isolated kernel (host launch + fetch +
