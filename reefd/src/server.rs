@@ -183,7 +183,9 @@ pub async fn serve(
         "shutting down"
     );
     let deadline = Instant::now() + opts.shutdown_grace;
-    while rt.tasks_in_flight() > 0 && Instant::now() < deadline {
+    // Answers still being read (sim:*, the CPU build's values) count too:
+    // their clients have not been told.
+    while (rt.tasks_in_flight() > 0 || rt.answers_pending() > 0) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let failed = rt.fail_all("reefd is shutting down");

@@ -653,6 +653,56 @@ fn grpc_clients_that_trickle_after_the_preface_are_cut_off() {
     tritonclient(&f, "vgg", None);
 }
 
+/// A ModelStreamInfer session longer than the request deadline (issue 27,
+/// the review of e530908): tritonclient's gRPC stream keeps its request
+/// half open for the session, sending a request every 300 ms for 4 s
+/// against `body_read_timeout_ms = 1000`; the server has answered the call
+/// (its HEADERS), so the request rule no longer applies, and every request
+/// is answered on the one connection.
+#[test]
+fn a_grpc_stream_outlives_the_request_deadline() {
+    let f = start(
+        "sim:mi50",
+        "header_read_timeout_ms = 1000\nbody_read_timeout_ms = 1000\n",
+    );
+    let script = r#"
+import os, sys, time, queue
+import tritonclient.grpc as g
+url, token = sys.argv[1], sys.argv[2]
+try:
+    c = g.InferenceServerClient(url)
+    c.load_model("vgg", headers={"authorization": f"Bearer {token}"})
+    got = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put(error))
+    n = 0
+    t0 = time.time()
+    while time.time() - t0 < 4.0:
+        c.async_stream_infer("vgg", [], priority=10)
+        n += 1
+        time.sleep(0.3)
+    errors = [got.get(timeout=20) for _ in range(n)]
+    c.stop_stream()
+    bad = [str(e) for e in errors if e is not None]
+    print(f"stream: {n} requests over {time.time() - t0:.1f} s, {len(bad)} errors: {bad[:3]}", flush=True)
+    os._exit(1 if bad else 0)
+except Exception as e:
+    print(f"stream: failed: {e!r}", flush=True)
+    os._exit(1)
+"#;
+    let out = Command::new(venv_python())
+        .args(["-c", script, &f.grpc, TOKEN])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains(", 0 errors"),
+        "the stream was cut:\n{stdout}\n{}\nreefd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        f.d.log()
+    );
+}
+
 /// Open descriptors of process `pid`.
 fn fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

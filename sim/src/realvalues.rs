@@ -270,11 +270,13 @@ impl Eq for RealValues {}
 
 impl Drop for RealValues {
     fn drop(&mut self) {
-        // Closing the channel ends the worker's loop.
+        // Closing the channel ends the worker's loop once it has done the
+        // work queued before. It is not joined: reads still pending
+        // ([`RealValues::bytes_later`]) get their answers from it, and the
+        // dropper (reefd's engine rebuild, under the daemon's lock) does
+        // not wait for a backlog of CPU work.
         let (tx, _) = channel();
         drop(std::mem::replace(&mut self.tx, tx));
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        drop(self.worker.take());
     }
 }

@@ -103,7 +103,11 @@ impl SimDevice {
     /// daemon's lock ([`OutputBytes::Later`]), since the CPU build may
     /// still be computing them (the simulated device completes kernels on
     /// its own clock; `sim/src/realvalues.rs`). The reads are queued now,
-    /// so they see the buffers as this request left them.
+    /// behind the kernel runs reported so far: a later request of the same
+    /// stream whose kernel completed in the same advance of the device
+    /// could already have written the buffers (as with the blocking read
+    /// before; not seen in the tests, which compare every output with ONNX
+    /// Runtime's).
     fn finish(&mut self, req: u64) {
         let Some(a) = self.attached.remove(&req) else {
             return;

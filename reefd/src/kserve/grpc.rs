@@ -101,6 +101,9 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
         // The age alone: tonic given a grace too never sends GOAWAY (see
         // h2watch); the watch closes the connection after the grace.
         .max_connection_age(age)
+        // tonic's default is no limit; h2watch's MAX_OPEN bounds open
+        // request halves, this the calls a connection runs at once.
+        .max_concurrent_streams(Some(128))
         .add_service(svc)
         .serve_with_incoming(incoming)
         .await

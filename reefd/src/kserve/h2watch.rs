@@ -13,16 +13,17 @@
 //! - HEADERS (type 0x1) opens a request stream unless it carries
 //!   END_STREAM (flag 0x1); DATA (0x0) or trailing HEADERS with END_STREAM
 //!   end the client's half (§5.1); RST_STREAM (0x3) from either side ends
-//!   the stream; the server's HEADERS or DATA with END_STREAM ends it too
-//!   (once answered, what the client still sends holds nothing).
+//!   the stream; the server's first HEADERS or DATA on it ends the rule
+//!   too (the server has the request: tonic answers a unary call once its
+//!   message arrived whole, and opens a streaming call's answer at once).
 //!
 //! Rules: the preface, and every frame once its first byte arrived, must
 //! be whole within `frame_within` (`kserve.header_read_timeout_ms`); a
 //! request stream must have its client half ended within `request_within`
 //! (`kserve.body_read_timeout_ms`) of its first HEADERS frame. A
 //! connection with more open request streams than `MAX_OPEN` is refused as
-//! well (h2 refuses streams past its concurrency limit, but a client could
-//! open and abandon them). Last, a connection is closed a grace period after
+//! well (the gRPC front also caps concurrent streams per connection, but a
+//! client could open streams and abandon them). Last, a connection is closed a grace period after
 //! its maximum age, when tonic has sent it GOAWAY: tonic 0.14 given both an
 //! age and a grace sleeps through both and closes without ever sending
 //! GOAWAY (`connection_timeout_future` in its server module), so reefd
@@ -200,18 +201,26 @@ impl H2Watch {
         }
     }
 
-    /// The server wrote `bytes` (those the socket took).
+    /// The server wrote `bytes` (those the socket took). Its HEADERS on a
+    /// stream end the request rule for it: the server has begun to answer,
+    /// which tonic does for a unary call only once the request arrived
+    /// whole, and for a streaming call (`ModelStreamInfer`, whose client
+    /// half stays open for the session) at once. DATA or a reset from it
+    /// end the rule too.
     pub fn wrote(&mut self, bytes: &[u8]) {
         let open = &mut self.open;
-        self.outbound.feed(bytes, |(ty, flags, id)| match ty {
-            HEADERS | DATA if flags & END_STREAM != 0 => {
+        self.outbound.feed(bytes, |(ty, _, id)| {
+            if matches!(ty, HEADERS | DATA | RST_STREAM) {
                 open.remove(&id);
             }
-            RST_STREAM => {
-                open.remove(&id);
-            }
-            _ => {}
         });
+    }
+
+    /// Whether the connection is past its close time (the only rule
+    /// checked while the server writes: the others measure the client's
+    /// sending, which a server that is not reading would stretch).
+    pub fn past_close(&self, now: Instant) -> bool {
+        self.close_at.is_some_and(|t| now >= t)
     }
 
     /// When the connection breaks a rule if nothing changes.
@@ -330,13 +339,29 @@ mod tests {
                 0 => w.read(&frame(DATA, END_STREAM, 1, b"x"), t0 + S),
                 1 => w.read(&frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]), t0 + S),
                 2 => w.wrote(&frame(RST_STREAM, 0, 1, &[0, 0, 0, 0])),
-                _ => {
-                    w.wrote(&frame(HEADERS, 0x4, 1, b"h"));
-                    w.wrote(&frame(HEADERS, 0x4 | END_STREAM, 1, b"trailers"));
-                }
+                _ => w.wrote(&frame(HEADERS, 0x4, 1, b"h")),
             }
             assert_eq!(w.deadline(), None, "end {end}");
             assert!(w.broken(t0 + 10 * S).is_none(), "end {end}");
+        }
+    }
+
+    /// A streaming call (ModelStreamInfer): the client's half stays open
+    /// for the session, sending a request every so often, and the server
+    /// answers each; the request rule must not cut it.
+    #[test]
+    fn a_streaming_call_answered_by_the_server_is_not_cut() {
+        let t0 = Instant::now();
+        let mut w = watch(t0);
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(HEADERS, 0x4, 1, b"hdr"));
+        w.read(&bytes, t0);
+        w.wrote(&frame(HEADERS, 0x4, 1, b"200"));
+        for i in 1..40u32 {
+            let t = t0 + S / 2 * i;
+            w.read(&frame(DATA, 0, 1, &[0; 100]), t);
+            w.wrote(&frame(DATA, 0, 1, &[0; 100]));
+            assert!(w.broken(t).is_none(), "cut at {:?}", t - t0);
         }
     }
 
@@ -352,8 +377,16 @@ mod tests {
             w.read(chunk, t0);
         }
         assert_eq!(w.open.keys().copied().collect::<Vec<_>>(), vec![3]);
-        let out = frame(DATA, END_STREAM, 3, &[1; 100]);
-        for chunk in out.chunks(5) {
+        // The server's answer, split anywhere: a SETTINGS frame, then
+        // stream 3's HEADERS.
+        let mut out = frame(0x4, 0, 0, &[0; 12]);
+        out.extend(frame(HEADERS, 0x4, 3, &[1; 100]));
+        let split = 9 + 12 + 5; // inside stream 3's frame header
+        for chunk in out[..split].chunks(5) {
+            w.wrote(chunk);
+        }
+        assert!(w.open.contains_key(&3), "not answered yet");
+        for chunk in out[split..].chunks(5) {
             w.wrote(chunk);
         }
         assert!(w.open.is_empty());

@@ -117,6 +117,23 @@ impl Conn {
         self.inner.peer_addr()
     }
 
+    /// While the server writes (h2 reads nothing while a write is pending:
+    /// a GOAWAY or PONG to a client that does not read), only the close
+    /// time is checked, and the timer armed so the task wakes for it.
+    fn check_close(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if let Some((w, _)) = &self.watch {
+            if w.past_close(std::time::Instant::now()) {
+                tracing::debug!(peer = ?self.inner.peer_addr().ok(), "gRPC connection closed at its age and grace");
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the connection was still open kserve.grpc_max_connection_age_grace_ms after it was asked to go away",
+                ));
+            }
+        }
+        self.arm(cx);
+        Ok(())
+    }
+
     /// Arms the timer at the watch's next deadline; wakes the task at once
     /// if that has passed.
     fn arm(&mut self, cx: &mut Context<'_>) {
@@ -137,19 +154,20 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if let Some((w, _)) = &self.watch {
-            if let Some(why) = w.broken(std::time::Instant::now()) {
+        // Read first: bytes already waiting in the socket count as sent,
+        // however long the server took to read them.
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Some((w, _)) = &mut self.watch {
+            let now = std::time::Instant::now();
+            w.read(&buf.filled()[before..], now);
+            if let Some(why) = w.broken(now) {
                 tracing::debug!(peer = ?self.inner.peer_addr().ok(), %why, "gRPC connection closed");
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     why.to_string(),
                 )));
             }
-        }
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Some((w, _)) = &mut self.watch {
-            w.read(&buf.filled()[before..], std::time::Instant::now());
         }
         self.arm(cx);
         r
@@ -162,6 +180,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.check_close(cx)?;
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let (Poll::Ready(Ok(n)), Some((w, _))) = (&r, &mut self.watch) {
             w.wrote(&buf[..*n]);
@@ -169,6 +188,7 @@ impl AsyncWrite for Conn {
         r
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.check_close(cx)?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -179,6 +199,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        self.check_close(cx)?;
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let (Poll::Ready(Ok(n)), Some((w, _))) = (&r, &mut self.watch) {
             let mut left = *n;

@@ -299,13 +299,16 @@ pub struct Runtime {
     /// Set when shutdown begins: model loads in progress outside the lock
     /// stop at their next step (models.rs).
     load_cancel: std::sync::atomic::AtomicBool,
-    /// The answers thread ([`spawn_answers`]).
+    /// The answers thread ([`spawn_answers`]), and how many answers it
+    /// has yet to deliver (shutdown waits for them).
     answers: std::sync::mpsc::Sender<Delivery>,
+    answers_pending: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Runtime {
     pub fn new(engine: Box<dyn Engine>, settings: RuntimeSettings) -> Arc<Runtime> {
         let info = engine.info();
+        let answers_pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         Arc::new(Runtime {
             state: Mutex::new(State {
                 engine,
@@ -333,7 +336,8 @@ impl Runtime {
             }),
             uid_bytes: Arc::default(),
             load_cancel: std::sync::atomic::AtomicBool::new(false),
-            answers: spawn_answers(),
+            answers: spawn_answers(answers_pending.clone()),
+            answers_pending,
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
             epoch_monotonic_ns: crate::protocol::monotonic_ns(),
@@ -770,6 +774,13 @@ impl Runtime {
         self.lock().shutting_down
     }
 
+    /// Answers whose outputs are still being read (the answers thread):
+    /// their tasks are done on the device, their clients not yet told.
+    pub fn answers_pending(&self) -> usize {
+        self.answers_pending
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn tasks_in_flight(&self) -> usize {
         self.lock().tasks.len()
     }
@@ -836,7 +847,9 @@ struct Delivery {
 /// Delivers outcomes whose outputs must first be read from the device: the
 /// simulated device's CPU build may still be computing them, and neither
 /// the lock nor the pacer (which advances the device) waits for it.
-fn spawn_answers() -> std::sync::mpsc::Sender<Delivery> {
+fn spawn_answers(
+    pending: Arc<std::sync::atomic::AtomicUsize>,
+) -> std::sync::mpsc::Sender<Delivery> {
     let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
     std::thread::Builder::new()
         .name("reefd-answers".into())
@@ -846,6 +859,7 @@ fn spawn_answers() -> std::sync::mpsc::Sender<Delivery> {
                     tensors::resolve_outputs(r, std::mem::take(&mut d.later));
                 }
                 deliver(d.task, d.waiter, d.result);
+                pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             }
         })
         .expect("spawn the answers thread");

@@ -202,7 +202,11 @@ impl Runtime {
             if d.later.is_empty() {
                 deliver(d.task, d.waiter, d.result);
             } else {
+                self.answers_pending
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if let Err(std::sync::mpsc::SendError(mut d)) = self.answers.send(d) {
+                    self.answers_pending
+                        .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                     // The thread is gone (it never exits while the runtime
                     // lives): read here rather than lose the answer.
                     if let Ok(r) = &mut d.result {
