@@ -288,7 +288,9 @@ fn outputs_are_real_numbers_and_a_wrong_restore_point_gives_a_wrong_answer() {
 }
 
 /// light_shufflenet's "stale" restored requests (reefd's `onnx_values` on
-/// sim:h100): 39 of its 132 kernels (max pooling, grouped convolutions,
+/// sim:h100; with `REEF_VALUES_TRACE`, each one's first stale read was such
+/// a kernel, kernel 51, 55 or 95, re-executed by its restore and reading
+/// its own output): 39 of its 132 kernels (max pooling, grouped convolutions,
 /// the channel-shuffle sums) initialise their output element and then
 /// accumulate into it in global memory. reef-compile listed the output
 /// among the kernel's reads, so after a kill the version tracker made the
@@ -362,6 +364,30 @@ fn a_kernel_accumulating_into_its_output_is_restored_from_itself() {
         d.sim.values().diff(clean.sim.values(), &outs).is_empty(),
         "the version tracker calls a correct restore stale: {:?}",
         d.sim.values().diff(clean.sim.values(), &all)
+    );
+
+    // The path onnx_values hit (REEF_VALUES_TRACE): the kernel completed
+    // while the preempt flag was set, so its completion was not counted
+    // (it may be a partial run, REEF §4.3-4.4) and the restore re-executed
+    // it over its own complete output: still the clean answer.
+    let mut again = device(&f, true);
+    again.run(&f, 0, None);
+    again.run(&f, target, None);
+    let got = again.outputs(&f);
+    for (g, w) in got.iter().zip(&f.want) {
+        assert!(
+            matches(g, w),
+            "re-executed: {g:?} against ONNX Runtime {w:?}"
+        );
+    }
+    assert!(
+        again
+            .sim
+            .values()
+            .diff(clean.sim.values(), &outs)
+            .is_empty(),
+        "the version tracker calls a re-execution stale: {:?}",
+        again.sim.values().diff(clean.sim.values(), &all)
     );
 }
 
