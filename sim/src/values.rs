@@ -538,6 +538,44 @@ mod tests {
     }
 
     #[test]
+    fn the_trace_records_the_versions_each_operation_read_and_wrote() {
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 0..4, 4);
+        assert!(t.trace().is_empty(), "off until asked for");
+        t.trace_on();
+        let (va, vb) = (t.get(a), t.get(b));
+        t.note(|| "restore".into());
+        t.kill(8, &[b], &[a], 0..4, 4, 1);
+        t.set(b, 5);
+        let after_kill = t.get(a);
+        assert_eq!(
+            t.trace(),
+            &[
+                TraceOp::Note("restore".into()),
+                TraceOp::Kill {
+                    identity: 8,
+                    reads: vec![(b, vb)],
+                    writes: vec![(a, after_kill)],
+                    blocks: 0..4,
+                    total: 4,
+                },
+                TraceOp::Set {
+                    buffer: b,
+                    value: 5
+                },
+            ]
+        );
+        assert_ne!(after_kill, va);
+        t.complete(7, &[a], &[b], 0..2, 4);
+        let TraceOp::Complete { reads, writes, .. } = t.trace().last().unwrap() else {
+            panic!("{:?}", t.trace());
+        };
+        assert_eq!(reads, &[(a, after_kill)]);
+        assert_eq!(writes, &[(b, t.get(b))]);
+    }
+
+    #[test]
     fn a_killed_block_range_keeps_the_blocks_other_ranges_completed() {
         let (a, b) = (BufferId(1), BufferId(2));
         let mut clean = ValueTracker::new();
