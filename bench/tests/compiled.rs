@@ -38,7 +38,10 @@ fn compiled_models() -> tempfile::TempDir {
     ok(Command::new(venv.join("python"))
         .arg(root().join("compile/tests/make_tiny.py"))
         .arg(&onnx));
+    // This checkout's compiler (the venv's .pth names whichever checkout
+    // ran the setup).
     ok(Command::new(venv.join("reef-compile"))
+        .env("PYTHONPATH", root().join("compile"))
         .arg(&onnx)
         .args(["--arch", "sm_80", "--arch", "sm_90", "--no-reference", "-o"])
         .arg(t.path().join("models/tiny")));

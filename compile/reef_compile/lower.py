@@ -6,7 +6,9 @@ library dispatch, legalization and fusion, dlight default schedules
 static memory planning. The planned Relax `main` gives the launch order, the
 storages and which storage every kernel argument lives in; the lowered TIR
 gives each device kernel's thread extents (grid and block), its parameters
-and the buffers it stores to (written) and loads from (read).
+and the buffers it stores to (written) and loads values from before it ran
+(read: its inputs; a buffer it loads only where it stored first, as TVM's
+reductions kept in global memory do, is not one, `_loads_before_stores`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import onnx
 import tvm
 from tvm import relax
 
-from .ir import kind, walk
+from .ir import children, kind, walk
 from .onnx_input import CompileError
 
 
@@ -287,6 +289,10 @@ class _Kernel:
     loaded: set[str]  # buffers loaded from
     dyn_shared: bool
     decls: dict[str, tuple[int, str]]  # buffer name -> (bytes, dtype) declared in the kernel
+    # Buffers some load of which may see a value from before the kernel:
+    # `loaded` less the buffers whose every load reads an element the same
+    # thread stored earlier in the kernel (`_loads_before_stores`).
+    inputs: set[str] = field(default_factory=set)
 
 
 def _device_kernels(dev_mod) -> dict[str, _Kernel]:
@@ -337,6 +343,7 @@ def _device_kernels(dev_mod) -> dict[str, _Kernel]:
                     walk(a, inner)
 
         walk(f.body, visit)
+        inputs = _loads_before_stores(f.body) & loaded
         tags = [str(t) for t in f.attrs.get("tirx.kernel_launch_params", [])]
         out[gv.name_hint] = _Kernel(
             name=gv.name_hint,
@@ -344,6 +351,7 @@ def _device_kernels(dev_mod) -> dict[str, _Kernel]:
             extents=extents,
             stored=stored,
             loaded=loaded,
+            inputs=inputs,
             dyn_shared="tirx.use_dyn_shared_memory" in tags,
             decls=decls,
         )
@@ -354,6 +362,155 @@ def _device_kernels(dev_mod) -> dict[str, _Kernel]:
                     "only static-shape models are supported"
                 )
     return out
+
+
+_LOADS = ("tirx.BufferLoad", "ir.TensorLoad")
+_CALLS = ("tirx.Call", "ir.Call")
+# Calls a guard or an index may hold and still name the same value
+# wherever it is evaluated in a thread (no memory, no side effects).
+_PURE_OPS = {"tirx.likely", "tirx.if_then_else", "tirx.shift_left", "tirx.shift_right",
+             "tirx.bitwise_and", "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not"}
+
+
+def _pure(e) -> bool:
+    """Whether `e` reads no memory and calls nothing impure, so two
+    occurrences of it in one thread (same variables) have one value."""
+    ok = [True]
+
+    def v(n):
+        k = kind(n)
+        if k in _LOADS or (k in _CALLS and getattr(n.op, "name", "") not in _PURE_OPS):
+            ok[0] = False
+            return True
+        return None
+
+    walk(e, v)
+    return ok[0]
+
+
+def _loads_before_stores(body) -> set[str]:
+    """The buffers of a device kernel some load of which may read a value
+    from before the kernel ran: every loaded buffer except those whose
+    every load reads an element the same thread certainly stored earlier.
+
+    TVM's GPU schedules keep many reductions in global memory: the
+    thread's output element is initialised (`X[i] = 0`, `-inf` for max
+    pooling) and then accumulated (`X[i] = X[i] + ...`). The kernel loads
+    X, but only what it stored itself, so X's previous contents are not an
+    input: re-running the kernel after a kill gives the same result (REEF
+    §4.4's condition for idempotence: the first access to each location is
+    a write), and the version tracker must not make its output depend on
+    X's previous version. A load `X[e]` counts as covered when an earlier
+    store `X[e']` in program order has `e'` structurally equal to `e`
+    (pure: no loads), sits under a subset of the load's guards (pure `if`
+    conditions, same branch) and inside a subset of its loops (same
+    iteration). Anything else (another thread's element, a store in a loop
+    the load is not in, a pointer taken for an intrinsic) is an input.
+    """
+    import tvm
+
+    read: set[str] = set()
+    stores: list[tuple[str, list, list, list]] = []  # buffer, indices, guards, loops
+
+    def same(a, b) -> bool:
+        if isinstance(a, _Opaque) or isinstance(b, _Opaque):
+            return a is b
+        return _same(a, b)
+
+    def guard_in(g, gs) -> bool:
+        return any(h[1] == g[1] and same(h[0], g[0]) for h in gs)
+
+    def covered(name, indices, guards, loops) -> bool:
+        if not all(_pure(i) for i in indices):
+            return False
+        for b, idx, gs, ls in stores:
+            if b != name or len(idx) != len(indices):
+                continue
+            if not all(_same(a, c) for a, c in zip(idx, indices)):
+                continue
+            if not all(guard_in(g, guards) for g in gs):
+                continue
+            if not all(any(same(lv, x) for x in loops) for lv in ls):
+                continue
+            return True
+        return False
+
+    def loads(e, guards, loops):
+        def v(n):
+            k = kind(n)
+            if k in _LOADS:
+                name = _loaded_buffer(n)
+                if not covered(name, list(n.indices), guards, loops):
+                    read.add(name)
+                for i in n.indices:
+                    walk(i, v)
+                return True
+            if k in _CALLS and getattr(n.op, "name", "") in (
+                "tirx.address_of",
+                "tirx.tvm_access_ptr",
+                "tirx.ptx_cp_async",
+            ):
+                def inner(m):
+                    if kind(m) in _LOADS:
+                        read.add(_loaded_buffer(m))
+
+                for a in n.args:
+                    walk(a, inner)
+                return True
+            return None
+
+        walk(e, v)
+
+    def stmt(n, guards, loops):
+        k = kind(n)
+        if k == "tirx.SeqStmt":
+            for x in n.seq:
+                stmt(x, guards, loops)
+        elif k == "tirx.IfThenElse":
+            c = n.condition
+            loads(c, guards, loops)
+            # An impure condition is a guard only inside its own branch.
+            key = c if _pure(c) else _Opaque()
+            stmt(n.then_case, guards + [(key, True)], loops)
+            if n.else_case is not None:
+                stmt(n.else_case, guards + [(key, False)], loops)
+        elif k == "tirx.For":
+            loads(n.min, guards, loops)
+            loads(n.extent, guards, loops)
+            stmt(n.body, guards, loops + [n.loop_var])
+        elif k == "tirx.While":
+            # Runs its body any number of times: a store in it covers
+            # only later loads of the same iteration.
+            loads(n.condition, guards, loops)
+            stmt(n.body, guards, loops + [_Opaque()])
+        elif k == "tirx.BufferStore":
+            # The value's loads happen before the store.
+            loads(n.value, guards, loops)
+            for i in n.indices:
+                loads(i, guards, loops)
+            if all(_pure(i) for i in n.indices):
+                stores.append((n.buffer.name, list(n.indices), guards, loops))
+        elif isinstance(n, tvm.tirx.Stmt):
+            for c in children(n):
+                if isinstance(c, tvm.tirx.Stmt):
+                    stmt(c, guards, loops)
+                else:
+                    loads(c, guards, loops)
+        else:
+            loads(n, guards, loops)
+
+    stmt(body, [], [])
+    return read
+
+
+class _Opaque:
+    """A guard or loop that matches only itself."""
+
+
+def _same(a, b) -> bool:
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b, map_free_vars=False))
 
 
 def _loaded_buffer(n) -> str:
@@ -560,13 +717,17 @@ def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
     # e.g. a split reduction's partial results) become storages of their own,
     # shared by the kernels of this call.
     workspace: dict[str, int] = {}
+    loaded_by: list[list[int]] = []
     total_threads = 0
     for kname, _ in host_seq:
         k = kernels[kname]
         total_threads += _prod(_grid(k)) * _prod(_block(k))
     for kname, call_args in host_seq:
         k = kernels[kname]
-        args, reads, writes = [], [], []
+        # reads: what the kernel's result depends on (loads of values from
+        # before it ran); loaded: the storages it loads from at all (its
+        # traffic, bytes_read).
+        args, reads, writes, loaded = [], [], [], []
         for pname in k.params:
             if pname in data_to_arg:
                 s = arg_storages[data_to_arg[pname]]
@@ -581,8 +742,10 @@ def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
             args.append(s)
             if pname in k.stored and s not in writes:
                 writes.append(s)
-            if pname in k.loaded and s not in reads:
+            if pname in k.inputs and s not in reads:
                 reads.append(s)
+            if pname in k.loaded and s not in loaded:
+                loaded.append(s)
         if not writes:
             raise CompileError(f"{kname}: writes none of its parameters")
         dyn = 0
@@ -604,19 +767,21 @@ def _launches_of(fname, prim, arg_storages, kernels, host_seq, storages, flops):
                 reads=reads,
                 writes=writes,
                 flops=flops * share,
-                bytes_read=sum(storages[s].nbytes for s in reads),
+                bytes_read=sum(storages[s].nbytes for s in loaded),
                 bytes_written=sum(storages[s].nbytes for s in writes),
             )
         )
+        loaded_by.append(loaded)
     # A workspace only one kernel uses holds nothing before that kernel runs:
     # whatever it loads from it, it stored there itself (a correct kernel
     # never reads uninitialised memory), so it is not an input of the kernel
     # and re-executing the kernel is unaffected by it.
     for ws in workspace.values():
-        users = [ln for ln in out if ws in ln.args]
-        if len(users) == 1 and ws in users[0].reads:
-            users[0].reads.remove(ws)
-            users[0].bytes_read -= storages[ws].nbytes
+        users = [(i, ln) for i, ln in enumerate(out) if ws in ln.args]
+        if len(users) == 1 and ws in loaded_by[users[0][0]]:
+            if ws in users[0][1].reads:
+                users[0][1].reads.remove(ws)
+            users[0][1].bytes_read -= storages[ws].nbytes
     return out
 
 

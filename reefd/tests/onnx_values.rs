@@ -3,7 +3,9 @@
 //! simulated libcuda, `REEF_LIBCUDA_SIM_DEVICE=h100`) under concurrent RT
 //! and BE load with at least 50 preemptions (counted by the daemon's
 //! `stats`), every output of every request equal to ONNX Runtime's on the
-//! same input within the tolerance of `cpu-kernels/tests/support/ort.rs`.
+//! same input within the tolerance of `cpu-kernels/tests/support/ort.rs`,
+//! and none called stale by the daemon's own check (`outputs_verified`,
+//! `stats.corrupted_outputs`).
 //!
 //! Models: the onnx package's light models named in `REEF_LIGHT_MODELS`
 //! (comma-separated; default `shufflenet`, the one of the nine whose CPU
@@ -251,7 +253,7 @@ fn serve(d: &Daemon, served: &[&'static Served]) -> Run {
 /// Every output equals ONNX Runtime's, restored requests included, and
 /// the daemon counted at least 50 preemptions.
 fn check(device: &str, run: &Run, served: &[&Served]) {
-    let (mut bad, mut worst, mut outputs) = (0, 0f64, 0);
+    let (mut bad, mut worst, mut outputs, mut stale) = (0, 0f64, 0, 0);
     let mut restored = vec![0usize; served.len()];
     for (m, seed, r) in &run.results {
         let (b, w) = served[*m].check(r, *seed);
@@ -263,6 +265,7 @@ fn check(device: &str, run: &Run, served: &[&Served]) {
             );
         }
         if r.outputs_verified == Some(false) {
+            stale += 1;
             eprintln!(
                 "{device}: {} task {} (seed {seed}, {} preemptions): the version tracker calls \
                  its outputs stale; {b} values differ from ONNX Runtime's",
@@ -290,6 +293,18 @@ fn check(device: &str, run: &Run, served: &[&Served]) {
             .collect::<Vec<_>>()
     );
     assert_eq!(bad, 0, "{device}: outputs differ from ONNX Runtime's");
+    // The daemon's own check of every request (on sim:h100 the version
+    // tracker against an unpreempted run, on cuda:0 the simulated
+    // driver's) agrees with ONNX Runtime: restores are right, and the
+    // check does not call a right one stale (reef-compile once listed the
+    // output a kernel accumulates into among its reads, and the tracker
+    // called restores of such kernels stale).
+    assert_eq!(stale, 0, "{device}: requests the daemon calls stale");
+    assert_eq!(
+        run.stats.corrupted_outputs, 0,
+        "{device}: corrupted outputs counted: {:?}",
+        run.stats
+    );
     assert!(
         preemptions >= 50,
         "{device}: {preemptions} preemptions: {:?}",

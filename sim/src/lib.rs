@@ -80,4 +80,4 @@ pub use mix::{Demand, PipeRates};
 pub use node::{node_devices, parse_device_list, Node, NodeError, OwnerId};
 pub use shape::{KernelShape, ShapeError};
 pub use spec::{field_source, DeviceSpec, PreemptLevel, SpecError, PRESETS, SOURCED_FIELDS};
-pub use values::{BufferId, Mismatch, ValueTracker};
+pub use values::{BufferId, Mismatch, TraceOp, ValueTracker};

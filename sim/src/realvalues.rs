@@ -9,7 +9,15 @@
 //!   version of the kernel). A launch of a registered kernel that is the last
 //!   kernel of its TIR function's call runs the call; other kernels (the
 //!   first kernels of a function split in several, which write only device
-//!   workspace) change no bytes.
+//!   workspace) change no bytes. So the bytes alone would not show a
+//!   restore that skipped such a kernel (the call recomputes from the
+//!   function's inputs; a GPU's last kernel would read stale workspace):
+//!   the version tracker, run alongside, does (the workspace's version is
+//!   an input of the last kernel), and reefd checks every request with it.
+//!   Neither light_shufflenet nor the two-input model has a split
+//!   function; a stale verdict with right bytes there came from read sets
+//!   that listed a kernel's own accumulated output as its input
+//!   (reef-compile's `_loads_before_stores`).
 //! - Which bytes: a launch's buffers are `BufferId(ns | storage)`, the
 //!   convention of every caller (reefd and reef-bench give each client or
 //!   daemon stream a namespace in the high 32 bits, the low 32 bits are the

@@ -158,7 +158,43 @@ pub struct ValueTracker {
     corruptions: u64,
     /// Real bytes, once a compiled model is registered.
     real: Option<Box<RealValues>>,
+    /// What happened to the buffers, when tracing is on (diagnostics:
+    /// which kernel read which version, [`ValueTracker::trace_on`]).
+    trace: Option<Vec<TraceOp>>,
 }
+
+/// One value-tracking operation, recorded while tracing is on. Versions are
+/// the buffers' values at the operation (`reads`: before it, `writes`:
+/// after it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceOp {
+    Set {
+        buffer: BufferId,
+        value: u64,
+    },
+    Complete {
+        identity: u64,
+        reads: Vec<(BufferId, u64)>,
+        writes: Vec<(BufferId, u64)>,
+        blocks: Range<u64>,
+        total: u64,
+    },
+    Kill {
+        identity: u64,
+        reads: Vec<(BufferId, u64)>,
+        writes: Vec<(BufferId, u64)>,
+        blocks: Range<u64>,
+        total: u64,
+    },
+    Corrupt {
+        writes: Vec<BufferId>,
+    },
+    /// A caller's note (a restore, a launch).
+    Note(String),
+}
+
+/// Trace entries kept at most (the oldest half is dropped past it).
+const TRACE_MAX: usize = 1 << 21;
 
 /// One buffer whose final value differs between two runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +226,39 @@ impl ValueTracker {
     pub fn set(&mut self, b: BufferId, v: u64) {
         self.partial.remove(&b);
         self.values.insert(b, v);
+        self.record(|| TraceOp::Set {
+            buffer: b,
+            value: v,
+        });
+    }
+
+    /// Starts recording every operation ([`ValueTracker::trace`]).
+    pub fn trace_on(&mut self) {
+        self.trace.get_or_insert_with(Vec::new);
+    }
+
+    /// The operations recorded since tracing was turned on (the most
+    /// recent ones, at most about two million).
+    pub fn trace(&self) -> &[TraceOp] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Records a caller's note in the trace (when tracing is on).
+    pub fn note(&mut self, f: impl FnOnce() -> String) {
+        self.record(|| TraceOp::Note(f()));
+    }
+
+    fn record(&mut self, f: impl FnOnce() -> TraceOp) {
+        if let Some(t) = &mut self.trace {
+            if t.len() >= TRACE_MAX {
+                t.drain(..TRACE_MAX / 2);
+            }
+            t.push(f());
+        }
+    }
+
+    fn versions(&self, bs: &[BufferId]) -> Vec<(BufferId, u64)> {
+        bs.iter().map(|&b| (b, self.get(b))).collect()
     }
 
     /// The output hash a kernel of `identity` produces from `reads`' current
@@ -213,6 +282,7 @@ impl ValueTracker {
         total_blocks: u64,
     ) {
         let h = self.output_hash(identity, reads);
+        let before = self.trace.is_some().then(|| self.versions(reads));
         let whole = blocks.start == 0 && blocks.end >= total_blocks;
         for &w in writes {
             if whole {
@@ -241,6 +311,17 @@ impl ValueTracker {
                 self.values.insert(w, h ^ PARTIAL ^ covered.digest());
                 self.partial.insert(w, (h, covered));
             }
+        }
+        if let Some(reads) = before {
+            let writes = self.versions(writes);
+            let blocks = blocks.clone();
+            self.record(|| TraceOp::Complete {
+                identity,
+                reads,
+                writes,
+                blocks,
+                total: total_blocks,
+            });
         }
         self.blocks_ran(identity, writes, blocks, total_blocks);
     }
@@ -336,6 +417,29 @@ impl ValueTracker {
         total_blocks: u64,
         salt: u64,
     ) {
+        let before = self.trace.is_some().then(|| self.versions(reads));
+        self.kill_inner(identity, reads, writes, blocks.clone(), total_blocks, salt);
+        if let Some(reads) = before {
+            let writes = self.versions(writes);
+            self.record(|| TraceOp::Kill {
+                identity,
+                reads,
+                writes,
+                blocks,
+                total: total_blocks,
+            });
+        }
+    }
+
+    fn kill_inner(
+        &mut self,
+        identity: u64,
+        reads: &[BufferId],
+        writes: &[BufferId],
+        blocks: Range<u64>,
+        total_blocks: u64,
+        salt: u64,
+    ) {
         if !(blocks.start == 0 && blocks.end >= total_blocks) {
             let h = self.output_hash(identity, reads);
             if writes
@@ -356,11 +460,18 @@ impl ValueTracker {
                 return;
             }
         }
-        self.corrupt(writes, salt);
+        self.corrupt_inner(writes, salt);
     }
 
     /// Records a killed launch: its outputs are corrupted.
     pub fn corrupt(&mut self, writes: &[BufferId], salt: u64) {
+        self.corrupt_inner(writes, salt);
+        self.record(|| TraceOp::Corrupt {
+            writes: writes.to_vec(),
+        });
+    }
+
+    fn corrupt_inner(&mut self, writes: &[BufferId], salt: u64) {
         self.corruptions += 1;
         for &w in writes {
             self.partial.remove(&w);
@@ -424,6 +535,44 @@ mod tests {
         assert_ne!(r.get(b), clean.get(b));
         r.complete(7, &[a], &[b], 1..4, 4);
         assert_eq!(r.get(b), clean.get(b));
+    }
+
+    #[test]
+    fn the_trace_records_the_versions_each_operation_read_and_wrote() {
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 0..4, 4);
+        assert!(t.trace().is_empty(), "off until asked for");
+        t.trace_on();
+        let (va, vb) = (t.get(a), t.get(b));
+        t.note(|| "restore".into());
+        t.kill(8, &[b], &[a], 0..4, 4, 1);
+        t.set(b, 5);
+        let after_kill = t.get(a);
+        assert_eq!(
+            t.trace(),
+            &[
+                TraceOp::Note("restore".into()),
+                TraceOp::Kill {
+                    identity: 8,
+                    reads: vec![(b, vb)],
+                    writes: vec![(a, after_kill)],
+                    blocks: 0..4,
+                    total: 4,
+                },
+                TraceOp::Set {
+                    buffer: b,
+                    value: 5
+                },
+            ]
+        );
+        assert_ne!(after_kill, va);
+        t.complete(7, &[a], &[b], 0..2, 4);
+        let TraceOp::Complete { reads, writes, .. } = t.trace().last().unwrap() else {
+            panic!("{:?}", t.trace());
+        };
+        assert_eq!(reads, &[(a, after_kill)]);
+        assert_eq!(writes, &[(b, t.get(b))]);
     }
 
     #[test]

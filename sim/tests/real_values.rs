@@ -7,7 +7,11 @@
 //!   the same outputs, and one restored from the kernel after it (a wrong
 //!   restore point) gives a wrong answer;
 //! - computing values does not change simulated time (same events, same
-//!   times, with and without the CPU build registered).
+//!   times, with and without the CPU build registered);
+//! - a kernel that accumulates into its output in global memory
+//!   (`compile/tests/make_pool.py`'s max pooling), killed and restored
+//!   from itself, gives ONNX Runtime's answer, and the version tracker
+//!   agrees (its output is not an input of it).
 
 use reef_sim::{
     BufferId, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, StreamId, Tags,
@@ -33,9 +37,13 @@ impl Drop for Fixture {
 }
 
 fn fixture(tag: &str) -> Fixture {
+    fixture_of(tag, "two_io", ort::two_io_onnx)
+}
+
+fn fixture_of(tag: &str, name: &str, make: fn(&std::path::Path) -> PathBuf) -> Fixture {
     let work = ort::tmp(&format!("sim-real-{tag}"));
-    let onnx = ort::two_io_onnx(&work);
-    let dir = work.join("two_io");
+    let onnx = make(&work);
+    let dir = work.join(name);
     ort::compile(&onnx, &dir);
     let m = ort::ort(&onnx, &work.join("ort"), 5, 10);
     let model = reef_model::Model::load(&dir).unwrap();
@@ -277,6 +285,110 @@ fn outputs_are_real_numbers_and_a_wrong_restore_point_gives_a_wrong_answer() {
         .values()
         .diff(clean.sim.values(), &outs)
         .is_empty());
+}
+
+/// light_shufflenet's "stale" restored requests (reefd's `onnx_values` on
+/// sim:h100; with `REEF_VALUES_TRACE`, each one's first stale read was such
+/// a kernel, kernel 51, 55 or 95, re-executed by its restore and reading
+/// its own output): 39 of its 132 kernels (max pooling, grouped convolutions,
+/// the channel-shuffle sums) initialise their output element and then
+/// accumulate into it in global memory. reef-compile listed the output
+/// among the kernel's reads, so after a kill the version tracker made the
+/// re-run's output a function of the killed run's corrupted output and
+/// called the restore stale, while the bytes (and a GPU's) were right: the
+/// kernel loads only what it stored itself (REEF §4.4: the first access
+/// to each location is a write, so the kernel is idempotent and restoring
+/// from it is correct).
+#[test]
+fn a_kernel_accumulating_into_its_output_is_restored_from_itself() {
+    let f = fixture_of("accumulate", "pool", ort::pool_onnx);
+    let n = f.model.kernels.len();
+    let target = f
+        .model
+        .kernels
+        .iter()
+        .position(|k| k.name.starts_with("max_pool2d"))
+        .expect("a max pooling kernel");
+    let kern = &f.model.kernels[target];
+    assert!(
+        kern.reads.iter().all(|r| !kern.writes.contains(r)),
+        "{}: reads {:?}, writes {:?}: the output it accumulates into is not an input",
+        kern.name,
+        kern.reads,
+        kern.writes
+    );
+
+    let mut clean = device(&f, true);
+    let (done, _, clean_events) = clean.run(&f, 0, None);
+    assert_eq!(done, (0..n).collect::<Vec<_>>());
+    let started = |k: usize| {
+        clean_events
+            .iter()
+            .find(|e| e.1 == "Started" && e.2 == k as u32)
+            .unwrap()
+            .0
+    };
+    let completed = clean_events
+        .iter()
+        .find(|e| e.1 == "Completed" && e.2 == target as u32)
+        .unwrap()
+        .0;
+    // Halfway through the kernel.
+    let into = (completed - started(target)) / 2;
+    let kill_latency = DeviceSpec::preset("h100").unwrap().kill_latency_ns;
+    let kill_at = started(target) + into - kill_latency;
+    let mut d = device(&f, true);
+    let (done, killed, events) = d.run(&f, 0, Some(kill_at));
+    assert!(killed, "the kill lands on a running kernel: {events:?}");
+    let interrupted = (0..n).find(|k| !done.contains(k)).unwrap();
+    assert_eq!(interrupted, target, "{events:?}");
+    // Restored from the interrupted kernel (every kernel of a TVM model is
+    // idempotent, REEF §2.1 Table 1): ONNX Runtime's answer, and the
+    // version tracker calls it so.
+    d.run(&f, interrupted, None);
+    let got = d.outputs(&f);
+    for (g, w) in got.iter().zip(&f.want) {
+        assert!(matches(g, w), "restored: {g:?} against ONNX Runtime {w:?}");
+    }
+    let outs: Vec<BufferId> = f
+        .model
+        .compiled
+        .as_ref()
+        .unwrap()
+        .outputs
+        .iter()
+        .map(|&s| buf(s))
+        .collect();
+    let all: Vec<BufferId> = (0..f.model.buffers.len()).map(buf).collect();
+    assert!(
+        d.sim.values().diff(clean.sim.values(), &outs).is_empty(),
+        "the version tracker calls a correct restore stale: {:?}",
+        d.sim.values().diff(clean.sim.values(), &all)
+    );
+
+    // The path onnx_values hit (REEF_VALUES_TRACE): the kernel completed
+    // while the preempt flag was set, so its completion was not counted
+    // (it may be a partial run, REEF §4.3-4.4) and the restore re-executed
+    // it over its own complete output: still the clean answer.
+    let mut again = device(&f, true);
+    again.run(&f, 0, None);
+    again.run(&f, target, None);
+    let got = again.outputs(&f);
+    for (g, w) in got.iter().zip(&f.want) {
+        assert!(
+            matches(g, w),
+            "re-executed: {g:?} against ONNX Runtime {w:?}"
+        );
+    }
+    assert!(
+        again
+            .sim
+            .values()
+            .diff(clean.sim.values(), &outs)
+            .is_empty(),
+        "the version tracker calls a re-execution stale: {:?}",
+        again.sim.values().diff(clean.sim.values(), &all)
+    );
 }
 
 #[test]

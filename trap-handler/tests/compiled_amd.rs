@@ -37,6 +37,14 @@ fn venv_bin(tool: &str) -> PathBuf {
     p
 }
 
+/// The venv's reef-compile running this checkout's compiler (the venv's
+/// `.pth` names whichever checkout ran the setup).
+fn reef_compile() -> Command {
+    let mut c = Command::new(venv_bin("reef-compile"));
+    c.env("PYTHONPATH", repo_root().join("compile"));
+    c
+}
+
 fn llvm19(tool: &str) -> Command {
     let p = PathBuf::from(format!("/usr/lib/llvm-19/bin/{tool}"));
     assert!(
@@ -48,7 +56,7 @@ fn llvm19(tool: &str) -> Command {
 }
 
 fn compile(onnx: &Path, dir: &Path, extra: &[&str]) {
-    run(Command::new(venv_bin("reef-compile"))
+    run(reef_compile()
         .arg(onnx)
         .args(["--arch", "gfx906", "--arch", "sm_80"])
         .args(extra)
@@ -290,7 +298,7 @@ fn light_squeezenet_compiles_to_a_gfx906_code_object() {
 }
 
 fn compile_error(onnx: &Path, archs: &[&str], env: &[(&str, &str)]) -> String {
-    let mut c = Command::new(venv_bin("reef-compile"));
+    let mut c = reef_compile();
     c.arg(onnx);
     for a in archs {
         c.args(["--arch", a]);

@@ -140,6 +140,16 @@ pub fn two_io_onnx(work: &Path) -> PathBuf {
     onnx
 }
 
+/// `compile/tests/make_pool.py`'s model (Relu, MaxPool, grouped Conv):
+/// its max pooling kernel accumulates into its output in global memory.
+pub fn pool_onnx(work: &Path) -> PathBuf {
+    let onnx = work.join("pool.onnx");
+    ok(python()
+        .arg(root().join("compile/tests/make_pool.py"))
+        .arg(&onnx));
+    onnx
+}
+
 /// The onnx package's `light_NAME.onnx` with random weights
 /// (`compile/tests/randomize_light.py`: the light models build each
 /// weight as one constant, so their outputs are all equal), written to

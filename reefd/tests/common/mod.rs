@@ -299,7 +299,10 @@ pub fn compiled_tiny(depth: u32) -> tempfile::TempDir {
         .arg(root.join("compile/tests/make_tiny.py"))
         .arg(&onnx)
         .args(["--depth", &depth.to_string()]));
+    // This checkout's compiler (the venv's .pth names whichever checkout
+    // ran the setup).
     run(Command::new(venv.join("reef-compile"))
+        .env("PYTHONPATH", root.join("compile"))
         .arg(&onnx)
         .args(["--arch", "sm_80", "--arch", "sm_90", "--no-reference", "-o"])
         .arg(t.path().join("models/tiny")));

@@ -223,6 +223,10 @@ impl<D: EngineDevice> SchedEngine<D> {
             // doing this after the first launches (off the control path) is
             // equivalent to doing it before.
             if let Some(values) = self.build.drv.dev.values() {
+                if super::trace::trace_path().is_some() {
+                    values.trace_on();
+                    values.note(|| format!("task {task} starts in ns {ns}"));
+                }
                 for b in 0..self.models[mi].model.buffers.len() {
                     let id = buffer(ns, mi, b);
                     values.set(id, ValueTracker::initial(id));

@@ -86,6 +86,7 @@ mod outcomes;
 mod rebuild;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 use buffers::{buffer, buffers_of, Expected};
 use clients::Slot;

@@ -73,7 +73,12 @@ impl<D: EngineDevice> SchedEngine<D> {
                     req,
                     kernel,
                     issued,
-                } => self.kernel_queued(req.0, kernel as usize, now, issued, out),
+                } => {
+                    if let Some(v) = self.build.drv.dev.values() {
+                        v.note(|| format!("task {} kernel {kernel} queued", req.0));
+                    }
+                    self.kernel_queued(req.0, kernel as usize, now, issued, out)
+                }
                 Outcome::Launched(kind) => {
                     if let LaunchKind::Padded {
                         req,
@@ -93,6 +98,9 @@ impl<D: EngineDevice> SchedEngine<D> {
                     out.push(EngineEvent::DeviceError { action, error })
                 }
                 Outcome::Restored { req, from_kernel } => {
+                    if let Some(v) = self.build.drv.dev.values() {
+                        v.note(|| format!("task {} restored from kernel {from_kernel}", req.0));
+                    }
                     if let Some(rec) = self.tasks.get_mut(&req.0) {
                         rec.next_kernel = from_kernel as usize;
                     }
@@ -158,7 +166,11 @@ impl<D: EngineDevice> SchedEngine<D> {
                         Some(values) => {
                             let mi = b.slots[slot].model;
                             let expected = self.models[mi].expected_outputs(ns, mi);
-                            Some(expected.iter().all(|&(buf, v)| values.get(buf) == v))
+                            let ok = expected.iter().all(|&(buf, v)| values.get(buf) == v);
+                            if !ok {
+                                super::trace::report(values, &self.models[mi], ns, mi, task);
+                            }
+                            Some(ok)
                         }
                         None => b.drv.dev.verified(req),
                     };
