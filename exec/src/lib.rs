@@ -331,6 +331,17 @@ impl RunSched {
         }
     }
 
+    /// Whether real-time kernel `tag`, on the device now, went unpadded
+    /// because the padding selection admitted none of the best-effort
+    /// tasks offered ([`PaddingScheduler::refused_by_selection`]); false
+    /// without padding.
+    pub fn refused_by_selection(&self, tag: reef_sched::KernelTag) -> bool {
+        match self {
+            RunSched::Padded(s) => s.refused_by_selection(tag),
+            _ => false,
+        }
+    }
+
     /// The Aker manager's figures (`aker`, `baymax`, `tacker`).
     pub fn aker_stats(&self) -> Option<reef_sched::aker::AkerStats> {
         match self {

@@ -131,6 +131,10 @@ pub struct Driver<D: Device = Sim> {
     host: BinaryHeap<Reverse<(Time, u64, u32)>>,
     /// Device events handled.
     pub device_events: u64,
+    /// When `Some`, every device event as the device reported it (padded
+    /// and fused parts separately), for an observer that accounts device
+    /// time from the trace (`reef-bench lost`); the caller drains it.
+    pub event_log: Option<Vec<DeviceEvent>>,
     evbuf: Vec<DeviceEvent>,
     /// Launches the device refused while earlier launches of the same
     /// stream were still on it: the scheduler is told each is over once
@@ -177,6 +181,7 @@ impl<D: Device> Driver<D> {
             rev: Vec::new(),
             host: BinaryHeap::new(),
             device_events: 0,
+            event_log: None,
             evbuf: Vec::new(),
             refused: Vec::new(),
         };
@@ -381,6 +386,9 @@ impl<D: Device> Driver<D> {
     /// fused launch as one event of its real-time kernel.
     fn on_device_event(&mut self, ev: &DeviceEvent) {
         self.device_events += 1;
+        if let Some(l) = self.event_log.as_mut() {
+            l.push(*ev);
+        }
         let mut ev = *ev;
         if let Some(f) = self.fuse.as_mut() {
             match f.filter(&ev) {

@@ -227,6 +227,9 @@ enum RtEnd {
 struct InFlight {
     tag: KernelTag,
     parts: Vec<BePart>,
+    /// Launched unpadded although best-effort tasks were offered: the
+    /// selection's rules admitted none of them (accounting only).
+    refused: bool,
 }
 
 /// Preemption plus dynamic kernel padding.
@@ -246,6 +249,8 @@ pub struct PaddingScheduler {
     padding: Padding,
     scratch: Vec<Action>,
     counters: DkpCounters,
+    /// The last selection had candidates and admitted none.
+    last_refused: bool,
 }
 
 impl PaddingScheduler {
@@ -296,6 +301,7 @@ impl PaddingScheduler {
             padding: Padding::default(),
             scratch: Vec::new(),
             counters: DkpCounters::default(),
+            last_refused: false,
         };
         s.drain_inner(0);
         Ok(s)
@@ -317,6 +323,14 @@ impl PaddingScheduler {
     pub fn forget_finished_preemptions(&mut self) {
         self.inner.forget_finished_preemptions()
     }
+    /// Whether real-time kernel `tag`, now on the device, was launched
+    /// unpadded although best-effort tasks were offered to the selection
+    /// (its rules, §5.2, admitted none): for accounting where best-effort
+    /// time goes (`reef-bench lost`). Changes nothing.
+    pub fn refused_by_selection(&self, tag: KernelTag) -> bool {
+        self.inflight.iter().any(|f| f.tag == tag && f.refused)
+    }
+
     pub fn dkp_counters(&self) -> DkpCounters {
         self.counters
     }
@@ -657,6 +671,7 @@ impl PaddingScheduler {
                 self.inflight.push_back(InFlight {
                     tag,
                     parts: Vec::new(),
+                    refused: false,
                 });
                 self.out.push_back(DkpAction::Core(Action::Launch {
                     stream: self.rt,
@@ -674,6 +689,7 @@ impl PaddingScheduler {
                     self.inflight.push_back(InFlight {
                         tag,
                         parts: l.parts.clone(),
+                        refused: false,
                     });
                     self.out.push_back(DkpAction::Padded(l));
                 }
@@ -681,6 +697,7 @@ impl PaddingScheduler {
                     self.inflight.push_back(InFlight {
                         tag,
                         parts: Vec::new(),
+                        refused: self.last_refused,
                     });
                     self.out.push_back(DkpAction::Core(Action::Launch {
                         stream: self.rt,
@@ -851,6 +868,7 @@ impl PaddingScheduler {
     /// the preempted, drained best-effort tasks, and commits the chosen
     /// block ranges to their plans.
     fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
+        self.last_refused = false;
         self.start_queued();
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
@@ -889,6 +907,7 @@ impl PaddingScheduler {
             .selector
             .select(rt_char, &cands, start, &mut self.padding)
         {
+            self.last_refused = true;
             return None;
         }
         let mut parts = Vec::with_capacity(self.padding.parts.len());
