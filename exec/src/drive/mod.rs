@@ -48,6 +48,7 @@ mod outcome;
 /// pool of hardware queues (docs/simulator.md "Hardware queues").
 pub fn own_device_queues(policy: &str) -> bool {
     matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
+        || reef_sched::dkp::MaxConfig::parse(policy).is_some()
 }
 
 /// Whether REEF's runtime on this device is REEFnv (REEF §4.6: the NVIDIA
@@ -71,7 +72,9 @@ pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
 /// padding, REEF §5.1; Aker's and Tacker's fused kernels, Aker §5.4),
 /// which needs a device that places blocks ([`Device::places_blocks`]).
 pub fn places_blocks(policy: &str) -> bool {
-    reef_sched::dkp::variant_of(policy).is_some() || matches!(policy, "aker" | "tacker")
+    reef_sched::dkp::variant_of(policy).is_some()
+        || matches!(policy, "aker" | "tacker")
+        || reef_sched::dkp::MaxConfig::parse(policy).is_some_and(|m| m.pad)
 }
 
 /// The caller's book of requests, as the interpreter needs it.

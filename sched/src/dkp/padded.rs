@@ -251,6 +251,9 @@ pub struct PaddingScheduler {
     counters: DkpCounters,
     /// The last selection had candidates and admitted none.
     last_refused: bool,
+    /// `reef-max`'s fill after the last kernel ([`super::max`]): the last
+    /// kernel of a real-time request is launched unpadded.
+    tail_fill: bool,
 }
 
 impl PaddingScheduler {
@@ -269,6 +272,48 @@ impl PaddingScheduler {
             Variant::Single => "reef",
             Variant::MultiVersion => "reef-dkp-mv",
         };
+        Self::with_policy(
+            Preemptive::reef_named(name),
+            false,
+            table,
+            cfg,
+            models,
+            clients,
+            window,
+        )
+    }
+
+    /// `reef-max` with padding ([`super::max`]): `max.pad` must be on; the
+    /// table is built for `max.mv` (versions) and `max.waves` (its
+    /// selector, [`Selector::with_waves`]) by the caller.
+    pub fn reef_max(
+        max: super::MaxConfig,
+        table: Arc<DkpTable>,
+        cfg: Config,
+        models: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+        window: usize,
+    ) -> Result<Self, ConfigError> {
+        Self::with_policy(
+            Preemptive::reef_max(max.static_name(), max.preempt, max.tail),
+            max.tail,
+            table,
+            cfg,
+            models,
+            clients,
+            window,
+        )
+    }
+
+    fn with_policy(
+        policy: Preemptive,
+        tail_fill: bool,
+        table: Arc<DkpTable>,
+        cfg: Config,
+        models: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+        window: usize,
+    ) -> Result<Self, ConfigError> {
         let kernels: Vec<u32> = models.iter().map(|m| m.kernels).collect();
         for (i, &n) in kernels.iter().enumerate() {
             if table.kernels.get(i).map(|v| v.len()) != Some(n as usize) {
@@ -278,12 +323,7 @@ impl PaddingScheduler {
                 )));
             }
         }
-        let inner = Scheduler::new(
-            Box::new(Preemptive::reef_named(name)),
-            cfg,
-            models,
-            clients.clone(),
-        )?;
+        let inner = Scheduler::new(Box::new(policy), cfg, models, clients.clone())?;
         let streams = inner.core().stream_count();
         let mut s = Self {
             inner,
@@ -302,6 +342,7 @@ impl PaddingScheduler {
             scratch: Vec::new(),
             counters: DkpCounters::default(),
             last_refused: false,
+            tail_fill,
         };
         s.drain_inner(0);
         Ok(s)
@@ -680,7 +721,15 @@ impl PaddingScheduler {
                 return true;
             };
             let model = self.clients[client.0 as usize].model;
-            let parts = self.select_for(model, tag);
+            // With the fill after the last kernel, the last one goes
+            // unpadded: its best-effort streams resume beside it.
+            let last = tag.kernel + 1 == self.models[model.0 as usize];
+            let parts = if self.tail_fill && last {
+                self.last_refused = false;
+                None
+            } else {
+                self.select_for(model, tag)
+            };
             match parts {
                 Some(l) => {
                     self.counters.padded_launches += 1;

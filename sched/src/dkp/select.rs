@@ -110,6 +110,9 @@ impl Padding {
 pub struct Selector {
     limits: DeviceLimits,
     proxies: ProxyKernels,
+    /// Several best-effort blocks per slot, one after the other, within
+    /// the real-time kernel's time (`reef-max`'s `waves`, [`super::max`]).
+    waves: bool,
 }
 
 impl Selector {
@@ -117,7 +120,18 @@ impl Selector {
         Self {
             proxies: ProxyKernels::new(&limits),
             limits,
+            waves: false,
         }
+    }
+
+    /// With `on`, each slot a part gets (`per_cu` per CU) runs as many of
+    /// its blocks one after the other as fit strictly within the real-time
+    /// kernel's time (REEF's implementation: `be_iters`, [`super::max`]);
+    /// a part then holds more blocks than `cus × per_cu` and is executed
+    /// as persistent slots.
+    pub fn with_waves(mut self, on: bool) -> Self {
+        self.waves = on;
+        self
     }
 
     pub fn limits(&self) -> &DeviceLimits {
@@ -235,8 +249,16 @@ impl Selector {
             };
             let k = &c.versions[v as usize];
             let remaining = k.blocks - offset;
-            let nblocks = remaining.min(free * p);
-            let cus = nblocks.div_ceil(p);
+            // Blocks one after the other per slot: their sum stays below
+            // the real-time kernel's time (rule 1 for the slot).
+            let waves = if self.waves {
+                ((rt.kernel_ns - 1) / k.block_ns(p).max(1)).clamp(1, u32::MAX as u64) as u32
+            } else {
+                1
+            };
+            let per_cu_total = p.saturating_mul(waves);
+            let nblocks = remaining.min(free.saturating_mul(per_cu_total));
+            let cus = nblocks.div_ceil(per_cu_total);
             out.parts.push(Part {
                 task: ti,
                 version: v,
