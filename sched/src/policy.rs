@@ -26,7 +26,7 @@
 //!
 //! - `reef-max` (issue 28, [`crate::dkp::max`]): reset-based preemption,
 //!   padding with multi-version kernels and waves, and FIKIT's fill after
-//!   the last real-time kernel, each switchable (`reef-max:-tail`, ...);
+//!   the last real-time kernel, each switchable (`reef-max:-tail`, `reef-max:+pad+mv`, ...);
 //!   by name alone the preemption half with the fill.
 //!
 //! Later policies (EDF ordering is [`crate::RtOrder::Edf`]; DKP, FIKIT, CASE,

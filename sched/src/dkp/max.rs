@@ -31,9 +31,10 @@
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
 //!
-//! Names: `reef-max` (every mechanism); `reef-max:-pad,-tail` (all but
-//! those); `reef-max:+pad,+mv` (preemption off, then only those; `+preempt`
-//! is implied unless `-preempt` is given): see [`MaxConfig::parse`].
+//! Names: `reef-max` (every mechanism); `reef-max:-pad-tail` (all but
+//! those); `reef-max:+pad+mv` (reset-based preemption and only those):
+//! see [`MaxConfig::parse`]. No commas, so that names go in the
+//! comma-separated `--policy` lists of `reef-bench`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -91,10 +92,10 @@ impl MaxConfig {
         })
     }
 
-    /// Parses `reef-max` or `reef-max:TOKENS`, TOKENS a comma list of
+    /// Parses `reef-max` or `reef-max:TOKENS`, TOKENS a sequence of
     /// `-mechanism` (switch off, starting from all) or `+mechanism`
     /// (switch on, starting from [`Self::base`] when the first token is
-    /// one). `mv` and `waves` shape padded launches: `-pad` switches them
+    /// one), e.g. `reef-max:-waves-tail`, `reef-max:+pad+mv`. `mv` and `waves` shape padded launches: `-pad` switches them
     /// off too, and `+mv` or `+waves` without `pad` is an error. `None`:
     /// not a `reef-max` name, or a bad one.
     pub fn parse(name: &str) -> Option<Self> {
@@ -102,7 +103,17 @@ impl MaxConfig {
         if rest.is_empty() {
             return Some(Self::all());
         }
-        let tokens: Vec<&str> = rest.strip_prefix(':')?.split(',').collect();
+        let spec = rest.strip_prefix(':')?;
+        // Split before every sign: "-a+b" -> ["-a", "+b"].
+        let mut tokens: Vec<&str> = Vec::new();
+        let mut start = 0;
+        for (i, ch) in spec.char_indices().skip(1) {
+            if ch == '+' || ch == '-' {
+                tokens.push(&spec[start..i]);
+                start = i;
+            }
+        }
+        tokens.push(&spec[start..]);
         let mut c = if tokens.first()?.starts_with('+') {
             Self::base()
         } else {
@@ -139,7 +150,7 @@ impl MaxConfig {
         if off.is_empty() {
             "reef-max".into()
         } else {
-            format!("reef-max:{}", off.join(","))
+            format!("reef-max:{}", off.concat())
         }
     }
 
@@ -171,9 +182,9 @@ mod tests {
     #[test]
     fn names_parse_and_print_back() {
         assert_eq!(MaxConfig::parse("reef-max"), Some(MaxConfig::all()));
-        let c = MaxConfig::parse("reef-max:-tail,-waves").unwrap();
+        let c = MaxConfig::parse("reef-max:-tail-waves").unwrap();
         assert!(!c.tail && !c.waves && c.pad && c.mv && c.preempt);
-        assert_eq!(c.name(), "reef-max:-waves,-tail");
+        assert_eq!(c.name(), "reef-max:-waves-tail");
         assert_eq!(MaxConfig::parse(&c.name()), Some(c));
         let c = MaxConfig::parse("reef-max:+pad").unwrap();
         assert_eq!(
@@ -183,22 +194,32 @@ mod tests {
                 ..MaxConfig::base()
             }
         );
-        assert_eq!(c.static_name(), "reef-max:-mv,-waves,-tail");
-        assert_eq!(MaxConfig::base().name(), "reef-max:-pad,-mv,-waves,-tail");
+        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail");
+        assert_eq!(MaxConfig::base().name(), "reef-max:-pad-mv-waves-tail");
+        assert_eq!(
+            MaxConfig::parse("reef-max:+pad+waves"),
+            Some(MaxConfig {
+                pad: true,
+                waves: true,
+                ..MaxConfig::base()
+            })
+        );
         for bad in [
             "reef-maxi",
             "reef-max:",
             "reef-max:pad",
             "reef-max:-fuse",
             "reef-max:+waves",
-            "reef-max:-pad,+mv",
+            "reef-max:-pad+mv",
+            "reef-max:-pad,-tail",
+            "reef-max:--pad",
             "reef",
         ] {
             assert_eq!(MaxConfig::parse(bad), None, "{bad}");
         }
         assert_eq!(
             MaxConfig::all().without_padding().name(),
-            "reef-max:-pad,-mv,-waves"
+            "reef-max:-pad-mv-waves"
         );
         assert_eq!(
             MaxConfig::parse("reef-max:-pad"),
