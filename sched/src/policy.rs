@@ -327,9 +327,9 @@ pub struct Preemptive {
     /// Launch real-time work only once the preemption has drained.
     rt_waits: bool,
     mode: Mode,
-    /// `reef-max`'s fill after the last real-time kernel (FIKIT §3.3,
-    /// fikit.txt Fig. 4: low-priority kernels run once the high-priority
-    /// task's last kernel is on the device): normal mode resumes as soon
+    /// `reef-max`'s fill after the last real-time kernel (fikit.txt §3.2,
+    /// Algorithm 1: low-priority kernels fill the idle time after each
+    /// high-priority kernel, the last one's included): normal mode resumes as soon
     /// as the real-time request's last kernel has started and no other
     /// real-time request waits, instead of when it completes.
     tail_fill: bool,
