@@ -21,8 +21,9 @@
 //!   block, §5.2); needs `pad`. Executed as persistent slots (the dkp
 //!   kernel's best-effort threads loop over their blocks).
 //! - `tail`: FIKIT's filling after the high-priority task's last kernel
-//!   (fikit.txt §3.2, Algorithm 1: the idle time after each high-priority kernel, SG(k), the last one's included): normal mode, in which every best-effort
-//!   stream runs as on `streams` (REEF §3.1), resumes once the real-time
+//!   (fikit.txt §3.2, Algorithm 1: the idle time after each
+//!   high-priority kernel, SG(k), the last one's included): normal mode,
+//!   in which every best-effort stream runs as on `streams` (REEF §3.1), resumes once the real-time
 //!   request's last kernel has started rather than once it has completed,
 //!   with reset-based preemption as the safety net for the next arrival.
 //!   The last kernel is not padded, so no padded block of a task is in
