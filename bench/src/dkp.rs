@@ -66,6 +66,10 @@ pub struct DkpArgs {
     /// the pair admits, and why (rule 1, rule 2, ...), from the profiles.
     #[arg(long)]
     pub explain: bool,
+    /// Also print where best-effort throughput goes in every pair: CU
+    /// time accounted from the simulator's event trace (`disb::lost`).
+    #[arg(long)]
+    pub lost: bool,
 }
 
 /// Selection time of one configuration.
@@ -272,6 +276,9 @@ pub struct PairResult {
     pub rest_launches: u64,
     pub be_completed: u64,
     pub overhead_ns: Vec<i64>,
+    /// Where the device's CU time went (`--lost`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost: Option<crate::disb::lost::Lost>,
 }
 
 /// The pairwise clients: model 0 real-time (closed loop, or a request
@@ -324,6 +331,7 @@ pub fn run_pair(
             seed: args.seed,
             dq_capacity: crate::run::REEF_DQ_CAPACITY,
             track_values: false,
+            account: args.lost,
             ..RunOptions::default()
         },
     )?;
@@ -355,6 +363,7 @@ pub fn run_pair(
         rest_launches: pad.rest_launches,
         be_completed: out.clients[1].completed,
         overhead_ns: pad.overhead_ns,
+        lost: out.lost.clone(),
     })
 }
 
@@ -534,6 +543,9 @@ pub fn main(args: DkpArgs) -> Result<()> {
         }
     } else {
         print_pairs(&out);
+        if args.lost {
+            print_lost(&out);
+        }
     }
     eprintln!(
         "{} runs of {} s virtual time in {:.1} s wall",
@@ -542,6 +554,45 @@ pub fn main(args: DkpArgs) -> Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `--lost`: every pair's account, then its mean per policy.
+fn print_lost(out: &[PairResult]) {
+    let mut rows: Vec<(String, String, f64, crate::disb::lost::Lost)> = out
+        .iter()
+        .filter_map(|r| {
+            Some((
+                format!("{}-{}", r.rt, r.be),
+                r.policy.clone(),
+                r.be_throughput_norm,
+                r.lost.clone()?,
+            ))
+        })
+        .collect();
+    let mut pols: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
+    pols.sort();
+    pols.dedup();
+    for p in pols {
+        let rs: Vec<_> = rows.iter().filter(|r| r.1 == p).cloned().collect();
+        let n = rs.len() as f64;
+        let m = |f: &dyn Fn(&crate::disb::lost::Lost) -> f64| {
+            rs.iter().map(|r| f(&r.3)).sum::<f64>() / n
+        };
+        let mean = crate::disb::lost::Lost {
+            rt_busy: m(&|l| l.rt_busy),
+            be_busy: m(&|l| l.be_busy),
+            killed: m(&|l| l.killed),
+            gpu_idle: m(&|l| l.gpu_idle),
+            beside_rt_refused: m(&|l| l.beside_rt_refused),
+            beside_rt: m(&|l| l.beside_rt),
+            beside_be: m(&|l| l.beside_be),
+            be_waiting: m(&|l| l.be_waiting),
+        };
+        let be = rs.iter().map(|r| r.2).sum::<f64>() / n;
+        rows.push(("mean of pairs".into(), p, be, mean));
+    }
+    println!();
+    print!("{}", crate::disb::lost::table(&rows));
 }
 
 fn print_pairs(out: &[PairResult]) {

@@ -281,6 +281,23 @@ impl RunSched {
         clients: Vec<ClientSpec>,
         window: usize,
     ) -> anyhow::Result<(RunSched, Option<PadExec>)> {
+        // reef-max with padding (issue 28, `reef_sched::dkp::max`): the
+        // table for its variant, the selector with its waves switch.
+        if let Some(m) = reef_sched::dkp::MaxConfig::parse(policy).filter(|m| m.pad) {
+            let v = if m.mv {
+                Variant::MultiVersion
+            } else {
+                Variant::Single
+            };
+            let mut t = table(spec, models, v)?;
+            t.selector = t.selector.clone().with_waves(m.waves);
+            let table = Arc::new(t);
+            let s = PaddingScheduler::reef_max(m, table.clone(), cfg, infos, clients, window)?;
+            return Ok((
+                RunSched::Padded(Box::new(s)),
+                Some(PadExec::new(spec, table)),
+            ));
+        }
         Ok(match reef_sched::dkp::variant_of(policy) {
             Some(v) => {
                 let table = Arc::new(table(spec, models, v)?);
@@ -328,6 +345,17 @@ impl RunSched {
             RunSched::Plain(s) => s,
             RunSched::Padded(s) => s.inner(),
             RunSched::Aker(s) => s.inner(),
+        }
+    }
+
+    /// Whether real-time kernel `tag`, on the device now, went unpadded
+    /// because the padding selection admitted none of the best-effort
+    /// tasks offered ([`PaddingScheduler::refused_by_selection`]); false
+    /// without padding.
+    pub fn refused_by_selection(&self, tag: reef_sched::KernelTag) -> bool {
+        match self {
+            RunSched::Padded(s) => s.refused_by_selection(tag),
+            _ => false,
         }
     }
 
@@ -569,19 +597,23 @@ impl PadExec {
             )?;
             let (r, w) = be_buffers(part);
             be_cus += part.cus.len() as u32;
-            parts.push(
-                KernelLaunch::new(
-                    shape,
-                    Tags {
-                        task: part.tag.req.0,
-                        kernel: part.tag.kernel,
-                        user: 1,
-                    },
-                )
-                .with_buffers(r, w)
-                .with_blocks(part.blocks.clone())
-                .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize)),
-            );
+            let mut l = KernelLaunch::new(
+                shape,
+                Tags {
+                    task: part.tag.req.0,
+                    kernel: part.tag.kernel,
+                    user: 1,
+                },
+            )
+            .with_buffers(r, w)
+            .with_blocks(part.blocks.clone())
+            .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize));
+            // More blocks than slots (`reef-max`'s waves): the dkp kernel's
+            // best-effort threads loop over them, `per_cu` slots per CU.
+            if part.blocks.len() as u64 > part.cus.len() as u64 * part.per_cu as u64 {
+                l.persistent = Some(part.per_cu);
+            }
+            parts.push(l);
         }
         // When the launch, built, is issued to the device queue: a live
         // daemon's control path ends here (a wall-clock reading for

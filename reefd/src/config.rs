@@ -20,11 +20,14 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// (GPUStreams, no stream priorities, §6.1), `streams-prio` (RT streams at
 /// high priority, §6.6), `share` (a process context per client, FIKIT's
 /// default sharing; only on a device with contexts, the simulated ones)
-/// and `rt-only`. Padded launches are executed by reef-exec, as in
-/// `reef-bench`.
+/// and `rt-only`; `reef-max` (issue 28: preemption, padding with
+/// multi-version kernels and waves, the fill after the last RT kernel) and
+/// its ablations (`reef-max:-tail`, ..., [`is_policy`]). Padded launches
+/// are executed by reef-exec, as in `reef-bench`.
 pub const POLICIES: &[&str] = &[
     "reef",
     "reef-dkp-mv",
+    "reef-max",
     "reef-nodkp",
     "rt-only",
     "seq",
@@ -39,6 +42,12 @@ pub const POLICIES: &[&str] = &[
     "baymax",
     "tacker",
 ];
+
+/// Whether the daemon runs policy `name`: one of [`POLICIES`], or a
+/// `reef-max` ablation (`reef_sched::dkp::MaxConfig::parse`).
+pub fn is_policy(name: &str) -> bool {
+    POLICIES.contains(&name) || reef_sched::dkp::MaxConfig::parse(name).is_some()
+}
 
 /// The error text for a policy name the daemon does not run.
 pub fn unknown_policy(name: &str) -> String {
@@ -486,7 +495,7 @@ impl Config {
         }
         crate::device::DeviceSpec::parse(&self.device.device)
             .map_err(|e| ConfigError::Invalid(format!("device.device: {e}")))?;
-        if !POLICIES.contains(&self.scheduler.policy.as_str()) {
+        if !is_policy(&self.scheduler.policy) {
             return Err(ConfigError::Invalid(format!(
                 "scheduler.policy: {}",
                 unknown_policy(&self.scheduler.policy)
@@ -643,7 +652,13 @@ mod tests {
 
     #[test]
     fn padding_policies_are_accepted_and_unknown_ones_refused_with_the_list() {
-        for p in ["reef", "reef-dkp-mv", "reef-nodkp"] {
+        for p in [
+            "reef",
+            "reef-dkp-mv",
+            "reef-nodkp",
+            "reef-max",
+            "reef-max:-tail-waves",
+        ] {
             let c = Config::parse(
                 &format!("[scheduler]\npolicy = \"{p}\"\n"),
                 Path::new("x.toml"),
@@ -655,7 +670,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("unknown") && e.contains("reef, reef-dkp-mv, reef-nodkp, rt-only"),
+            e.contains("unknown") && e.contains("reef, reef-dkp-mv, reef-max, reef-nodkp, rt-only"),
             "{e}"
         );
         assert!(Config::default().validate().is_ok());

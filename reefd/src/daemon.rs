@@ -90,6 +90,12 @@ pub fn make_cuda_engine(
                 "cuda:{index}: dynamic kernel padding (REEF §5) is not available on the CUDA launch path; serving reef-nodkp (reset-based preemption)"
             );
         }
+        if reef_sched::dkp::MaxConfig::parse(&cfg.scheduler.policy).is_some() {
+            tracing::warn!(
+                "cuda:{index}: dynamic kernel padding (REEF §5; reef-max's pad, mv and waves) is not available on the CUDA launch path; serving {}",
+                crate::device::cuda::engine::gpu_policy(&cfg.scheduler.policy)
+            );
+        }
         tracing::info!(device = %format!("cuda:{index}"), gpu = %gpu, "{}", d.levels());
         engines.push(e);
     }
@@ -118,6 +124,12 @@ pub fn make_hip_engine(index: u32, cfg: &Config, is_root: bool) -> anyhow::Resul
     if cfg.scheduler.policy == "reef" {
         tracing::warn!(
             "kfd:{index}: dynamic kernel padding (REEF §5) is not available on the HIP launch path; serving reef-nodkp (reset-based preemption)"
+        );
+    }
+    if reef_sched::dkp::MaxConfig::parse(&cfg.scheduler.policy).is_some() {
+        tracing::warn!(
+            "kfd:{index}: dynamic kernel padding (REEF §5; reef-max's pad, mv and waves) is not available on the HIP launch path; serving {}",
+            crate::device::cuda::engine::gpu_policy(&cfg.scheduler.policy)
         );
     }
     tracing::info!(device = %format!("kfd:{index}"), gpu = %gpu, "{}", e.device().device().levels());

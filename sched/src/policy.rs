@@ -24,6 +24,11 @@
 //!   kernels' offline profiles and run through
 //!   [`crate::dkp::PaddingScheduler`], which wraps this preemption policy.
 //!
+//! - `reef-max` (issue 28, [`crate::dkp::max`]): reset-based preemption,
+//!   padding with multi-version kernels and waves, and FIKIT's fill after
+//!   the last real-time kernel, each switchable (`reef-max:-tail`, `reef-max:+pad+mv`, ...);
+//!   by name alone the preemption half with the fill.
+//!
 //! Later policies (EDF ordering is [`crate::RtOrder::Edf`]; DKP, FIKIT, CASE,
 //! Aker) implement the same trait and register in [`policy_by_name`].
 
@@ -67,6 +72,7 @@ pub const POLICY_NAMES: &[&str] = &[
     "reef",
     "reef-dkp-mv",
     "fikit",
+    "reef-max",
 ];
 
 /// FIKIT's ablations, also accepted by [`policy_by_name`] (not in the
@@ -104,6 +110,17 @@ pub fn policy_by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
             Vec::new(),
             Vec::new(),
         )?),
+        // reef-max and its ablations (`crate::dkp::max`): by name alone the
+        // preemption half with the fill after the last kernel; padding,
+        // multi-version and waves through `dkp::PaddingScheduler`.
+        n if n.starts_with("reef-max") => {
+            let Some(m) = crate::dkp::MaxConfig::parse(n) else {
+                return Err(UnknownPolicy {
+                    name: name.to_string(),
+                });
+            };
+            Box::new(Preemptive::reef_max(m.static_name(), m.preempt, m.tail))
+        }
         _ => {
             return Err(UnknownPolicy {
                 name: name.to_string(),
@@ -310,6 +327,14 @@ pub struct Preemptive {
     /// Launch real-time work only once the preemption has drained.
     rt_waits: bool,
     mode: Mode,
+    /// `reef-max`'s fill after the last real-time kernel (fikit.txt §3.2,
+    /// Algorithm 1: low-priority kernels fill the idle time after each
+    /// high-priority kernel, the last one's included): normal mode resumes as soon
+    /// as the real-time request's last kernel has started and no other
+    /// real-time request waits, instead of when it completes.
+    tail_fill: bool,
+    /// The real-time request whose last kernel has started.
+    last_started: Option<RequestId>,
 }
 
 impl Preemptive {
@@ -324,6 +349,25 @@ impl Preemptive {
             // from the best-effort device queues meanwhile.
             rt_waits: false,
             mode: Mode::Normal,
+            tail_fill: false,
+            last_started: None,
+        }
+    }
+    /// `reef-max`'s preemption half (`crate::dkp::max`): reset-based
+    /// (`reset`) or, switched off, wait-based with lazy eviction (§6.4,
+    /// capped device queues as REEF's runtime keeps them), with the fill
+    /// after the last real-time kernel when `tail_fill`.
+    pub fn reef_max(name: &'static str, reset: bool, tail_fill: bool) -> Self {
+        Self {
+            name,
+            level: if reset {
+                PreemptLevel::Kill
+            } else {
+                PreemptLevel::LazyEviction
+            },
+            rt_waits: !reset,
+            tail_fill,
+            ..Self::reef()
         }
     }
     /// [`Self::reef`] under another name (`reef-nodkp`, and the preemption
@@ -345,6 +389,8 @@ impl Preemptive {
             // have completed (and the queued kernels are evicted).
             rt_waits: true,
             mode: Mode::Normal,
+            tail_fill: false,
+            last_started: None,
         }
     }
     pub fn mode(&self) -> Mode {
@@ -360,10 +406,32 @@ impl Policy for Preemptive {
         let capped = self.capped || cfg.runtime_caps_every_stream;
         Layout::shared_rt(clients, capped.then_some(cfg.dq_capacity))
     }
+    fn observe(&mut self, core: &Core, ev: &Event) {
+        if !self.tail_fill {
+            return;
+        }
+        if let Event::KernelStarted { stream, tag } = ev {
+            let last = core.active_request(*stream).and_then(|(req, client)| {
+                let m = core.clients()[client.0 as usize].model;
+                let n = core.models()[m.0 as usize].kernels;
+                (req == tag.req && tag.kernel + 1 == n).then_some(req)
+            });
+            if *stream == StreamId(0) && last.is_some() {
+                self.last_started = last;
+            }
+        }
+    }
     fn schedule(&mut self, core: &mut Core) {
         let rt = StreamId(0);
         let be: Vec<StreamId> = (1..core.stream_count() as u32).map(StreamId).collect();
-        if core.rt_waiting() > 0 || core.has_request(rt) {
+        // The fill after the last kernel: the running request no longer
+        // holds the best-effort streams once its last kernel has started.
+        let tail = self.tail_fill
+            && core.rt_waiting() == 0
+            && core
+                .active_request(rt)
+                .is_some_and(|(req, _)| self.last_started == Some(req));
+        if core.rt_waiting() > 0 || (core.has_request(rt) && !tail) {
             if self.mode == Mode::Normal {
                 self.mode = Mode::RealTime;
                 core.preempt_streams(&be, self.level);

@@ -1220,6 +1220,17 @@ impl Sim {
         self.l2_peak as f64 / self.spec.l2_bytes as f64
     }
 
+    /// Every resident block group now: its launch, the launch's tags and
+    /// the CUs it occupies. For observers that account device time from
+    /// the event trace (`reef-bench lost`): between two events the
+    /// resident groups do not change.
+    pub fn for_each_resident(&self, mut f: impl FnMut(LaunchId, &Tags, &CuSet)) {
+        for g in self.groups.iter().filter(|g| g.live) {
+            let l = &self.launches[g.launch as usize];
+            f(l.id, &l.req.tags, &g.cus);
+        }
+    }
+
     /// The largest [`Sim::dram_load`] any placement saw so far.
     pub fn dram_load_peak(&self) -> f64 {
         self.dram_peak as f64 / self.spec.memory_bandwidth_bytes_per_s as f64

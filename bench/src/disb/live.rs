@@ -602,6 +602,7 @@ fn run_one(
         // The daemon does not report its device's DRAM draw.
         dram_load_peak: None,
         aker: None,
+        lost: None,
     };
     let mut r = metrics::summarize(
         &w.name,
@@ -986,6 +987,7 @@ mod tests {
             fikit_profiles: Vec::new(),
             dram_load_peak: None,
             aker: None,
+            lost: None,
         };
         let r = metrics::summarize(
             "a",

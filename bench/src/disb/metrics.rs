@@ -66,6 +66,9 @@ pub struct PolicyResult {
     pub qos_missed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qos_queries: Option<u64>,
+    /// Where the device's CU time went (`--lost`, [`super::lost`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost: Option<super::lost::Lost>,
 }
 
 /// Nearest-rank percentile of a sorted slice.
@@ -167,6 +170,7 @@ pub fn summarize(
         fused_launches: out.aker.map(|a| a.fused_launches),
         qos_missed: out.aker.map(|a| a.qos_missed),
         qos_queries: out.aker.map(|a| a.qos_met + a.qos_missed),
+        lost: out.lost.clone(),
     }
 }
 

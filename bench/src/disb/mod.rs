@@ -8,6 +8,7 @@
 //! of virtual time. Runs are independent and execute on worker threads.
 
 pub mod live;
+pub mod lost;
 pub mod metrics;
 pub mod plot;
 pub mod preempt;
@@ -32,7 +33,9 @@ pub struct DisbArgs {
     /// stream priorities, streams-prio: RT streams at high priority, share:
     /// a process context per client, wait, reef-nodkp:
     /// preemption only, reef: preemption and dynamic kernel padding,
-    /// reef-dkp-mv: padding with multi-version kernels, fikit: FIKIT's
+    /// reef-dkp-mv: padding with multi-version kernels, reef-max: issue
+    /// 28's combination, ablations reef-max:-X / reef-max:+X+Y with X in
+    /// preempt, pad, mv, waves, tail (docs/results-max.md), fikit: FIKIT's
     /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
     /// are its ablations; aker, baymax, tacker: Aker's kernel managers,
     /// docs/aker.md).
@@ -75,6 +78,12 @@ pub struct DisbArgs {
     /// unpreempted run (slower).
     #[arg(long)]
     pub check_values: bool,
+    /// Also print where best-effort throughput goes: each run's CU time
+    /// accounted from the simulator's event trace (RT busy, BE busy, BE
+    /// killed, GPU idle, idle beside RT kernels with and without a padding
+    /// refusal, idle beside BE only), `disb::lost`.
+    #[arg(long)]
+    pub lost: bool,
     /// Drive the workload on the wall clock against a running reefd through
     /// its client API instead of in virtual time (see `disb::live`).
     #[arg(long)]
@@ -247,6 +256,7 @@ pub fn run_one(
             fikit_profiles: set.fikit_profiles.clone(),
             aker: aker_config(args)?,
             aker_profiles: set.aker_profiles.clone(),
+            account: args.lost,
             ..RunOptions::default()
         },
     )
@@ -483,6 +493,21 @@ pub fn main(args: DisbArgs) -> Result<()> {
         }
     } else {
         print!("{}", table(&out));
+        if args.lost {
+            let rows: Vec<_> = out
+                .iter()
+                .filter_map(|r| {
+                    let l = r.lost.clone()?;
+                    Some((
+                        r.workload.clone(),
+                        r.policy.clone(),
+                        r.be_throughput_norm,
+                        l,
+                    ))
+                })
+                .collect();
+            print!("{}", lost::table(&rows));
+        }
         println!(
             "{} runs of {} of virtual time in {:.1} s wall ({} threads)",
             out.len(),

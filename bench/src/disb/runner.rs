@@ -126,6 +126,8 @@ pub struct RunOutcome {
     pub dram_load_peak: Option<f64>,
     /// The Aker managers' figures (policies `aker`, `baymax`, `tacker`).
     pub aker: Option<reef_sched::aker::AkerStats>,
+    /// Where the device's CU time went (with [`RunOptions::account`]).
+    pub lost: Option<super::lost::Lost>,
 }
 
 /// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
@@ -160,6 +162,9 @@ pub struct RunOptions {
     /// Their profiles, shared between runs on one device and model set
     /// (built on first use when `None`).
     pub aker_profiles: Option<std::sync::Arc<reef_exec::aker::SimPredictor>>,
+    /// Account the device's CU time from the event trace
+    /// ([`super::lost`], `--lost`).
+    pub account: bool,
 }
 
 impl Default for RunOptions {
@@ -175,6 +180,7 @@ impl Default for RunOptions {
             fikit_profiles: Vec::new(),
             aker: Default::default(),
             aker_profiles: None,
+            account: false,
         }
     }
 }
@@ -386,6 +392,7 @@ struct Run<'a> {
     reference: Vec<reef_sim::ValueTracker>,
     corrupted: u64,
     out: Vec<Outcome>,
+    acct: Option<super::lost::Accountant>,
 }
 
 impl Run<'_> {
@@ -481,6 +488,36 @@ impl Run<'_> {
             .arrive(t, req, ClientId(ci as u32), c.model, deadline);
     }
 
+    /// Accounts the device's CU time up to `t` ([`super::lost`]).
+    fn account(&mut self, t: Time) {
+        let Some(acct) = self.acct.as_mut() else {
+            return;
+        };
+        if let Some(log) = self.drv.event_log.as_mut() {
+            for ev in log.drain(..) {
+                acct.event(&ev);
+            }
+        }
+        let clients = &self.book.clients;
+        let be_waits = clients
+            .iter()
+            .zip(&self.state)
+            .any(|(c, s)| c.class == Class::BestEffort && matches!(s, CState::InFlight { .. }));
+        let is_rt = |tags: &reef_sim::Tags| {
+            clients
+                .get(req_client(RequestId(tags.task)))
+                .is_some_and(|c| c.class == Class::RealTime)
+        };
+        let sched = &self.drv.sched;
+        let refused = |tags: &reef_sim::Tags| {
+            sched.refused_by_selection(reef_sched::KernelTag {
+                req: RequestId(tags.task),
+                kernel: tags.kernel,
+            })
+        };
+        acct.advance(&self.drv.dev, t, be_waits, &is_rt, &refused);
+    }
+
     fn run(&mut self) -> anyhow::Result<()> {
         loop {
             self.apply_actions()?;
@@ -501,6 +538,7 @@ impl Run<'_> {
             if t > self.duration {
                 break;
             }
+            self.account(t);
             // Device events, then the host's issues at t (reef-exec's step).
             self.drv.step(t, &self.book, &mut self.out);
             self.absorb()?;
@@ -514,6 +552,7 @@ impl Run<'_> {
                 }
             }
         }
+        self.account(self.duration);
         Ok(())
     }
 }
@@ -543,7 +582,7 @@ pub fn simulate(
             class: c.class,
         })
         .collect();
-    let drv = Driver::new(Setup {
+    let mut drv = Driver::new(Setup {
         spec,
         models,
         infos,
@@ -559,6 +598,9 @@ pub fn simulate(
         aker_profiles: opts.aker_profiles.clone(),
     })?;
     let max_level = drv.sched.scheduler().core().config().device.max_level;
+    if opts.account {
+        drv.event_log = Some(Vec::new());
+    }
     let n = clients.len();
     let mut state = vec![CState::Waiting; n];
     for (i, c) in clients.iter_mut().enumerate() {
@@ -603,6 +645,9 @@ pub fn simulate(
         reference,
         corrupted: 0,
         out: Vec::new(),
+        acct: opts
+            .account
+            .then(|| super::lost::Accountant::new(spec.compute_units as usize)),
     };
     run.run()?;
     let c = run.drv.sched.counters();
@@ -628,6 +673,7 @@ pub fn simulate(
         padding: run.drv.pad.as_ref().map(|p| run.drv.sched.pad_stats(p)),
         dram_load_peak: Device::dram_load_peak(&run.drv.dev),
         aker: run.drv.sched.aker_stats(),
+        lost: run.acct.as_ref().map(|a| a.finish(duration)),
     })
 }
 

@@ -108,6 +108,7 @@ pub(super) fn fig27(spec: &DeviceSpec, seed: u64) -> Result<(f64, f64)> {
         iterations: 0,
         rt_gap_us: 0.0,
         explain: false,
+        lost: false,
         models_dir: None,
     };
     let mut all: Vec<i64> = Vec::new();

@@ -48,6 +48,7 @@ mod outcome;
 /// pool of hardware queues (docs/simulator.md "Hardware queues").
 pub fn own_device_queues(policy: &str) -> bool {
     matches!(policy, "reef" | "reef-nodkp" | "reef-dkp-mv" | "wait")
+        || reef_sched::dkp::MaxConfig::parse(policy).is_some()
 }
 
 /// Whether REEF's runtime on this device is REEFnv (REEF §4.6: the NVIDIA
@@ -71,7 +72,9 @@ pub fn reefnv_runtime(spec: &DeviceSpec) -> bool {
 /// padding, REEF §5.1; Aker's and Tacker's fused kernels, Aker §5.4),
 /// which needs a device that places blocks ([`Device::places_blocks`]).
 pub fn places_blocks(policy: &str) -> bool {
-    reef_sched::dkp::variant_of(policy).is_some() || matches!(policy, "aker" | "tacker")
+    reef_sched::dkp::variant_of(policy).is_some()
+        || matches!(policy, "aker" | "tacker")
+        || reef_sched::dkp::MaxConfig::parse(policy).is_some_and(|m| m.pad)
 }
 
 /// The caller's book of requests, as the interpreter needs it.
@@ -131,6 +134,10 @@ pub struct Driver<D: Device = Sim> {
     host: BinaryHeap<Reverse<(Time, u64, u32)>>,
     /// Device events handled.
     pub device_events: u64,
+    /// When `Some`, every device event as the device reported it (padded
+    /// and fused parts separately), for an observer that accounts device
+    /// time from the trace (`reef-bench lost`); the caller drains it.
+    pub event_log: Option<Vec<DeviceEvent>>,
     evbuf: Vec<DeviceEvent>,
     /// Launches the device refused while earlier launches of the same
     /// stream were still on it: the scheduler is told each is over once
@@ -177,6 +184,7 @@ impl<D: Device> Driver<D> {
             rev: Vec::new(),
             host: BinaryHeap::new(),
             device_events: 0,
+            event_log: None,
             evbuf: Vec::new(),
             refused: Vec::new(),
         };
@@ -381,6 +389,9 @@ impl<D: Device> Driver<D> {
     /// fused launch as one event of its real-time kernel.
     fn on_device_event(&mut self, ev: &DeviceEvent) {
         self.device_events += 1;
+        if let Some(l) = self.event_log.as_mut() {
+            l.push(*ev);
+        }
         let mut ev = *ev;
         if let Some(f) = self.fuse.as_mut() {
             match f.filter(&ev) {

@@ -171,7 +171,7 @@ impl Runtime {
                 "switching the policy affects every client: only root or the daemon's user may do it",
             ));
         }
-        if !crate::config::POLICIES.contains(&policy.as_str()) {
+        if !crate::config::is_policy(&policy) {
             return Err_(Failure::new(
                 ErrorCode::BadRequest,
                 crate::config::unknown_policy(&policy),

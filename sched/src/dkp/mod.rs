@@ -13,15 +13,19 @@
 //!   function; the benchmarks and the daemon share it).
 //! - [`padded`]: the `reef` / `reef-dkp-mv` schedulers, preemption plus
 //!   padding, sans-IO like the rest of the core.
+//! - [`max`]: `reef-max`'s mechanism switches (issue 28), run by the same
+//!   padding scheduler.
 //!
 //! See docs/padding.md.
 
+pub mod max;
 pub mod padded;
 pub mod profile;
 pub mod select;
 pub mod table;
 pub mod versions;
 
+pub use max::MaxConfig;
 pub use padded::{
     variant_of, BePart, DkpAction, DkpCounters, DkpTable, PaddedLaunch, PaddingScheduler, Variant,
 };

@@ -227,6 +227,9 @@ enum RtEnd {
 struct InFlight {
     tag: KernelTag,
     parts: Vec<BePart>,
+    /// Launched unpadded although best-effort tasks were offered: the
+    /// selection's rules admitted none of them (accounting only).
+    refused: bool,
 }
 
 /// Preemption plus dynamic kernel padding.
@@ -246,6 +249,11 @@ pub struct PaddingScheduler {
     padding: Padding,
     scratch: Vec<Action>,
     counters: DkpCounters,
+    /// The last selection had candidates and admitted none.
+    last_refused: bool,
+    /// `reef-max`'s fill after the last kernel ([`super::max`]): the last
+    /// kernel of a real-time request is launched unpadded.
+    tail_fill: bool,
 }
 
 impl PaddingScheduler {
@@ -264,6 +272,48 @@ impl PaddingScheduler {
             Variant::Single => "reef",
             Variant::MultiVersion => "reef-dkp-mv",
         };
+        Self::with_policy(
+            Preemptive::reef_named(name),
+            false,
+            table,
+            cfg,
+            models,
+            clients,
+            window,
+        )
+    }
+
+    /// `reef-max` with padding ([`super::max`]): `max.pad` must be on; the
+    /// table is built for `max.mv` (versions) and `max.waves` (its
+    /// selector, [`Selector::with_waves`]) by the caller.
+    pub fn reef_max(
+        max: super::MaxConfig,
+        table: Arc<DkpTable>,
+        cfg: Config,
+        models: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+        window: usize,
+    ) -> Result<Self, ConfigError> {
+        Self::with_policy(
+            Preemptive::reef_max(max.static_name(), max.preempt, max.tail),
+            max.tail,
+            table,
+            cfg,
+            models,
+            clients,
+            window,
+        )
+    }
+
+    fn with_policy(
+        policy: Preemptive,
+        tail_fill: bool,
+        table: Arc<DkpTable>,
+        cfg: Config,
+        models: Vec<ModelInfo>,
+        clients: Vec<ClientSpec>,
+        window: usize,
+    ) -> Result<Self, ConfigError> {
         let kernels: Vec<u32> = models.iter().map(|m| m.kernels).collect();
         for (i, &n) in kernels.iter().enumerate() {
             if table.kernels.get(i).map(|v| v.len()) != Some(n as usize) {
@@ -273,12 +323,7 @@ impl PaddingScheduler {
                 )));
             }
         }
-        let inner = Scheduler::new(
-            Box::new(Preemptive::reef_named(name)),
-            cfg,
-            models,
-            clients.clone(),
-        )?;
+        let inner = Scheduler::new(Box::new(policy), cfg, models, clients.clone())?;
         let streams = inner.core().stream_count();
         let mut s = Self {
             inner,
@@ -296,6 +341,8 @@ impl PaddingScheduler {
             padding: Padding::default(),
             scratch: Vec::new(),
             counters: DkpCounters::default(),
+            last_refused: false,
+            tail_fill,
         };
         s.drain_inner(0);
         Ok(s)
@@ -317,6 +364,14 @@ impl PaddingScheduler {
     pub fn forget_finished_preemptions(&mut self) {
         self.inner.forget_finished_preemptions()
     }
+    /// Whether real-time kernel `tag`, now on the device, was launched
+    /// unpadded although best-effort tasks were offered to the selection
+    /// (its rules, §5.2, admitted none): for accounting where best-effort
+    /// time goes (`reef-bench lost`). Changes nothing.
+    pub fn refused_by_selection(&self, tag: KernelTag) -> bool {
+        self.inflight.iter().any(|f| f.tag == tag && f.refused)
+    }
+
     pub fn dkp_counters(&self) -> DkpCounters {
         self.counters
     }
@@ -657,6 +712,7 @@ impl PaddingScheduler {
                 self.inflight.push_back(InFlight {
                     tag,
                     parts: Vec::new(),
+                    refused: false,
                 });
                 self.out.push_back(DkpAction::Core(Action::Launch {
                     stream: self.rt,
@@ -665,7 +721,15 @@ impl PaddingScheduler {
                 return true;
             };
             let model = self.clients[client.0 as usize].model;
-            let parts = self.select_for(model, tag);
+            // With the fill after the last kernel, the last one goes
+            // unpadded: its best-effort streams resume beside it.
+            let last = tag.kernel + 1 == self.models[model.0 as usize];
+            let parts = if self.tail_fill && last {
+                self.last_refused = false;
+                None
+            } else {
+                self.select_for(model, tag)
+            };
             match parts {
                 Some(l) => {
                     self.counters.padded_launches += 1;
@@ -674,6 +738,7 @@ impl PaddingScheduler {
                     self.inflight.push_back(InFlight {
                         tag,
                         parts: l.parts.clone(),
+                        refused: false,
                     });
                     self.out.push_back(DkpAction::Padded(l));
                 }
@@ -681,6 +746,7 @@ impl PaddingScheduler {
                     self.inflight.push_back(InFlight {
                         tag,
                         parts: Vec::new(),
+                        refused: self.last_refused,
                     });
                     self.out.push_back(DkpAction::Core(Action::Launch {
                         stream: self.rt,
@@ -851,6 +917,7 @@ impl PaddingScheduler {
     /// the preempted, drained best-effort tasks, and commits the chosen
     /// block ranges to their plans.
     fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
+        self.last_refused = false;
         self.start_queued();
         let table = self.table.clone();
         let rt_char = &table.versions(model, tag.kernel)[0];
@@ -889,6 +956,7 @@ impl PaddingScheduler {
             .selector
             .select(rt_char, &cands, start, &mut self.padding)
         {
+            self.last_refused = true;
             return None;
         }
         let mut parts = Vec::with_capacity(self.padding.parts.len());

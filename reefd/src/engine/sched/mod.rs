@@ -454,6 +454,7 @@ impl<D: EngineDevice + 'static> Engine for SchedEngine<D> {
         // padding, as at start (`device::cuda::engine::gpu_policy`).
         let policy = match policy {
             "reef" if !self.build.drv.dev.places_blocks() => "reef-nodkp",
+            p if !self.build.drv.dev.places_blocks() => crate::device::cuda::engine::gpu_policy(p),
             p => p,
         };
         if reef_exec::places_blocks(policy) && !self.build.drv.dev.places_blocks() {

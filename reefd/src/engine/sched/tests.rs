@@ -423,3 +423,23 @@ fn a_be_stream_stopped_by_command_is_not_padded_until_resumed() {
     run(&mut e, &mut out);
     assert!(done(&out).contains(&(1, Some(true))), "{:?}", done(&out));
 }
+
+#[test]
+fn reef_max_pads_rt_kernels_and_every_output_stays_correct() {
+    let (out, pad) = rt_over_be("reef-max");
+    let d = done(&out);
+    assert_eq!(d.len(), 16, "{d:?}");
+    assert!(d.iter().all(|x| x.1 == Some(true)), "{d:?}");
+    let pad = pad.expect("reef-max pads on sim:*");
+    assert!(pad.padded_launches > 0, "{pad:?}");
+    // Off the simulator padding does not exist: reef-max is served with
+    // the mechanisms that do, under the name status shows.
+    assert_eq!(
+        crate::device::cuda::engine::gpu_policy("reef-max"),
+        "reef-max:-pad-mv-waves"
+    );
+    assert_eq!(
+        crate::device::cuda::engine::gpu_policy("reef-max:-tail"),
+        "reef-max:-pad-mv-waves-tail"
+    );
+}

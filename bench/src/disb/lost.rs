@@ -1,0 +1,200 @@
+//! Where best-effort throughput goes (issue 28 item 1): device time
+//! accounted from the simulator's event trace, not estimated.
+//!
+//! Between two device events the resident block groups do not change, so
+//! the runner integrates, over every interval, which compute units hold a
+//! real-time (RT) block, which hold only best-effort (BE) blocks, and
+//! which are idle ([`reef_sim::Sim::for_each_resident`]). Idle CU time
+//! counts as lost to BE work only while a BE request waits (issued and not
+//! answered). It is split into:
+//! - `gpu_idle`: no block on any CU (normal mode not yet resumed, the
+//!   launch path, a preemption draining, REEF §3.1 / §4);
+//! - `beside_rt_refused`: CUs idle beside an RT kernel that went unpadded
+//!   although BE tasks were offered to the padding selection, whose rules
+//!   (REEF §5.2) admitted none;
+//! - `beside_rt`: CUs idle beside RT kernels otherwise (CUs a padded
+//!   launch left over, BE blocks of a padded launch that ended before the
+//!   RT kernel, no BE task preempted and drained to offer, or a policy
+//!   without padding);
+//! - `beside_be`: CUs idle while only BE blocks run (the tail of a BE
+//!   kernel, its grid smaller than the device).
+//!
+//! `killed` is the CU time of BE launches that were killed (REEF §4.3:
+//! a killed kernel re-executes from its start on restore; the blocks it
+//! completed before the kill are thrown away too). All figures are
+//! fractions of the device's CU time over the run (CUs × duration).
+
+use reef_sim::{CuSet, DeviceEvent, EventKind, LaunchId, Sim, Tags};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// The account of one run, as fractions of the device's CU time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Lost {
+    /// CU time holding an RT block.
+    pub rt_busy: f64,
+    /// CU time holding only BE blocks (killed ones included).
+    pub be_busy: f64,
+    /// BE CU time thrown away by kills.
+    pub killed: f64,
+    pub gpu_idle: f64,
+    pub beside_rt_refused: f64,
+    pub beside_rt: f64,
+    pub beside_be: f64,
+    /// Share of the run during which a BE request waited.
+    pub be_waiting: f64,
+}
+
+/// Accumulates a run's [`Lost`] from the device's resident groups and
+/// events.
+pub struct Accountant {
+    cus: usize,
+    last: u64,
+    rt_busy: u128,
+    be_busy: u128,
+    killed: u128,
+    gpu_idle: u128,
+    beside_rt_refused: u128,
+    beside_rt: u128,
+    beside_be: u128,
+    be_waiting: u128,
+    /// BE CU time per launch still on the device.
+    be_launch: HashMap<LaunchId, u128>,
+}
+
+impl Accountant {
+    pub fn new(cus: usize) -> Self {
+        Self {
+            cus,
+            last: 0,
+            rt_busy: 0,
+            be_busy: 0,
+            killed: 0,
+            gpu_idle: 0,
+            beside_rt_refused: 0,
+            beside_rt: 0,
+            beside_be: 0,
+            be_waiting: 0,
+            be_launch: HashMap::new(),
+        }
+    }
+
+    /// Accounts the interval from the last call to `now`, over which the
+    /// device held what it holds now. `is_rt(tags)`: whether a launch is
+    /// real-time work; `refused(tags)`: whether that RT kernel went
+    /// unpadded with BE tasks offered; `be_waits`: a BE request waits.
+    pub fn advance(
+        &mut self,
+        sim: &Sim,
+        now: u64,
+        be_waits: bool,
+        is_rt: &dyn Fn(&Tags) -> bool,
+        refused: &dyn Fn(&Tags) -> bool,
+    ) {
+        let dt = now.saturating_sub(self.last) as u128;
+        self.last = self.last.max(now);
+        if dt == 0 {
+            return;
+        }
+        let (mut rt, mut be) = (CuSet::default(), CuSet::default());
+        let mut any_refused = false;
+        let be_launch = &mut self.be_launch;
+        sim.for_each_resident(|id, tags, cus| {
+            if is_rt(tags) {
+                rt = rt.or(cus);
+                any_refused |= refused(tags);
+            } else {
+                be = be.or(cus);
+                *be_launch.entry(id).or_default() += cus.len() as u128 * dt;
+            }
+        });
+        let (nrt, nbe) = (rt.len(), be.minus(&rt).len());
+        self.rt_busy += nrt as u128 * dt;
+        self.be_busy += nbe as u128 * dt;
+        if !be_waits {
+            return;
+        }
+        self.be_waiting += dt;
+        let idle = (self.cus - nrt - nbe) as u128 * dt;
+        if nrt + nbe == 0 {
+            self.gpu_idle += idle;
+        } else if nrt > 0 && any_refused {
+            self.beside_rt_refused += idle;
+        } else if nrt > 0 {
+            self.beside_rt += idle;
+        } else {
+            self.beside_be += idle;
+        }
+    }
+
+    /// A raw device event: a killed BE launch's CU time is thrown away;
+    /// one that ended otherwise is forgotten.
+    pub fn event(&mut self, ev: &DeviceEvent) {
+        match ev.kind {
+            EventKind::Started => {}
+            EventKind::Killed { .. } => {
+                if let Some(t) = self.be_launch.remove(&ev.launch) {
+                    self.killed += t;
+                }
+            }
+            _ => {
+                self.be_launch.remove(&ev.launch);
+            }
+        }
+    }
+
+    /// The account over `duration` ns.
+    pub fn finish(&self, duration: u64) -> Lost {
+        let total = (self.cus as u128 * duration as u128).max(1) as f64;
+        let f = |v: u128| v as f64 / total;
+        Lost {
+            rt_busy: f(self.rt_busy),
+            be_busy: f(self.be_busy),
+            killed: f(self.killed),
+            gpu_idle: f(self.gpu_idle),
+            beside_rt_refused: f(self.beside_rt_refused),
+            beside_rt: f(self.beside_rt),
+            beside_be: f(self.beside_be),
+            be_waiting: self.be_waiting as f64 / duration.max(1) as f64,
+        }
+    }
+}
+
+/// The table `--lost` prints: per run, the shares of CU time; `base` is
+/// the row it is compared with (`streams`), by workload.
+pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
+    let mut s = String::from(
+        "where BE throughput goes (shares of CU time, from the simulator's trace; lost shares count only while a BE request waits)\n",
+    );
+    s.push_str(&format!(
+        "{:<22} {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8}\n",
+        "workload",
+        "policy",
+        "BE thr",
+        "RT busy",
+        "BE busy",
+        "killed",
+        "GPU idle",
+        "refused",
+        "beside-RT",
+        "beside-BE",
+        "BE waits"
+    ));
+    for (w, p, be, l) in rows {
+        s.push_str(&format!(
+            "{:<22} {:<14} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3}\n",
+            w,
+            p,
+            be,
+            l.rt_busy,
+            l.be_busy,
+            l.killed,
+            l.gpu_idle,
+            l.beside_rt_refused,
+            l.beside_rt,
+            l.beside_be,
+            l.be_waiting
+        ));
+    }
+    s
+}

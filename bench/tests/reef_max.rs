@@ -1,0 +1,162 @@
+//! `reef-max` (issue 28) on the simulated MI50: best-effort work is never
+//! starved in the `reef-bench dkp` pairs, every mechanism switch changes
+//! what the device runs, no output is corrupted, and the CU-time account
+//! of `--lost` covers the device.
+
+use reef_bench::disb::runner::{simulate, ClientPlan, Gen, PreparedModel, RunOptions, RunOutcome};
+use reef_sched::{Class, Time};
+use reef_sim::DeviceSpec;
+
+const MODELS: [&str; 5] = ["resnet152", "vgg", "densenet", "inception", "bert"];
+
+fn models(spec: &DeviceSpec, names: &[&str]) -> Vec<PreparedModel> {
+    let dir = reef_model::default_models_dir();
+    names
+        .iter()
+        .map(|n| PreparedModel::new(reef_model::load_named(&dir, n).unwrap(), spec).unwrap())
+        .collect()
+}
+
+/// RT client of model 0 (closed loop, or every `period` ns), BE client of
+/// model 1 (closed loop).
+fn plans(period: Option<Time>) -> Vec<ClientPlan> {
+    vec![
+        ClientPlan {
+            name: "rt".into(),
+            model: 0,
+            class: Class::RealTime,
+            gen: match period {
+                Some(interval) => Gen::Periodic { next: 0, interval },
+                None => Gen::Continuous,
+            },
+        },
+        ClientPlan {
+            name: "be".into(),
+            model: 1,
+            class: Class::BestEffort,
+            gen: Gen::Continuous,
+        },
+    ]
+}
+
+fn run(
+    rt: &str,
+    be: &str,
+    policy: &str,
+    period: Option<Time>,
+    secs: f64,
+    track: bool,
+) -> RunOutcome {
+    let spec = DeviceSpec::preset("mi50").unwrap();
+    let ms = models(&spec, &[rt, be]);
+    let opts = RunOptions {
+        policy: policy.into(),
+        seed: 1,
+        dq_capacity: 4,
+        track_values: track,
+        account: true,
+        ..RunOptions::default()
+    };
+    simulate(&spec, &ms, plans(period), (secs * 1e9) as u64, &opts).unwrap()
+}
+
+#[test]
+fn reef_max_never_starves_be_in_the_dkp_pairs() {
+    // The pairs of `reef-bench dkp` (closed-loop RT and BE, REEF §6.5):
+    // normal mode lasts no time, so BE work progresses only beside RT
+    // kernels. `reef` starved in 20 of 25 pairs before issue 28.
+    for rt in MODELS {
+        for be in MODELS {
+            let o = run(rt, be, "reef-max", None, 0.5, false);
+            assert!(
+                o.clients[1].completed > 0,
+                "{rt}-{be}: BE starved under reef-max"
+            );
+            // The RT client is never slowed: every request as alone.
+            assert!(o.clients[0].completed > 0);
+            assert_eq!(o.corrupted_outputs, 0);
+        }
+    }
+}
+
+/// A signature of what the device ran.
+fn trace(o: &RunOutcome) -> (u64, u64, u64, u64, u64) {
+    let p = o.padding.clone().unwrap_or_default();
+    (
+        o.kernels_launched,
+        o.device_events,
+        o.clients[1].completed,
+        p.be_blocks_padded,
+        o.preemptions.iter().map(|r| r.level.number() as u64).sum(),
+    )
+}
+
+#[test]
+fn each_mechanism_switch_changes_the_trace_and_keeps_every_value() {
+    // DISB A's shape: RT vgg at 100 Hz over BE resnet152, so that normal
+    // mode, preemptions, padding and the tail all occur.
+    let period = Some(10_000_000);
+    let all = run("vgg", "resnet152", "reef-max", period, 0.3, true);
+    assert_eq!(all.corrupted_outputs, 0);
+    assert!(all.padding.as_ref().unwrap().padded_launches > 0);
+    let sig = trace(&all);
+    for m in reef_sched::dkp::max::MECHANISMS {
+        let name = format!("reef-max:-{m}");
+        let o = run("vgg", "resnet152", &name, period, 0.3, true);
+        assert_eq!(o.corrupted_outputs, 0, "{name}");
+        assert_ne!(trace(&o), sig, "{name} ran the same as reef-max");
+    }
+    // Without reset-based preemption nothing is killed: lazy eviction only.
+    let wait = run("vgg", "resnet152", "reef-max:-preempt", period, 0.3, false);
+    assert!(wait
+        .preemptions
+        .iter()
+        .all(|r| r.level.number() < reef_sched::PreemptLevel::Kill.number()));
+    // Without padding there are no padded launches.
+    let nopad = run("vgg", "resnet152", "reef-max:-pad", period, 0.3, false);
+    assert!(nopad.padding.is_none());
+}
+
+#[test]
+fn waves_keep_rt_latency_and_raise_be_throughput() {
+    let waves = run("vgg", "resnet152", "reef-max", None, 0.5, false);
+    let one = run("vgg", "resnet152", "reef-max:-waves", None, 0.5, false);
+    let mean = |o: &RunOutcome| {
+        let l = &o.clients[0].latencies;
+        l.iter().sum::<u64>() as f64 / l.len() as f64
+    };
+    assert!(
+        mean(&waves) <= 1.01 * mean(&one),
+        "{} vs {}",
+        mean(&waves),
+        mean(&one)
+    );
+    assert!(waves.clients[1].completed > one.clients[1].completed);
+    let (w, o) = (waves.padding.unwrap(), one.padding.unwrap());
+    assert!(w.be_blocks_padded > o.be_blocks_padded);
+}
+
+#[test]
+fn the_lost_account_covers_the_device() {
+    // Closed-loop BE: a BE request always waits, so the shares of busy and
+    // idle CU time sum to the whole device.
+    for policy in ["streams", "reef", "reef-max"] {
+        let o = run("vgg", "resnet152", policy, Some(10_000_000), 0.3, false);
+        let l = o.lost.unwrap();
+        let sum =
+            l.rt_busy + l.be_busy + l.gpu_idle + l.beside_rt_refused + l.beside_rt + l.beside_be;
+        assert!((sum - 1.0).abs() < 1e-9, "{policy}: {sum} {l:?}");
+        assert!((l.be_waiting - 1.0).abs() < 1e-9, "{policy}: {l:?}");
+        if policy == "streams" {
+            // Nothing is killed or refused on streams.
+            assert_eq!(l.killed, 0.0);
+            assert_eq!(l.beside_rt_refused, 0.0);
+        } else {
+            // Each RT arrival resets the CUs running BE blocks.
+            assert!(l.killed > 0.0, "{policy}: {l:?}");
+        }
+    }
+    // `reef` (single version) refuses BE kernels beside some RT kernels.
+    let o = run("resnet152", "resnet152", "reef", None, 0.3, false);
+    assert!(o.lost.unwrap().beside_rt_refused > 0.0);
+}

@@ -1,0 +1,230 @@
+//! `reef-max` (issue 28): one policy that uses the seed papers'
+//! mechanisms together, each switchable so that its share can be measured.
+//! The papers' policies (`reef`, `reef-dkp-mv`, `fikit`, `aker`) stay as
+//! they are.
+//!
+//! Mechanisms, by the token that switches them:
+//! - `preempt`: reset-based preemption for real-time arrivals (REEF §4,
+//!   Figs. 7–8: host-queue reset, lazy eviction, CU kill); off: wait-based
+//!   preemption with lazy eviction (REEF §6.4, Fig. 4b), the real-time
+//!   task waiting for the running best-effort blocks.
+//! - `pad`: dynamic kernel padding beside real-time kernels (REEF §5.1–5.2,
+//!   Fig. 12).
+//! - `mv`: multi-version kernel selection for the padded best-effort
+//!   kernels (REEF §5.3); needs `pad`.
+//! - `waves`: several best-effort blocks run one after the other in each
+//!   slot a padded launch gives them, as long as their sum stays within the
+//!   real-time kernel's time (REEF's implementation: `be_iters =
+//!   rt_latency / be_latency_per_iter` best-effort blocks per slot in
+//!   `dynamic_kernel_padding`, SJTU-IPADS/reef
+//!   `src/reef/server/scheduler.cpp`; the paper's rule 1 is stated for one
+//!   block, §5.2); needs `pad`. Executed as persistent slots (the dkp
+//!   kernel's best-effort threads loop over their blocks).
+//! - `tail`: FIKIT's filling after the high-priority task's last kernel
+//!   (fikit.txt §3.2, Algorithm 1: the idle time after each
+//!   high-priority kernel, SG(k), the last one's included): normal mode,
+//!   in which every best-effort stream runs as on `streams` (REEF §3.1), resumes once the real-time
+//!   request's last kernel has started rather than once it has completed,
+//!   with reset-based preemption as the safety net for the next arrival.
+//!   The last kernel is not padded, so no padded block of a task is in
+//!   flight when its stream resumes.
+//!
+//! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
+//! why).
+//!
+//! Names: `reef-max` (every mechanism); `reef-max:-pad-tail` (all but
+//! those); `reef-max:+pad+mv` (reset-based preemption and only those):
+//! see [`MaxConfig::parse`]. No commas, so that names go in the
+//! comma-separated `--policy` lists of `reef-bench`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The mechanisms, in the order names list them.
+pub const MECHANISMS: &[&str] = &["preempt", "pad", "mv", "waves", "tail"];
+
+/// Which mechanisms a `reef-max` policy uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MaxConfig {
+    pub preempt: bool,
+    pub pad: bool,
+    pub mv: bool,
+    pub waves: bool,
+    pub tail: bool,
+}
+
+impl Default for MaxConfig {
+    fn default() -> Self {
+        Self::all()
+    }
+}
+
+impl MaxConfig {
+    /// Every mechanism.
+    pub fn all() -> Self {
+        Self {
+            preempt: true,
+            pad: true,
+            mv: true,
+            waves: true,
+            tail: true,
+        }
+    }
+
+    /// Reset-based preemption only (what `reef-nodkp` does).
+    pub fn base() -> Self {
+        Self {
+            preempt: true,
+            pad: false,
+            mv: false,
+            waves: false,
+            tail: false,
+        }
+    }
+
+    fn flag(&mut self, m: &str) -> Option<&mut bool> {
+        Some(match m {
+            "preempt" => &mut self.preempt,
+            "pad" => &mut self.pad,
+            "mv" => &mut self.mv,
+            "waves" => &mut self.waves,
+            "tail" => &mut self.tail,
+            _ => return None,
+        })
+    }
+
+    /// Parses `reef-max` or `reef-max:TOKENS`, TOKENS a sequence of
+    /// `-mechanism` (switch off, starting from all) or `+mechanism`
+    /// (switch on, starting from [`Self::base`] when the first token is
+    /// one), e.g. `reef-max:-waves-tail`, `reef-max:+pad+mv`. `mv` and `waves` shape padded launches: `-pad` switches them
+    /// off too, and `+mv` or `+waves` without `pad` is an error. `None`:
+    /// not a `reef-max` name, or a bad one.
+    pub fn parse(name: &str) -> Option<Self> {
+        let rest = name.strip_prefix("reef-max")?;
+        if rest.is_empty() {
+            return Some(Self::all());
+        }
+        let spec = rest.strip_prefix(':')?;
+        // Split before every sign: "-a+b" -> ["-a", "+b"].
+        let mut tokens: Vec<&str> = Vec::new();
+        let mut start = 0;
+        for (i, ch) in spec.char_indices().skip(1) {
+            if ch == '+' || ch == '-' {
+                tokens.push(&spec[start..i]);
+                start = i;
+            }
+        }
+        tokens.push(&spec[start..]);
+        let mut c = if tokens.first()?.starts_with('+') {
+            Self::base()
+        } else {
+            Self::all()
+        };
+        let mut asked_shape = false;
+        for t in tokens {
+            let (on, m) = match t.split_at_checked(1)? {
+                ("+", m) => (true, m),
+                ("-", m) => (false, m),
+                _ => return None,
+            };
+            *c.flag(m)? = on;
+            asked_shape |= on && matches!(m, "mv" | "waves");
+        }
+        if !c.pad {
+            if asked_shape {
+                return None;
+            }
+            c = c.without_padding();
+        }
+        Some(c)
+    }
+
+    /// The canonical name: `reef-max`, or `reef-max:` with the mechanisms
+    /// switched off (`-x`) listed in [`MECHANISMS`] order.
+    pub fn name(&self) -> String {
+        let mut me = *self;
+        let off: Vec<String> = MECHANISMS
+            .iter()
+            .filter(|m| !*me.flag(m).expect("known mechanism"))
+            .map(|m| format!("-{m}"))
+            .collect();
+        if off.is_empty() {
+            "reef-max".into()
+        } else {
+            format!("reef-max:{}", off.concat())
+        }
+    }
+
+    /// [`Self::name`] as a `&'static str` (policy names are static; the
+    /// 2^5 configurations are interned once each).
+    pub fn static_name(&self) -> &'static str {
+        static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
+        let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        g.get_or_insert_with(HashMap::new)
+            .entry(*self)
+            .or_insert_with(|| Box::leak(self.name().into_boxed_str()))
+    }
+
+    /// The configuration where a mechanism does not exist on the device
+    /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
+    /// launch paths here): `pad`, `mv` and `waves` off.
+    pub fn without_padding(mut self) -> Self {
+        self.pad = false;
+        self.mv = false;
+        self.waves = false;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_and_print_back() {
+        assert_eq!(MaxConfig::parse("reef-max"), Some(MaxConfig::all()));
+        let c = MaxConfig::parse("reef-max:-tail-waves").unwrap();
+        assert!(!c.tail && !c.waves && c.pad && c.mv && c.preempt);
+        assert_eq!(c.name(), "reef-max:-waves-tail");
+        assert_eq!(MaxConfig::parse(&c.name()), Some(c));
+        let c = MaxConfig::parse("reef-max:+pad").unwrap();
+        assert_eq!(
+            c,
+            MaxConfig {
+                pad: true,
+                ..MaxConfig::base()
+            }
+        );
+        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail");
+        assert_eq!(MaxConfig::base().name(), "reef-max:-pad-mv-waves-tail");
+        assert_eq!(
+            MaxConfig::parse("reef-max:+pad+waves"),
+            Some(MaxConfig {
+                pad: true,
+                waves: true,
+                ..MaxConfig::base()
+            })
+        );
+        for bad in [
+            "reef-maxi",
+            "reef-max:",
+            "reef-max:pad",
+            "reef-max:-fuse",
+            "reef-max:+waves",
+            "reef-max:-pad+mv",
+            "reef-max:-pad,-tail",
+            "reef-max:--pad",
+            "reef",
+        ] {
+            assert_eq!(MaxConfig::parse(bad), None, "{bad}");
+        }
+        assert_eq!(
+            MaxConfig::all().without_padding().name(),
+            "reef-max:-pad-mv-waves"
+        );
+        assert_eq!(
+            MaxConfig::parse("reef-max:-pad"),
+            Some(MaxConfig::all().without_padding())
+        );
+    }
+}
