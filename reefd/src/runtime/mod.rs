@@ -172,6 +172,18 @@ struct Stream {
     label: Option<String>,
     tasks: BTreeSet<u64>,
     completed: u64,
+    /// Its finished tasks whose answers still wait for their outputs to be
+    /// read ([`spawn_answers`]): counted with `tasks` against the
+    /// per-stream and per-uid limits, so a client that never waits cannot
+    /// queue unbounded work behind the values worker.
+    answering: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Stream {
+    /// Its inferences not yet answered.
+    fn in_flight(&self) -> usize {
+        self.tasks.len() + self.answering.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 struct LoadedModel {
@@ -473,11 +485,21 @@ impl Runtime {
                         });
                         later = tensors::answer_outputs(io, data, got, &mut result);
                     }
+                    let answering = if later.is_empty() {
+                        None
+                    } else {
+                        st.streams.get(&t.stream).map(|s| {
+                            s.answering
+                                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            s.answering.clone()
+                        })
+                    };
                     st.deliveries.push(Delivery {
                         task,
                         waiter: t.waiter,
                         result: Ok(result),
                         later,
+                        answering,
                     });
                 }
                 EngineEvent::DeviceError { action, error } => {
@@ -831,6 +853,7 @@ fn fail_task(st: &mut State, task: u64, why: Failure) {
             waiter: t.waiter,
             result: Err(why),
             later: Vec::new(),
+            answering: None,
         });
     }
 }
@@ -842,6 +865,8 @@ struct Delivery {
     result: Result<TaskResult, Failure>,
     /// Outputs still to read from the device ([`tensors::resolve_outputs`]).
     later: Vec<tensors::PendingOutput>,
+    /// The stream's count of answers being read, released once delivered.
+    answering: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 /// Delivers outcomes whose outputs must first be read from the device: the
@@ -859,6 +884,9 @@ fn spawn_answers(
                     tensors::resolve_outputs(r, std::mem::take(&mut d.later));
                 }
                 deliver(d.task, d.waiter, d.result);
+                if let Some(a) = &d.answering {
+                    a.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             }
         })

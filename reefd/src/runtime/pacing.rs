@@ -212,6 +212,9 @@ impl Runtime {
                     if let Ok(r) = &mut d.result {
                         tensors::resolve_outputs(r, std::mem::take(&mut d.later));
                     }
+                    if let Some(a) = &d.answering {
+                        a.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     deliver(d.task, d.waiter, d.result);
                 }
             }

@@ -69,6 +69,7 @@ impl Runtime {
                 label,
                 tasks: BTreeSet::new(),
                 completed: 0,
+                answering: Arc::default(),
             },
         );
         if priority == Priority::Rt {
@@ -214,12 +215,12 @@ impl Runtime {
         if s.owner.uid != conn.peer.uid && !conn.peer.is_root() {
             return Handled::Error(not_owner("submit to", stream, s.owner.uid));
         }
-        if s.tasks.len() >= self.settings.max_tasks_per_stream {
+        if s.in_flight() >= self.settings.max_tasks_per_stream {
             return Handled::Error(Failure::new(
                 ErrorCode::Busy,
                 format!(
                     "stream {stream} already has {} inferences in flight (daemon.max_tasks_per_stream); wait for some to finish",
-                    s.tasks.len()
+                    s.in_flight()
                 ),
             ));
         }
@@ -231,7 +232,7 @@ impl Runtime {
                 .into_iter()
                 .flatten()
                 .filter_map(|id| st.streams.get(id))
-                .map(|x| x.tasks.len())
+                .map(Stream::in_flight)
                 .sum();
             if inflight >= self.settings.max_tasks_per_uid {
                 return Handled::Error(Failure::new(
