@@ -930,6 +930,19 @@ impl Core {
         if let Some(a) = self.active_for(s, tag) {
             // The global index holds the latest kernel to pass its check.
             a.last_started = Some(tag.kernel);
+            // A stream runs its launches in order, so kernel k passed its
+            // check only after every earlier kernel of this launch sequence
+            // ended, and with the flag clear on the device: those kernels
+            // ran whole (REEF §4.3, Fig. 8: the index moving past a kernel
+            // is what makes its completion certain). A completion that
+            // reached the scheduler after it set the flag was held back
+            // as possibly partial (`completion_unconfirmed`); the flag's
+            // write can land on the device after the kernel ended and its
+            // successor started, and this start confirms it. Without
+            // this the restore re-ran the completed kernel after its
+            // killed successor had overwritten what it reads (a vgg
+            // request under `reef-bench hostile`, sim:mi50).
+            a.completed_upto = a.completed_upto.max(tag.kernel);
         }
     }
 

@@ -1016,3 +1016,162 @@ fn a_last_kernel_partly_run_at_preemption_does_not_end_the_request() {
     s.drain_actions(&mut acts);
     assert!(done(&acts));
 }
+
+/// The flag's write can reach the device after a kernel ended and its
+/// successor passed its check, while the scheduler, which set the flag
+/// first, hears of the completion only after that: the completion looks
+/// partial (the index still names the kernel), and then the successor's
+/// start moves the index past it. The successor is killed. The kernel ran
+/// whole, so the restore starts at the successor (REEF §4.3 Fig. 8,
+/// `find_idem_entry(l)` with l the killed kernel); re-running the completed
+/// kernel after its killed successor overwrote what it reads gave a stale
+/// vgg answer under `reef-bench hostile` (sim:mi50, kernels 69 and 70).
+#[test]
+fn a_successor_passing_its_check_confirms_a_completion_seen_under_the_flag() {
+    let mut s = Scheduler::new(
+        policy_by_name("reef").unwrap(),
+        Config::default(),
+        vec![
+            ModelInfo::idempotent("rt", 1),
+            ModelInfo::idempotent("be", 6),
+        ],
+        clients(1, 1),
+    )
+    .unwrap();
+    let mut acts = Vec::new();
+    let (rt_s, be_s) = (StreamId(0), StreamId(1));
+    let (be_req, rt_req) = (RequestId(100), RequestId(1));
+    let tag = |req, kernel| KernelTag { req, kernel };
+    let ev = |s: &mut Scheduler, t: Time, e: Event| s.handle(t, e);
+    ev(
+        &mut s,
+        0,
+        Event::RequestArrived {
+            req: be_req,
+            client: ClientId(1),
+            deadline: None,
+        },
+    );
+    ev(
+        &mut s,
+        10 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 0),
+        },
+    );
+    ev(
+        &mut s,
+        20 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 0),
+        },
+    );
+    ev(
+        &mut s,
+        21 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    s.drain_actions(&mut acts);
+    let launched: Vec<u32> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch { stream, tag } if *stream == be_s => Some(tag.kernel),
+            _ => None,
+        })
+        .collect();
+    assert!(launched.len() > 3, "{launched:?}");
+    // The RT request: flag and kill for the BE stream.
+    ev(
+        &mut s,
+        25 * US,
+        Event::RequestArrived {
+            req: rt_req,
+            client: ClientId(0),
+            deadline: None,
+        },
+    );
+    acts.clear();
+    s.drain_actions(&mut acts);
+    assert!(acts.contains(&Action::SetPreemptFlag {
+        stream: be_s,
+        value: true
+    }));
+    assert!(acts.contains(&Action::KillStream { stream: be_s }));
+    // Heard after the flag was set: kernel 1 completed (index 1), then
+    // kernel 2 passed its check (the flag had not reached the device),
+    // and the kill ends kernel 2; the queued rest exits.
+    ev(
+        &mut s,
+        26 * US,
+        Event::KernelCompleted {
+            stream: be_s,
+            tag: tag(be_req, 1),
+        },
+    );
+    ev(
+        &mut s,
+        26 * US,
+        Event::KernelStarted {
+            stream: be_s,
+            tag: tag(be_req, 2),
+        },
+    );
+    ev(
+        &mut s,
+        27 * US,
+        Event::KernelKilled {
+            stream: be_s,
+            tag: tag(be_req, 2),
+        },
+    );
+    for &k in &launched[3..] {
+        ev(
+            &mut s,
+            27 * US,
+            Event::KernelEvicted {
+                stream: be_s,
+                tag: tag(be_req, k),
+            },
+        );
+    }
+    ev(
+        &mut s,
+        100 * US,
+        Event::KernelStarted {
+            stream: rt_s,
+            tag: tag(rt_req, 0),
+        },
+    );
+    ev(
+        &mut s,
+        110 * US,
+        Event::KernelCompleted {
+            stream: rt_s,
+            tag: tag(rt_req, 0),
+        },
+    );
+    acts.clear();
+    s.drain_actions(&mut acts);
+    let restore = acts
+        .iter()
+        .find_map(|a| match a {
+            Action::Restore {
+                stream,
+                exec_index,
+                from_kernel,
+                ..
+            } if *stream == be_s => Some((*exec_index, *from_kernel)),
+            _ => None,
+        })
+        .expect("the BE request is restored");
+    assert_eq!(
+        restore,
+        (Some(2), 2),
+        "kernel 1 ran whole (kernel 2 passed its check after it); only the killed kernel 2 runs again"
+    );
+}

@@ -409,6 +409,17 @@ impl PaddingScheduler {
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
                     if b.req.map(|r| r.0) == Some(tag.req) {
                         b.running = Some(tag.kernel);
+                        // As in the core (`on_started`): a kernel that
+                        // passed its check on the task's own in-order
+                        // stream confirms every kernel before it, also
+                        // one whose completion arrived under the flag.
+                        b.done_upto = b.done_upto.max(tag.kernel);
+                        if b.credit.is_some_and(|c| c.kernel < b.done_upto) {
+                            b.credit = None;
+                        }
+                        if b.plan.is_some_and(|p| p.kernel < b.done_upto) {
+                            b.plan = None;
+                        }
                     }
                 }
             }
@@ -1745,6 +1756,68 @@ mod tests {
             assert_eq!(s.dkp_counters().be_kernels_completed, 1);
             assert_eq!(s.be[1].done_upto, 1);
         }
+    }
+
+    /// A BE kernel's completion heard after the flag was set counts as
+    /// possibly partial until its successor passes its check on the
+    /// stream (core `on_started`); padding must follow, or it pads the
+    /// completed kernel again after the killed successor overwrote what
+    /// it reads (`reef-bench hostile` on sim:mi50: vgg kernel 69 re-run
+    /// by padded launches after kernel 70's kill, a stale answer).
+    #[test]
+    fn a_successor_passing_its_check_moves_padding_past_a_completion_heard_under_the_flag() {
+        let mut s = setup(1);
+        let (rt, be) = (StreamId(0), StreamId(1));
+        let _ = std::iter::from_fn(|| s.poll_action()).count();
+        arrive(&mut s, 0, 100, 1);
+        step(
+            &mut s,
+            5,
+            Event::KernelStarted {
+                stream: be,
+                tag: tag(100, 0),
+            },
+        );
+        arrive(&mut s, 10, 1, 0);
+        for (t, ev) in [
+            (
+                11,
+                Event::KernelCompleted {
+                    stream: be,
+                    tag: tag(100, 0),
+                },
+            ),
+            (
+                11,
+                Event::KernelStarted {
+                    stream: be,
+                    tag: tag(100, 1),
+                },
+            ),
+            (
+                12,
+                Event::KernelKilled {
+                    stream: be,
+                    tag: tag(100, 1),
+                },
+            ),
+        ] {
+            step(&mut s, t, ev);
+        }
+        assert_eq!(s.be[1].done_upto, 1);
+        let a = step(
+            &mut s,
+            60,
+            Event::KernelCompleted {
+                stream: rt,
+                tag: tag(1, 0),
+            },
+        );
+        assert_eq!(
+            first_padded(&a).map(|p| (p.1, p.2.start)),
+            Some((tag(100, 1), 0)),
+            "{a:?}"
+        );
     }
 
     #[test]
