@@ -117,6 +117,13 @@ pub struct HostileArgs {
     /// memory the allocator keeps is not taken for a leak.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
+    /// Run the RT client's thread under SCHED_FIFO during its phases (needs
+    /// root or CAP_SYS_NICE; refused, it runs as usual and the report says
+    /// why). The quiet and loaded phases then compare what the daemon does,
+    /// not the operating system's wake-up of the client behind the load
+    /// generator's threads on the same cores.
+    #[arg(long)]
+    pub rt_client_fifo: bool,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -184,6 +191,8 @@ pub struct Report {
     pub daemon_ratio_mean: f64,
     pub daemon_ratio_p99: f64,
     pub within_5_percent: bool,
+    /// The RT client's scheduling class in its phases (`--rt-client-fifo`).
+    pub rt_client_sched: String,
     /// /proc/loadavg during the quiet phase and after it.
     pub loadavg_quiet: String,
     pub before: daemon::ProcSample,
@@ -344,7 +353,15 @@ pub fn main(a: HostileArgs) -> Result<()> {
         other => bail!("registering the RT stream: {other:?}"),
     };
     let gap = Duration::from_secs_f64(a.rt_gap_ms.max(0.0) / 1e3);
-    progress(format!("warm-up: {} RT requests", a.warmup));
+    let (fifo, rt_client_sched) = rt::rt_sched(a.rt_client_fifo);
+    drop(fifo);
+    progress(format!(
+        "warm-up: {} RT requests (RT client: {rt_client_sched})",
+        a.warmup
+    ));
+    // The class is held only around the RT phases: threads the load
+    // rounds spawn from this thread must not inherit it.
+    let fifo = rt::rt_sched(a.rt_client_fifo).0;
     rt_phase(&mut rt, stream, &a.model, a.warmup, gap, deadline, None);
     progress(format!("quiet: {} RT requests", a.rt_requests));
     let quiet = rt_phase(
@@ -356,6 +373,7 @@ pub fn main(a: HostileArgs) -> Result<()> {
         deadline,
         None,
     );
+    drop(fifo);
     progress(format!(
         "quiet: mean {:.0} us, p99 {:.0} us",
         quiet.client_us.mean, quiet.client_us.p99
@@ -414,6 +432,7 @@ pub fn main(a: HostileArgs) -> Result<()> {
         };
     let quiet_after = if after.is_some() {
         progress(format!("quiet again: {} RT requests", a.rt_requests));
+        let _fifo = rt::rt_sched(a.rt_client_fifo).0;
         rt_phase(
             &mut rt,
             stream,
@@ -548,6 +567,7 @@ pub fn main(a: HostileArgs) -> Result<()> {
         benign: a.connections - a.hostile,
         hostile: kinds,
         within_5_percent: ratio_mean <= 1.05 && ratio_p99 <= 1.05 && loaded.failed == 0,
+        rt_client_sched,
         daemon_ratio_mean: ratio(loaded.daemon_us.mean, quiet.daemon_us.mean),
         daemon_ratio_p99: ratio(loaded.daemon_us.p99, quiet.daemon_us.p99),
         ratio_mean,

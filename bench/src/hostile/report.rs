@@ -74,7 +74,7 @@ pub(super) fn print_table(r: &Report) {
         r.rounds.len()
     );
     println!();
-    println!("RT client (closed loop), latency from its send to the reply, us (daemon: arrival to completion; send->k0: the client's send to the first kernel in the device queue):");
+    println!("RT client (closed loop, {}), latency from its send to the reply, us (daemon: arrival to completion; send->k0: the client's send to the first kernel in the device queue):", r.rt_client_sched);
     println!(
         "{:<12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9}  {:>11} {:>10}  {:>13} {:>12}  loadavg",
         "phase",

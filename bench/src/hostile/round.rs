@@ -161,6 +161,7 @@ pub(super) fn load_round(
     sh.go.store(true, Ordering::Release);
     // The RT client's rate of requests is its own; hostile activity lasts
     // as long as its run.
+    let fifo = super::rt::rt_sched(a.rt_client_fifo).0;
     let loaded = rt_phase(
         rt,
         stream,
@@ -170,6 +171,7 @@ pub(super) fn load_round(
         deadline,
         Some(&sh.stop),
     );
+    drop(fifo);
     progress(format!(
         "loaded: mean {:.0} us, p99 {:.0} us; closing the connections",
         loaded.client_us.mean, loaded.client_us.p99

@@ -54,6 +54,67 @@ pub(super) fn summary(v: &[f64]) -> Summary {
     }
 }
 
+/// The RT client's thread under SCHED_FIFO while this lives
+/// (`--rt-client-fifo`), as a latency-critical client is run on a host it
+/// shares: the quiet and the loaded phases then measure the daemon, not
+/// how long the operating system leaves the client's wake-up behind the
+/// load generator's own threads on the same cores (the written→read gap,
+/// docs/daemon.md). Only the calling thread: threads and processes the
+/// benchmark starts elsewhere keep their class. The old class is restored
+/// on drop.
+pub(super) struct FifoGuard {
+    policy: libc::c_int,
+    param: libc::sched_param,
+}
+
+impl FifoGuard {
+    /// SCHED_FIFO at priority 10 for the calling thread; the error says
+    /// why not (EPERM without CAP_SYS_NICE).
+    pub(super) fn new() -> std::result::Result<Self, String> {
+        // SAFETY: pthread_self is always valid for the calling thread;
+        // the out-pointers point to live locals.
+        unsafe {
+            let me = libc::pthread_self();
+            let mut policy = 0;
+            let mut param: libc::sched_param = std::mem::zeroed();
+            let e = libc::pthread_getschedparam(me, &mut policy, &mut param);
+            if e != 0 {
+                return Err(std::io::Error::from_raw_os_error(e).to_string());
+            }
+            let fifo = libc::sched_param { sched_priority: 10 };
+            let e = libc::pthread_setschedparam(me, libc::SCHED_FIFO, &fifo);
+            if e != 0 {
+                return Err(format!(
+                    "SCHED_FIFO refused: {} (needs root or CAP_SYS_NICE)",
+                    std::io::Error::from_raw_os_error(e)
+                ));
+            }
+            Ok(FifoGuard { policy, param })
+        }
+    }
+}
+
+impl Drop for FifoGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`.
+        unsafe {
+            libc::pthread_setschedparam(libc::pthread_self(), self.policy, &self.param);
+        }
+    }
+}
+
+/// The RT client's scheduling for one phase: SCHED_FIFO if asked for and
+/// allowed, else the default; the label goes into the report.
+pub(super) fn rt_sched(fifo: bool) -> (Option<FifoGuard>, String) {
+    if !fifo {
+        return (None, "SCHED_OTHER".into());
+    }
+    match FifoGuard::new() {
+        Ok(g) => (Some(g), "SCHED_FIFO 10".into()),
+        Err(e) => (None, format!("SCHED_OTHER ({e})")),
+    }
+}
+
 /// The closed-loop RT client: `n` blocking inferences one after another,
 /// each waited for (at most `REPLY_TIMEOUT`); three unanswered in a row end
 /// the phase (a hung daemon).
