@@ -90,7 +90,14 @@ impl EngineDevice for CudaKernels {
         self.device().levels().notes.clone()
     }
 
+    /// From the package the runtime read outside the lock: its sizes
+    /// only, so placement under the lock does not inject and copy the PTX
+    /// (that happens in the load's work, `prepare_load`). Without one
+    /// (tests) the directory is read here.
     fn model_memory(&self, m: &EngineModel) -> Option<Result<u64, EngineError>> {
+        if let Some(p) = &m.package {
+            return Some(Ok(self.footprint(p)));
+        }
         Some(
             self.files_of(m)?
                 .map(|f| self.footprint(&f))

@@ -213,8 +213,8 @@ impl CudaKernels {
     /// Device memory model `files` takes on this device: its weights and
     /// one instance of its inputs, activations and outputs per stream that
     /// runs it.
-    pub fn footprint(&self, files: &super::ModelFiles) -> u64 {
-        files.weight_bytes() + self.streams_per_model as u64 * files.stream_bytes()
+    pub fn footprint(&self, pkg: &reef_model::package::Package) -> u64 {
+        pkg.weight_bytes() + self.streams_per_model as u64 * pkg.stream_bytes()
     }
 
     /// Why request `req` failed on the device (a fault of the context,

@@ -69,7 +69,12 @@ impl EngineDevice for HipKernels {
         self.device().levels().notes.clone()
     }
 
+    /// From the package's sizes when the runtime read it (outside the
+    /// lock): the code object is read and checked in the load itself.
     fn model_memory(&self, m: &EngineModel) -> Option<Result<u64, EngineError>> {
+        if let Some(p) = &m.package {
+            return Some(Ok(self.footprint(p)));
+        }
         Some(self.model_of(m)?.map(|hm| self.footprint(&hm)))
     }
 

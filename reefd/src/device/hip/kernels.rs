@@ -120,8 +120,8 @@ impl HipKernels {
     }
 
     /// Weights and one instance of the other storages per stream.
-    pub fn footprint(&self, m: &HipModel) -> u64 {
-        m.weight_bytes() + self.streams_per_model as u64 * m.stream_bytes()
+    pub fn footprint(&self, pkg: &reef_model::package::Package) -> u64 {
+        pkg.weight_bytes() + self.streams_per_model as u64 * pkg.stream_bytes()
     }
 
     /// Loads `m` under `name`: refused with the figures when it does not

@@ -5,6 +5,17 @@
 
 use super::*;
 
+/// What a load's work outside the lock produced
+/// ([`SchedEngine::begin_model_load`]).
+#[derive(Default)]
+pub(super) struct SchedPart {
+    /// The device's part ([`EngineDevice::prepare_load`]).
+    dev: Option<crate::engine::LoadedPart>,
+    /// The model's kernels' stand-alone times on the preset, for the
+    /// predictor (`aker_times`).
+    pub(super) aker_times: Option<Vec<f64>>,
+}
+
 impl<D: EngineDevice> SchedEngine<D> {
     /// The shapes of `model`'s kernels on this device, refused when one
     /// cannot run on it or there are none.
@@ -36,9 +47,33 @@ impl<D: EngineDevice> SchedEngine<D> {
                 "device index {p} does not exist: this daemon manages one device (index 0)"
             )));
         }
-        self.shapes_of(model)?;
+        let shapes = self.shapes_of(model)?;
+        let dev_work = self.build.drv.dev.prepare_load(model).transpose()?;
+        // Under a policy that predicts kernel times (aker, baymax,
+        // tacker), the model's stand-alone times on the preset are
+        // profiled here too, outside the lock, rather than by the
+        // scheduler's rebuild under it (issue 25 item 2). A device that
+        // measures its kernels (a GPU) predicts from those instead and
+        // this profile is not used.
+        let aker = reef_sched::aker::Manager::of_name(&self.settings.policy)
+            .is_some()
+            .then(|| (self.spec.clone(), shapes));
+        if dev_work.is_none() && aker.is_none() {
+            return Ok(crate::engine::LoadTicket::default());
+        }
+        let work: crate::engine::LoadWork = Box::new(move |cancel| {
+            let dev = dev_work.map(|w| w(cancel)).transpose()?;
+            let aker_times = match aker {
+                Some((spec, shapes)) => Some(
+                    reef_exec::aker::SimPredictor::solo_times(&spec, &shapes)
+                        .map_err(|e| EngineError::Invalid(format!("{e:#}")))?,
+                ),
+                None => None,
+            };
+            Ok(Box::new(SchedPart { dev, aker_times }) as crate::engine::LoadedPart)
+        });
         Ok(crate::engine::LoadTicket {
-            work: self.build.drv.dev.prepare_load(model).transpose()?,
+            work: Some(work),
             ..Default::default()
         })
     }
@@ -55,11 +90,25 @@ impl<D: EngineDevice> SchedEngine<D> {
         if self.models.iter().any(|m| m.name == model.name) {
             self.build.drv.dev.unload(&model.name);
         }
-        // A model loaded again may have other kernels: profiled again.
+        // A model loaded again may have other kernels: profiled again
+        // (by the load's work, or by the rebuild).
         self.aker_times.remove(&model.name);
-        match part {
+        let part = match part.map(|p| p.downcast::<SchedPart>()) {
+            Some(Ok(p)) => *p,
+            Some(Err(_)) => {
+                return Err(EngineError::Invalid(format!(
+                    "model {}: its load was not begun on this engine",
+                    model.name
+                )))
+            }
+            None => SchedPart::default(),
+        };
+        match part.dev {
             Some(p) => self.build.drv.dev.install(&model, p)?,
             None => self.build.drv.dev.load(&model)?,
+        }
+        if let Some(t) = part.aker_times.filter(|t| t.len() == shapes.len()) {
+            self.aker_times.insert(model.name.clone(), t);
         }
         self.models.retain(|m| m.name != model.name);
         self.models.push(Prepared {

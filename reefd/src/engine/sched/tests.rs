@@ -443,3 +443,35 @@ fn reef_max_pads_rt_kernels_and_every_output_stays_correct() {
         "reef-max:-pad-mv-waves-tail"
     );
 }
+
+/// Issue 25 item 2: under a predicting policy a model's stand-alone
+/// kernel times are profiled by the load's work, which the runtime runs
+/// outside its lock; installing the model under the lock then finds them
+/// and the rebuild profiles nothing.
+#[test]
+fn aker_profiles_a_model_in_the_loads_work_not_under_the_lock() {
+    let vgg = |name: &str| EngineModel {
+        name: name.to_string(),
+        model: Arc::new(reef_model::load_named(&reef_model::default_models_dir(), "vgg").unwrap()),
+        idempotence: None,
+        package: None,
+    };
+    let mut e = engine_with("aker", 1, &[]);
+    let m = vgg("vgg");
+    let mut ticket = e.begin_load(&m, None).unwrap();
+    let work = ticket
+        .work
+        .take()
+        .expect("aker: the profile is the load's work");
+    assert!(!e.aker_times.contains_key("vgg"));
+    let part = work(&std::sync::atomic::AtomicBool::new(false)).unwrap();
+    let profiled = part
+        .downcast_ref::<super::load::SchedPart>()
+        .and_then(|p| p.aker_times.clone())
+        .expect("the work profiled the model");
+    e.finish_load(m, ticket, Some(part)).unwrap();
+    let want = reef_exec::aker::SimPredictor::solo_times(&e.spec, &e.models[0].shapes).unwrap();
+    assert_eq!(profiled, want);
+    assert_eq!(e.aker_times.get("vgg"), Some(&want));
+    assert!(!e.aker_measured);
+}
