@@ -298,6 +298,24 @@ fn us_to_ns(us: f64) -> Option<u64> {
 }
 
 impl Model {
+    /// For each kernel k, how many of the kernels right after it (at most
+    /// `max`) write no buffer k reads or writes, in a row: had they run
+    /// after k, running k's blocks again would still read k's inputs and
+    /// leave their outputs as they were. Padding uses it (reef-sched
+    /// `ModelInfo::successors_clear`) when it pads with a kernel that may
+    /// already have completed, unseen, while its successors started.
+    pub fn successors_clear_of(&self, max: usize) -> Vec<u32> {
+        let ks = &self.kernels;
+        (0..ks.len())
+            .map(|k| {
+                let touched = |b: &usize| ks[k].reads.contains(b) || ks[k].writes.contains(b);
+                (k + 1..ks.len().min(k + 1 + max))
+                    .take_while(|&j| !ks[j].writes.iter().any(touched))
+                    .count() as u32
+            })
+            .collect()
+    }
+
     /// Loads a model from a model directory (`…/mi50/vgg`, which must hold
     /// `vgg.json`) or from a schedule file (`…/vgg.json`). The profile is read
     /// from the sibling `<name>.profile.json` when it exists; then every

@@ -180,3 +180,24 @@ fn measured_models_match_readme() {
     assert_eq!(vgg.name, "vgg");
     assert!(load_named(&dir, "alexnet").is_err());
 }
+
+/// `successors_clear_of` on the measured vgg: kernel 70 writes storage 94,
+/// which kernel 69 reads (the pair behind a stale answer under
+/// `reef-bench hostile`), so no successor of 69 is clear; kernel 68 reads
+/// only storage 94, which 69 does not write, and writes 91, which 69 reads
+/// but does not write: its successor 69 is clear and 70 (writing 94, which
+/// 68 reads) is not.
+#[test]
+fn successors_clear_of_counts_successors_that_write_nothing_a_kernel_touches() {
+    let vgg = load_named(&default_models_dir(), "vgg").unwrap();
+    let ks = &vgg.kernels;
+    assert!(ks[70].writes.iter().any(|b| ks[69].reads.contains(b)));
+    let clear = vgg.successors_clear_of(4);
+    assert_eq!(clear.len(), ks.len());
+    assert_eq!(clear[69], 0);
+    assert_eq!(clear[68], 1);
+    assert_eq!(*clear.last().unwrap(), 0);
+    // Bounded by `max`, and by the kernels left.
+    assert!(clear.iter().all(|&c| c <= 4));
+    assert_eq!(vgg.successors_clear_of(0), vec![0; ks.len()]);
+}

@@ -31,6 +31,10 @@ pub struct ModelInfo {
     /// Per-kernel idempotence (§4.4); `None` means every kernel is idempotent
     /// (as for all TVM kernels, Table 1).
     pub idempotence: Option<IdempotenceMetadata>,
+    /// Per kernel, how many kernels right after it write nothing it reads
+    /// or writes (`reef_model::Model::successors_clear_of`); `None`:
+    /// unknown, taken as 0.
+    pub successors_clear: Option<Vec<u32>>,
 }
 
 impl ModelInfo {
@@ -40,7 +44,17 @@ impl ModelInfo {
             name: name.into(),
             kernels,
             idempotence: None,
+            successors_clear: None,
         }
+    }
+
+    /// How many kernels right after kernel `k` write nothing `k` reads or
+    /// writes (0 when unknown).
+    pub fn successors_clear(&self, k: u32) -> u32 {
+        self.successors_clear
+            .as_ref()
+            .and_then(|v| v.get(k as usize).copied())
+            .unwrap_or(0)
     }
 
     /// Kernel index a restore must start from when kernel `index` was the

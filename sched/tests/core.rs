@@ -399,6 +399,7 @@ fn run_inplace(groups: &[usize]) -> InplaceRun {
             name: "be".into(),
             kernels: 6,
             idempotence: Some(meta(groups)),
+            successors_clear: None,
         },
     ];
     let mut s = Scheduler::new(

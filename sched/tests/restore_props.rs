@@ -94,6 +94,7 @@ fn run(
             name: format!("be{i}"),
             kernels: m.kernels.len() as u32,
             idempotence: Some(meta(groups)),
+            successors_clear: None,
         });
         dev_models.push(m.clone());
         clients.push(ClientSpec {

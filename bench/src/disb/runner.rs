@@ -572,6 +572,8 @@ pub fn simulate(
             name: m.name.clone(),
             kernels: m.shapes.len() as u32,
             idempotence: None,
+            // More than any BE device queue (`dq_capacity`) holds.
+            successors_clear: Some(m.model.successors_clear_of(16)),
         })
         .collect();
     let specs: Vec<ClientSpec> = clients

@@ -29,6 +29,7 @@ fn driver_on<D: Device>(
             name: m.name.clone(),
             kernels: m.shapes.len() as u32,
             idempotence: None,
+            successors_clear: None,
         })
         .collect();
     let clients = vec![

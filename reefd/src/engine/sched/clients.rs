@@ -15,6 +15,11 @@ pub(super) struct Slot {
     pub(super) inflight: usize,
 }
 
+/// Kernels after each one checked for `ModelInfo::successors_clear`: more
+/// than any BE stream keeps on the device (`dq_capacity`, 4 by default);
+/// a larger queue is only padded more cautiously.
+const SUCCESSORS_CHECKED: usize = 16;
+
 impl<D: EngineDevice> SchedEngine<D> {
     /// The scheduler's clients for `models` (one RT client per model and
     /// `be_streams_per_model` BE clients, see the module doc) and the
@@ -31,6 +36,7 @@ impl<D: EngineDevice> SchedEngine<D> {
                 name: m.name.clone(),
                 kernels: m.shapes.len() as u32,
                 idempotence: m.idempotence.clone(),
+                successors_clear: Some(m.model.successors_clear_of(SUCCESSORS_CHECKED)),
             })
             .collect();
         let mut specs = Vec::new();
