@@ -353,15 +353,13 @@ pub fn main(a: HostileArgs) -> Result<()> {
         other => bail!("registering the RT stream: {other:?}"),
     };
     let gap = Duration::from_secs_f64(a.rt_gap_ms.max(0.0) / 1e3);
+    // The class is held only around the RT phases: threads the load
+    // rounds spawn from this thread must not inherit it.
     let (fifo, rt_client_sched) = rt::rt_sched(a.rt_client_fifo);
-    drop(fifo);
     progress(format!(
         "warm-up: {} RT requests (RT client: {rt_client_sched})",
         a.warmup
     ));
-    // The class is held only around the RT phases: threads the load
-    // rounds spawn from this thread must not inherit it.
-    let fifo = rt::rt_sched(a.rt_client_fifo).0;
     rt_phase(&mut rt, stream, &a.model, a.warmup, gap, deadline, None);
     progress(format!("quiet: {} RT requests", a.rt_requests));
     let quiet = rt_phase(
