@@ -136,27 +136,33 @@ impl HipDevice {
                 )));
             }
             check("hipSetDevice", (hip.hipSetDevice)(opts.index as i32))?;
-            // A larger buffer than 5.2's struct: a newer runtime's layout
-            // may be longer; only 5.2's offsets are read.
-            let mut p = vec![0u8; 4 * driver::PROP_SIZE];
-            check(
-                "hipGetDeviceProperties",
-                (hip.hipGetDeviceProperties)(p.as_mut_ptr().cast(), opts.index as i32),
-            )?;
+            // ROCm 6's layout where the library exports its call, else
+            // 5.2's (which ROCm 6 also keeps under the old name): driver.rs.
+            // A buffer larger than either, in case a runtime writes more.
+            let (call, layout, what) = match hip.hipGetDevicePropertiesR0600 {
+                Some(f) => (f, driver::PROP_R0600, "hipGetDevicePropertiesR0600"),
+                None => (
+                    hip.hipGetDeviceProperties,
+                    driver::PROP_R0000,
+                    "hipGetDeviceProperties",
+                ),
+            };
+            let mut p = vec![0u8; 2 * driver::PROP_R0600.size];
+            check(what, call(p.as_mut_ptr().cast(), opts.index as i32))?;
             let cstr = |at: usize| {
                 CStr::from_bytes_until_nul(&p[at..at + 256])
                     .map(|c| c.to_string_lossy().into_owned())
                     .unwrap_or_default()
             };
             let gpu_name = cstr(0);
-            let gcn_arch = cstr(driver::PROP_GCN_ARCH_NAME);
+            let gcn_arch = cstr(layout.gcn_arch_name);
             if !gcn_arch.starts_with("gfx") {
                 return Err(HipError::Invalid(format!(
                     "{} reports gcnArchName {gcn_arch:?}, not an AMD GPU processor (gfxNNN)",
                     hip.path
                 )));
             }
-            let at = driver::PROP_MULTI_PROCESSOR_COUNT;
+            let at = layout.multi_processor_count;
             let compute_units = i32::from_ne_bytes(p[at..at + 4].try_into().unwrap()) as u32;
             let (mut least, mut greatest) = (0, 0);
             if (hip.hipDeviceGetStreamPriorityRange)(&mut least, &mut greatest) != 0 {
