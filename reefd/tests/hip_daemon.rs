@@ -4,7 +4,10 @@
 //! code object chosen by the GPU's gcnArchName, REEF's flag check injected)
 //! served to an RT and a BE client with lazy eviction (level 2), every
 //! output verified against its input's unpreempted output, and
-//! `reefctl preempt --stream N` holding a stream's work until `resume`.
+//! `reefctl preempt --stream N` holding a stream's work until `resume`;
+//! as root with the FUSE fake KFD linked to the simulated GPU, the same at
+//! level 3 (the REEF patch's wave reset and queue clear on each BE
+//! stream's own KFD queue).
 
 mod common;
 

@@ -144,7 +144,7 @@ pub trait HardwareBackend {
 /// The hook `reefd start` calls before serving. Simulated devices, `auto`
 /// (which falls back to the simulator), `cuda:N` and `kfd:N` (the launch
 /// paths) pass: `kfd:N` serves through HIP (device/hip/), and its level 3
-/// is probed by [`kfd_level3`] where /dev/kfd answers.
+/// is the KFD's at [`kfd_options`] (device/hip/queues.rs).
 pub fn check_hardware(spec: &DeviceSpec, cfg: &Config, is_root: bool) -> Result<(), BackendError> {
     let _ = (spec, cfg, is_root);
     Ok(())

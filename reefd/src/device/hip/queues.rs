@@ -95,6 +95,10 @@ impl HipKfd {
                 return None;
             }
         };
+        if dev.levels.highest() < PreemptLevel::LazyEviction {
+            dev.add_note("no kill (level 3): it needs the preempt flag (level 2)".into());
+            return None;
+        }
         let mut notes: Vec<String> = dev
             .levels
             .notes
@@ -107,13 +111,7 @@ impl HipKfd {
              GET_QUEUE_SNAPSHOT before and after its creation ({MAX_HW_QUEUES_ENV}={n})",
             b.summary()
         ));
-        if dev.levels.highest() >= PreemptLevel::LazyEviction {
-            dev.levels = Levels::up_to(PreemptLevel::Kill, notes);
-        } else {
-            notes.push("no kill (level 3): it needs the preempt flag (level 2)".into());
-            dev.levels.notes = notes;
-            return None;
-        }
+        dev.levels = Levels::up_to(PreemptLevel::Kill, notes);
         Some(HipKfd {
             backend: b,
             known,
