@@ -86,6 +86,8 @@ use reef_sim::{DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, 
 
 use crate::ptx;
 
+mod reset;
+
 pub type R<T> = Result<T, CUresult>;
 
 /// A launch's arguments as both drivers read them (`cuLaunchKernel`'s and
@@ -403,6 +405,8 @@ pub struct Stats {
     pub evicted: u64,
     /// Completed with some blocks exited at the flag check: run partly.
     pub partial: u64,
+    /// Killed by a wave reset (driver/reset.rs).
+    pub killed: u64,
     /// Blocks that exited at the flag check in partly-run kernels, and
     /// the blocks those kernels ran.
     pub blocks_exited: u64,
@@ -544,7 +548,12 @@ impl Driver {
     /// presets or spec files, [`device_list`]; default `gv100`, REEF's
     /// NVIDIA testbed), each its own simulated GPU.
     pub fn new(devices: &str) -> Result<Driver, String> {
-        let gpus = device_list(devices)?
+        Ok(Driver::from_specs(device_list(devices)?))
+    }
+
+    /// The driver on the devices `specs` (ordinal 0 first).
+    pub fn from_specs(specs: Vec<DeviceSpec>) -> Driver {
+        let gpus = specs
             .into_iter()
             .map(|spec| Gpu {
                 sim: Sim::new(spec.clone(), SimConfig::default()),
@@ -558,7 +567,7 @@ impl Driver {
                 intervals: Default::default(),
             })
             .collect();
-        Ok(Driver {
+        Driver {
             gpus,
             epoch: Instant::now(),
             next_id: 1,
@@ -576,7 +585,7 @@ impl Driver {
             fault_launch: Vec::new(),
             next_launch: 1,
             launches_by_name: HashMap::new(),
-        })
+        }
     }
 
     /// Refuses the `n`-th launch of kernel `name` with
@@ -870,8 +879,11 @@ impl Driver {
                 self.inflight.remove(&l);
             }
             EventKind::Killed { .. } => {
-                // No kill path exists in this driver (the kill is an RM
-                // debugger operation, not a driver API call).
+                self.stats.killed += 1;
+                self.gpus[dev].stats.killed += 1;
+                // REEF's WAVE_RESET (driver/reset.rs; on NVIDIA the kill is
+                // an RM debugger operation, not a driver API call): the
+                // kernel's outputs are left corrupted.
                 if let Some(f) = self.inflight.remove(&l) {
                     for w in f.writes {
                         if let Some((base, off)) = self.find(w) {

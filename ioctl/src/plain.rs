@@ -30,6 +30,8 @@ plain!(
     u64,
     KfdIoctlGetVersionArgs,
     KfdIoctlSetCuMaskArgs,
+    KfdIoctlCreateQueueArgs,
+    KfdIoctlDestroyQueueArgs,
     KfdRuntimeInfo,
     KfdIoctlRuntimeEnableArgs,
     KfdQueueSnapshotEntry,

@@ -297,3 +297,89 @@ fn fuse_kfd_evict_and_kill_then_restore() {
         .values()
         .all(|q| !q.suspended));
 }
+
+/// CREATE_QUEUE as ROCr issues it, with kfd_chardev.c's argument checks,
+/// and the link to a simulated GPU: WAVE_RESET names the caller's mapped
+/// (not suspended) queues on that GPU, CLEAR_QUEUE the one queue, and a
+/// GPU that refuses or cannot be reached fails the ioctl with EIO.
+#[test]
+fn fuse_kfd_create_queue_and_the_gpu_link() {
+    use reef_ioctl::kfd::abi::{KfdIoctlCreateQueueArgs, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL};
+    use std::io::{BufRead, Write};
+    let Some(m) = mount() else { return };
+    let kfd = Kfd::open(m.path()).unwrap();
+    kfd.runtime_enable(0, false).unwrap();
+    let ring = vec![0u8; 4096];
+    let args = |gpu_id, ring_size, queue_percentage| KfdIoctlCreateQueueArgs {
+        ring_base_address: ring.as_ptr() as u64,
+        ring_size,
+        gpu_id,
+        queue_type: KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
+        queue_percentage,
+        queue_priority: 7,
+        ..Default::default()
+    };
+    for mut bad in [
+        args(0xdead, 4096, 100),
+        args(GPU_A, 3000, 100),
+        args(GPU_A, 4096, 101),
+    ] {
+        let e = kfd.create_queue(&mut bad).unwrap_err();
+        assert_eq!(
+            e.errno().map(|e| e as i32),
+            Some(Errno::EINVAL as i32),
+            "{e}"
+        );
+    }
+    let q0 = kfd.create_queue(&mut args(GPU_A, 4096, 100)).unwrap();
+    let q1 = kfd.create_queue(&mut args(GPU_A, 4096, 100)).unwrap();
+    let q2 = kfd.create_queue(&mut args(GPU_B, 4096, 100)).unwrap();
+    let snap = kfd.queue_snapshot(me(), 0);
+    // Without a debug session the snapshot is refused; with one it lists
+    // the three queues with their rings.
+    assert!(snap.is_err());
+    let ev = event_fd();
+    kfd.dbg_trap_enable(me(), 0, ev.as_fd()).unwrap();
+    let snap = kfd.queue_snapshot(me(), 0).unwrap();
+    assert_eq!(snap.len(), 3);
+    assert!(snap
+        .iter()
+        .all(|e| e.ring_base_address == ring.as_ptr() as u64));
+
+    // A simulated GPU on the link, answering what it is asked.
+    let link = std::env::temp_dir().join(format!("reef-fuse-kfd-link-{}.sock", me()));
+    let _ = std::fs::remove_file(&link);
+    let l = std::os::unix::net::UnixListener::bind(&link).unwrap();
+    m.device().link_gpu(&link);
+    let gpu = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for (i, c) in l.incoming().take(3).enumerate() {
+            let c = c.unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(&c).read_line(&mut line).unwrap();
+            seen.push(line.trim().to_string());
+            let answer = if i == 2 { "err no such queue" } else { "ok 2" };
+            writeln!(&c, "{answer}").unwrap();
+        }
+        seen
+    });
+    kfd.suspend_queues(me(), &[q1], 0, 0).unwrap();
+    kfd.wave_reset(GPU_A).unwrap();
+    kfd.clear_queue(GPU_B, q2).unwrap();
+    let e = kfd.wave_reset(GPU_A).unwrap_err();
+    assert_eq!(e.errno().map(|e| e as i32), Some(Errno::EIO as i32), "{e}");
+    let seen = gpu.join().unwrap();
+    let pid = me();
+    assert_eq!(
+        seen,
+        vec![
+            format!("wave_reset {pid} {GPU_A} {q0}"),
+            format!("clear_queue {pid} {GPU_B} {q2}"),
+            format!("wave_reset {pid} {GPU_A} {q0}"),
+        ]
+    );
+    assert_eq!(m.device().state().gpus[0].waves_killed, 2);
+    let _ = std::fs::remove_file(&link);
+    kfd.destroy_queue(q0).unwrap();
+    assert!(kfd.destroy_queue(q0).is_err());
+}

@@ -332,6 +332,15 @@ pub unsafe extern "C" fn hipStreamCreateWithPriority(
             return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
         }
         let h = s.driver.stream_create(ctx, flags, priority(prio))?;
+        if let Some(k) = s.kfd.as_mut() {
+            // The stream's HSA queue (kfd.rs); ROCr failing to create it
+            // fails the stream, as clr's acquireQueue does.
+            if let Err(e) = k.stream_created(&s.driver, h) {
+                eprintln!("reef-libhip-sim: AMDKFD_IOC_CREATE_QUEUE: {e}");
+                let _ = s.driver.stream_destroy(h);
+                return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            }
+        }
         unsafe { out(st, h as *mut c_void) }
     }))
 }

@@ -53,6 +53,7 @@
 //!   `mi50`) naming another preset finds no device.
 
 pub mod codeobj;
+pub mod kfd;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -124,6 +125,8 @@ struct State {
     bounds: HashMap<u64, HashMap<String, u32>>,
     /// Each function's launch bound.
     function_bounds: HashMap<u64, u32>,
+    /// The KFD queues, where a KFD node is named (kfd.rs).
+    kfd: Option<kfd::KfdQueues>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -162,7 +165,37 @@ fn init() -> Result<State, HipError> {
             }
         }
     }
-    let mut driver = Driver::new(&dev).map_err(|_| HIP_ERROR_NO_DEVICE)?;
+    let mut specs = specs;
+    if let Some(v) = std::env::var_os(kfd::MAX_HW_QUEUES_ENV) {
+        // clr's queue pool bound per priority (kfd.rs).
+        let n = v
+            .to_str()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                eprintln!(
+                    "reef-libhip-sim: {}={v:?}: not a count",
+                    kfd::MAX_HW_QUEUES_ENV
+                );
+                HIP_ERROR_INVALID_VALUE
+            })?;
+        for s in &mut specs {
+            s.hw_queues = n;
+        }
+    }
+    let devices = specs.len();
+    let mut driver = Driver::from_specs(specs);
+    // ROCr without its KFD finds no GPU (hsa_init fails).
+    let kfd = kfd::KfdQueues::open(devices).map_err(|e| {
+        eprintln!("reef-libhip-sim: {}: {e}", kfd::KFD_ENV);
+        HIP_ERROR_NO_DEVICE
+    })?;
+    if kfd.is_some() {
+        kfd::serve_link(link_request).map_err(|e| {
+            eprintln!("reef-libhip-sim: {}: {e}", kfd::LINK_ENV);
+            HIP_ERROR_NO_DEVICE
+        })?;
+    }
     if let Ok(v) = std::env::var(FAULT_ENV) {
         for item in v.split(',') {
             let (name, n) = driver::parse_fail_launch(item.trim()).map_err(|e| {
@@ -172,7 +205,7 @@ fn init() -> Result<State, HipError> {
             driver.inject_fault(&name, n);
         }
     }
-    let contexts = (0..specs.len())
+    let contexts = (0..devices)
         .map(|d| {
             let h = driver.ctx_create(d as i32)?;
             driver.ctx(h)
@@ -185,7 +218,21 @@ fn init() -> Result<State, HipError> {
         archs,
         bounds: HashMap::new(),
         function_bounds: HashMap::new(),
+        kfd,
     })
+}
+
+/// One request of the fake KFD's link (kfd.rs) on the library's state.
+fn link_request(line: &str) -> String {
+    let mut g = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    match g.as_mut() {
+        Some(State {
+            driver,
+            kfd: Some(k),
+            ..
+        }) => k.apply(driver, line),
+        _ => "err no KFD queues".into(),
+    }
 }
 
 /// The library's state, initialised by the first call (HIP initialises

@@ -114,8 +114,8 @@ pub fn make_cuda_engine(
 pub fn make_hip_engine(index: u32, cfg: &Config, is_root: bool) -> anyhow::Result<Box<dyn Engine>> {
     use crate::device::cuda::TEST_DEVICE_MARK;
     let library = cfg.hip_library().map(|(p, _)| p);
-    let note = crate::device::preempt::kfd_level3(cfg, index, is_root);
-    let e = crate::device::hip::engine::open(index, library, sched_settings("", cfg), vec![note])
+    let kfd = crate::device::preempt::kfd_options(cfg, index, is_root);
+    let e = crate::device::hip::engine::open(index, library, sched_settings("", cfg), kfd)
         .map_err(|e| anyhow::anyhow!("device kfd:{index}: {e}"))?;
     let gpu = e.device().device().gpu_name().to_string();
     if !is_root && !gpu.contains(TEST_DEVICE_MARK) {

@@ -4,7 +4,10 @@
 //! code object chosen by the GPU's gcnArchName, REEF's flag check injected)
 //! served to an RT and a BE client with lazy eviction (level 2), every
 //! output verified against its input's unpreempted output, and
-//! `reefctl preempt --stream N` holding a stream's work until `resume`.
+//! `reefctl preempt --stream N` holding a stream's work until `resume`;
+//! as root with the FUSE fake KFD linked to the simulated GPU, the same at
+//! level 3 (the REEF patch's wave reset and queue clear on each BE
+//! stream's own KFD queue).
 
 mod common;
 
@@ -15,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Daemon;
-use reefd::protocol::{Event, Priority, Reply, RequestBody};
+use reefd::protocol::{Event, Priority, Reply, RequestBody, TaskResult};
 
 const T: Option<Duration> = Some(Duration::from_secs(20));
 
@@ -69,55 +72,16 @@ fn compiled_tiny_gfx906(depth: u32) -> tempfile::TempDir {
     t
 }
 
-#[test]
-fn reefd_serves_kfd0_on_the_simulated_libamdhip64() {
-    let t = compiled_tiny_gfx906(8);
-    let dir = t.path().join("tiny");
-    let lib = hip_library();
-    let d = Daemon::start_env("kfd:0", "", &format!("hip_library = {lib:?}"), "", &[]);
-
-    let s = d.client().status().unwrap();
-    assert_eq!(s.device, "kfd:0");
-    assert_eq!(s.policy, "reef-nodkp", "reef is served without padding");
-    assert_eq!(s.preemption_levels, vec![1, 2], "{:?}", s.preemption_notes);
-    assert!(
-        s.preemption_notes
-            .iter()
-            .any(|n| n.contains("no kill (level 3)")),
-        "{:?}",
-        s.preemption_notes
-    );
-    assert!(
-        s.engine.contains("test device") && s.engine.contains("gfx906"),
-        "{}",
-        s.engine
-    );
-    let out = d.reefctl(&["status"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    for want in ["kfd:0", "levels [1, 2]", "no kill (level 3)"] {
-        assert!(text.contains(want), "missing {want:?} in:\n{text}");
-    }
-
-    let out = d.reefctl(&["models", "load", dir.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let model = "tiny";
-    let alone = d.client().models().unwrap()[0]
-        .standalone_us
-        .expect("stand-alone latency measured at load");
-
-    // A BE client keeping up to 16 inferences in flight until the RT
-    // client is done, and an RT client sending 100 one after another, each
-    // while the BE stream has work queued.
+/// A BE client keeping up to 16 inferences in flight until the RT client
+/// is done, and an RT client sending 100 one after another, each while the
+/// BE stream has work queued: (RT results, BE results).
+fn rt_and_be(d: &Daemon, model: &str) -> (Vec<TaskResult>, Vec<TaskResult>) {
     let rt_done = Arc::new(AtomicBool::new(false));
     let be_going = Arc::new(AtomicBool::new(false));
     let be = {
         let mut c = d.client();
         let (rt_done, be_going) = (rt_done.clone(), be_going.clone());
+        let model = model.to_string();
         std::thread::spawn(move || {
             let s = c.register(Priority::Be, Some("be")).unwrap();
             let (mut sent, mut results) = (0, Vec::new());
@@ -128,7 +92,7 @@ fn reefd_serves_kfd0_on_the_simulated_libamdhip64() {
                     ids.push(
                         c.send(RequestBody::Infer {
                             stream: s.stream,
-                            model: model.to_string(),
+                            model: model.clone(),
                             wait: false,
                             qos_ms: None,
                             inputs: None,
@@ -171,6 +135,51 @@ fn reefd_serves_kfd0_on_the_simulated_libamdhip64() {
     }
     rt_done.store(true, Ordering::SeqCst);
     let be_results = be.join().unwrap();
+    (rt_results, be_results)
+}
+
+#[test]
+fn reefd_serves_kfd0_on_the_simulated_libamdhip64() {
+    let t = compiled_tiny_gfx906(8);
+    let dir = t.path().join("tiny");
+    let lib = hip_library();
+    let d = Daemon::start_env("kfd:0", "", &format!("hip_library = {lib:?}"), "", &[]);
+
+    let s = d.client().status().unwrap();
+    assert_eq!(s.device, "kfd:0");
+    assert_eq!(s.policy, "reef-nodkp", "reef is served without padding");
+    assert_eq!(s.preemption_levels, vec![1, 2], "{:?}", s.preemption_notes);
+    assert!(
+        s.preemption_notes
+            .iter()
+            .any(|n| n.contains("no kill (level 3)")),
+        "{:?}",
+        s.preemption_notes
+    );
+    assert!(
+        s.engine.contains("test device") && s.engine.contains("gfx906"),
+        "{}",
+        s.engine
+    );
+    let out = d.reefctl(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in ["kfd:0", "levels [1, 2]", "no kill (level 3)"] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+
+    let out = d.reefctl(&["models", "load", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let model = "tiny";
+    let alone = d.client().models().unwrap()[0]
+        .standalone_us
+        .expect("stand-alone latency measured at load");
+
+    let (rt_results, be_results) = rt_and_be(&d, model);
     for r in rt_results.iter().chain(&be_results) {
         assert_eq!(r.outputs_verified, Some(true), "task {} ({r:?})", r.task);
     }
@@ -267,4 +276,187 @@ fn reefd_start_kfd_without_a_hip_runtime_says_so_in_one_line() {
         assert!(err.contains(want), "missing {want:?} in {err}");
     }
     assert!(!t.path().join("reefd.sock").exists());
+}
+
+/// Level 3 on kfd:0 (device/hip/queues.rs): the simulated libamdhip64
+/// creates its HSA queues through the FUSE fake KFD (AMDKFD_IOC_CREATE_QUEUE,
+/// `REEF_LIBHIP_SIM_KFD`), one per stream (`GPU_MAX_HW_QUEUES=16`), and
+/// listens on the link the fake reaches its GPU through
+/// (`REEF_LIBHIP_SIM_KFD_LINK`); reefd learns each stream's queue from
+/// GET_QUEUE_SNAPSHOT and kills with the REEF patch's WAVE_RESET and
+/// CLEAR_QUEUE, which end the running kernels of that queue on the
+/// simulated GPU. RT and BE clients with ≥ 50 level-3 preemptions, every
+/// output verified; `reefctl preempt --stream N` resets a running BE
+/// stream. Needs root and /dev/fuse (REEF_REQUIRE_HW_FAKES=1 makes a skip
+/// a failure).
+#[test]
+fn reefd_kills_be_streams_on_kfd0_through_the_fuse_fake_kfd() {
+    use reef_ioctl::fake::{fuse_unavailable, report_skip, FakeKfd, FakeMount};
+    use std::os::unix::fs::PermissionsExt;
+    const TEST: &str = "reefd_kills_be_streams_on_kfd0_through_the_fuse_fake_kfd";
+    const GPU: u32 = 0x5e1f;
+    if let Some(why) = fuse_unavailable() {
+        report_skip(TEST, &why);
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        report_skip(TEST, "the KFD's ioctls need root");
+        return;
+    }
+    let t = compiled_tiny_gfx906(8);
+    let dir = t.path().join("tiny");
+    // The tiny network's kernels run for some 20 us each, shorter than the
+    // FUSE round trips between the flag's write and the wave reset, by
+    // which they have finished: the schedule's recorded work (flops,
+    // bytes), from which the simulated GPU takes each kernel's time, is
+    // scaled 300-fold so kernels run for milliseconds, as a large
+    // network's do, and a kill finds one running. Values are unchanged
+    // (the CPU build computes them).
+    let json = dir.join("tiny.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let mut scaled = 0;
+    for k in v["kernels"].as_array_mut().expect("kernels") {
+        for key in ["flops", "bytes_read", "bytes_written"] {
+            let x = k[key].as_u64().expect("recorded work");
+            k[key] = (x * 300).into();
+        }
+        scaled += 1;
+    }
+    assert!(scaled > 0);
+    std::fs::write(&json, v.to_string()).unwrap();
+    let lib = hip_library();
+    let m = FakeMount::mount(FakeKfd::new(&[GPU])).expect("mounting the fake KFD");
+    let topo = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(topo.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (node, id) in [(0, 0), (1, GPU)] {
+        let n = topo.path().join(node.to_string());
+        std::fs::create_dir(&n).unwrap();
+        std::fs::write(n.join("gpu_id"), format!("{id}\n")).unwrap();
+    }
+    let link = topo.path().join("gpu.sock");
+    m.device().link_gpu(&link);
+    let d = Daemon::start_env(
+        "kfd:0",
+        "",
+        &format!(
+            "kfd_path = {:?}\nkfd_topology = {:?}\nhip_library = {lib:?}",
+            m.path(),
+            topo.path().join("")
+        ),
+        "",
+        &[
+            ("REEF_LIBHIP_SIM_KFD", m.path().to_str().unwrap()),
+            (
+                "REEF_LIBHIP_SIM_KFD_TOPOLOGY",
+                topo.path().to_str().unwrap(),
+            ),
+            ("REEF_LIBHIP_SIM_KFD_LINK", link.to_str().unwrap()),
+            ("GPU_MAX_HW_QUEUES", "16"),
+        ],
+    );
+    let s = d.client().status().unwrap();
+    assert_eq!(
+        s.preemption_levels,
+        vec![1, 2, 3],
+        "{:?}",
+        s.preemption_notes
+    );
+    assert!(
+        s.preemption_notes
+            .iter()
+            .any(|n| n.contains("kill (level 3) through the KFD") && n.contains("0x5e1f")),
+        "{:?}",
+        s.preemption_notes
+    );
+    let out = d.reefctl(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("levels [1, 2, 3]"), "{text}");
+    let out = d.reefctl(&["models", "load", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resets = |m: &FakeMount<FakeKfd>| {
+        let st = m.device().state();
+        (st.gpus[0].wave_resets, st.gpus[0].waves_killed)
+    };
+    let (r0, _) = resets(&m);
+
+    let (rt_results, be_results) = rt_and_be(&d, "tiny");
+    for r in rt_results.iter().chain(&be_results) {
+        assert_eq!(r.outputs_verified, Some(true), "task {} ({r:?})", r.task);
+    }
+    let stats = d.client().stats().unwrap();
+    let level3 = stats.preemptions.get("3").copied().unwrap_or(0);
+    let (r1, killed) = resets(&m);
+    eprintln!(
+        "kfd:0 level 3: {level3} preemptions, {} wave resets, {killed} kernels killed on the \
+         simulated GPU; RT mean {:.0} us; {} BE",
+        r1 - r0,
+        stats.rt_latency.mean_us,
+        be_results.len()
+    );
+    assert!(level3 >= 50, "{level3} level-3 preemptions; {stats:?}");
+    assert!(
+        r1 - r0 >= level3 as u32,
+        "{} wave resets for {level3}",
+        r1 - r0
+    );
+    assert!(killed > 0, "no running kernel was killed");
+    assert_eq!(stats.corrupted_outputs, 0);
+    assert_eq!(stats.device_errors, 0);
+    assert_eq!(stats.tasks_completed, 100 + be_results.len() as u64);
+
+    // reefctl preempt --stream N on a BE stream while it runs: its queue
+    // is reset, and its work completes correctly after resume.
+    let mut c = d.client();
+    let s = c.register(Priority::Be, Some("held")).unwrap();
+    for _ in 0..20 {
+        c.infer_async(s.stream, "tiny").unwrap();
+    }
+    assert!(common::wait_until(Duration::from_secs(20), || {
+        d.client()
+            .streams()
+            .unwrap()
+            .iter()
+            .any(|x| x.label.as_deref() == Some("held") && x.tasks_in_flight >= 1)
+    }));
+    let (before, _) = resets(&m);
+    let n = s.stream.to_string();
+    let out = d.reefctl(&["preempt", "--stream", &n]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        common::wait_until(Duration::from_secs(5), || resets(&m).0 > before),
+        "no wave reset for reefctl preempt"
+    );
+    let out = d.reefctl(&["resume", "--stream", &n]);
+    assert!(out.status.success());
+    let mut finished = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while finished < 20 && std::time::Instant::now() < until {
+        if let Ok(Event::TaskDone(r)) = c.next_event(Some(Duration::from_millis(200))) {
+            assert_eq!(r.outputs_verified, Some(true), "{r:?}");
+            finished += 1;
+        }
+    }
+    assert_eq!(finished, 20);
+    let stats = d.client().stats().unwrap();
+    assert_eq!(stats.corrupted_outputs, 0);
+    assert_eq!(stats.device_errors, 0);
+    drop(c);
+    drop(d);
+    // The simulated libamdhip64 created its HSA queues in the fake, one
+    // per stream: the probes' and reference runs', RT's, BE's and "held"'s.
+    let st = m.device().state();
+    assert!(
+        st.processes.values().any(|p| p.queues.len() >= 4),
+        "{:?}",
+        st.processes
+    );
 }

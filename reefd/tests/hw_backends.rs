@@ -565,25 +565,30 @@ fn assert_failed_cleanly(out: &std::process::Output, want: &[&str], dir: &Path) 
 
 /// kfd:N serves through HIP (tests/hip_daemon.rs); the KFD only adds
 /// level 3 where it answers. A KFD path that is no KFD device, or missing,
-/// is said in the level-3 note, not fatal.
+/// is said in the level-3 note (the backend's error), not fatal; without
+/// root no KFD is tried.
 #[test]
 fn the_kfd_level3_note_names_what_the_kfd_path_is() {
     let t = tempfile::tempdir().unwrap();
     let bogus = t.path().join("not-kfd");
     std::fs::write(&bogus, "plain file").unwrap();
-    let mut cfg = reefd::config::Config::default();
-    cfg.device.kfd_path = bogus.clone();
-    let note = reefd::device::preempt::kfd_level3(&cfg, 0, true);
+    let topo = topology();
+    let e = KfdBackend::open(&kfd_opts(&bogus, topo.path(), 0)).unwrap_err();
+    let note = format!("no kill (level 3): {e}");
     assert!(
-        note.starts_with("no kill (level 3): ")
-            && note.contains(&bogus.display().to_string())
-            && note.contains("is not an AMD KFD device"),
+        note.contains(&bogus.display().to_string()) && note.contains("is not an AMD KFD device"),
         "{note}"
     );
-    cfg.device.kfd_path = t.path().join("missing");
-    let note = reefd::device::preempt::kfd_level3(&cfg, 0, true);
-    assert!(note.contains("check the configured KFD path"), "{note}");
-    assert!(reefd::device::preempt::kfd_level3(&cfg, 0, false).contains("need root"));
+    let e = KfdBackend::open(&kfd_opts(&t.path().join("missing"), topo.path(), 0)).unwrap_err();
+    assert!(
+        e.to_string().contains("check the configured KFD path"),
+        "{e}"
+    );
+    let cfg = reefd::config::Config::default();
+    assert!(reefd::device::preempt::kfd_options(&cfg, 0, false)
+        .unwrap_err()
+        .contains("need root"));
+    assert!(reefd::device::preempt::kfd_options(&cfg, 0, true).is_ok());
 }
 
 #[test]
@@ -636,9 +641,11 @@ fn reefd_start_cuda_without_a_driver_library_says_so_in_one_line() {
 }
 
 /// `reefd start --device kfd:1` as root with the FUSE fake KFD and the
-/// simulated libamdhip64 (two MI50s): HIP serves levels 1-2 and the KFD's
-/// probe (the REEF patch's WAVE_RESET answers on gpu_id 0x3c4d) is in the
-/// level-3 note; its debug session ends with the daemon.
+/// simulated libamdhip64 (two MI50s) started without GPU_MAX_HW_QUEUES:
+/// HIP serves levels 1-2 and the KFD's probe (the REEF patch's WAVE_RESET
+/// answers on gpu_id 0x3c4d) is in the level-3 note, which says why level 3
+/// is not offered; its debug session ends with the daemon.
+/// (Level 3 served: tests/hip_daemon.rs.)
 #[test]
 fn fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd() {
     if !fuse_ok("fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd") {
@@ -671,6 +678,7 @@ fn fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd() {
             &[("REEF_LIBHIP_SIM_DEVICE", "mi50x2")],
         );
         let s = d.client().status().unwrap();
+        assert!(std::env::var_os("GPU_MAX_HW_QUEUES").is_none());
         assert_eq!(s.device, "kfd:1");
         assert_eq!(s.preemption_levels, vec![1, 2]);
         let note = s
@@ -679,7 +687,7 @@ fn fuse_reefd_start_kfd_serves_through_hip_and_probes_the_kfd() {
             .find(|n| n.contains("gpu_id 0x3c4d"))
             .unwrap_or_else(|| panic!("{:?}", s.preemption_notes));
         assert!(
-            note.contains("preemption levels 1,2,3") && note.contains("queue ids"),
+            note.contains("preemption levels 1,2,3") && note.contains("GPU_MAX_HW_QUEUES"),
             "{note}"
         );
     }

@@ -1,7 +1,14 @@
 //! A stateful fake AMD KFD: processes (created when they open the device),
 //! whether their runtime enabled debugging, which debugger holds them, their
-//! user-mode queues (suspended or not, packets pending, waves running, CU
-//! mask) and the REEF patch's reset ioctls.
+//! user-mode queues (created by CREATE_QUEUE as ROCr does, or seeded by a
+//! test; suspended or not, packets pending, waves running, CU mask) and the
+//! REEF patch's reset ioctls. Linked to a simulated GPU
+//! ([`FakeKfd::link_gpu`]: the simulated libamdhip64's, whose HSA queues
+//! these are), WAVE_RESET ends the running work groups of the caller's
+//! mapped queues on it and CLEAR_QUEUE turns a queue's unfetched kernels
+//! there into no-ops (libhip-sim/src/kfd.rs, driver-sim/src/driver/reset.rs).
+//! Not modelled: a process's exit does not end its debug session or
+//! destroy its queues (the real driver's process release does both).
 //!
 //! Paper: REEF §4.5 and Figure 7 (the queues preemption acts on). The rules
 //! follow the kernel's documentation of the debug API (kfd_ioctl.h 6.12,
@@ -71,6 +78,9 @@ pub struct KfdState {
     pub gpus: Vec<FakeKfdGpu>,
     /// By tgid.
     pub processes: BTreeMap<u32, FakeKfdProcess>,
+    /// The simulated GPU behind the fake ([`FakeKfd::link_gpu`]): where
+    /// WAVE_RESET and CLEAR_QUEUE reach the work the queues run.
+    pub gpu_link: Option<std::path::PathBuf>,
     next_queue_id: u32,
 }
 
@@ -96,6 +106,7 @@ impl FakeKfd {
                     })
                     .collect(),
                 processes: BTreeMap::new(),
+                gpu_link: None,
                 next_queue_id: 0,
             }),
         }
@@ -104,6 +115,17 @@ impl FakeKfd {
     /// The state, locked (for tests to seed and inspect).
     pub fn state(&self) -> MutexGuard<'_, KfdState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connects the fake to a simulated GPU listening on the Unix socket
+    /// `path` (the simulated libamdhip64's, `REEF_LIBHIP_SIM_KFD_LINK`):
+    /// from then on WAVE_RESET ends the running work groups of the
+    /// caller's mapped queues there, and CLEAR_QUEUE turns the queue's
+    /// unfetched kernels into no-ops there ([`gpu_request`]). The socket
+    /// stands for what the real driver reaches by register writes (SQ_CMD)
+    /// and by editing the ring in user memory.
+    pub fn link_gpu(&self, path: impl Into<std::path::PathBuf>) {
+        self.state().gpu_link = Some(path.into());
     }
 
     /// Registers process `pid` (as opening the device would).
@@ -222,6 +244,44 @@ impl FakeDevice for FakeKfd {
                 let r = dbg_trap(&mut st, caller, &mut a)?;
                 reply(r, &a)
             }
+            NR_CREATE_QUEUE => {
+                let mut a: KfdIoctlCreateQueueArgs = args(cmd, AMDKFD_IOC_CREATE_QUEUE, input)?;
+                // kfd_chardev.c, set_queue_properties_from_user: the
+                // percentage (low 8 bits) at most 100, the priority at most
+                // 15, a ring size that is a power of two; the GPU must be
+                // one of the caller's devices.
+                if (a.queue_percentage & 0xff) > 100
+                    || a.queue_priority > 15
+                    || (a.ring_size != 0 && !a.ring_size.is_power_of_two())
+                    || !st.gpus.iter().any(|g| g.gpu_id == a.gpu_id)
+                {
+                    return Err(Errno::EINVAL);
+                }
+                let queue_id = st.next_queue_id;
+                let p = st.processes.get_mut(&caller.tgid).ok_or(Errno::ESRCH)?;
+                p.queues.insert(
+                    queue_id,
+                    FakeKfdQueue {
+                        queue_id,
+                        gpu_id: a.gpu_id,
+                        ring_base_address: a.ring_base_address,
+                        ring_size: a.ring_size.max(1024),
+                        ..Default::default()
+                    },
+                );
+                st.next_queue_id += 1;
+                a.queue_id = queue_id;
+                // The doorbell's mmap offset (KFD_MMAP_TYPE_DOORBELL | gpu
+                // id), which the fake does not map.
+                a.doorbell_offset = (0x3u64 << 62) | (u64::from(a.gpu_id) << 46);
+                reply(0, &a)
+            }
+            NR_DESTROY_QUEUE => {
+                let a: KfdIoctlDestroyQueueArgs = args(cmd, AMDKFD_IOC_DESTROY_QUEUE, input)?;
+                let p = st.processes.get_mut(&caller.tgid).ok_or(Errno::ESRCH)?;
+                p.queues.remove(&a.queue_id).ok_or(Errno::EINVAL)?;
+                reply(0, &a)
+            }
             NR_SET_CU_MASK => {
                 let a: KfdIoctlSetCuMaskArgs = args(cmd, AMDKFD_IOC_SET_CU_MASK, input)?;
                 if a.num_cu_mask == 0 || a.num_cu_mask % 32 != 0 {
@@ -254,6 +314,7 @@ impl FakeDevice for FakeKfd {
                 // is unmapped and its waves were saved (CWSR), to be
                 // restored when it is resumed.
                 let mut killed = 0u64;
+                let mut mapped = Vec::new();
                 if let Some(p) = st.processes.get_mut(&caller.tgid) {
                     for q in p
                         .queues
@@ -262,6 +323,12 @@ impl FakeDevice for FakeKfd {
                     {
                         killed += u64::from(q.running_waves);
                         q.running_waves = 0;
+                        mapped.push(q.queue_id);
+                    }
+                }
+                if let Some(link) = st.gpu_link.clone() {
+                    if !mapped.is_empty() {
+                        killed += gpu_request(&link, "wave_reset", caller.tgid, a.gpu_id, &mapped)?;
                     }
                 }
                 if let Some(g) = st.gpus.iter_mut().find(|g| g.gpu_id == a.gpu_id) {
@@ -285,6 +352,9 @@ impl FakeDevice for FakeKfd {
                 // rewrites the packets and maps it again afterwards; a
                 // suspended queue stays suspended.
                 q.pending_packets = 0;
+                if let Some(link) = st.gpu_link.clone() {
+                    gpu_request(&link, "clear_queue", caller.tgid, a.gpu_id, &[a.queue_id])?;
+                }
                 Ok(IoctlReply {
                     result: 0,
                     data: Vec::new(),
@@ -294,6 +364,33 @@ impl FakeDevice for FakeKfd {
             _ => Err(Errno::ENOTTY),
         }
     }
+}
+
+/// One request to the simulated GPU linked with [`FakeKfd::link_gpu`]:
+/// the line `OP PID GPU_ID Q1,Q2,…`, answered with `ok N` (work groups
+/// killed, or packets turned into no-ops) once the GPU has applied it, so
+/// the ioctl returns after its effect, as the real ones do. A GPU that
+/// cannot be reached or refuses is the device failing: EIO.
+fn gpu_request(
+    link: &std::path::Path,
+    op: &str,
+    pid: u32,
+    gpu_id: u32,
+    queues: &[u32],
+) -> Result<u64, Errno> {
+    use std::io::{BufRead, Write};
+    let ids: Vec<String> = queues.iter().map(u32::to_string).collect();
+    let mut s = std::os::unix::net::UnixStream::connect(link).map_err(|_| Errno::EIO)?;
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    writeln!(s, "{op} {pid} {gpu_id} {}", ids.join(",")).map_err(|_| Errno::EIO)?;
+    let mut line = String::new();
+    std::io::BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|_| Errno::EIO)?;
+    line.trim()
+        .strip_prefix("ok ")
+        .and_then(|n| n.parse().ok())
+        .ok_or(Errno::EIO)
 }
 
 /// Whether `caller` may debug `target`: it is the target, or its calling

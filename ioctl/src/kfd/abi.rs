@@ -29,6 +29,10 @@ pub const KFD_MINOR_VERSION_DEBUGGER_API: u32 = 13;
 
 /// `AMDKFD_IOC_GET_VERSION` number (kfd_ioctl.h:1550).
 pub const NR_GET_VERSION: u8 = 0x01;
+/// `AMDKFD_IOC_CREATE_QUEUE` number (kfd_ioctl.h:1553).
+pub const NR_CREATE_QUEUE: u8 = 0x02;
+/// `AMDKFD_IOC_DESTROY_QUEUE` number (kfd_ioctl.h:1556).
+pub const NR_DESTROY_QUEUE: u8 = 0x03;
 /// `AMDKFD_IOC_SET_CU_MASK` number (kfd_ioctl.h:1626).
 pub const NR_SET_CU_MASK: u8 = 0x1A;
 /// `AMDKFD_IOC_RUNTIME_ENABLE` number (kfd_ioctl.h:1658).
@@ -46,6 +50,47 @@ pub struct KfdIoctlGetVersionArgs {
     pub major_version: u32,
     /// Out.
     pub minor_version: u32,
+}
+
+/// `KFD_IOC_QUEUE_TYPE_COMPUTE_AQL` (kfd_ioctl.h:58): the queue type ROCr
+/// creates for HSA (AQL) queues.
+pub const KFD_IOC_QUEUE_TYPE_COMPUTE_AQL: u32 = 0x2;
+
+/// `struct kfd_ioctl_create_queue_args` (kfd_ioctl.h:67): what a runtime
+/// (ROCr, through libhsakmt's `hsaKmtCreateQueue`) passes to create a
+/// user-mode queue; KFD returns its `queue_id`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KfdIoctlCreateQueueArgs {
+    pub ring_base_address: u64,
+    /// Out.
+    pub write_pointer_address: u64,
+    /// Out.
+    pub read_pointer_address: u64,
+    /// Out.
+    pub doorbell_offset: u64,
+    pub ring_size: u32,
+    pub gpu_id: u32,
+    pub queue_type: u32,
+    pub queue_percentage: u32,
+    pub queue_priority: u32,
+    /// Out.
+    pub queue_id: u32,
+    pub eop_buffer_address: u64,
+    pub eop_buffer_size: u64,
+    pub ctx_save_restore_address: u64,
+    pub ctx_save_restore_size: u32,
+    pub ctl_stack_size: u32,
+    pub sdma_engine_id: u32,
+    pub pad: u32,
+}
+
+/// `struct kfd_ioctl_destroy_queue_args` (kfd_ioctl.h:89).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KfdIoctlDestroyQueueArgs {
+    pub queue_id: u32,
+    pub pad: u32,
 }
 
 /// `struct kfd_ioctl_set_cu_mask_args` (kfd_ioctl.h:103).
@@ -230,6 +275,18 @@ pub const AMDKFD_IOC_SET_CU_MASK: u32 = nix::request_code_write!(
     NR_SET_CU_MASK,
     size_of::<KfdIoctlSetCuMaskArgs>()
 ) as u32;
+/// `AMDKFD_IOC_CREATE_QUEUE`: `_IOWR('K', 0x02, struct kfd_ioctl_create_queue_args)`.
+pub const AMDKFD_IOC_CREATE_QUEUE: u32 = nix::request_code_readwrite!(
+    AMDKFD_IOCTL_BASE,
+    NR_CREATE_QUEUE,
+    size_of::<KfdIoctlCreateQueueArgs>()
+) as u32;
+/// `AMDKFD_IOC_DESTROY_QUEUE`: `_IOWR('K', 0x03, struct kfd_ioctl_destroy_queue_args)`.
+pub const AMDKFD_IOC_DESTROY_QUEUE: u32 = nix::request_code_readwrite!(
+    AMDKFD_IOCTL_BASE,
+    NR_DESTROY_QUEUE,
+    size_of::<KfdIoctlDestroyQueueArgs>()
+) as u32;
 /// `AMDKFD_IOC_RUNTIME_ENABLE`: `_IOWR('K', 0x25, struct kfd_ioctl_runtime_enable_args)`.
 pub const AMDKFD_IOC_RUNTIME_ENABLE: u32 = nix::request_code_readwrite!(
     AMDKFD_IOCTL_BASE,
@@ -248,6 +305,18 @@ nix::ioctl_read!(
     AMDKFD_IOCTL_BASE,
     NR_GET_VERSION,
     KfdIoctlGetVersionArgs
+);
+nix::ioctl_readwrite!(
+    kfd_create_queue,
+    AMDKFD_IOCTL_BASE,
+    NR_CREATE_QUEUE,
+    KfdIoctlCreateQueueArgs
+);
+nix::ioctl_readwrite!(
+    kfd_destroy_queue,
+    AMDKFD_IOCTL_BASE,
+    NR_DESTROY_QUEUE,
+    KfdIoctlDestroyQueueArgs
 );
 nix::ioctl_write_ptr!(
     kfd_set_cu_mask,
@@ -272,6 +341,10 @@ nix::ioctl_readwrite!(
 // x86_64 (checked against the header by tests/kfd_header.rs).
 const _: () = {
     assert!(size_of::<KfdIoctlGetVersionArgs>() == 8);
+    assert!(size_of::<KfdIoctlCreateQueueArgs>() == 96);
+    assert!(offset_of!(KfdIoctlCreateQueueArgs, queue_id) == 52);
+    assert!(offset_of!(KfdIoctlCreateQueueArgs, sdma_engine_id) == 88);
+    assert!(size_of::<KfdIoctlDestroyQueueArgs>() == 8);
     assert!(size_of::<KfdIoctlSetCuMaskArgs>() == 16);
     assert!(offset_of!(KfdIoctlSetCuMaskArgs, cu_mask_ptr) == 8);
     assert!(size_of::<KfdRuntimeInfo>() == 16);

@@ -357,6 +357,27 @@ impl Kfd {
         ))
     }
 
+    /// AMDKFD_IOC_CREATE_QUEUE: a user-mode queue of the calling process
+    /// (what ROCr does through libhsakmt's `hsaKmtCreateQueue` for each HSA
+    /// queue it opens). `args.queue_id` and the pointer fields come back
+    /// filled. Used by the simulated libamdhip64 where it is given a KFD
+    /// node; reefd itself creates no queue.
+    pub fn create_queue(&self, args: &mut KfdIoctlCreateQueueArgs) -> Result<u32> {
+        // SAFETY: `args` is a valid, writable kfd_ioctl_create_queue_args.
+        unsafe { kfd_create_queue(self.fd(), args) }
+            .map_err(|errno| self.fail("AMDKFD_IOC_CREATE_QUEUE", errno, generic_hint(errno)))?;
+        Ok(args.queue_id)
+    }
+
+    /// AMDKFD_IOC_DESTROY_QUEUE of a queue of the calling process.
+    pub fn destroy_queue(&self, queue_id: u32) -> Result<()> {
+        let mut args = KfdIoctlDestroyQueueArgs { queue_id, pad: 0 };
+        // SAFETY: `args` is a valid, writable kfd_ioctl_destroy_queue_args.
+        unsafe { kfd_destroy_queue(self.fd(), &mut args) }
+            .map(drop)
+            .map_err(|errno| self.fail("AMDKFD_IOC_DESTROY_QUEUE", errno, generic_hint(errno)))
+    }
+
     /// AMDKFD_IOC_SET_CU_MASK: restricts queue `queue_id` of the calling
     /// process to the compute units whose bits are set in `mask` (bit i of
     /// word w is CU 32*w + i).

@@ -273,6 +273,62 @@ impl KfdBackend {
     }
 }
 
+impl KfdBackend {
+    /// The ids of reefd's own queues on this backend's GPU, from
+    /// GET_QUEUE_SNAPSHOT (the debug API; empty without it).
+    pub fn own_queues(&self) -> Result<Vec<u32>, BackendError> {
+        if !self.debugging {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .kfd
+            .queue_snapshot(self.pid, 0)?
+            .iter()
+            .filter(|e| e.gpu_id == self.gpu_id)
+            .map(|e| e.queue_id)
+            .collect())
+    }
+
+    /// Level 3 on one queue of reefd's own process (REEF §4.5, Fig. 7 ❷
+    /// ❸): the patch's WAVE_RESET kills every running wave of the process
+    /// on the GPU, so the queues in `protect` are suspended around it (the
+    /// hardware scheduler saves their waves at the unmap, CWSR, and
+    /// restores them at the map: hardware.md Part 1, "kill before
+    /// suspend"); then CLEAR_QUEUE turns `target`'s unfetched kernels into
+    /// no-ops. Returns the calls made.
+    pub fn kill_queue(
+        &mut self,
+        target: u32,
+        protect: &[u32],
+    ) -> Result<Vec<String>, BackendError> {
+        if !self.levels.can_kill() {
+            return Err(BackendError::InvalidState {
+                device: self.device(),
+                detail: "no kill (level 3) on this KFD".into(),
+            });
+        }
+        let mut steps = Vec::new();
+        if !protect.is_empty() {
+            self.kfd
+                .suspend_queues(self.pid, protect, self.grace_period_us, 0)?;
+            steps.push(format!("suspend_queues {protect:?}"));
+        }
+        let killed = self.kfd.wave_reset(self.gpu_id);
+        if !protect.is_empty() {
+            self.kfd.resume_queues(self.pid, protect)?;
+            steps.push(format!("resume_queues {protect:?}"));
+        }
+        killed?;
+        steps.insert(
+            usize::from(!protect.is_empty()),
+            format!("wave_reset gpu 0x{:x}", self.gpu_id),
+        );
+        self.kfd.clear_queue(self.gpu_id, target)?;
+        steps.push(format!("clear_queue {target}"));
+        Ok(steps)
+    }
+}
+
 impl HardwareBackend for KfdBackend {
     fn device(&self) -> String {
         format!("kfd:{}", self.index)

@@ -144,23 +144,19 @@ pub trait HardwareBackend {
 /// The hook `reefd start` calls before serving. Simulated devices, `auto`
 /// (which falls back to the simulator), `cuda:N` and `kfd:N` (the launch
 /// paths) pass: `kfd:N` serves through HIP (device/hip/), and its level 3
-/// is probed by [`kfd_level3`] where /dev/kfd answers.
+/// is the KFD's at [`kfd_options`] (device/hip/queues.rs).
 pub fn check_hardware(spec: &DeviceSpec, cfg: &Config, is_root: bool) -> Result<(), BackendError> {
     let _ = (spec, cfg, is_root);
     Ok(())
 }
 
-/// What the KFD offers `kfd:index` beyond HIP's levels 1-2, as a note for
-/// `status`: opened at the configured paths as root (its debug session on
-/// reefd's own process, the REEF patch's WAVE_RESET probed) and closed
-/// again. Kills are not issued on the HIP path yet: that needs the KFD
-/// queue ids of the queues HIP created for reefd's BE streams
-/// (docs/hardware.md), so the note says so rather than offering level 3.
-pub fn kfd_level3(cfg: &Config, index: u32, is_root: bool) -> String {
+/// Where `kfd:index`'s level 3 is looked for (device/hip/queues.rs): the
+/// configured KFD paths as root, else the note saying why not.
+pub fn kfd_options(cfg: &Config, index: u32, is_root: bool) -> Result<KfdOptions, String> {
     if !is_root {
-        return "no kill (level 3): the KFD's queue and wave ioctls need root".into();
+        return Err("no kill (level 3): the KFD's queue and wave ioctls need root".into());
     }
-    match KfdBackend::open(&KfdOptions {
+    Ok(KfdOptions {
         path: cfg.device.kfd_path.clone(),
         topology_dir: cfg.device.kfd_topology.clone(),
         index,
@@ -168,14 +164,7 @@ pub fn kfd_level3(cfg: &Config, index: u32, is_root: bool) -> String {
         // (EBUSY then, taken as enabled); without a GPU it has not.
         enable_runtime: true,
         grace_period_us: kfd::DEFAULT_GRACE_PERIOD_US,
-    }) {
-        Ok(b) if b.levels().can_kill() => format!(
-            "no kill (level 3) yet: the KFD answers ({}), but reefd does not yet learn the KFD              queue ids of HIP's queues for its BE streams, which a kill must name",
-            b.summary()
-        ),
-        Ok(b) => format!("no kill (level 3): {}", b.summary()),
-        Err(e) => format!("no kill (level 3): {e}"),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -202,6 +191,8 @@ mod tests {
         }
         assert!(check_hardware(&DeviceSpec::Cuda(vec![1]), &cfg, false).is_ok());
         assert!(check_hardware(&DeviceSpec::Kfd(0), &cfg, false).is_ok());
-        assert!(kfd_level3(&cfg, 0, false).contains("need root"));
+        assert!(kfd_options(&cfg, 0, false)
+            .unwrap_err()
+            .contains("need root"));
     }
 }

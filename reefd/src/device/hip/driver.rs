@@ -24,13 +24,39 @@ pub const HIP_ERROR_NOT_READY: HipCode = 600;
 pub const STREAM_NON_BLOCKING: c_uint = 1;
 /// `hipEventDisableTiming`.
 pub const EVENT_DISABLE_TIMING: c_uint = 2;
-/// ROCm 5.2's `hipDeviceProp_t`: 792 bytes, `gcnArchName[256]` at byte 396,
-/// `name[256]` at 0, `multiProcessorCount` at 336 (offsetof on the
-/// libamdhip64-dev 5.2.3 header, x86-64). ROCm 6 renamed the call with a
-/// new layout (`hipGetDevicePropertiesR0600`); this path reads 5.2's.
-pub const PROP_SIZE: usize = 792;
-pub const PROP_GCN_ARCH_NAME: usize = 396;
-pub const PROP_MULTI_PROCESSOR_COUNT: usize = 336;
+/// A `hipDeviceProp_t` layout: its size and the offsets read (`name[256]`
+/// is at 0 in both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PropLayout {
+    pub size: usize,
+    pub gcn_arch_name: usize,
+    pub multi_processor_count: usize,
+}
+
+/// ROCm 5.2's `hipDeviceProp_t`, read with `hipGetDeviceProperties`: 792
+/// bytes, `gcnArchName[256]` at 396, `multiProcessorCount` at 336
+/// (offsetof on the libamdhip64-dev 5.2.3 header, x86-64). ROCm 6 keeps
+/// exporting `hipGetDeviceProperties` with this layout, as
+/// `hipDeviceProp_tR0000` (clr f9f995c hipamd/src/hip_device.cpp:788,
+/// `extern "C" hipError_t hipGetDeviceProperties(hipDeviceProp_tR0000*, …)`;
+/// HIP c5e11fc include/hip/hip_deprecated.h: the same 792/396/336 by
+/// offsetof with cc).
+pub const PROP_R0000: PropLayout = PropLayout {
+    size: 792,
+    gcn_arch_name: 396,
+    multi_processor_count: 336,
+};
+
+/// ROCm 6's `hipDeviceProp_t` (`hipDeviceProp_tR0600`), read with
+/// `hipGetDevicePropertiesR0600`, which a ROCm 6 library exports (clr
+/// hipamd/src/hip_hcc.map.in): 1472 bytes, `gcnArchName[256]` at 1160,
+/// `multiProcessorCount` at 388 (offsetof with cc on HIP c5e11fc
+/// include/hip/hip_runtime_api.h `hipDeviceProp_t`, x86-64).
+pub const PROP_R0600: PropLayout = PropLayout {
+    size: 1472,
+    gcn_arch_name: 1160,
+    multi_processor_count: 388,
+};
 
 /// What went wrong, in HIP's words where HIP said it.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +100,8 @@ pub struct Hip {
     pub hipGetDeviceCount: unsafe extern "C" fn(*mut c_int) -> HipCode,
     pub hipSetDevice: unsafe extern "C" fn(c_int) -> HipCode,
     pub hipGetDeviceProperties: unsafe extern "C" fn(Ptr, c_int) -> HipCode,
+    /// ROCm 6's call, when the library exports it ([`PROP_R0600`]).
+    pub hipGetDevicePropertiesR0600: Option<unsafe extern "C" fn(Ptr, c_int) -> HipCode>,
     pub hipDeviceGetStreamPriorityRange: unsafe extern "C" fn(*mut c_int, *mut c_int) -> HipCode,
     pub hipMemGetInfo: unsafe extern "C" fn(*mut usize, *mut usize) -> HipCode,
     pub hipModuleLoadData: unsafe extern "C" fn(*mut Ptr, *const c_void) -> HipCode,
@@ -146,6 +174,10 @@ fn resolve(lib: libloading::Library, path: String) -> Result<Hip, String> {
         hipGetDeviceCount: sym!(hipGetDeviceCount),
         hipSetDevice: sym!(hipSetDevice),
         hipGetDeviceProperties: sym!(hipGetDeviceProperties),
+        // SAFETY: as `sym!`; ROCm 6's signature (hip_runtime_api.h).
+        hipGetDevicePropertiesR0600: unsafe { lib.get(b"hipGetDevicePropertiesR0600\0") }
+            .ok()
+            .map(|f| *f),
         hipDeviceGetStreamPriorityRange: sym!(hipDeviceGetStreamPriorityRange),
         hipMemGetInfo: sym!(hipMemGetInfo),
         hipModuleLoadData: sym!(hipModuleLoadData),

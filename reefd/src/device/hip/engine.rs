@@ -119,17 +119,20 @@ impl EngineDevice for HipKernels {
 }
 
 /// Opens `kfd:index` on the HIP runtime (`library` first when given) and
-/// the engine that runs `settings.policy` on it; `notes` join the levels'
-/// (the KFD's level-3 probe).
+/// the engine that runs `settings.policy` on it; level 3 through the KFD
+/// at `kfd` (queues.rs), or the note saying why not.
 pub fn open(
     index: u32,
     library: Option<PathBuf>,
     mut settings: SchedSettings,
-    notes: Vec<String>,
+    kfd: Result<crate::device::kfd::KfdOptions, String>,
 ) -> Result<HipEngine, EngineError> {
     let mut dev = HipKernels::open(&HipLaunchOptions { index, library }).map_err(invalid)?;
-    for n in notes {
-        dev.device_mut().add_note(n);
+    // After the HIP runtime, which opened the KFD and enabled its runtime
+    // as ROCr does (queues.rs).
+    match kfd {
+        Ok(opts) => dev.attach_kfd(&opts),
+        Err(note) => dev.device_mut().add_note(note),
     }
     dev.set_streams_per_model(1 + settings.be_streams_per_model);
     let mut spec = DeviceSpec::preset("mi50").map_err(invalid)?;

@@ -10,8 +10,13 @@
 //!   completion event after it; kernel 0 first copies the request's input;
 //! - the preempt flag: `hipMemcpyHtoD` of every instance's
 //!   `reef_preempt_flag` on the stream (level 2);
-//! - kill and device-queue reset: refused here; level 3 is the KFD's
-//!   (device/kfd.rs), only where /dev/kfd answers.
+//! - kill: the REEF patch's WAVE_RESET and CLEAR_QUEUE on the stream's own
+//!   KFD queue (queues.rs), where the KFD answers and each stream's queue
+//!   is known; a killed kernel is reported killed when the execution index
+//!   names it (it passed its check and was running), evicted when it never
+//!   passed, completed when the index has moved past it (it finished
+//!   before its successor started); device-queue reset on its own is
+//!   refused (the scheduler clears through the flag and the kill).
 //!
 //! Completions are seen by `hipEventQuery` when the engine catches up; a
 //! flagged kernel is judged by its instance's execution index (passed and
@@ -34,6 +39,7 @@ use reef_sched::{RequestId, Time};
 use reef_sim::{DeviceEvent, EventKind, KernelLaunch, LaunchId, StreamId, Tags};
 
 use super::driver::{check, dtoh, htod, HipError, EVENT_DISABLE_TIMING, HIP_ERROR_NOT_READY};
+use super::queues::{HipKfd, QueueOf};
 use super::{launch_kernel, HipDevice, HipLaunchOptions, HipModel, Instance};
 use crate::device::cuda::kernels::{input, INPUT_SEEDS, POLL_NS};
 
@@ -48,6 +54,8 @@ struct InFlight {
     ev: Ptr,
     flagged: bool,
     started: bool,
+    /// Its stream's queue was killed while it was in flight.
+    killed: bool,
 }
 
 struct Slot {
@@ -62,6 +70,16 @@ struct KStream {
     inflight: VecDeque<InFlight>,
     next_exec: u32,
     flag: bool,
+    rt: bool,
+    queue: QueueOf,
+}
+
+/// A stream kept for reuse (queues.rs: reefd destroys no stream while it
+/// serves).
+struct Idle {
+    s: Ptr,
+    rt: bool,
+    queue: QueueOf,
 }
 
 /// An AMD GPU at kernel level, on HIP.
@@ -79,6 +97,9 @@ pub struct HipKernels {
     streams_per_model: usize,
     attached: HashMap<u64, std::sync::Arc<crate::tensors::RequestData>>,
     outputs: HashMap<u64, crate::tensors::Outputs>,
+    /// Level 3 (queues.rs), where the KFD can kill.
+    kfd: Option<HipKfd>,
+    idle: Vec<Idle>,
 }
 
 // HIP's handles, used only after the device is made current.
@@ -104,7 +125,20 @@ impl HipKernels {
             streams_per_model: 2,
             attached: HashMap::new(),
             outputs: HashMap::new(),
+            kfd: None,
+            idle: Vec::new(),
         })
+    }
+
+    /// Opens the KFD for level 3 (queues.rs); the device's levels say
+    /// what was found.
+    pub fn attach_kfd(&mut self, opts: &crate::device::kfd::KfdOptions) {
+        self.kfd = HipKfd::attach(&mut self.dev, opts);
+    }
+
+    /// Level-3 kills issued through the KFD.
+    pub fn kfd_kills(&self) -> u64 {
+        self.kfd.as_ref().map_or(0, |k| k.kills)
     }
 
     pub fn set_streams_per_model(&mut self, n: usize) {
@@ -317,8 +351,12 @@ impl HipKernels {
             ev,
             flagged: st.flag,
             started: first,
+            killed: false,
         });
         st.next_exec += 1;
+        if let (QueueOf::Pending(before), Some(k)) = (&st.queue, self.kfd.as_mut()) {
+            st.queue = k.identify(before, true);
+        }
         Ok(())
     }
 
@@ -335,7 +373,7 @@ impl HipKernels {
                 return Ok(());
             }
             check("hipEventQuery", r)?;
-            let (passed, ran, idx) = if f.flagged {
+            let (passed, ran, idx) = if f.flagged || f.killed {
                 let mut b = [0u8; 4];
                 dtoh(&mut b, st.instances[&f.model][f.slot].inst.index)?;
                 let idx = u32::from_le_bytes(b);
@@ -343,6 +381,9 @@ impl HipKernels {
             } else {
                 (true, true, 0)
             };
+            // Killed: the index names it (it was the running one); past it,
+            // it had finished before the kill.
+            let killed = f.killed && idx == f.exec;
             let st = &mut self.streams[si];
             let f = st.inflight.pop_front().expect("front");
             self.free_events.push(f.ev);
@@ -357,7 +398,7 @@ impl HipKernels {
             if passed && !f.started {
                 out.push(ev(f.id, f.tags, EventKind::Started));
             }
-            if ran && f.flagged {
+            if ran && f.flagged && !killed {
                 // As on cuda:N (device/cuda/kernels.rs): the kernels the
                 // index went past this one to are reported started first,
                 // so the scheduler restores from the one it names.
@@ -372,7 +413,9 @@ impl HipKernels {
             out.push(ev(
                 f.id,
                 f.tags,
-                if ran {
+                if killed {
+                    EventKind::Killed { blocks_done: 0 }
+                } else if ran {
                     EventKind::Completed
                 } else {
                     EventKind::Evicted
@@ -383,7 +426,7 @@ impl HipKernels {
                 out.push(ev(next.id, next.tags, EventKind::Started));
             }
             let m = &self.dev.models[&f.model];
-            if ran && f.tags.kernel as usize + 1 == m.model.launches.len() {
+            if ran && !killed && f.tags.kernel as usize + 1 == m.model.launches.len() {
                 let inst = &self.streams[si].instances[&f.model][f.slot].inst;
                 if let Some(data) = self.attached.get(&f.tags.task) {
                     let r = read_outputs(inst, data, &f.model);
@@ -401,15 +444,21 @@ impl HipKernels {
         }
     }
 
-    fn destroy_streams(&mut self) {
+    /// Waits for every stream and keeps it for reuse (queues.rs); with
+    /// `destroy`, destroys them all.
+    fn destroy_streams(&mut self, destroy: bool) {
         let current = self.dev.current().is_ok();
         for mut st in std::mem::take(&mut self.streams) {
             if current {
-                // SAFETY: our stream, waited for before it is destroyed.
+                // SAFETY: our stream, waited for before it is reused.
                 unsafe {
                     let _ = (self.dev.hip().hipStreamSynchronize)(st.s);
-                    let _ = (self.dev.hip().hipStreamDestroy)(st.s);
                 }
+                self.idle.push(Idle {
+                    s: st.s,
+                    rt: st.rt,
+                    queue: st.queue.clone(),
+                });
             }
             for f in st.inflight.drain(..) {
                 self.free_events.push(f.ev);
@@ -417,6 +466,14 @@ impl HipKernels {
             for (_, slots) in st.instances.drain() {
                 for slot in slots {
                     self.dev.drop_instance(slot.inst);
+                }
+            }
+        }
+        if destroy && current {
+            for i in self.idle.drain(..) {
+                // SAFETY: our stream, idle, destroyed once.
+                unsafe {
+                    let _ = (self.dev.hip().hipStreamDestroy)(i.s);
                 }
             }
         }
@@ -467,7 +524,7 @@ fn read_outputs(
 
 impl Drop for HipKernels {
     fn drop(&mut self) {
-        self.destroy_streams();
+        self.destroy_streams(true);
     }
 }
 
@@ -482,7 +539,26 @@ impl Device for HipKernels {
         capacity: usize,
         _own_queue: bool,
     ) -> Result<StreamId, String> {
-        let s = self.dev.stream(priority > 0).map_err(text)?;
+        let rt = priority > 0;
+        let (s, queue) = match self.idle.iter().position(|i| i.rt == rt) {
+            Some(i) => {
+                let i = self.idle.remove(i);
+                (i.s, i.queue)
+            }
+            None => {
+                let before = match self.kfd.as_mut().map(|k| k.snapshot()) {
+                    Some(Ok(b)) => Some(b),
+                    Some(Err(e)) => return Err(format!("kfd: queue snapshot: {e}")),
+                    None => None,
+                };
+                let s = self.dev.stream(rt).map_err(text)?;
+                let queue = match (before, self.kfd.as_mut()) {
+                    (Some(b), Some(k)) => k.identify(&b, false),
+                    _ => QueueOf::Unknown,
+                };
+                (s, queue)
+            }
+        };
         self.streams.push(KStream {
             s,
             capacity: capacity.max(1),
@@ -490,6 +566,8 @@ impl Device for HipKernels {
             inflight: VecDeque::new(),
             next_exec: 1,
             flag: false,
+            rt,
+            queue,
         });
         Ok(StreamId(self.streams.len() as u32 - 1))
     }
@@ -517,7 +595,43 @@ impl Device for HipKernels {
 
     fn kill_stream(&mut self, s: StreamId) -> Result<(), String> {
         self.stream(s)?;
-        Err(super::KILL_THROUGH_KFD.to_string())
+        let Some(k) = self.kfd.as_mut() else {
+            return Err(super::KILL_THROUGH_KFD.to_string());
+        };
+        // The other streams' queues with kernels in flight survive the
+        // wave reset suspended (queues.rs).
+        let mut protect = Vec::new();
+        for (i, o) in self.streams.iter().enumerate() {
+            if i == s.0 as usize || o.inflight.is_empty() {
+                continue;
+            }
+            match o.queue {
+                QueueOf::Own(q) => protect.push(q),
+                _ => {
+                    return Err(format!(
+                        "stream {i} has kernels in flight and no KFD queue of its own: a wave \
+                         reset would kill them"
+                    ))
+                }
+            }
+        }
+        let st = &mut self.streams[s.0 as usize];
+        let QueueOf::Own(q) = st.queue else {
+            return Err(format!(
+                "stream {} has no KFD queue of its own ({:?}): its kill would reach other \
+                 streams' kernels (set {} to at least reefd's streams per priority)",
+                s.0,
+                st.queue,
+                super::queues::MAX_HW_QUEUES_ENV
+            ));
+        };
+        protect.retain(|&p| p != q);
+        let steps = k.kill(q, &protect)?;
+        tracing::debug!("kill stream {}: {}", s.0, steps.join(", "));
+        for f in &mut st.inflight {
+            f.killed = true;
+        }
+        Ok(())
     }
 
     fn clear_queue(&mut self, s: StreamId) -> Result<(), String> {
@@ -556,7 +670,7 @@ impl Device for HipKernels {
     }
 
     fn reset(&mut self) {
-        self.destroy_streams();
+        self.destroy_streams(false);
         self.now = 0;
         self.pending.clear();
         self.bound.clear();

@@ -35,6 +35,7 @@ pub mod driver;
 pub mod engine;
 pub mod kernels;
 pub mod module;
+pub mod queues;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_void, CStr};
@@ -91,7 +92,12 @@ pub struct HipDevice {
     compute_units: u32,
     /// HIP's (least, greatest) stream priorities.
     priorities: (i32, i32),
-    levels: Levels,
+    pub(crate) levels: Levels,
+    /// The stream probes and reference runs use, created at open and kept
+    /// (clr hands a destroyed stream's HSA queue to the next stream
+    /// created, which would hide a BE stream's queue from the KFD's
+    /// snapshot: queues.rs).
+    util: Ptr,
     /// Notes added by the daemon (the KFD's level-3 probe).
     extra_notes: Vec<String>,
     pub(crate) models: BTreeMap<String, Loaded>,
@@ -130,27 +136,33 @@ impl HipDevice {
                 )));
             }
             check("hipSetDevice", (hip.hipSetDevice)(opts.index as i32))?;
-            // A larger buffer than 5.2's struct: a newer runtime's layout
-            // may be longer; only 5.2's offsets are read.
-            let mut p = vec![0u8; 4 * driver::PROP_SIZE];
-            check(
-                "hipGetDeviceProperties",
-                (hip.hipGetDeviceProperties)(p.as_mut_ptr().cast(), opts.index as i32),
-            )?;
+            // ROCm 6's layout where the library exports its call, else
+            // 5.2's (which ROCm 6 also keeps under the old name): driver.rs.
+            // A buffer larger than either, in case a runtime writes more.
+            let (call, layout, what) = match hip.hipGetDevicePropertiesR0600 {
+                Some(f) => (f, driver::PROP_R0600, "hipGetDevicePropertiesR0600"),
+                None => (
+                    hip.hipGetDeviceProperties,
+                    driver::PROP_R0000,
+                    "hipGetDeviceProperties",
+                ),
+            };
+            let mut p = vec![0u8; 2 * driver::PROP_R0600.size];
+            check(what, call(p.as_mut_ptr().cast(), opts.index as i32))?;
             let cstr = |at: usize| {
                 CStr::from_bytes_until_nul(&p[at..at + 256])
                     .map(|c| c.to_string_lossy().into_owned())
                     .unwrap_or_default()
             };
             let gpu_name = cstr(0);
-            let gcn_arch = cstr(driver::PROP_GCN_ARCH_NAME);
+            let gcn_arch = cstr(layout.gcn_arch_name);
             if !gcn_arch.starts_with("gfx") {
                 return Err(HipError::Invalid(format!(
                     "{} reports gcnArchName {gcn_arch:?}, not an AMD GPU processor (gfxNNN)",
                     hip.path
                 )));
             }
-            let at = driver::PROP_MULTI_PROCESSOR_COUNT;
+            let at = layout.multi_processor_count;
             let compute_units = i32::from_ne_bytes(p[at..at + 4].try_into().unwrap()) as u32;
             let (mut least, mut greatest) = (0, 0);
             if (hip.hipDeviceGetStreamPriorityRange)(&mut least, &mut greatest) != 0 {
@@ -165,9 +177,11 @@ impl HipDevice {
                 compute_units,
                 priorities: (least, greatest),
                 levels: Levels::up_to(PreemptLevel::HostQueue, Vec::new()),
+                util: std::ptr::null_mut(),
                 extra_notes: Vec::new(),
                 models: BTreeMap::new(),
             };
+            d.util = d.stream(false)?;
             d.levels = match d.probe_levels() {
                 Ok(()) => Levels::up_to(PreemptLevel::LazyEviction, vec![KILL_THROUGH_KFD.into()]),
                 Err(why) => Levels::up_to(
@@ -215,7 +229,7 @@ impl HipDevice {
             let f = function(m, "reef_probe")?;
             let flag = global(m, "reef_preempt_flag")?;
             let index = global(m, "reef_exec_index")?;
-            let s = self.stream(false)?;
+            let s = self.util;
             let run = |idx: u32, on: u32| -> Result<u32, HipError> {
                 htod(flag, &on.to_le_bytes())?;
                 let mut i = idx;
@@ -245,10 +259,6 @@ impl HipDevice {
                 Ok(u32::from_le_bytes(out))
             };
             let (evicted, ran) = (run(7, 1), run(8, 0));
-            // SAFETY: our stream, idle.
-            unsafe {
-                let _ = (h.hipStreamDestroy)(s);
-            }
             if evicted? == 7 {
                 return Err(HipError::Invalid(
                     "a kernel launched with the flag set ran".into(),
@@ -445,19 +455,14 @@ impl HipDevice {
     pub fn probe_flag(&self, model: &str) -> Result<(), String> {
         let inst = self.new_instance(model).map_err(|e| e.to_string())?;
         let r = (|| -> Result<(), HipError> {
-            let s = self.stream(false)?;
+            let s = self.util;
             htod(inst.flag, &1u32.to_le_bytes())?;
-            let r =
-                launch_kernel(self.hip, &self.models[model], &inst, s, 0, 7, None).and_then(|()| {
-                    check("hipStreamSynchronize", unsafe {
-                        (self.hip.hipStreamSynchronize)(s)
-                    })
-                });
-            // SAFETY: our stream, idle.
-            unsafe {
-                let _ = (self.hip.hipStreamDestroy)(s);
-            }
-            r?;
+            launch_kernel(self.hip, &self.models[model], &inst, s, 0, 7, None).and_then(|()| {
+                // SAFETY: our stream.
+                check("hipStreamSynchronize", unsafe {
+                    (self.hip.hipStreamSynchronize)(s)
+                })
+            })?;
             let mut b = [0u8; 4];
             dtoh(&mut b, inst.index)?;
             if u32::from_le_bytes(b) == 7 {
@@ -480,9 +485,9 @@ impl HipDevice {
     pub fn run_once(&self, model: &str, input: &[u8]) -> Result<(Vec<u8>, u32, usize), HipError> {
         let inst = self.new_instance(model)?;
         let m = &self.models[model];
+        let s = self.util;
         let r = (|| {
-            let s = self.stream(false)?;
-            let r = (|| {
+            {
                 let i = m.model.inputs[0];
                 if m.model.storages[i].bytes as usize != input.len() {
                     return Err(HipError::Invalid(format!(
@@ -506,12 +511,7 @@ impl HipDevice {
                 let mut b = [0u8; 4];
                 dtoh(&mut b, inst.index)?;
                 Ok((out, u32::from_le_bytes(b), n))
-            })();
-            // SAFETY: our stream, idle after the synchronisation.
-            unsafe {
-                let _ = (self.hip.hipStreamDestroy)(s);
             }
-            r
         })();
         self.drop_instance(inst);
         r
@@ -538,6 +538,13 @@ impl Drop for HipDevice {
         let names: Vec<String> = self.models.keys().cloned().collect();
         for n in names {
             let _ = self.unload_model(&n);
+        }
+        if !self.util.is_null() && self.current().is_ok() {
+            // SAFETY: our stream, destroyed once.
+            unsafe {
+                let _ = (self.hip.hipStreamSynchronize)(self.util);
+                let _ = (self.hip.hipStreamDestroy)(self.util);
+            }
         }
     }
 }
