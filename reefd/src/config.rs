@@ -692,15 +692,19 @@ mod tests {
 
     #[test]
     fn kserve_age_zero_is_off_and_tls_keys_go_together() {
-        let k = |extra: &str| Config::parse(&format!("[kserve]\n{extra}"), Path::new("x.toml"));
+        // Config::parse validates, kserve() included.
+        let k = |extra: &str| {
+            Config::parse(&format!("[kserve]\n{extra}"), Path::new("x.toml"))
+                .and_then(|c| c.kserve())
+        };
         let c = k("grpc_max_connection_age_ms = 0\n").unwrap();
-        assert_eq!(c.kserve().unwrap().grpc_max_connection_age, None);
+        assert_eq!(c.grpc_max_connection_age, None);
         let c = k("grpc_max_connection_age_ms = 5\n").unwrap();
         assert_eq!(
-            c.kserve().unwrap().grpc_max_connection_age,
+            c.grpc_max_connection_age,
             Some(std::time::Duration::from_millis(5))
         );
-        assert!(k("").unwrap().kserve().unwrap().tls.is_none());
+        assert!(k("").unwrap().tls.is_none());
         for (extra, says) in [
             ("tls_cert = \"/nonexistent.pem\"\n", "go together"),
             (
@@ -712,7 +716,7 @@ mod tests {
                 "/nonexistent.pem",
             ),
         ] {
-            let e = k(extra).unwrap().kserve().unwrap_err().to_string();
+            let e = k(extra).unwrap_err().to_string();
             assert!(e.contains(says), "{extra}: {e}");
         }
     }

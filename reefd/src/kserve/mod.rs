@@ -843,11 +843,11 @@ mod tests {
                 a.check(Some(far), true, None, true),
                 Err(Denied::Unauthenticated)
             );
-            assert_eq!(
-                a.check(Some(far), true, Some("wrong"), false),
-                Err(Denied::Unauthenticated)
-            );
         }
+        assert_eq!(
+            tok.check(Some(far), true, Some("wrong"), false),
+            Err(Denied::Unauthenticated)
+        );
         assert_eq!(tok.check(Some(far), true, Some("s3cret"), true), Ok(()));
     }
 }

@@ -181,12 +181,12 @@ mod tests {
         files(dir.path());
         let p = |n: &str| dir.path().join(n);
         let cfg = |extra: String| {
+            // Config::parse validates, kserve() included.
             Config::parse(
                 &format!("[kserve]\nhttp = \"10.1.2.3:8000\"\nallow_remote = true\n{extra}"),
                 Path::new("x.toml"),
             )
-            .unwrap()
-            .kserve()
+            .and_then(|c| c.kserve())
         };
         let tls = format!("tls_cert = {:?}\ntls_key = {:?}\n", p("s.pem"), p("s.key"));
         let e = cfg(tls.clone()).unwrap_err().to_string();
