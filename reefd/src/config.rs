@@ -98,10 +98,20 @@ pub struct KserveConfig {
     /// HTTP: answer 408 to a request whose body is not complete this many
     /// milliseconds after its header.
     pub body_read_timeout_ms: u64,
-    /// gRPC: send GOAWAY to a connection this many milliseconds old.
+    /// gRPC: send GOAWAY to a connection this many milliseconds old; 0:
+    /// never (an idle connection then holds its slot for as long as its
+    /// client keeps it).
     pub grpc_max_connection_age_ms: u64,
     /// gRPC: close a connection this many milliseconds after its GOAWAY.
     pub grpc_max_connection_age_grace_ms: u64,
+    /// PEM certificate chain of the server: both fronts speak TLS only.
+    pub tls_cert: String,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: String,
+    /// PEM CA certificates: clients must present a certificate they issued
+    /// (mutual TLS), which then stands for the token except for load and
+    /// unload.
+    pub tls_client_ca: String,
 }
 
 impl Default for KserveConfig {
@@ -120,8 +130,13 @@ impl Default for KserveConfig {
             shm_uids: Vec::new(),
             header_read_timeout_ms: d.header_read_timeout.as_millis() as u64,
             body_read_timeout_ms: d.body_read_timeout.as_millis() as u64,
-            grpc_max_connection_age_ms: d.grpc_max_connection_age.as_millis() as u64,
+            grpc_max_connection_age_ms: d
+                .grpc_max_connection_age
+                .map_or(0, |a| a.as_millis() as u64),
             grpc_max_connection_age_grace_ms: d.grpc_max_connection_age_grace.as_millis() as u64,
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_client_ca: String::new(),
         }
     }
 }
@@ -405,9 +420,33 @@ impl Config {
     }
 
     /// The v2 fronts' options, checked: addresses parse, a non-loopback one
-    /// is allowed explicitly and has a token.
+    /// is allowed explicitly and has a token or mutual TLS; the TLS files
+    /// are read and make a usable server config.
     pub fn kserve(&self) -> Result<crate::kserve::KserveOptions, ConfigError> {
         let k = &self.kserve;
+        let tls = match (k.tls_cert.is_empty(), k.tls_key.is_empty()) {
+            (true, true) if k.tls_client_ca.is_empty() => None,
+            (true, true) => {
+                return Err(ConfigError::Invalid(
+                    "kserve.tls_client_ca needs kserve.tls_cert and kserve.tls_key: mutual TLS is TLS first"
+                        .into(),
+                ))
+            }
+            (false, false) => Some(
+                crate::kserve::tls::load(
+                    Path::new(&k.tls_cert),
+                    Path::new(&k.tls_key),
+                    (!k.tls_client_ca.is_empty()).then(|| Path::new(&k.tls_client_ca)),
+                )
+                .map_err(ConfigError::Invalid)?,
+            ),
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "kserve.tls_cert and kserve.tls_key go together: set both or neither".into(),
+                ))
+            }
+        };
+        let mutual = tls.as_ref().is_some_and(|t| t.client_auth);
         let token = if !k.token_file.is_empty() {
             let t = std::fs::read_to_string(&k.token_file).map_err(|e| {
                 ConfigError::Invalid(format!("kserve.token_file = {:?}: {e}", k.token_file))
@@ -435,12 +474,12 @@ impl Config {
             if !a.ip().is_loopback() {
                 if !k.allow_remote {
                     return Err(ConfigError::Invalid(format!(
-                        "kserve.{key} = {v:?} is not a loopback address: set kserve.allow_remote = true (and a token) to serve other machines"
+                        "kserve.{key} = {v:?} is not a loopback address: set kserve.allow_remote = true (and a token or mutual TLS) to serve other machines"
                     )));
                 }
-                if token.is_none() {
+                if token.is_none() && !mutual {
                     return Err(ConfigError::Invalid(format!(
-                        "kserve.{key} = {v:?} serves other machines and needs kserve.token or kserve.token_file"
+                        "kserve.{key} = {v:?} serves other machines and needs kserve.token (or token_file), or mutual TLS (kserve.tls_cert, tls_key and tls_client_ca)"
                     )));
                 }
             }
@@ -458,13 +497,12 @@ impl Config {
         }
         if k.header_read_timeout_ms == 0
             || k.body_read_timeout_ms == 0
-            || k.grpc_max_connection_age_ms == 0
             || k.grpc_max_connection_age_grace_ms == 0
         {
             return Err(ConfigError::Invalid(
-                "kserve.header_read_timeout_ms, body_read_timeout_ms, grpc_max_connection_age_ms \
-                 and grpc_max_connection_age_grace_ms must be at least 1 (a slow or idle client \
-                 would otherwise hold a connection slot for ever)"
+                "kserve.header_read_timeout_ms, body_read_timeout_ms and \
+                 grpc_max_connection_age_grace_ms must be at least 1 (a slow client would \
+                 otherwise hold a connection slot for ever)"
                     .into(),
             ));
         }
@@ -480,10 +518,12 @@ impl Config {
             shm_uids: k.shm_uids.clone(),
             header_read_timeout: std::time::Duration::from_millis(k.header_read_timeout_ms),
             body_read_timeout: std::time::Duration::from_millis(k.body_read_timeout_ms),
-            grpc_max_connection_age: std::time::Duration::from_millis(k.grpc_max_connection_age_ms),
+            grpc_max_connection_age: (k.grpc_max_connection_age_ms > 0)
+                .then(|| std::time::Duration::from_millis(k.grpc_max_connection_age_ms)),
             grpc_max_connection_age_grace: std::time::Duration::from_millis(
                 k.grpc_max_connection_age_grace_ms,
             ),
+            tls,
         })
     }
 
@@ -648,6 +688,37 @@ mod tests {
         assert_eq!(c, Config::default());
         assert_eq!(c.socket_mode().unwrap(), 0o660);
         assert_eq!(c.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn kserve_age_zero_is_off_and_tls_keys_go_together() {
+        // Config::parse validates, kserve() included.
+        let k = |extra: &str| {
+            Config::parse(&format!("[kserve]\n{extra}"), Path::new("x.toml"))
+                .and_then(|c| c.kserve())
+        };
+        let c = k("grpc_max_connection_age_ms = 0\n").unwrap();
+        assert_eq!(c.grpc_max_connection_age, None);
+        let c = k("grpc_max_connection_age_ms = 5\n").unwrap();
+        assert_eq!(
+            c.grpc_max_connection_age,
+            Some(std::time::Duration::from_millis(5))
+        );
+        assert!(k("").unwrap().tls.is_none());
+        for (extra, says) in [
+            ("tls_cert = \"/nonexistent.pem\"\n", "go together"),
+            (
+                "tls_client_ca = \"/nonexistent.pem\"\n",
+                "mutual TLS is TLS first",
+            ),
+            (
+                "tls_cert = \"/nonexistent.pem\"\ntls_key = \"/nonexistent.key\"\n",
+                "/nonexistent.pem",
+            ),
+        ] {
+            let e = k(extra).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -3,6 +3,13 @@ Protocol fronts: run by reefd/tests/kserve.rs with the repository's .venv.
 
 Usage: kserve_client.py HTTP_ADDR GRPC_ADDR TOKEN MODEL [REFERENCE.onnx]
 
+Over TLS (reefd/tests/kserve_tls.rs), REEF_TLS_CA names the CA that
+issued the server's certificate and REEF_TLS_CERT / REEF_TLS_KEY the
+client's certificate and key (mutual TLS); every client then connects with
+tritonclient's own TLS options. REEF_TLS_STRANGER_CERT / _KEY, a client
+certificate from another CA, adds the refusals: no client certificate, or
+that one, fails the handshake over both fronts.
+
 Every check asserts what the protocol says the answer is; the first that
 fails raises, and the script exits non-zero with its traceback. It prints
 one line per check so the Rust test can show where it stopped.
@@ -10,6 +17,7 @@ one line per check so the Rust test can show where it stopped.
 
 import asyncio
 import os
+import ssl
 import sys
 
 import numpy as np
@@ -28,6 +36,54 @@ TAG = f"{os.getpid()}"
 ADMIN_HTTP = {"Authorization": f"Bearer {TOKEN}"}
 # gRPC metadata keys are lower case.
 ADMIN_GRPC = {"authorization": f"Bearer {TOKEN}"}
+
+
+CA, CERT, KEY = (os.environ.get(k) for k in ("REEF_TLS_CA", "REEF_TLS_CERT", "REEF_TLS_KEY"))
+STRANGER = (os.environ.get("REEF_TLS_STRANGER_CERT"), os.environ.get("REEF_TLS_STRANGER_KEY"))
+
+
+def http_sync(cert=CERT, key=KEY):
+    """tritonclient.http, over TLS when REEF_TLS_CA is set (ssl_options as
+    geventhttpclient reads them: ca_certs, certfile, keyfile)."""
+    if not CA:
+        return httpclient.InferenceServerClient(HTTP)
+    opts = {"ca_certs": CA}
+    if cert:
+        opts.update(certfile=cert, keyfile=key)
+    return httpclient.InferenceServerClient(HTTP, ssl=True, ssl_options=opts)
+
+
+def grpc_sync(cert=CERT, key=KEY):
+    if not CA:
+        return grpcclient.InferenceServerClient(GRPC)
+    return grpcclient.InferenceServerClient(
+        GRPC, ssl=True, root_certificates=CA, private_key=key, certificate_chain=cert)
+
+
+def http_async():
+    if not CA:
+        return httpaio.InferenceServerClient(HTTP)
+    ctx = ssl.create_default_context(cafile=CA)
+    ctx.load_cert_chain(CERT, KEY)
+    return httpaio.InferenceServerClient(HTTP, ssl=True, ssl_context=ctx)
+
+
+def grpc_async():
+    if not CA:
+        return grpcaio.InferenceServerClient(GRPC)
+    return grpcaio.InferenceServerClient(
+        GRPC, ssl=True, root_certificates=CA, private_key=KEY, certificate_chain=CERT)
+
+
+def handshake_refused(what, f):
+    """The server refuses the client in the TLS handshake: the call fails
+    with the library's connection error and never gets an answer."""
+    try:
+        r = f()
+    except Exception as e:  # ssl.SSLError, a reset, or gRPC's UNAVAILABLE
+        print(f"ok: {what} refused: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return
+    raise AssertionError(f"{what}: answered {r!r}, should have failed the handshake")
 
 
 def check(what, cond):
@@ -219,8 +275,8 @@ def common(client, mod, admin, kind):
 
 
 async def asynchronous():
-    h = httpaio.InferenceServerClient(HTTP)
-    g = grpcaio.InferenceServerClient(GRPC)
+    h = http_async()
+    g = grpc_async()
     try:
         check("http aio: live", await h.is_server_live())
         check("grpc aio: live", await g.is_server_live())
@@ -237,9 +293,14 @@ async def asynchronous():
 
 
 def main():
-    h = httpclient.InferenceServerClient(HTTP)
+    if STRANGER[0]:
+        for name, (cert, key) in [("no client certificate", (None, None)),
+                                  ("another CA's client certificate", STRANGER)]:
+            handshake_refused(f"https, {name}", lambda: http_sync(cert, key).is_server_live())
+            handshake_refused(f"grpc tls, {name}", lambda: grpc_sync(cert, key).is_server_live())
+    h = http_sync()
     common(h, httpclient, ADMIN_HTTP, "http")
-    g = grpcclient.InferenceServerClient(GRPC)
+    g = grpc_sync()
     common(g, grpcclient, ADMIN_GRPC, "grpc")
     # The sync clients' async calls.
     meta = h.get_model_metadata(MODEL)

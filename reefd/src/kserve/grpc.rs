@@ -38,10 +38,10 @@ impl From<V2Error> for Status {
 
 use super::limit::PeerAddr;
 
-impl tonic::transport::server::Connected for super::limit::Conn {
+impl tonic::transport::server::Connected for super::limit::Conn<super::limit::Stream> {
     type ConnectInfo = PeerAddr;
     fn connect_info(&self) -> PeerAddr {
-        PeerAddr(self.peer_addr().ok())
+        self.peer()
     }
 }
 
@@ -53,11 +53,9 @@ pub struct Service {
 
 impl Service {
     fn check<T>(&self, req: &Request<T>, admin: bool) -> Result<(), Status> {
-        let peer = req
-            .extensions()
-            .get::<PeerAddr>()
-            .and_then(|p| p.0)
-            .map(|a| a.ip());
+        let p = req.extensions().get::<PeerAddr>();
+        let peer = p.and_then(|p| p.addr).map(|a| a.ip());
+        let client_cert = p.is_some_and(|p| p.client_cert);
         let token = req
             .metadata()
             .get("authorization")
@@ -67,12 +65,15 @@ impl Service {
         self.front
             .opts
             .access
-            .check(peer, token, admin)
+            .check(peer, client_cert, token, admin)
             .map_err(|_| V2Error::unauthenticated(admin).into())
     }
 }
 
-/// Serves `listener` until the task is aborted.
+/// Serves `listener` until the task is aborted: over TLS when
+/// `kserve.tls_cert` is set, each connection's handshake on a task of its
+/// own within `kserve.header_read_timeout_ms`, so a client that trickles
+/// its handshake holds only its own slot, and only for that long.
 pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     let max = front.opts.max_body_bytes;
     let conns = front.opts.max_connections.max(1);
@@ -82,25 +83,53 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
         front.opts.grpc_max_connection_age,
         front.opts.grpc_max_connection_age_grace,
     );
+    let tls = front.opts.tls.as_ref().map(|t| Arc::clone(&t.grpc));
     let svc = GrpcInferenceServiceServer::new(Service { front })
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<super::limit::Conn, std::io::Error>>(16);
+    type Incoming = Result<super::limit::Conn<super::limit::Stream>, std::io::Error>;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Incoming>(16);
     let mut limited = super::limit::Limited::new(listener, conns);
+    let close_after = age.map(|a| a + grace);
     let acceptor = tokio::spawn(async move {
         loop {
-            let (c, _) = limited.accept_limited().await;
-            let c = c.watch_http2(frame_within, request_within, age + grace);
-            if tx.send(Ok(c)).await.is_err() {
-                break;
-            }
+            let (c, addr) = limited.accept_limited().await;
+            let Some(tls) = &tls else {
+                let c = c
+                    .plain()
+                    .watch_http2(frame_within, request_within, close_after);
+                if tx.send(Ok(c)).await.is_err() {
+                    break;
+                }
+                continue;
+            };
+            let (tls, tx) = (Arc::clone(tls), tx.clone());
+            tokio::spawn(async move {
+                let c = c.watch_tls_records(frame_within, request_within);
+                match super::tls::handshake(tls, c, frame_within).await {
+                    Ok((s, client_cert)) => {
+                        let c = super::limit::Conn::over_tls(s, client_cert).watch_http2(
+                            frame_within,
+                            request_within,
+                            close_after,
+                        );
+                        let _ = tx.send(Ok(c)).await;
+                    }
+                    Err(e) => {
+                        tracing::debug!(peer = %addr, error = %e, "gRPC TLS handshake failed")
+                    }
+                }
+            });
         }
     });
     let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
-    if let Err(e) = tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(age) = age {
         // The age alone: tonic given a grace too never sends GOAWAY (see
         // h2watch); the watch closes the connection after the grace.
-        .max_connection_age(age)
+        server = server.max_connection_age(age);
+    }
+    if let Err(e) = server
         // tonic's default is no limit; h2watch's MAX_OPEN bounds open
         // request halves, this the calls a connection runs at once.
         .max_concurrent_streams(Some(128))

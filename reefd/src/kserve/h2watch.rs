@@ -29,6 +29,19 @@
 //! GOAWAY (`connection_timeout_future` in its server module), so reefd
 //! gives tonic the age alone and enforces the grace here.
 //!
+//! While a write of the server's is pending (the socket takes no more: the
+//! client is not reading), h2 reads nothing, so a client whose frame or
+//! request cannot go on because the server is not reading would be charged
+//! for the server's wait: the frame and request clocks stop while a write
+//! is pending and go on from where they stopped once it is done. A write
+//! pending for `request_within` closes the connection (a client that does
+//! not read its answers), whatever the maximum age, which can be off.
+//!
+//! The same watch, given TLS's record layout (RFC 8446 §5.1: type,
+//! version, 16-bit length; no preface, no streams), holds TLS records to
+//! the frame rule beneath rustls on the gRPC front over TLS: the HTTP/2
+//! frames are only seen once their record is whole.
+//!
 //! The watch is pure bookkeeping over bytes and instants, so it is tested
 //! without sockets; [`super::limit::Conn`] feeds it and owns the timer.
 
@@ -49,6 +62,8 @@ const END_STREAM: u8 = 0x1;
 /// One direction's frame reader: where the next frame header begins.
 #[derive(Debug, Default)]
 struct Framer {
+    /// TLS records (a 5-byte header) rather than HTTP/2 frames (9 bytes).
+    tls: bool,
     /// Bytes of the current frame header seen so far.
     head: [u8; 9],
     head_len: usize,
@@ -74,16 +89,22 @@ impl Framer {
                 }
                 continue;
             }
-            let n = (9 - self.head_len).min(bytes.len());
+            let size = if self.tls { 5 } else { 9 };
+            let n = (size - self.head_len).min(bytes.len());
             self.head[self.head_len..self.head_len + n].copy_from_slice(&bytes[..n]);
             self.head_len += n;
             bytes = &bytes[n..];
-            if self.head_len == 9 {
+            if self.head_len == size {
                 let h = self.head;
                 self.head_len = 0;
-                self.payload_left = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
-                let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-                on((h[3], h[4], stream));
+                if self.tls {
+                    self.payload_left = (h[3] as usize) << 8 | h[4] as usize;
+                } else {
+                    self.payload_left =
+                        (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
+                    let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                    on((h[3], h[4], stream));
+                }
                 if self.payload_left == 0 {
                     self.done += 1;
                 }
@@ -133,6 +154,11 @@ pub struct H2Watch {
     /// When the connection is closed whatever it does: its maximum age
     /// (at which tonic sends GOAWAY) plus the grace after it.
     close_at: Option<Instant>,
+    /// Since when a write of the server's has been pending: the client's
+    /// clocks stand still meanwhile.
+    write_pending_since: Option<Instant>,
+    /// Watching TLS records rather than HTTP/2.
+    tls: bool,
 }
 
 impl H2Watch {
@@ -148,7 +174,65 @@ impl H2Watch {
             open: HashMap::new(),
             broken: None,
             close_at: None,
+            write_pending_since: None,
+            tls: false,
         }
+    }
+
+    /// A watch over the TLS records of a connection accepted at `now`: each
+    /// whole within `frame_within` of its first byte (the ClientHello's
+    /// too), and a write pending no longer than `write_within`.
+    pub fn tls_records(frame_within: Duration, write_within: Duration, now: Instant) -> Self {
+        let mut w = H2Watch::new(frame_within, write_within, now);
+        w.preface_left = 0;
+        w.tls = true;
+        w.inbound.tls = true;
+        w.outbound.tls = true;
+        w
+    }
+
+    /// A write of the server's is pending at `now` (the socket takes no
+    /// more): the client's clocks stop.
+    pub fn write_pending(&mut self, now: Instant) {
+        self.write_pending_since.get_or_insert(now);
+    }
+
+    /// No write of the server's is pending at `now`: the client's clocks go
+    /// on from where they stopped. A time that began during the wait
+    /// counts from now.
+    pub fn write_done(&mut self, now: Instant) {
+        let Some(since) = self.write_pending_since.take() else {
+            return;
+        };
+        let resume = |t: &mut Instant| {
+            *t += now.saturating_duration_since((*t).max(since));
+        };
+        if let Some(t) = &mut self.partial_since {
+            resume(t);
+        }
+        for t in self.open.values_mut() {
+            resume(t);
+        }
+    }
+
+    /// The rule broken by `now` of those that hold while the server
+    /// writes: the close time, and a write pending too long.
+    pub fn broken_writing(&self, now: Instant) -> Option<Broken> {
+        if self.close_at.is_some_and(|t| now >= t) {
+            return Some(Broken::Slow(
+                "the connection was still open kserve.grpc_max_connection_age_grace_ms after \
+                 it was asked to go away",
+            ));
+        }
+        if self
+            .write_pending_since
+            .is_some_and(|t| now >= t + self.request_within)
+        {
+            return Some(Broken::Slow(
+                "the client did not read the server's bytes within kserve.body_read_timeout_ms",
+            ));
+        }
+        None
     }
 
     /// Closes the connection at `at` whatever it does (see
@@ -175,6 +259,8 @@ impl H2Watch {
         if bytes.is_empty() {
             return;
         }
+        // Bytes read while a write is pending count from the wait's end.
+        let now = self.write_pending_since.map_or(now, |t| t.min(now));
         let (was_mid, done_before) = (self.inbound.mid_frame(), self.inbound.done);
         let open = &mut self.open;
         self.inbound.feed(bytes, |(ty, flags, id)| match ty {
@@ -216,15 +302,12 @@ impl H2Watch {
         });
     }
 
-    /// Whether the connection is past its close time (the only rule
-    /// checked while the server writes: the others measure the client's
-    /// sending, which a server that is not reading would stretch).
-    pub fn past_close(&self, now: Instant) -> bool {
-        self.close_at.is_some_and(|t| now >= t)
-    }
-
     /// When the connection breaks a rule if nothing changes.
     pub fn deadline(&self) -> Option<Instant> {
+        if let Some(w) = self.write_pending_since {
+            let write = w + self.request_within;
+            return Some(self.close_at.map_or(write, |c| c.min(write)));
+        }
         let frame = self.partial_since.map(|t| t + self.frame_within);
         let request = self.open.values().min().map(|&t| t + self.request_within);
         [frame, request, self.close_at].into_iter().flatten().min()
@@ -235,16 +318,19 @@ impl H2Watch {
         if let Some(b) = &self.broken {
             return Some(b.clone());
         }
-        if self.close_at.is_some_and(|t| now >= t) {
-            return Some(Broken::Slow(
-                "the connection was still open kserve.grpc_max_connection_age_grace_ms after \
-                 it was asked to go away",
-            ));
+        if let Some(b) = self.broken_writing(now) {
+            return Some(b);
+        }
+        if self.write_pending_since.is_some() {
+            // The client's clocks stand still.
+            return None;
         }
         if let Some(t) = self.partial_since {
             if now >= t + self.frame_within {
                 return Some(Broken::Slow(if self.preface_left > 0 {
                     "the client did not send its HTTP/2 preface within kserve.header_read_timeout_ms"
+                } else if self.tls {
+                    "the client did not complete a TLS record within kserve.header_read_timeout_ms"
                 } else {
                     "the client did not complete a frame within kserve.header_read_timeout_ms"
                 }));
@@ -401,6 +487,90 @@ mod tests {
         assert_eq!(w.deadline(), Some(t0 + 5 * S));
         assert!(w.broken(t0 + 4 * S).is_none());
         assert!(w.broken(t0 + 5 * S).is_some());
+    }
+
+    /// The server's write is pending (the client is not reading) for 10 s:
+    /// h2 reads nothing meanwhile, so the client's partial frame and open
+    /// request cannot go on, and that time is not charged to it. A write
+    /// pending longer than the request time closes the connection.
+    #[test]
+    fn the_clocks_stop_while_a_write_is_pending() {
+        let t0 = Instant::now();
+        let mut w = watch(t0);
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(HEADERS, 0x4, 1, b"hdr"));
+        // Half of a DATA frame: a frame begun at t0 + S/2.
+        let data = frame(DATA, END_STREAM, 1, &[0; 20]);
+        w.read(&bytes, t0);
+        w.read(&data[..10], t0 + S / 2);
+        assert_eq!(w.deadline(), Some(t0 + S / 2 + S));
+        // The server's write blocks at t0 + S/2 + S/4 for 2.5 s (under the
+        // request time, 3 s): only the write's own deadline is armed.
+        let blocked = t0 + S / 2 + S / 4;
+        w.write_pending(blocked);
+        w.write_pending(blocked + S); // still the same wait
+        assert_eq!(w.deadline(), Some(blocked + 3 * S));
+        assert!(w.broken(blocked + 2 * S).is_none(), "the frame clock ran");
+        let done = blocked + S * 5 / 2;
+        w.write_done(done);
+        // The frame had S/4 of its second used: S*3/4 left, from `done`.
+        assert_eq!(w.deadline(), Some(done + S * 3 / 4));
+        assert!(w.broken(done + S / 2).is_none());
+        assert!(w
+            .broken(done + S * 3 / 4)
+            .unwrap()
+            .to_string()
+            .contains("frame"));
+        // The request clock stopped as well: 3 s from t0, less the wait.
+        let mut w = watch(t0);
+        w.read(&bytes, t0);
+        w.write_pending(t0 + S);
+        w.write_done(t0 + 3 * S);
+        assert_eq!(w.deadline(), Some(t0 + 5 * S));
+        assert!(w.broken(t0 + 4 * S).is_none());
+        assert!(w.broken(t0 + 5 * S).is_some());
+        // A stream opened (bytes read) during the wait counts from its end.
+        let mut w = watch(t0);
+        w.read(PREFACE, t0);
+        w.write_pending(t0 + S);
+        w.read(&frame(HEADERS, 0x4, 1, b"hdr"), t0 + 2 * S);
+        w.write_done(t0 + 4 * S);
+        assert_eq!(w.deadline(), Some(t0 + 7 * S));
+        // A write pending past the request time: a client that does not
+        // read its answers.
+        let mut w = watch(t0);
+        w.read(PREFACE, t0);
+        w.write_pending(t0 + S);
+        assert_eq!(w.deadline(), Some(t0 + 4 * S));
+        assert!(w.broken_writing(t0 + 3 * S).is_none());
+        let b = w.broken_writing(t0 + 4 * S).expect("a write pending 3 s");
+        assert!(b.to_string().contains("did not read"), "{b}");
+        // ... and the close time still holds during a wait.
+        let mut w = watch(t0).close_at(t0 + 2 * S);
+        w.read(PREFACE, t0);
+        w.write_pending(t0 + S);
+        assert_eq!(w.deadline(), Some(t0 + 2 * S));
+        assert!(w.broken_writing(t0 + 2 * S).is_some());
+    }
+
+    #[test]
+    fn tls_records_must_be_whole_within_the_frame_time() {
+        let t0 = Instant::now();
+        let mut w = H2Watch::tls_records(S, 3 * S, t0);
+        // A ClientHello-sized record, whole in two reads.
+        let mut rec = vec![0x16, 3, 1, 0, 200];
+        rec.extend([0u8; 200]);
+        w.read(&rec[..3], t0);
+        w.read(&rec[3..], t0 + S / 2);
+        assert_eq!(w.deadline(), None);
+        // Application data trickled: cut at the frame time.
+        let mut rec = vec![0x17, 3, 3, 0, 50];
+        rec.extend([0u8; 50]);
+        w.read(&rec[..20], t0 + 2 * S);
+        assert_eq!(w.deadline(), Some(t0 + 3 * S));
+        w.read(&rec[20..40], t0 + S * 5 / 2);
+        let b = w.broken(t0 + 3 * S).expect("a record trickled past 1 s");
+        assert!(b.to_string().contains("TLS record"), "{b}");
     }
 
     #[test]

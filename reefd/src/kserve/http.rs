@@ -61,7 +61,12 @@ fn check(
     front
         .opts
         .access
-        .check(peer.0.map(|a| a.ip()), bearer(h), admin)
+        .check(
+            peer.addr.map(|a| a.ip()),
+            peer.client_cert,
+            bearer(h),
+            admin,
+        )
         .map_err(|_| V2Error::unauthenticated(admin))
 }
 
@@ -108,34 +113,67 @@ pub fn router(front: Arc<Front>) -> Router {
 /// axum::serve sets no timer, so it has none), and a request whose body
 /// is not complete within `kserve.body_read_timeout` after its header is
 /// answered 408 ([`read_body_in_time`]): a client sending a byte a second
-/// holds its slot for a bounded time only.
+/// holds its slot for a bounded time only. Over TLS (`kserve.tls_cert`),
+/// the handshake runs on the connection's task within the header timeout
+/// too, and the header timer starts once it is done.
 pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
-    use tower::ServiceExt;
     let max = front.opts.max_connections.max(1);
     let header_timeout = front.opts.header_read_timeout;
+    let tls = front.opts.tls.as_ref().map(|t| Arc::clone(&t.http));
     let app = router(front);
     let mut listener = super::limit::Limited::new(listener, max);
     loop {
         let (conn, addr) = listener.accept_limited().await;
         let app = app.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let mut req = req.map(axum::body::Body::new);
-                    req.extensions_mut()
-                        .insert(ConnectInfo(super::limit::PeerAddr(Some(addr))));
-                    app.clone().oneshot(req)
-                });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(conn), svc)
-                .await;
+            let served = match tls {
+                None => {
+                    let peer = conn.peer();
+                    serve_one(app, conn, peer, header_timeout).await
+                }
+                Some(tls) => match super::tls::handshake(tls, conn, header_timeout).await {
+                    Ok((s, client_cert)) => {
+                        let peer = super::limit::PeerAddr {
+                            addr: Some(addr),
+                            client_cert,
+                        };
+                        serve_one(app, s, peer, header_timeout).await
+                    }
+                    Err(e) => {
+                        tracing::debug!(peer = %addr, error = %e, "HTTP TLS handshake failed");
+                        return;
+                    }
+                },
+            };
             if let Err(e) = served {
                 tracing::debug!(peer = %addr, error = %e, "HTTP connection ended");
             }
         });
     }
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS) until it ends.
+async fn serve_one<I>(
+    app: Router,
+    io: I,
+    peer: super::limit::PeerAddr,
+    header_timeout: std::time::Duration,
+) -> Result<(), hyper::Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tower::ServiceExt;
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(ConnectInfo(peer));
+        app.clone().oneshot(req)
+    });
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        .await
 }
 
 /// Reads the whole request body before the handler runs, within

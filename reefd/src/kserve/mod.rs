@@ -24,9 +24,9 @@
 //!
 //! Access ([`Access`]): TCP carries no peer credentials, so the listeners
 //! bind loopback unless `kserve.allow_remote` is set, and a non-loopback
-//! address also needs `kserve.token` (a bearer token). Model load and
-//! unload over the network need the token always: they are the daemon's
-//! admin operations.
+//! address also needs `kserve.token` (a bearer token) or mutual TLS
+//! (`kserve.tls_client_ca`, [`tls`]). Model load and unload over the
+//! network need the token always: they are the daemon's admin operations.
 
 pub mod grpc;
 pub mod h2watch;
@@ -34,6 +34,7 @@ pub mod http;
 pub mod limit;
 pub mod shm;
 pub mod tensor;
+pub mod tls;
 
 use crate::protocol::{ErrorCode, ModelInfo, Priority, Reply, RequestBody, ServerMessage};
 use crate::runtime::{Conn, Failure, Handled, Peer, Runtime};
@@ -94,11 +95,13 @@ pub struct KserveOptions {
     pub body_read_timeout: std::time::Duration,
     /// gRPC: a connection this old is asked to go away (HTTP/2 GOAWAY, as
     /// gRPC's own `MAX_CONNECTION_AGE`); clients reconnect transparently.
-    /// This bounds an idle connection's hold on a slot.
-    pub grpc_max_connection_age: std::time::Duration,
+    /// This bounds an idle connection's hold on a slot. None: never.
+    pub grpc_max_connection_age: Option<std::time::Duration>,
     /// gRPC: a connection still open this long after it was asked to go
     /// away is closed.
     pub grpc_max_connection_age_grace: std::time::Duration,
+    /// TLS on both fronts, and mutual TLS if it has client CAs.
+    pub tls: Option<tls::Tls>,
 }
 
 impl Default for KserveOptions {
@@ -115,8 +118,9 @@ impl Default for KserveOptions {
             shm_uids: Vec::new(),
             header_read_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(30),
-            grpc_max_connection_age: std::time::Duration::from_secs(300),
+            grpc_max_connection_age: Some(std::time::Duration::from_secs(300)),
             grpc_max_connection_age_grace: std::time::Duration::from_secs(60),
+            tls: None,
         }
     }
 }
@@ -139,15 +143,20 @@ pub enum Denied {
 
 impl Access {
     /// Checks a request from `peer` carrying `presented` (the token in its
-    /// `Authorization` header, without `Bearer `). `admin` operations (load,
-    /// unload) need the token even from loopback.
+    /// `Authorization` header, without `Bearer `). `client_cert`: the peer
+    /// presented a client certificate the TLS layer verified against
+    /// `kserve.tls_client_ca`, which stands for the token from any peer,
+    /// except for `admin` operations (load, unload): they need the token
+    /// even from loopback. A wrong token is refused in any case.
     pub fn check(
         &self,
         peer: Option<IpAddr>,
+        client_cert: bool,
         presented: Option<&str>,
         admin: bool,
     ) -> Result<(), Denied> {
-        let loopback = peer.is_some_and(|ip| ip.is_loopback());
+        // A verified client certificate stands for being on this machine.
+        let loopback = client_cert || peer.is_some_and(|ip| ip.is_loopback());
         match &self.token {
             Some(t) => {
                 let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), t.as_bytes()));
@@ -213,7 +222,7 @@ impl V2Error {
             if admin {
                 "model load and unload need the daemon's token (kserve.token): send `Authorization: Bearer TOKEN`"
             } else {
-                "this front needs the daemon's token from non-loopback clients (kserve.token): send `Authorization: Bearer TOKEN`"
+                "this front needs the daemon's token from non-loopback clients (kserve.token): send `Authorization: Bearer TOKEN`, or a client certificate where mutual TLS is set (kserve.tls_client_ca)"
             },
         )
     }
@@ -799,32 +808,46 @@ mod tests {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
         let far: IpAddr = "10.1.2.3".parse().unwrap();
         let open = Access::default();
-        assert_eq!(open.check(Some(lo), None, false), Ok(()));
+        assert_eq!(open.check(Some(lo), false, None, false), Ok(()));
         assert_eq!(
-            open.check(Some(lo), None, true),
+            open.check(Some(lo), false, None, true),
             Err(Denied::Unauthenticated)
         );
         assert_eq!(
-            open.check(Some(far), None, false),
+            open.check(Some(far), false, None, false),
             Err(Denied::Unauthenticated)
         );
         let tok = Access {
             token: Some("s3cret".into()),
         };
-        assert_eq!(tok.check(Some(lo), None, false), Ok(()));
-        assert_eq!(tok.check(Some(lo), Some("s3cret"), true), Ok(()));
+        assert_eq!(tok.check(Some(lo), false, None, false), Ok(()));
+        assert_eq!(tok.check(Some(lo), false, Some("s3cret"), true), Ok(()));
         assert_eq!(
-            tok.check(Some(lo), Some("wrong"), false),
+            tok.check(Some(lo), false, Some("wrong"), false),
             Err(Denied::Unauthenticated)
         );
         assert_eq!(
-            tok.check(Some(far), None, false),
+            tok.check(Some(far), false, None, false),
             Err(Denied::Unauthenticated)
         );
-        assert_eq!(tok.check(Some(far), Some("s3cret"), false), Ok(()));
+        assert_eq!(tok.check(Some(far), false, Some("s3cret"), false), Ok(()));
         assert_eq!(
-            tok.check(Some(far), Some("s3cre"), false),
+            tok.check(Some(far), false, Some("s3cre"), false),
             Err(Denied::Unauthenticated)
         );
+        // Mutual TLS: a verified client certificate stands for the token,
+        // but not for load and unload, and not beside a wrong token.
+        for a in [&open, &tok] {
+            assert_eq!(a.check(Some(far), true, None, false), Ok(()));
+            assert_eq!(
+                a.check(Some(far), true, None, true),
+                Err(Denied::Unauthenticated)
+            );
+        }
+        assert_eq!(
+            tok.check(Some(far), true, Some("wrong"), false),
+            Err(Denied::Unauthenticated)
+        );
+        assert_eq!(tok.check(Some(far), true, Some("s3cret"), true), Ok(()));
     }
 }
