@@ -48,7 +48,8 @@
 //! ([`Sim::time_fresh_groups`]); fixed at placement too, and nil below
 //! saturation. A kill
 //! removes the running groups of the targeted kernels after `kill_latency_ns`
-//! and discards their unplaced blocks.
+//! and discards their unplaced blocks; a kernel with no block running on a
+//! flagged stream is left to exit at its blocks' flag check (REEF §4.6).
 
 use crate::cuset::CuSet;
 use crate::shape::KernelShape;
@@ -2084,11 +2085,31 @@ impl Sim {
             .iter()
             .copied()
             .filter(|&a| target == u32::MAX || self.launches[a as usize].stream == target)
-            // A launch with no block running and none left to dispatch is
-            // only finishing its flagged blocks' exit: nothing to kill.
+            // A launch with no block running is not killed when none of it
+            // is left to dispatch (it is only finishing its flagged blocks'
+            // exit), nor when its stream's preempt flag is set: the kill
+            // interrupts running threads only, and "inactive thread blocks
+            // of the running kernel are then evicted by the preemptor in
+            // Figure 8 since they have not been executed yet" (REEF §4.6,
+            // "Kernel killing"; the preemptor is the flag check at kernel
+            // entry, §4.2, Fig. 8 lines 1-4). Its blocks exit at their check
+            // once a CU has room for one (`flag_exit`), writing nothing: it
+            // ends `Evicted`, or `Completed` (partly run) when blocks of it
+            // had finished before the flag was set. Killed, its outputs were
+            // marked corrupted although no block of it had run, and the
+            // restore then read them: the kernel before it finished under
+            // the flag, so the scheduler could not count that completion and
+            // re-ran it (the execution index names it, §4.4), over an input
+            // the never-run kernel writes (TVM reuses storage: resnet152's
+            // softmax writes the buffer the dense kernel before it reads).
+            // With the GV100's 15 us trap (§4.6) the predecessor often ends
+            // and its successor is dispatched, without room beside the
+            // real-time kernels, before the kill lands; with the MI50's 3 us
+            // CU reset (§4.5) rarely.
             .filter(|&a| {
                 let l = &self.launches[a as usize];
-                !(l.groups.is_empty() && l.next_block == l.end)
+                !(l.groups.is_empty()
+                    && (l.next_block == l.end || self.streams[l.stream as usize].flag))
             })
             .collect();
         for slot in victims {

@@ -380,6 +380,75 @@ fn kill_corrupts_and_restore_matches_reference() {
     assert!(sim.values().diff(refsim.values(), &[a, b, c]).is_empty());
 }
 
+/// A kill takes the running threads only (REEF §4.6 "Kernel killing":
+/// inactive blocks "are then evicted by the preemptor in Figure 8 since
+/// they have not been executed yet"): a kernel dispatched under the flag
+/// with no room for its blocks when the kill lands is not killed, writes
+/// nothing and ends evicted once a CU frees up. Two ping-pong kernels on
+/// the GV100 (15 us trap): k1 reads A and writes B, k2 reads B and writes
+/// A, as TVM reuses storage (resnet152's dense and softmax). k1 finishes
+/// under the flag before the kill lands, so the restore re-runs it (REEF
+/// §4.4: the execution index names it) and reads A, which k2 never
+/// touched. Before the fix the kill marked A corrupted and the restored
+/// request's outputs differed from an unpreempted run (what `reef-bench
+/// disb C --device gv100 --check-values` found under every preempting
+/// policy).
+#[test]
+fn kill_spares_a_kernel_none_of_whose_blocks_ran() {
+    let spec = DeviceSpec::preset("gv100").unwrap();
+    let sh = |blocks, dur| {
+        Arc::new(KernelShape::synthetic("k", blocks, 1024, 0, 0, vec![dur; 2], &spec).unwrap())
+    };
+    // Two 1024-thread blocks fill an SM (2048 threads): 160 blocks fill all 80.
+    let (k1, k2, rt) = (sh(160, 20_000), sh(160, 20_000), sh(160, 100_000));
+    let (a, b) = (BufferId(1), BufferId(2));
+    let l1 = || KernelLaunch::new(k1.clone(), tags(0, 0)).with_buffers(vec![a], vec![b]);
+    let l2 = || KernelLaunch::new(k2.clone(), tags(0, 1)).with_buffers(vec![b], vec![a]);
+
+    let mut refsim = Sim::new(spec.clone(), SimConfig::default());
+    let s = refsim.create_stream_own_queue(0, 4).unwrap();
+    refsim.launch(s, l1()).unwrap();
+    refsim.launch(s, l2()).unwrap();
+    drain(&mut refsim);
+
+    let mut sim = Sim::new(spec.clone(), SimConfig::default());
+    let be = sim.create_stream_own_queue(0, 4).unwrap();
+    let rts = sim.create_stream_own_queue(0, 4).unwrap();
+    let first = sim.launch(be, l1()).unwrap();
+    let second = sim.launch(be, l2()).unwrap();
+    // The real-time kernel is dispatched after k1 and waits for its SMs.
+    let mut evs = sim.advance_to(1_000);
+    let rt_id = sim.launch(rts, KernelLaunch::new(rt, tags(1, 0))).unwrap();
+    // Preempt while k1 runs (it started at 10 us and ends at 30 us).
+    let t = 25_000;
+    evs.extend(sim.advance_to(t));
+    sim.set_preempt_flag(be, true).unwrap();
+    sim.kill_stream(be).unwrap();
+    evs.extend(drain(&mut sim));
+    let ev = |id| evs.iter().rfind(|e| e.launch == id).unwrap();
+    // k1 ran whole before the kill; the real-time kernel took every SM;
+    // k2, dispatched at 32 us, had no room when the kill landed at 40 us.
+    assert_eq!(ev(first).kind, EventKind::Completed);
+    assert!(ev(first).time < t + spec.kill_latency_ns);
+    assert_eq!(ev(second).kind, EventKind::Evicted);
+    assert_eq!(
+        ev(second).time,
+        ev(rt_id).time + spec.flag_check_ns,
+        "k2 exits at its check once the real-time kernel frees the SMs"
+    );
+    assert!(!evs
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Killed { .. })));
+    // A still holds the request's input: nothing of k2 ran.
+    assert_eq!(sim.values().get(a), ValueTracker::initial(a));
+    // The restore re-runs k1 (its completion came under the flag) and k2.
+    sim.set_preempt_flag(be, false).unwrap();
+    sim.launch(be, l1()).unwrap();
+    sim.launch(be, l2()).unwrap();
+    drain(&mut sim);
+    assert!(sim.values().diff(refsim.values(), &[a, b]).is_empty());
+}
+
 #[test]
 fn clear_queue_and_levels() {
     let mut sim = Sim::new(mi50(), SimConfig::default());

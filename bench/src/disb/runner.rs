@@ -728,7 +728,11 @@ mod tests {
     use std::path::Path;
 
     fn setup(w: &Workload) -> (DeviceSpec, Vec<PreparedModel>, Vec<f64>) {
-        let spec = DeviceSpec::preset("mi50").unwrap();
+        setup_on(w, "mi50")
+    }
+
+    fn setup_on(w: &Workload, device: &str) -> (DeviceSpec, Vec<PreparedModel>, Vec<f64>) {
+        let spec = DeviceSpec::preset(device).unwrap();
         let dir = reef_model::default_models_dir();
         let mut models: Vec<PreparedModel> = Vec::new();
         for t in &w.tasks {
@@ -793,6 +797,36 @@ mod tests {
                     simulate(&spec, &models, plans, 2_000_000_000, &opts(policy, true)).unwrap();
                 assert!(
                     out.preemptions.len() >= 20,
+                    "{wl} {policy}: {}",
+                    out.preemptions.len()
+                );
+                assert_eq!(out.corrupted_outputs, 0, "{wl} {policy}");
+            }
+        }
+    }
+
+    /// Preemption on the GV100 preset (REEFnv: 15 us trap, REEF §4.6)
+    /// keeps every request's outputs equal to an unpreempted run's under
+    /// every preempting policy. Failed before a kill spared a flagged
+    /// kernel with no block running (`sim/src/engine.rs` `kill_effect`):
+    /// the kill marked the outputs of a kernel that never ran corrupted,
+    /// and the restore re-ran its predecessor (completed under the flag,
+    /// §4.4) over them; the first of these runs (C, `reef-nodkp`)
+    /// returned one corrupted request then.
+    #[test]
+    fn gv100_preemption_keeps_values() {
+        for wl in ["C", "D"] {
+            let w =
+                Workload::load(&reef_model::shared_dir().join(format!("disb/workloads/{wl}.json")))
+                    .unwrap();
+            let (spec, models, sa) = setup_on(&w, "gv100");
+            let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+            for policy in ["reef-nodkp", "reef", "reef-dkp-mv", "reef-max"] {
+                let plans = plan_clients(&w, &idx, &sa, 7);
+                let out =
+                    simulate(&spec, &models, plans, 5_000_000_000, &opts(policy, true)).unwrap();
+                assert!(
+                    out.preemptions.len() >= 50,
                     "{wl} {policy}: {}",
                     out.preemptions.len()
                 );
