@@ -61,16 +61,23 @@ fn run(
 }
 
 #[test]
-fn reef_max_never_starves_be_in_the_dkp_pairs() {
+fn reef_max_starves_be_only_where_padding_must_wait_for_the_kill() {
     // The pairs of `reef-bench dkp` (closed-loop RT and BE, REEF §6.5):
     // normal mode lasts no time, so BE work progresses only beside RT
-    // kernels. `reef` starved in 20 of 25 pairs before issue 28.
+    // kernels. `reef` starved in 20 of 25 pairs before issue 28, and
+    // `reef-max` in none until 1397c6a. Since then padding pads a kernel
+    // it takes as running only when no later kernel on the device can
+    // have rewritten its inputs (docs/padding.md); with densenet as RT,
+    // resnet152 and vgg then stop at such a kernel every request
+    // (docs/results-max.md). Any other starved pair is a regression.
+    let known = ["densenet-resnet152", "densenet-vgg"];
     for rt in MODELS {
         for be in MODELS {
             let o = run(rt, be, "reef-max", None, 0.5, false);
+            let pair = format!("{rt}-{be}");
             assert!(
-                o.clients[1].completed > 0,
-                "{rt}-{be}: BE starved under reef-max"
+                o.clients[1].completed > 0 || known.contains(&pair.as_str()),
+                "{pair}: BE starved under reef-max"
             );
             // The RT client is never slowed: every request as alone.
             assert!(o.clients[0].completed > 0);
