@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Daemon;
+use common::{free_port, Daemon};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -14,15 +14,6 @@ use std::process::Command;
 use std::time::Duration;
 
 const TOKEN: &str = "test-token-0123456789abcdef";
-
-/// A free loopback port (bound, then released for the daemon).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Fronts {
     d: Daemon,

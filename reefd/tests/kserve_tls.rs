@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::Daemon;
+use common::{free_port, Daemon};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -81,14 +81,6 @@ fn pki() -> Pki {
     leaf(dir.path(), "client", &["reef-client"], ClientAuth, &ours);
     leaf(dir.path(), "stranger", &["stranger"], ClientAuth, &theirs);
     Pki { dir }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Fronts {

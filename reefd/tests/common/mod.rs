@@ -212,6 +212,15 @@ impl Drop for Daemon {
     }
 }
 
+/// A free loopback port (bound, then released for the daemon).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A test that cannot run here logs why (stderr, and a line in the file
 /// `REEF_SKIP_LOG` names, as `reef_ioctl::fake::skip` does) and returns.
 /// Unlike that function it never panics under `REEF_REQUIRE_HW_FAKES=1`:
