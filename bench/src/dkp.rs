@@ -762,14 +762,18 @@ mod tests {
     }
 
     #[test]
-    fn dkp_mv_rescues_densenet_resnet152_densenet_vgg_bert_inception_and_densenet_inception() {
+    fn dkp_mv_gets_past_kernels_only_one_rt_kernel_admits() {
         // RT densenet with BE resnet152 (and vgg): BE kernel 192 (56) is
         // admitted only by densenet's first RT kernel. Under a closed-loop
         // RT client that kernel is transmitted while the BE stream still
         // lazily evicts what the zero-length normal mode before it
         // launched; it used to go unpadded, and the task stopped there.
         // The MI50's kill lands before a later launch starts, so it is
-        // padded now and BE requests complete.
+        // padded now. Since 1397c6a the task then stops later, at a
+        // kernel that a later kernel on the device rewrites the inputs of
+        // (resnet152's 201, rewritten by 203), which padding may not take
+        // before the kill lands (docs/padding.md): no BE request of these
+        // two pairs completes (docs/results-max.md).
         let spec = DeviceSpec::preset("mi50").unwrap();
         assert!(
             reef_exec::sched_config(&spec, 4)
@@ -784,7 +788,6 @@ mod tests {
             assert_eq!(out.corrupted_outputs, 0);
             let p = out.padding.unwrap();
             assert!(p.be_kernels_completed_by_padding > stuck_at, "{be}");
-            assert!(out.clients[1].completed > 0, "densenet-{be}: BE progress");
         }
         // RT bert with BE inception: kernel 63's half-register versions
         // reach occupancy 4 now that they halve the block's registers
@@ -830,7 +833,8 @@ mod tests {
         // 0) starts on its own stream and cannot finish before the next RT
         // request. Kernel 0 used to be transmitted unpadded while it ran
         // (the task waited for the kill event) and BE starved; now it is
-        // padded once the kill is issued, and values stay correct.
+        // padded once the kill is issued, and values stay correct. (The
+        // task then stops at kernel 201, as in the closed loop above.)
         let spec = DeviceSpec::preset("mi50").unwrap();
         let ms = models(&spec, &["densenet", "resnet152"]);
         let alone = crate::disb::standalone_ns(&spec, &ms[0], 3, 1).unwrap();
@@ -850,7 +854,6 @@ mod tests {
             "{}",
             p.be_kernels_completed_by_padding
         );
-        assert!(out.clients[1].completed > 0, "BE progress");
     }
 
     #[test]
