@@ -759,6 +759,22 @@ fn forgetting_finished_preemption_records_changes_no_decision() {
     assert_eq!(forgot.core().preemptions_base(), 3);
 }
 
+/// The (execution index, restore point) of the restore on `stream` among
+/// `acts`; panics when there is none.
+fn restore_on(acts: &[Action], stream: StreamId) -> (Option<u32>, u32) {
+    acts.iter()
+        .find_map(|a| match a {
+            Action::Restore {
+                stream: s,
+                exec_index,
+                from_kernel,
+                ..
+            } if *s == stream => Some((*exec_index, *from_kernel)),
+            _ => None,
+        })
+        .expect("the BE request is restored")
+}
+
 /// Issue 26, finding 1 (REEF §4.3 Fig. 8, §4.4): the flag is checked at the
 /// entry of every block, so a best-effort kernel already running when a
 /// lazy eviction (level 2, no kill) sets the flag finishes the blocks it
@@ -880,18 +896,7 @@ fn a_kernel_partly_run_at_preemption_is_re_executed() {
     }
     acts.clear();
     s.drain_actions(&mut acts);
-    let restore = acts
-        .iter()
-        .find_map(|a| match a {
-            Action::Restore {
-                stream,
-                exec_index,
-                from_kernel,
-                ..
-            } if *stream == be_s => Some((*exec_index, *from_kernel)),
-            _ => None,
-        })
-        .expect("the BE request is restored");
+    let restore = restore_on(&acts, be_s);
     assert_eq!(
         restore,
         (Some(1), 1),
@@ -1158,18 +1163,7 @@ fn a_successor_passing_its_check_confirms_a_completion_seen_under_the_flag() {
     );
     acts.clear();
     s.drain_actions(&mut acts);
-    let restore = acts
-        .iter()
-        .find_map(|a| match a {
-            Action::Restore {
-                stream,
-                exec_index,
-                from_kernel,
-                ..
-            } if *stream == be_s => Some((*exec_index, *from_kernel)),
-            _ => None,
-        })
-        .expect("the BE request is restored");
+    let restore = restore_on(&acts, be_s);
     assert_eq!(
         restore,
         (Some(2), 2),
