@@ -448,10 +448,10 @@ impl Config {
         };
         let mutual = tls.as_ref().is_some_and(|t| t.client_auth);
         let token = if !k.token_file.is_empty() {
-            let t = std::fs::read_to_string(&k.token_file).map_err(|e| {
+            let t = read_token_file(Path::new(&k.token_file)).map_err(|e| {
                 ConfigError::Invalid(format!("kserve.token_file = {:?}: {e}", k.token_file))
             })?;
-            Some(t.lines().next().unwrap_or("").trim().to_string())
+            Some(t)
         } else if !k.token.is_empty() {
             Some(k.token.clone())
         } else {
@@ -669,6 +669,43 @@ impl Config {
     }
 }
 
+/// The longest token file read: a token is one line of at most a few
+/// hundred characters; a path naming a device or a huge file is refused
+/// instead of read to its end.
+const TOKEN_FILE_MAX: u64 = 4096;
+
+/// Reads `kserve.token_file`: a regular file of at most
+/// [`TOKEN_FILE_MAX`] bytes, readable by its owner only (it is the
+/// daemon's admin credential over the network, as an ssh private key is
+/// refused when others can read it), whose first line is the token.
+fn read_token_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > TOKEN_FILE_MAX {
+        return Err(format!(
+            "{} bytes; a token file holds one line of at most {TOKEN_FILE_MAX} bytes",
+            meta.len()
+        ));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {:o} lets other users read the token; run `chmod 600` on it",
+            mode & 0o777
+        ));
+    }
+    let mut text = String::new();
+    f.take(TOKEN_FILE_MAX)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    Ok(text.lines().next().unwrap_or("").trim().to_string())
+}
+
 /// Parses a log level name.
 pub fn tracing_level(s: &str) -> Result<tracing::Level, ConfigError> {
     s.parse().map_err(|_| {
@@ -688,6 +725,40 @@ mod tests {
         assert_eq!(c, Config::default());
         assert_eq!(c.socket_mode().unwrap(), 0o660);
         assert_eq!(c.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn a_token_file_must_be_small_regular_and_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let k = |path: &Path| {
+            Config::parse(
+                &format!("[kserve]\ntoken_file = {:?}\n", path.display().to_string()),
+                Path::new("x.toml"),
+            )
+            .and_then(|c| c.kserve())
+        };
+        let good = dir.path().join("token");
+        std::fs::write(&good, "0123456789abcdef0123\nignored\n").unwrap();
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let o = k(&good).unwrap();
+        assert_eq!(o.access.token.as_deref(), Some("0123456789abcdef0123"));
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = k(&good).unwrap_err().to_string();
+        assert!(e.contains("chmod 600") && e.contains("644"), "{e}");
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; 5000]).unwrap();
+        std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = k(&big).unwrap_err().to_string();
+        assert!(e.contains("5000 bytes"), "{e}");
+        // A device that never ends is refused, not read.
+        let e = k(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = k(&dir.path().join("none")).unwrap_err().to_string();
+        assert!(
+            e.contains("token_file") && e.contains("No such file"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -529,6 +529,60 @@ fn slow_senders_are_cut_off_and_free_their_connection_slots() {
 }
 
 /// An HTTP/2 frame (RFC 9113 §4.1).
+/// A client that pipelines requests and never reads the answers (issue
+/// 27, "Load": one slow client never stalls the others): hyper stops
+/// reading while an answer waits for the socket, so without a bound on a
+/// pending write the client holds its connection slot for ever. With one
+/// slot (`max_connections = 1`) held that way, a second client is served
+/// once `body_read_timeout_ms` has passed with the first one's answer
+/// pending, and the first finds its connection closed before all its
+/// requests were answered.
+#[test]
+fn a_client_that_never_reads_its_answers_is_cut_off() {
+    let f = start(
+        "sim:mi50",
+        "max_connections = 1\nheader_read_timeout_ms = 60000\nbody_read_timeout_ms = 1000\n",
+    );
+    let mut s = TcpStream::connect(&f.http).unwrap();
+    let req = b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n";
+    // Enough pipelined requests for their answers (server metadata, a few
+    // hundred bytes each) to fill both sockets' buffers many times over;
+    // the client's own writes block once the server stops reading.
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut sent = 0usize;
+    let t0 = std::time::Instant::now();
+    while sent < 400_000 && t0.elapsed() < Duration::from_secs(20) {
+        if s.write_all(req).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    // The slot is freed: a second client is answered.
+    let t1 = std::time::Instant::now();
+    let (st, _, _) = http(&f.http, "GET", "/v2/health/live", &[], b"");
+    assert_eq!(st, 200);
+    eprintln!(
+        "{sent} requests pipelined; the second client answered after {:?}",
+        t1.elapsed()
+    );
+    // The first connection was closed with requests unanswered.
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = Vec::new();
+    let closed = match s.read_to_end(&mut got) {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    let answered = got.windows(12).filter(|w| w == b"HTTP/1.1 200").count();
+    assert!(closed, "the non-reading client's connection stayed open");
+    assert!(
+        answered < sent,
+        "all {sent} pipelined requests were answered: the client was not cut off"
+    );
+}
+
 fn h2_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let n = payload.len();
     let mut v = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, ty, flags];

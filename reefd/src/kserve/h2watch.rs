@@ -159,6 +159,9 @@ pub struct H2Watch {
     write_pending_since: Option<Instant>,
     /// Watching TLS records rather than HTTP/2.
     tls: bool,
+    /// Watching writes only (the HTTP/1 front, whose reads hyper's header
+    /// timer and the body deadline bound): the bytes read are not parsed.
+    writes_only: bool,
 }
 
 impl H2Watch {
@@ -176,7 +179,23 @@ impl H2Watch {
             close_at: None,
             write_pending_since: None,
             tls: false,
+            writes_only: false,
         }
+    }
+
+    /// A watch over the writes alone of a connection: a write pending
+    /// longer than `write_within` (a client that sends requests and does
+    /// not read the answers) breaks it; what the client sends is not
+    /// looked at. The HTTP/1 front's reads have hyper's header timer and
+    /// the body deadline; without this, a client pipelining requests and
+    /// never reading holds its connection slot for ever, because hyper
+    /// stops reading while its answer waits for the socket.
+    pub fn writes_only(write_within: Duration, now: Instant) -> Self {
+        let mut w = H2Watch::new(write_within, write_within, now);
+        w.preface_left = 0;
+        w.partial_since = None;
+        w.writes_only = true;
+        w
     }
 
     /// A watch over the TLS records of a connection accepted at `now`: each
@@ -244,7 +263,7 @@ impl H2Watch {
 
     /// The client sent `bytes` at `now`.
     pub fn read(&mut self, mut bytes: &[u8], now: Instant) {
-        if bytes.is_empty() {
+        if bytes.is_empty() || self.writes_only {
             return;
         }
         if self.preface_left > 0 {
@@ -294,6 +313,9 @@ impl H2Watch {
     /// half stays open for the session) at once. DATA or a reset from it
     /// end the rule too.
     pub fn wrote(&mut self, bytes: &[u8]) {
+        if self.writes_only {
+            return;
+        }
         let open = &mut self.open;
         self.outbound.feed(bytes, |(ty, _, id)| {
             if matches!(ty, HEADERS | DATA | RST_STREAM) {
@@ -376,6 +398,30 @@ mod tests {
         w.read(PREFACE, t0 + S / 2);
         assert_eq!(w.deadline(), None, "an idle connection has no deadline");
         assert!(w.broken(t0 + 100 * S).is_none());
+    }
+
+    #[test]
+    fn a_writes_only_watch_ignores_reads_and_bounds_a_pending_write() {
+        let t0 = Instant::now();
+        let mut w = H2Watch::writes_only(S, t0);
+        // HTTP/1 bytes, trickled or not, are not frames: no rule for them.
+        w.read(b"GET /v2 HTTP/1.1\r\nHost: x\r\n", t0);
+        assert_eq!(w.deadline(), None);
+        assert!(w.broken(t0 + 100 * S).is_none());
+        // A write that waits for the socket longer than the bound.
+        w.write_pending(t0 + 100 * S);
+        assert_eq!(w.deadline(), Some(t0 + 101 * S));
+        assert!(w.broken_writing(t0 + 100 * S + S / 2).is_none());
+        let b = w
+            .broken(t0 + 101 * S)
+            .expect("a write pending for the bound");
+        assert!(b.to_string().contains("did not read"), "{b}");
+        // One that the socket takes in time resets it.
+        let mut w = H2Watch::writes_only(S, t0);
+        w.write_pending(t0);
+        w.write_done(t0 + S / 2);
+        assert_eq!(w.deadline(), None);
+        assert!(w.broken(t0 + 10 * S).is_none());
     }
 
     #[test]

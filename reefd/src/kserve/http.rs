@@ -113,17 +113,22 @@ pub fn router(front: Arc<Front>) -> Router {
 /// axum::serve sets no timer, so it has none), and a request whose body
 /// is not complete within `kserve.body_read_timeout` after its header is
 /// answered 408 ([`read_body_in_time`]): a client sending a byte a second
-/// holds its slot for a bounded time only. Over TLS (`kserve.tls_cert`),
+/// holds its slot for a bounded time only. A connection whose answer has
+/// waited `kserve.body_read_timeout` for the socket to take it (a client
+/// that pipelines requests and never reads) is closed too
+/// ([`super::limit::Conn::watch_writes`]). Over TLS (`kserve.tls_cert`),
 /// the handshake runs on the connection's task within the header timeout
 /// too, and the header timer starts once it is done.
 pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     let max = front.opts.max_connections.max(1);
     let header_timeout = front.opts.header_read_timeout;
+    let write_within = front.opts.body_read_timeout;
     let tls = front.opts.tls.as_ref().map(|t| Arc::clone(&t.http));
     let app = router(front);
     let mut listener = super::limit::Limited::new(listener, max);
     loop {
         let (conn, addr) = listener.accept_limited().await;
+        let conn = conn.watch_writes(write_within);
         let app = app.clone();
         let tls = tls.clone();
         tokio::spawn(async move {

@@ -139,6 +139,17 @@ impl Conn<TcpStream> {
 }
 
 impl<S> Conn<S> {
+    /// A write pending for `write_within` (a client that does not read
+    /// its answers) closes the connection; nothing else is watched (the
+    /// HTTP/1 front, see [`H2Watch::writes_only`]).
+    pub fn watch_writes(mut self, write_within: Duration) -> Self {
+        let now = tokio::time::Instant::now();
+        let w = H2Watch::writes_only(write_within, now.into_std());
+        let sleep = Box::pin(tokio::time::sleep_until(now + write_within));
+        self.watch = Some((w, sleep));
+        self
+    }
+
     /// The connection is closed when its client breaks one of the
     /// [`H2Watch`] rules: the preface and every frame whole within
     /// `frame_within` of their first byte, every request within
