@@ -16,7 +16,7 @@ mod support;
 
 use reef_cpu_kernels::{Error, Program};
 use std::path::Path;
-use support::ort::{compare, compile, f32s, light_onnx, ort, tmp, two_io_onnx};
+use support::ort::{compare, compile, f32s, light_onnx, ok, ort, python, root, tmp, two_io_onnx};
 
 /// Compiles `onnx`, runs it on the CPU build and compares with ORT.
 fn check_against_ort(
@@ -104,6 +104,25 @@ fn light_squeezenet_with_random_weights_matches_onnx_runtime() {
     let work = tmp("squeezenet");
     let onnx = light_onnx("squeezenet", &work);
     check_against_ort(&onnx, &work, "squeezenet", 2);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The CPU build's loop order (reef-compile's `_cpu_schedule`: the
+/// innermost spatial loop inside the reduction loops) gives the unscheduled
+/// functions' outputs bit for bit, on light_squeezenet's functions
+/// (convolutions, pooling, concatenation) and the two-input model's
+/// (matmul, mean, softmax, take), and reschedules some of them.
+#[test]
+fn the_cpu_loop_order_keeps_every_output_bit_for_bit() {
+    let work = tmp("cpu_schedule");
+    for onnx in [light_onnx("squeezenet", &work), two_io_onnx(&work)] {
+        let out = ok(python()
+            .arg(root().join("compile/tests/check_cpu_schedule.py"))
+            .arg(&onnx));
+        let last = out.lines().last().unwrap_or("");
+        eprintln!("{}: {last}", onnx.display());
+        assert!(last.contains(" 0 differing"), "{out}");
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
 
