@@ -289,24 +289,43 @@ def _cpu_section(lowered) -> dict:
 
 
 def _cpu_annotations(lowered, library: Path) -> str:
-    """`// reef-cpu:` lines for the simulated libcuda (libcuda-sim/src/cpu.rs):
+    """`// reef-cpu:` lines for the simulated libcuda (driver-sim/src/cpu.rs):
     which function of `library` a kernel computes and in which of its PTX
-    parameters each argument's pointer is. Only for a call's last kernel,
-    and only when that kernel's parameters carry every argument of the call
-    (else the kernel keeps the stand-in values there)."""
+    parameters each argument's pointer is, on the call's last kernel. A
+    function TVM split into several kernels (a reduction in two passes
+    through a workspace) names its earlier kernels in `after=`, which must
+    all have run whole before the last one for the call to give real
+    values, and an argument the last kernel does not carry as `K.P`:
+    parameter P of the latest launch of kernel K on the stream. A call with
+    an argument none of its kernels takes keeps the stand-in values."""
     lines = [f"// reef-cpu: library={library}"]
     seen: dict[str, str] = {}
     for c in lowered.calls:
         ln = lowered.launches[c.kernels[-1]]
-        if any(a.storage not in ln.args for a in c.args):
+        earlier = [lowered.launches[k] for k in c.kernels[:-1]]
+
+        def where(storage, ln=ln, earlier=earlier):
+            if storage in ln.args:
+                return str(ln.args.index(storage))
+            for e in reversed(earlier):
+                if storage in e.args:
+                    if "." in e.name:
+                        raise CompileError(f"kernel {e.name}: a '.' in its name")
+                    return f"{e.name}.{e.args.index(storage)}"
+            return None
+
+        if any(where(a.storage) is None for a in c.args):
+            # An argument no kernel of the call takes: the call keeps the
+            # stand-in values (none of the tested models has one).
             continue
         args = ",".join(
-            f"{ln.args.index(a.storage)}:{a.dtype}:{'x'.join(map(str, a.shape)) or '_'}" for a in c.args
+            f"{where(a.storage)}:{a.dtype}:{'x'.join(map(str, a.shape)) or '_'}" for a in c.args
         )
-        writes = ",".join(
-            str(ln.args.index(a.storage)) for a in c.args if a.storage in ln.writes
-        )
+        written = {w for k in c.kernels for w in lowered.launches[k].writes}
+        writes = ",".join(where(a.storage) for a in c.args if a.storage in written)
         line = f"// reef-cpu: kernel={ln.name} function={c.function} args={args} writes={writes}"
+        if earlier:
+            line += " after=" + ",".join(e.name for e in earlier)
         if seen.get(ln.name, line) != line:
             raise CompileError(f"kernel {ln.name}: two calls give it different CPU arguments")
         if ln.name not in seen:

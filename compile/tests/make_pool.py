@@ -10,7 +10,12 @@ loads its output buffer, but only elements it stored itself first: the
 buffer's previous contents are not an input (reef-compile leaves it out of
 the kernel's `reads`), and re-running the kernel after a kill is correct.
 
-    .venv/bin/python compile/tests/make_pool.py OUT.onnx
+    .venv/bin/python compile/tests/make_pool.py OUT.onnx [--split]
+
+--split writes instead y = Dropout(AveragePool(Relu(x), 6x6)) on x float32
+[1, 64, 6, 6]: TVM splits the pooling into three kernels (a sum through a
+workspace, then the division, then Dropout's mask), as in
+light_inception_v1, so the TIR function's arguments are spread over them.
 """
 
 import sys
@@ -20,7 +25,27 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+def split() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[6, 6]),
+        helper.make_node("Dropout", ["p"], ["y"]),
+    ]
+    return helper.make_graph(
+        nodes,
+        "split",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 1, 1])],
+    )
+
+
 def main() -> None:
+    if "--split" in sys.argv[2:]:
+        model = helper.make_model(split(), opset_imports=[helper.make_opsetid("", 18)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        onnx.save(model, sys.argv[1])
+        return
     rng = np.random.default_rng(31)
     w = numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "w")
     nodes = [

@@ -10,10 +10,16 @@
 //! ```
 //!
 //! one `kernel=` line per kernel that is the last kernel of its TIR
-//! function's call and whose parameters carry every argument of the call:
-//! `P` is the PTX parameter holding the argument's device pointer, `SHAPE`
-//! its dimensions joined by `x` (`_` for a scalar), `writes` the parameters
-//! the function writes. A later `library=` line replaces an earlier one
+//! function's call: `P` is the PTX parameter holding the argument's device
+//! pointer, `SHAPE` its dimensions joined by `x` (`_` for a scalar),
+//! `writes` the parameters the function writes. A function TVM split into
+//! several kernels adds `after=K0,K1,...`, its earlier kernels, and an
+//! argument the last kernel does not take is written `K.P`: parameter `P`
+//! of kernel `K`'s latest launch on the stream. The call computes only if
+//! every earlier kernel ran whole since its launch (driver.rs `completed`):
+//! on a GPU a killed pass that is not run again leaves its workspace stale
+//! for the last pass, so the CPU build, which recomputes the function
+//! whole, must not hide it. A later `library=` line replaces an earlier one
 //! (a loader that moved the model directory can append its own). Kernels
 //! without a line, and modules whose library cannot be loaded, keep the
 //! deterministic stand-in function (driver.rs `completed`).
@@ -152,22 +158,47 @@ pub struct CpuKernel {
     pub function: Function,
     /// (PTX parameter, dtype, shape) per argument of the TIR function.
     pub args: Vec<(usize, DType, Vec<i64>)>,
+    /// Per argument: the earlier kernel of the call whose parameter
+    /// `args[i].0` carries it (its latest launch on the stream), or None
+    /// for this kernel's own parameter.
+    pub carried_by: Vec<Option<String>>,
     /// Indices into `args` of the arguments written.
     pub writes: Vec<usize>,
+    /// The call's earlier kernels, in launch order (a TIR function TVM
+    /// split into several kernels): the call gives real values only if
+    /// each ran whole, as on a GPU, where a skipped pass leaves its
+    /// workspace stale and the last pass reads it.
+    pub after: Vec<String>,
 }
 
 struct Line {
     kernel: String,
     function: String,
     args: Vec<(usize, DType, Vec<i64>)>,
+    carried_by: Vec<Option<String>>,
     writes: Vec<usize>,
+    after: Vec<String>,
+}
+
+/// `P` or `KERNEL.P`: the parameter and the earlier kernel carrying it.
+fn parse_param(p: &str) -> Result<(Option<String>, usize), String> {
+    let (k, n) = match p.rsplit_once('.') {
+        Some((k, n)) if !k.is_empty() => (Some(k.to_string()), n),
+        _ => (None, p),
+    };
+    let n = n
+        .parse()
+        .map_err(|_| format!("reef-cpu annotation: parameter {p:?}"))?;
+    Ok((k, n))
 }
 
 fn parse_line(rest: &str) -> Result<Result<String, Line>, String> {
     let mut kernel = None;
     let mut function = None;
     let mut args = Vec::new();
-    let mut writes: Vec<usize> = Vec::new();
+    let mut carried_by = Vec::new();
+    let mut writes: Vec<(Option<String>, usize)> = Vec::new();
+    let mut after = Vec::new();
     for kv in rest.split_whitespace() {
         let (k, v) = kv
             .split_once('=')
@@ -186,9 +217,8 @@ fn parse_line(rest: &str) -> Result<Result<String, Line>, String> {
                             "reef-cpu annotation: argument {a:?} is not P:DTYPE:SHAPE"
                         ));
                     };
-                    let p = p
-                        .parse()
-                        .map_err(|_| format!("reef-cpu annotation: parameter {p:?}"))?;
+                    let (by, p) = parse_param(p)?;
+                    carried_by.push(by);
                     let dt = DType::parse(dt).map_err(|e| e.to_string())?;
                     let shape = if sh == "_" {
                         Vec::new()
@@ -205,11 +235,15 @@ fn parse_line(rest: &str) -> Result<Result<String, Line>, String> {
             }
             "writes" => {
                 for w in v.split(',').filter(|w| !w.is_empty()) {
-                    writes.push(
-                        w.parse()
-                            .map_err(|_| format!("reef-cpu annotation: writes {v:?}"))?,
-                    );
+                    writes.push(parse_param(w)?);
                 }
+            }
+            "after" => {
+                after = v
+                    .split(',')
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
             }
             _ => return Err(format!("reef-cpu annotation: unknown key {k:?}")),
         }
@@ -220,17 +254,26 @@ fn parse_line(rest: &str) -> Result<Result<String, Line>, String> {
     // Written parameters as indices into args.
     let writes = writes
         .iter()
-        .map(|w| {
-            args.iter().position(|a| a.0 == *w).ok_or_else(|| {
-                format!("reef-cpu annotation of {kernel}: written parameter {w} is no argument")
-            })
+        .map(|(by, w)| {
+            (0..args.len())
+                .find(|&i| args[i].0 == *w && carried_by[i] == *by)
+                .ok_or_else(|| {
+                    format!("reef-cpu annotation of {kernel}: written parameter {w} is no argument")
+                })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(k) = carried_by.iter().flatten().find(|k| !after.contains(k)) {
+        return Err(format!(
+            "reef-cpu annotation of {kernel}: an argument is carried by {k}, which is not in after="
+        ));
+    }
     Ok(Err(Line {
         kernel,
         function,
         args,
+        carried_by,
         writes,
+        after,
     }))
 }
 
@@ -261,7 +304,9 @@ pub fn load(src: &str) -> Result<HashMap<String, Arc<CpuKernel>>, String> {
             Arc::new(CpuKernel {
                 function,
                 args: l.args,
+                carried_by: l.carried_by,
                 writes: l.writes,
+                after: l.after,
             }),
         );
     }
@@ -287,6 +332,18 @@ mod tests {
         assert!(parse_line(" kernel=k args=1:float32:2").is_err());
         assert!(parse_line(" kernel=k function=f args=1:float9:2").is_err());
         assert!(parse_line(" kernel=k function=f bogus=1").is_err());
+        // A split call: an argument carried by an earlier kernel, which
+        // must be named in after=.
+        let Ok(Err(l)) = parse_line(
+            " kernel=k2 function=f args=k1.3:float32:4,0:float32:4 writes=0 after=k0,k1",
+        ) else {
+            panic!("a split call's line");
+        };
+        assert_eq!(l.carried_by, vec![Some("k1".to_string()), None]);
+        assert_eq!((l.args[0].0, l.writes.clone()), (3, vec![1]));
+        assert_eq!(l.after, vec!["k0".to_string(), "k1".to_string()]);
+        assert!(parse_line(" kernel=k2 function=f args=k1.3:float32:4 writes=").is_err());
+        assert!(parse_line(" kernel=k2 function=f args=k1.x:float32:4 after=k1").is_err());
         assert!(load("// reef-cpu: kernel=k function=f args=0:float32:1 writes=0").is_err());
         assert!(load(".version 8.0").unwrap().is_empty());
         let e = load("// reef-cpu: library=/nonexistent/cpu.so\n// reef-cpu: kernel=k function=f args=0:float32:1")

@@ -198,6 +198,9 @@ struct Module {
     entries: Vec<ptx::Entry>,
     /// The CPU build of compiled kernels, by kernel name (crate::cpu).
     cpu: HashMap<String, Arc<crate::cpu::CpuKernel>>,
+    /// Kernels that are earlier parts of a split call (`after=`): their
+    /// launches are recorded on their stream ([`Stream::parts`]).
+    parts: std::collections::HashSet<String>,
     /// name -> device address
     globals: HashMap<String, (u64, usize)>,
     functions: Vec<u64>,
@@ -223,7 +226,18 @@ struct Stream {
     /// Modules whose functions were launched on this stream: the flags its
     /// kernels read at entry (see [`Driver::flag_changed`]).
     modules: Vec<u64>,
+    /// The latest launch on this stream of each earlier kernel of a split
+    /// call (crate::cpu `after=`): its pointer parameters (None where a
+    /// parameter is not a pointer) and whether it has since completed
+    /// with every block run.
+    /// Keyed by module and kernel name.
+    parts: HashMap<(u64, String), PartLaunch>,
 }
+
+/// An earlier kernel of a split call as last launched on a stream: its
+/// pointer parameters (None where one is not a pointer) and whether it has
+/// since completed with every block run.
+type PartLaunch = (Vec<Option<u64>>, bool);
 
 #[derive(Debug)]
 struct Event {
@@ -415,6 +429,10 @@ pub struct Stats {
     pub context_switches: u64,
     /// Kernels that faulted (their context is poisoned).
     pub faults: u64,
+    /// Last kernels of a split call that completed after an earlier kernel
+    /// of the call had not run whole: their outputs are marked stale
+    /// (crate::cpu `after=`).
+    pub split_stale: u64,
     /// Completions computed by a compiled kernel's CPU build (crate::cpu)
     /// rather than the stand-in function.
     pub cpu_calls: u64,
@@ -972,21 +990,52 @@ impl Driver {
             f.skipped += f.blocks.saturating_sub(p);
         }
         let skipped = f.skipped.min(f.blocks);
+        if self
+            .modules
+            .get(&f.module)
+            .is_some_and(|m| m.parts.contains(&f.kernel))
+        {
+            if let Some(p) = self
+                .streams
+                .get_mut(&f.stream)
+                .and_then(|s| s.parts.get_mut(&(f.module, f.kernel.clone())))
+            {
+                p.1 = skipped == 0;
+            }
+        }
         if let Some((k, ptrs)) = &f.cpu {
-            if skipped > 0 {
+            // A split call whose earlier kernel did not run whole since
+            // its launch: on a GPU the last pass reads that pass's stale
+            // workspace, so its outputs are not the function's.
+            let parts_whole = k.after.iter().all(|a| {
+                self.streams
+                    .get(&f.stream)
+                    .and_then(|s| s.parts.get(&(f.module, a.clone())))
+                    .is_some_and(|p| p.1)
+            });
+            if skipped > 0 || !parts_whole {
                 // A partly-run compiled kernel: its CPU build computes
                 // whole outputs only, so the blocks that did not run are
                 // marked as a kill leaves them (stale bytes) and the part
                 // that ran keeps its old bytes: corrupted either way until
-                // it is executed again.
-                self.count_partial(f.dev, skipped, f.blocks);
+                // it is executed again. After an earlier pass that did not
+                // run whole, every byte written is marked.
+                if skipped > 0 {
+                    self.count_partial(f.dev, skipped, f.blocks);
+                } else {
+                    self.stats.split_stale += 1;
+                }
                 let writes: Vec<u64> = k.writes.iter().map(|&w| ptrs[w]).collect();
                 for w in writes {
                     if let Some((base, off)) = self.find_in(f.ctx, w) {
                         let a = self.allocs.get_mut(&base).unwrap();
                         let n = a.data.len() - off;
-                        let ran = (n as u64 * (f.blocks - skipped) as u64 / f.blocks.max(1) as u64)
-                            as usize;
+                        let ran = if parts_whole {
+                            (n as u64 * (f.blocks - skipped) as u64 / f.blocks.max(1) as u64)
+                                as usize
+                        } else {
+                            0
+                        };
                         a.write(off + ran, &vec![0xde; n - ran]);
                     }
                 }
@@ -1424,6 +1473,7 @@ impl Driver {
             Module {
                 ctx,
                 entries: parsed.entries,
+                parts: cpu.values().flat_map(|k| k.after.iter().cloned()).collect(),
                 cpu,
                 globals,
                 functions: Vec::new(),
@@ -1547,6 +1597,7 @@ impl Driver {
                 last: None,
                 held: Default::default(),
                 modules: Vec::new(),
+                parts: HashMap::new(),
             },
         );
         self.contexts.get_mut(&ctx).unwrap().streams.push(id);
@@ -1762,10 +1813,30 @@ impl Driver {
             writes: work.writes.iter().map(|&i| ptr(i)).collect(),
             scalars,
             cpu: self.modules[&m].cpu.get(&entry.name).and_then(|k| {
-                let ok = k.args.iter().all(|a| pointer_ok(&a.0));
-                ok.then(|| (k.clone(), k.args.iter().map(|a| ptr(a.0)).collect()))
+                // Own parameters, and those of the call's earlier kernels
+                // as they were last launched on this stream.
+                let parts = &self.streams[&sid].parts;
+                k.args
+                    .iter()
+                    .zip(&k.carried_by)
+                    .map(|(a, by)| match by {
+                        None => pointer_ok(&a.0).then(|| ptr(a.0)),
+                        Some(by) => parts.get(&(m, by.clone()))?.0.get(a.0).copied().flatten(),
+                    })
+                    .collect::<Option<Vec<u64>>>()
+                    .map(|ptrs| (k.clone(), ptrs))
             }),
         };
+        if self.modules[&m].parts.contains(&entry.name) {
+            let ptrs = (0..args.len())
+                .map(|i| pointer_ok(&i).then(|| ptr(i)))
+                .collect();
+            self.streams
+                .get_mut(&sid)
+                .unwrap()
+                .parts
+                .insert((m, entry.name.clone()), (ptrs, false));
+        }
         if !self.streams[&sid].modules.contains(&m) {
             // The kernel reads its own module's flag at entry.
             self.streams.get_mut(&sid).unwrap().modules.push(m);

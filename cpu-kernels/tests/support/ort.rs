@@ -140,6 +140,17 @@ pub fn two_io_onnx(work: &Path) -> PathBuf {
     onnx
 }
 
+/// `compile/tests/make_pool.py --split`'s model (Relu, AveragePool,
+/// Dropout): TVM splits its pooling function into three kernels.
+pub fn split_onnx(work: &Path) -> PathBuf {
+    let onnx = work.join("split.onnx");
+    ok(python()
+        .arg(root().join("compile/tests/make_pool.py"))
+        .arg(&onnx)
+        .arg("--split"));
+    onnx
+}
+
 /// `compile/tests/make_pool.py`'s model (Relu, MaxPool, grouped Conv):
 /// its max pooling kernel accumulates into its output in global memory.
 pub fn pool_onnx(work: &Path) -> PathBuf {
