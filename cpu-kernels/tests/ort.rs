@@ -16,7 +16,10 @@ mod support;
 
 use reef_cpu_kernels::{Error, Program};
 use std::path::Path;
-use support::ort::{compare, compile, f32s, light_onnx, ok, ort, python, root, tmp, two_io_onnx};
+use support::ort::{
+    compare_within, compile, f32s, light_onnx, ok, ort, python, rel_tolerance, root, tmp,
+    two_io_onnx,
+};
 
 /// Compiles `onnx`, runs it on the CPU build and compares with ORT.
 fn check_against_ort(
@@ -58,7 +61,7 @@ fn check_against_ort(
         assert_eq!(t.dtype, "float32");
         let want = f32s(&m.read(t));
         let got = f32s(got);
-        let (worst, bad) = compare(&got, &want);
+        let (worst, bad) = compare_within(&got, &want, rel_tolerance(name));
         let distinct: std::collections::BTreeSet<u32> = want.iter().map(|v| v.to_bits()).collect();
         assert!(
             distinct.len() > 1,

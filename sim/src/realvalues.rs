@@ -29,11 +29,13 @@
 //!   blocks that completed before the kill are reported through
 //!   [`crate::ValueTracker::blocks_ran`], the hook for per-block partial
 //!   runs), so a wrong restore point leaves stale bytes in the answer.
-//! - Off the simulated clock: the computation runs on a worker thread, in
-//!   the order the device completed the kernels; the simulator only sends
-//!   it a message per completion, so simulated time never depends on it,
-//!   and reading a buffer ([`RealValues::bytes`]) waits for the work queued
-//!   before it.
+//! - Off the simulated clock: the computation runs on a worker thread per
+//!   buffer namespace, in the order the device completed the namespace's
+//!   kernels; the simulator only sends it a message per completion, so
+//!   simulated time never depends on it, and reading a buffer
+//!   ([`RealValues::bytes`]) waits for the work queued before it in its
+//!   namespace only (a real-time client's answer does not wait for a
+//!   best-effort client's slow CPU build).
 //!
 //! Models without code (the measured REEF/MI50 schedules) are not
 //! registered and keep version tracking only.
@@ -43,7 +45,7 @@ use reef_cpu_kernels::{Buffer, Program};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 const NS_MASK: u64 = !0xffff_ffff;
 
@@ -138,11 +140,19 @@ impl Worker {
     }
 }
 
-/// Registered programs and the worker computing on the buffers' bytes.
+/// What one namespace's worker holds: its buffers, the failed calls' errors
+/// and the calls run.
+type State = (HashMap<BufferId, Buffer>, Vec<String>, u64);
+
+/// Registered programs and the workers computing on the buffers' bytes:
+/// one per buffer namespace (a model instance: reefd's daemon stream,
+/// reef-bench's client), spawned at its first use. A namespace's work runs
+/// in the order the device completed its kernels; namespaces share no
+/// buffer, so one's backlog (a best-effort stream's slow CPU build) never
+/// delays another's reads (a real-time stream's answer).
 pub struct RealValues {
     kernels: HashMap<u64, (Arc<Program>, usize)>,
-    tx: Sender<Op>,
-    worker: Option<std::thread::JoinHandle<()>>,
+    workers: Mutex<HashMap<u64, Sender<Op>>>,
 }
 
 impl std::fmt::Debug for RealValues {
@@ -153,32 +163,36 @@ impl std::fmt::Debug for RealValues {
     }
 }
 
+fn spawn(state: State) -> Sender<Op> {
+    let (tx, rx) = channel();
+    let (buffers, errors, calls) = state;
+    let w = Worker {
+        buffers,
+        errors,
+        calls,
+    };
+    std::thread::Builder::new()
+        .name("reef-sim-values".into())
+        .spawn(move || w.serve(rx))
+        .expect("spawn a real-values worker");
+    tx
+}
+
 impl RealValues {
-    fn with_state(
-        kernels: HashMap<u64, (Arc<Program>, usize)>,
-        buffers: HashMap<BufferId, Buffer>,
-        errors: Vec<String>,
-        calls: u64,
-    ) -> Self {
-        let (tx, rx) = channel();
-        let w = Worker {
-            buffers,
-            errors,
-            calls,
-        };
-        let worker = std::thread::Builder::new()
-            .name("reef-sim-values".into())
-            .spawn(move || w.serve(rx))
-            .expect("spawn the real-values worker");
+    pub fn new() -> Self {
         RealValues {
-            kernels,
-            tx,
-            worker: Some(worker),
+            kernels: HashMap::new(),
+            workers: Mutex::new(HashMap::new()),
         }
     }
 
-    pub fn new() -> Self {
-        Self::with_state(HashMap::new(), HashMap::new(), Vec::new(), 0)
+    /// Namespace `ns`'s worker, spawned if it has none yet.
+    fn send(&self, ns: u64, op: Op) {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = w
+            .entry(ns)
+            .or_insert_with(|| spawn((HashMap::new(), Vec::new(), 0)));
+        let _ = tx.send(op);
     }
 
     /// Registers a compiled model: `identities[k]` is the shape identity of
@@ -205,26 +219,28 @@ impl RealValues {
         let Some(w) = writes.first() else {
             return;
         };
-        let _ = self.tx.send(Op::Run {
-            program: program.clone(),
-            call: *call,
-            ns: w.0 & NS_MASK,
-            blocks,
-            total,
-        });
+        let ns = w.0 & NS_MASK;
+        self.send(
+            ns,
+            Op::Run {
+                program: program.clone(),
+                call: *call,
+                ns,
+                blocks,
+                total,
+            },
+        );
     }
 
     /// Writes a buffer's bytes (a host-to-device copy).
     pub fn set(&self, b: BufferId, bytes: Vec<u8>) {
-        let _ = self.tx.send(Op::Set(b, bytes));
+        self.send(b.0 & NS_MASK, Op::Set(b, bytes));
     }
 
     /// A buffer's bytes once the work queued before is done (`None`: never
     /// written nor used by a registered kernel).
     pub fn bytes(&self, b: BufferId) -> Option<Vec<u8>> {
-        let (tx, rx) = channel();
-        self.tx.send(Op::Read(b, tx)).ok()?;
-        rx.recv().ok().flatten()
+        self.bytes_later(b).recv().ok().flatten()
     }
 
     /// A buffer's bytes once the work queued before is done, without
@@ -233,26 +249,33 @@ impl RealValues {
     /// receiver disconnected: the worker is gone).
     pub fn bytes_later(&self, b: BufferId) -> Receiver<Option<Vec<u8>>> {
         let (tx, rx) = channel();
-        let _ = self.tx.send(Op::Read(b, tx));
+        self.send(b.0 & NS_MASK, Op::Read(b, tx));
         rx
     }
 
-    fn snapshot(&self) -> (HashMap<BufferId, Buffer>, Vec<String>, u64) {
-        let (tx, rx) = channel();
-        self.tx
-            .send(Op::Snapshot(tx))
-            .expect("real-values worker alive");
-        rx.recv().expect("real-values worker alive")
+    /// Every namespace's state once the work queued before is done.
+    fn snapshot(&self) -> HashMap<u64, State> {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers
+            .iter()
+            .map(|(&ns, w)| {
+                let (tx, rx) = channel();
+                w.send(Op::Snapshot(tx)).expect("real-values worker alive");
+                (ns, rx.recv().expect("real-values worker alive"))
+            })
+            .collect()
     }
 
     /// Failed CPU calls so far (a shape or size the library refused).
     pub fn errors(&self) -> Vec<String> {
-        self.snapshot().1
+        let mut s: Vec<_> = self.snapshot().into_iter().collect();
+        s.sort_by_key(|(ns, _)| *ns);
+        s.into_iter().flat_map(|(_, st)| st.1).collect()
     }
 
     /// CPU calls run so far.
     pub fn calls(&self) -> u64 {
-        self.snapshot().2
+        self.snapshot().values().map(|st| st.2).sum()
     }
 }
 
@@ -264,27 +287,38 @@ impl Default for RealValues {
 
 impl Clone for RealValues {
     fn clone(&self) -> Self {
-        let (buffers, errors, calls) = self.snapshot();
-        Self::with_state(self.kernels.clone(), buffers, errors, calls)
+        let workers = self
+            .snapshot()
+            .into_iter()
+            .map(|(ns, st)| (ns, spawn(st)))
+            .collect();
+        RealValues {
+            kernels: self.kernels.clone(),
+            workers: Mutex::new(workers),
+        }
     }
 }
 
 impl PartialEq for RealValues {
     fn eq(&self, o: &Self) -> bool {
-        self.snapshot().0 == o.snapshot().0
+        let all = |v: &RealValues| -> HashMap<BufferId, Buffer> {
+            v.snapshot().into_values().flat_map(|st| st.0).collect()
+        };
+        all(self) == all(o)
     }
 }
 impl Eq for RealValues {}
 
 impl Drop for RealValues {
     fn drop(&mut self) {
-        // Closing the channel ends the worker's loop once it has done the
-        // work queued before. It is not joined: reads still pending
-        // ([`RealValues::bytes_later`]) get their answers from it, and the
-        // dropper (reefd's engine rebuild, under the daemon's lock) does
-        // not wait for a backlog of CPU work.
-        let (tx, _) = channel();
-        drop(std::mem::replace(&mut self.tx, tx));
-        drop(self.worker.take());
+        // Closing the channels ends each worker's loop once it has done the
+        // work queued before. They are not joined: reads still pending
+        // ([`RealValues::bytes_later`]) get their answers from them, and
+        // the dropper (reefd's engine rebuild, under the daemon's lock)
+        // does not wait for a backlog of CPU work.
+        self.workers
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 }

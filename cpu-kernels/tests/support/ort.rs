@@ -114,13 +114,34 @@ pub fn f32s(b: &[u8]) -> Vec<f32> {
 /// Max |diff| / |want| over elements with |want| > 1e-3, and the count of
 /// elements outside the tolerance (NaN counts as outside).
 pub fn compare(got: &[f32], want: &[f32]) -> (f64, usize) {
+    compare_within(got, want, 1e-4)
+}
+
+/// The relative tolerance of a model's outputs against ONNX Runtime's:
+/// 1e-4 (each sums float32 terms in its own order), except where a model's
+/// depth makes the two orders drift further apart in a run that nothing
+/// preempted, measured by the CPU build alone:
+/// - densenet121: 1e-3. 121 layers of concatenated features: seed 2 of the
+///   serving test gives one of 1000 values 3.8e-4 apart (0.036907 against
+///   ORT's 0.036921) on every run of the CPU build by itself, the same
+///   bytes reefd answers with or without preemption.
+pub fn rel_tolerance(model: &str) -> f64 {
+    match model {
+        "densenet121" => 1e-3,
+        _ => 1e-4,
+    }
+}
+
+/// [`compare`] with relative tolerance `rel` (and the same 1e-5 absolute
+/// term for values near zero).
+pub fn compare_within(got: &[f32], want: &[f32], rel: f64) -> (f64, usize) {
     assert_eq!(got.len(), want.len());
     let mut worst = 0f64;
     let mut bad = 0;
     for (&g, &w) in got.iter().zip(want) {
         let (g, w) = (g as f64, w as f64);
         let d = (g - w).abs();
-        if d.is_nan() || d > 1e-4 * w.abs() + 1e-5 {
+        if d.is_nan() || d > rel * w.abs() + 1e-5 {
             bad += 1;
         }
         if w.abs() > 1e-3 {

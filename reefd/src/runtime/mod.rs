@@ -311,9 +311,9 @@ pub struct Runtime {
     /// Set when shutdown begins: model loads in progress outside the lock
     /// stop at their next step (models.rs).
     load_cancel: std::sync::atomic::AtomicBool,
-    /// The answers thread ([`spawn_answers`]), and how many answers it
-    /// has yet to deliver (shutdown waits for them).
-    answers: std::sync::mpsc::Sender<Delivery>,
+    /// The answers threads ([`spawn_answers`]: others', RT's), and how
+    /// many answers they have yet to deliver (shutdown waits for them).
+    answers: [std::sync::mpsc::Sender<Delivery>; 2],
     answers_pending: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -348,7 +348,10 @@ impl Runtime {
             }),
             uid_bytes: Arc::default(),
             load_cancel: std::sync::atomic::AtomicBool::new(false),
-            answers: spawn_answers(answers_pending.clone()),
+            answers: [
+                spawn_answers(answers_pending.clone(), "reefd-answers"),
+                spawn_answers(answers_pending.clone(), "reefd-answers-rt"),
+            ],
             answers_pending,
             cond: Condvar::new(),
             poll_wake: tokio::sync::Notify::new(),
@@ -500,6 +503,7 @@ impl Runtime {
                         result: Ok(result),
                         later,
                         answering,
+                        rt: t.priority == Priority::Rt,
                     });
                 }
                 EngineEvent::DeviceError { action, error } => {
@@ -854,6 +858,7 @@ fn fail_task(st: &mut State, task: u64, why: Failure) {
             result: Err(why),
             later: Vec::new(),
             answering: None,
+            rt: false,
         });
     }
 }
@@ -867,17 +872,24 @@ struct Delivery {
     later: Vec<tensors::PendingOutput>,
     /// The stream's count of answers being read, released once delivered.
     answering: Option<Arc<std::sync::atomic::AtomicUsize>>,
+    /// An RT request's: read on the RT answers thread.
+    rt: bool,
 }
 
 /// Delivers outcomes whose outputs must first be read from the device: the
 /// simulated device's CPU build may still be computing them, and neither
-/// the lock nor the pacer (which advances the device) waits for it.
+/// the lock nor the pacer (which advances the device) waits for it. Two
+/// threads, one for RT answers and one for the others ([`Runtime`]'s
+/// `answers`): an RT answer never waits in line behind a best-effort one
+/// whose outputs a slow CPU build is still computing (reef-sim computes
+/// each stream's values on its own worker, sim/src/realvalues.rs).
 fn spawn_answers(
     pending: Arc<std::sync::atomic::AtomicUsize>,
+    name: &str,
 ) -> std::sync::mpsc::Sender<Delivery> {
     let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
     std::thread::Builder::new()
-        .name("reefd-answers".into())
+        .name(name.into())
         .spawn(move || {
             for mut d in rx {
                 if let Ok(r) = &mut d.result {

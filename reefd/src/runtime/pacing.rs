@@ -204,7 +204,8 @@ impl Runtime {
             } else {
                 self.answers_pending
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if let Err(std::sync::mpsc::SendError(mut d)) = self.answers.send(d) {
+                if let Err(std::sync::mpsc::SendError(mut d)) = self.answers[d.rt as usize].send(d)
+                {
                     self.answers_pending
                         .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                     // The thread is gone (it never exits while the runtime
