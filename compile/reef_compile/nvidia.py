@@ -81,8 +81,11 @@ _ROUTE: dict[str, str] = {}
 
 
 def uses_cuda12(arch: str) -> bool:
-    """Whether `arch` is built by the CUDA 12.9 tools (after check_arch)."""
-    return _ROUTE.get(arch) == "cuda12"
+    """Whether `arch` is built by the CUDA 12.9 tools (check_arch decides,
+    once per architecture)."""
+    if arch not in _ROUTE:
+        check_arch(arch)
+    return _ROUTE[arch] == "cuda12"
 
 
 def check_arch(arch: str) -> None:
