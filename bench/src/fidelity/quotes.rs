@@ -573,8 +573,9 @@ impl Quote {
             Sim::Lat("streams", _) | Sim::Tput("streams", _) | Sim::Tput("reef", _) if nv => {
                 "interference beyond the DRAM terms (bandwidth, L2 capacity, channel queueing): \
                  per-kernel L2 reuse (the L2 term re-reads a lost byte once) and measured \
-                 per-kernel DRAM traffic (class prototypes here); and CUDA builds of the models \
-                 (the GV100 runs MI50 schedules translated to 80 SMs)"
+                 per-kernel DRAM traffic (class prototypes here); the GV100 runs MI50 schedules \
+                 translated to 80 SMs, and sm_70 builds of VGG's and ResNet-152's slots \
+                 (--gv100-models) do not close it (docs/fidelity.md)"
             }
             Sim::Lat("streams", _) | Sim::Tput("streams", _) | Sim::Tput("reef", _) => {
                 "interference beyond the DRAM terms (bandwidth, L2 capacity, channel queueing): \
