@@ -3,7 +3,9 @@
 //! pointing at compiled models and `--device gv100|h100`, and a DISB
 //! workload names a compiled model by its directory name. The model is the
 //! tiny conv + relu + max pool + gemm network of compile/tests/make_tiny.py,
-//! compiled here through TVM (a few seconds).
+//! compiled here through TVM (a few seconds), also for sm_70 (NVRTC and
+//! ptxas 12.9, which the gv100 preset's resources come from; issue 31 item
+//! 2). `fidelity --gv100-models` refuses a build without sm_70.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +30,11 @@ fn ok(cmd: &mut Command) -> String {
 
 /// A models directory holding the compiled tiny model as `tiny`.
 fn compiled_models() -> tempfile::TempDir {
+    compiled_as("tiny", &["sm_70", "sm_80", "sm_90"])
+}
+
+/// The tiny model compiled for `archs` as `models/NAME`.
+fn compiled_as(name: &str, archs: &[&str]) -> tempfile::TempDir {
     let venv = root().join(".venv/bin");
     assert!(
         venv.join("reef-compile").is_file(),
@@ -40,12 +47,32 @@ fn compiled_models() -> tempfile::TempDir {
         .arg(&onnx));
     // This checkout's compiler (the venv's .pth names whichever checkout
     // ran the setup).
-    ok(Command::new(venv.join("reef-compile"))
-        .env("PYTHONPATH", root().join("compile"))
-        .arg(&onnx)
-        .args(["--arch", "sm_80", "--arch", "sm_90", "--no-reference", "-o"])
-        .arg(t.path().join("models/tiny")));
+    let mut c = Command::new(venv.join("reef-compile"));
+    c.env("PYTHONPATH", root().join("compile")).arg(&onnx);
+    for a in archs {
+        c.args(["--arch", a]);
+    }
+    ok(c.args(["--no-reference", "-o"])
+        .arg(t.path().join("models").join(name)));
     t
+}
+
+#[test]
+fn fidelity_gv100_models_must_be_sm70_builds() {
+    // Named like DISB's first model, so the first load meets it.
+    let t = compiled_as("vgg", &["sm_80"]);
+    let out = bench()
+        .args(["fidelity", "--device", "gv100", "--duration", "0.01"])
+        .arg("--gv100-models")
+        .arg(t.path().join("models"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not a reef-compile build for sm_70") && err.contains("--arch sm_70"),
+        "{err}"
+    );
 }
 
 fn standalone_us(models: &Path, device: &str) -> f64 {

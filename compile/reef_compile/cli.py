@@ -146,6 +146,7 @@ def compile_model(args) -> None:
 
     resources = {}
     ptx_files = {}
+    toolchain = {}
     with tempfile.TemporaryDirectory(prefix="reef-compile-") as tmp:
         for arch in archs:
             cu = out / "kernels.cu" if arch == archs[0] else Path(tmp) / f"{arch}.cu"
@@ -153,7 +154,9 @@ def compile_model(args) -> None:
             ptx = out / f"kernels.{arch}.ptx"
             t = time.monotonic()
             nvidia.cuda_to_ptx(cu, ptx, arch)
-            timing[f"nvcc_{arch}_s"] = round(time.monotonic() - t, 3)
+            # nvrtc_sm_70_s for the CUDA 12.9 route (nvidia.CUDA12_ARCHS).
+            ptx_tool = "nvrtc" if nvidia.uses_cuda12(arch) else "nvcc"
+            timing[f"{ptx_tool}_{arch}_s"] = round(time.monotonic() - t, 3)
             if not args.no_cpu:
                 with open(ptx, "a") as f:
                     f.write(_cpu_annotations(first, (out / CPU_LIBRARY).resolve()))
@@ -171,6 +174,7 @@ def compile_model(args) -> None:
                     )
             resources[arch] = {k: vars(v) for k, v in sorted(res.items())}
             ptx_files[arch] = ptx.name
+            toolchain[arch] = nvidia.toolchain(arch)
     code_objects = {}
     for arch in amd_archs:
         resources[arch], code_objects[arch], t_amd = amd.compile_arch(
@@ -203,6 +207,7 @@ def compile_model(args) -> None:
             "tvm": tvm.__version__,
             "archs": archs,
             "ptx": ptx_files,
+            "toolchain": toolchain,
             "cuda": "kernels.cu",
             "inputs": first.inputs,
             "outputs": first.outputs,

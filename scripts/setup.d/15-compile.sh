@@ -27,3 +27,27 @@ from reef_compile.cli import main
 sys.exit(main())
 PY
 chmod +x "$REEF_ROOT/.venv/bin/reef-compile"
+# sm_70 (Volta, the paper's GV100; issue 31 item 2): CUDA 13 dropped it (its
+# ptxas accepts sm_75 and later), and PyPI's CUDA 12 nvcc wheel ships ptxas
+# but neither nvcc nor cicc. reef-compile therefore turns TVM's CUDA C into
+# sm_70 PTX with NVRTC 12.9 (libnvrtc, loaded with ctypes) and assembles it
+# with ptxas 12.9 for its resources (compile/reef_compile/nvidia.py). NVRTC
+# defines __CUDACC_RTC__, under which TVM's CUDA C includes
+# <cuda/std/cstdint> and <cuda/std/type_traits> (libcu++, in the CCCL
+# wheel). The three wheels go to their own prefix, .tools/cuda-12.9, not
+# into .venv: beside nvidia/cu13 their nvidia/cuda_nvcc/bin/ptxas would be
+# found by every lookup of `nvidia/*/bin/ptxas` (the reef-trap tests take
+# the last in name order), and ptxas 12.9 refuses CUDA 13's PTX (ISA 9.x).
+# Used for sm_70 only. Pinned: 12.9 is the last CUDA release with Volta.
+# Measured: 330 MB unpacked (libnvrtc 217 MB, ptxas and libnvvm 95 MB,
+# CCCL 17 MB).
+reef_cu12="$REEF_ROOT/.tools/cuda-12.9"
+reef_cu12_pins="nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-cccl-cu12==12.9.27"
+if [ "$(cat "$reef_cu12/.pins" 2>/dev/null)" != "$reef_cu12_pins" ]; then
+    rm -rf "$reef_cu12"
+    # shellcheck disable=SC2086 # the pins are separate arguments
+    "$REEF_ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check \
+        --no-deps --target "$reef_cu12" $reef_cu12_pins
+    echo "$reef_cu12_pins" > "$reef_cu12/.pins"
+fi
+unset reef_cu12 reef_cu12_pins

@@ -51,10 +51,11 @@ pub const REGISTER_ALLOCATION_UNIT: u32 = 256;
 /// order of preference; the first one the model was compiled for is used,
 /// else the model's first architecture.
 ///
-/// - `gv100`: Volta is sm_70 (CUDA guide, compute capabilities), which the
-///   project's ptxas (CUDA 13) no longer accepts; sm_75 and sm_80 have the
-///   same per-thread register limit (255) and register file (64K per SM),
-///   so their allocation is the nearest available.
+/// - `gv100`: Volta is sm_70 (CUDA guide, compute capabilities), which
+///   reef-compile builds with CUDA 12.9's NVRTC and ptxas (CUDA 13 dropped
+///   it; docs/compile.md "Volta (sm_70)"); for a model compiled without it,
+///   sm_75 and sm_80 have the same per-thread register limit (255) and
+///   register file (64K per SM), so their allocation is the nearest.
 /// - `h100`: Hopper is sm_90 (CUDA guide).
 /// - `mi50`: gfx906, the VGPRs and LDS of the kernel's AMD code object
 ///   (`reef-compile --arch gfx906`, AMDHSA metadata; registers per work

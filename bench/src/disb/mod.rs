@@ -203,6 +203,23 @@ pub fn load_models(
     workloads: &[Workload],
     seed: u64,
 ) -> Result<ModelSet> {
+    load_models_with(
+        spec,
+        &|n| Ok(reef_model::load_named(dir, n)?),
+        workloads,
+        seed,
+    )
+}
+
+/// [`load_models`] with each model (a DISB model directory name) loaded by
+/// `load`, e.g. from a directory of compiled models first and the measured
+/// schedules for the rest (`reef-bench fidelity --gv100-models`).
+pub fn load_models_with(
+    spec: &DeviceSpec,
+    load: &dyn Fn(&str) -> Result<reef_model::Model>,
+    workloads: &[Workload],
+    seed: u64,
+) -> Result<ModelSet> {
     let mut names: Vec<String> = Vec::new();
     for w in workloads {
         for t in &w.tasks {
@@ -214,8 +231,7 @@ pub fn load_models(
     let mut models = Vec::new();
     let mut standalone = Vec::new();
     for n in names {
-        let model = reef_model::load_named(dir, &n)?;
-        let pm = PreparedModel::new(model, spec)?;
+        let pm = PreparedModel::new(load(&n)?, spec)?;
         standalone.push(standalone_ns(spec, &pm, 10, seed)?);
         models.push(pm);
     }

@@ -47,6 +47,12 @@ pub struct FidelityArgs {
     /// One JSON object per figure instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Models compiled by reef-compile for sm_70 (directories named like
+    /// the DISB models: vgg, resnet152, ...): on the gv100 each replaces the
+    /// translated MI50 schedule of the same name; the others keep it
+    /// (docs/fidelity.md "GV100 on reef-compile's sm_70 builds").
+    #[arg(long)]
+    pub gv100_models: Option<std::path::PathBuf>,
 }
 
 /// What the paper says about a figure.
@@ -107,6 +113,9 @@ pub struct Row {
     /// The mechanism the simulator lacks for this figure, printed when it
     /// is outside its bound (empty for by-construction rows).
     pub missing: String,
+    /// The figure's models that ran from a reef-compile sm_70 build
+    /// (`--gv100-models`); the others ran on translated MI50 schedules.
+    pub compiled_models: Vec<String>,
 }
 
 /// The groups `reef-bench fidelity` reports by.
@@ -180,20 +189,23 @@ pub fn run(args: &FidelityArgs) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for dev in devices {
         let spec = DeviceSpec::preset(dev)?;
+        let models = measure::Models::for_device(&spec, args);
         let mine: Vec<&quotes::Quote> = all.iter().filter(|q| q.device == dev).collect();
-        let runs = measure::run_disb(&spec, args)?;
+        let runs = measure::run_disb(&spec, args, &models)?;
+        let workloads = measure::workloads()?;
         let mut f27: Option<(f64, f64)> = None;
         for q in mine {
             let sim = match q.sim {
-                quotes::Sim::PreemptModel(p, m) => measure::preempt_value(&spec, p, m, args.seed)?,
+                quotes::Sim::PreemptModel(p, m) => {
+                    measure::preempt_value(&spec, &models, p, m, args.seed)?
+                }
                 quotes::Sim::QueueCap(cap) => {
-                    let dir = reef_model::default_models_dir();
-                    let model = reef_model::load_named(&dir, "resnet152")?;
+                    let model = models.load("resnet152")?;
                     crate::standalone::simulate(&spec, &model, cap)?.simulated_us / 1e3
                 }
                 quotes::Sim::Fig27P90 | quotes::Sim::Fig27Unhurt => {
                     if f27.is_none() {
-                        f27 = Some(measure::fig27(&spec, args.seed)?);
+                        f27 = Some(measure::fig27(&spec, &models, args.seed)?);
                     }
                     let (p90, unhurt) = f27.expect("just computed");
                     if q.sim == quotes::Sim::Fig27P90 {
@@ -205,6 +217,11 @@ pub fn run(args: &FidelityArgs) -> Result<Vec<Row>> {
                 s => measure::disb_value(&runs, s)?,
             };
             let (ratio, ok) = q.paper.judge(sim);
+            let compiled_models = q
+                .models(&workloads)
+                .into_iter()
+                .filter(|m| models.is_compiled(m))
+                .collect();
             rows.push(Row {
                 device: dev.into(),
                 figure: q.fig.into(),
@@ -217,6 +234,7 @@ pub fn run(args: &FidelityArgs) -> Result<Vec<Row>> {
                 group: q.group(),
                 note: q.note.into(),
                 missing: q.missing().into(),
+                compiled_models,
             });
         }
     }
@@ -245,6 +263,9 @@ pub fn table(rows: &[Row]) -> String {
             let mut tail = String::new();
             if !r.note.is_empty() {
                 tail += &format!("  ({})", r.note);
+            }
+            if !r.compiled_models.is_empty() {
+                tail += &format!("  {{sm_70 build: {}}}", r.compiled_models.join(", "));
             }
             if !r.by_construction && !r.within_bound && !r.missing.is_empty() {
                 tail += &format!("  [missing: {}]", r.missing);

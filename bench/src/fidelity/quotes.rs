@@ -512,6 +512,34 @@ pub fn disb_paper_figures(device: &str) -> Vec<(&'static str, &'static str, Disb
 }
 
 impl Quote {
+    /// The DISB model directories the figure's runs use, in first-use
+    /// order (the preemption probe's synthetic RT model is not one).
+    pub fn models(&self, workloads: &[crate::disb::workload::Workload]) -> Vec<String> {
+        let workload = |w: &str| {
+            let mut v: Vec<String> = Vec::new();
+            for t in workloads
+                .iter()
+                .filter(|x| x.name == w)
+                .flat_map(|x| &x.tasks)
+            {
+                if !v.contains(&t.model_dir) {
+                    v.push(t.model_dir.clone());
+                }
+            }
+            v
+        };
+        match self.sim {
+            Sim::Lat(_, w) | Sim::LatOverRtOnly(_, w) | Sim::Tput(_, w) => workload(w),
+            Sim::PreemptRatio(w) => workload(w),
+            Sim::PreemptModel(_, m) => vec![m.to_string()],
+            Sim::QueueCap(_) => vec!["resnet152".to_string()],
+            Sim::Fig27P90 | Sim::Fig27Unhurt => super::measure::FIG27_MODELS
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+        }
+    }
+
     /// The group the figure is reported in: by-construction rows apart;
     /// figures of a baseline policy (SEQ, GPUStreams, the wait-based
     /// preemption) under "baselines", since their stand-in decides them as
@@ -545,8 +573,9 @@ impl Quote {
             Sim::Lat("streams", _) | Sim::Tput("streams", _) | Sim::Tput("reef", _) if nv => {
                 "interference beyond the DRAM terms (bandwidth, L2 capacity, channel queueing): \
                  per-kernel L2 reuse (the L2 term re-reads a lost byte once) and measured \
-                 per-kernel DRAM traffic (class prototypes here); and CUDA builds of the models \
-                 (the GV100 runs MI50 schedules translated to 80 SMs)"
+                 per-kernel DRAM traffic (class prototypes here); the GV100 runs MI50 schedules \
+                 translated to 80 SMs, and sm_70 builds of VGG's and ResNet-152's slots \
+                 (--gv100-models) do not close it (docs/fidelity.md)"
             }
             Sim::Lat("streams", _) | Sim::Tput("streams", _) | Sim::Tput("reef", _) => {
                 "interference beyond the DRAM terms (bandwidth, L2 capacity, channel queueing): \

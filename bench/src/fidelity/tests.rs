@@ -88,6 +88,7 @@ fn by_construction_rows_are_marked_and_not_counted() {
         },
         note: String::new(),
         missing: "a term".into(),
+        compiled_models: vec![],
     };
     let rows = [
         row(true, false),
@@ -119,6 +120,7 @@ fn unknown_devices_and_bad_durations_are_refused() {
         seed: 1,
         jobs: Some(1),
         json: false,
+        gv100_models: None,
     };
     let e = run(&a("h100", None)).unwrap_err().to_string();
     assert!(e.contains("mi50 and gv100"), "{e}");
@@ -175,6 +177,11 @@ fn the_table_is_grouped_and_names_what_is_missing_only_outside() {
         group,
         note: String::new(),
         missing: format!("mechanism of {what}"),
+        compiled_models: if what == "base" {
+            vec!["vgg".into()]
+        } else {
+            vec![]
+        },
     };
     let rows = [
         row("mi50", "in", true, Group::Device),
@@ -193,4 +200,35 @@ fn the_table_is_grouped_and_names_what_is_missing_only_outside() {
     assert!(!t.contains("mechanism of def"), "{t}");
     assert!(t.contains("-- mi50: 1 of 2 outside"), "{t}");
     assert!(t.contains("-- gv100: 1 of 1 outside"), "{t}");
+    // A row run on a compiled sm_70 build says so; the others do not.
+    assert!(t.contains("{sm_70 build: vgg}"), "{t}");
+    assert_eq!(t.matches("sm_70 build").count(), 1, "{t}");
+}
+
+#[test]
+fn each_figure_names_the_models_it_runs_on() {
+    let workloads = super::measure::workloads().unwrap();
+    let all = quotes();
+    let models = |dev: &str, what: &str| {
+        all.iter()
+            .find(|q| q.device == dev && q.what == what)
+            .unwrap_or_else(|| panic!("{dev} {what}"))
+            .models(&workloads)
+    };
+    // DISB A: an RT VGG client and a BE ResNet-152 client (Table 2).
+    assert_eq!(models("gv100", "REEF throughput A"), ["vgg", "resnet152"]);
+    assert_eq!(
+        models("gv100", "wait/reset preemption B"),
+        ["vgg", "resnet152"]
+    );
+    assert_eq!(models("gv100", "REEF throughput C").len(), 5);
+    assert_eq!(
+        models("gv100", "wait-based preemption RNET (us)"),
+        ["resnet152"]
+    );
+    assert_eq!(
+        models("mi50", "RNET execution, DQ capacity 1 (ms)"),
+        ["resnet152"]
+    );
+    assert_eq!(models("mi50", "padded RT kernels not slowed (%)").len(), 5);
 }
