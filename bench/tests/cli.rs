@@ -197,3 +197,43 @@ fn fidelity_refuses_devices_the_paper_has_no_figures_for() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// `reef-bench aker --colocate` takes a BE model directory by path:
+/// Parboil's stencil described from its source (bench/aker-be) runs as the
+/// BE client of every policy on the ada6000 preset.
+#[test]
+fn colocate_takes_a_be_model_directory_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("aker-be/stencil");
+    let out = bench()
+        .args(["aker", "--colocate", "--predictor-device", "ada6000"])
+        .args(["--lc", "vgg", "--util", "0.2", "--queries", "5", "--be"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for policy in ["aker", "baymax", "tacker", "reef", "streams"] {
+        let row = text
+            .lines()
+            .find(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() > 3 && w[0] == "vgg" && w[1] == "stencil" && w[2] == policy
+            })
+            .unwrap_or_else(|| panic!("no {policy} row:\n{text}"));
+        // BE inferences per second: the stencil kernel ran.
+        let be: f64 = row.split_whitespace().nth(9).unwrap().parse().unwrap();
+        assert!(be > 0.0, "{row}");
+    }
+    // A path that is no model directory is an error naming it.
+    let out = bench()
+        .args(["aker", "--colocate", "--lc", "vgg", "--queries", "5"])
+        .args(["--be", "bench/aker-be/nothing"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing"));
+}

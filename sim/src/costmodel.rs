@@ -57,6 +57,9 @@ pub const REGISTER_ALLOCATION_UNIT: u32 = 256;
 ///   sm_75 and sm_80 have the same per-thread register limit (255) and
 ///   register file (64K per SM), so their allocation is the nearest.
 /// - `h100`: Hopper is sm_90 (CUDA guide).
+/// - `ada6000`: Ada is sm_89 (CUDA guide); sm_86 and sm_80 have the same
+///   register file (64K per SM) and per-thread limit (255), the nearest
+///   allocation when a model was not compiled for sm_89.
 /// - `mi50`: gfx906, the VGPRs and LDS of the kernel's AMD code object
 ///   (`reef-compile --arch gfx906`, AMDHSA metadata; registers per work
 ///   item, allocated per 64-lane wave in the same unit); a model compiled
@@ -66,6 +69,7 @@ pub fn arch_for(spec: &DeviceSpec) -> &'static [&'static str] {
     match spec.name.as_str() {
         "gv100" => &["sm_70", "sm_75", "sm_80"],
         "h100" => &["sm_90", "sm_90a"],
+        "ada6000" => &["sm_89", "sm_86", "sm_80"],
         "mi50" => &["gfx906", "sm_80"],
         _ => &["sm_80"],
     }

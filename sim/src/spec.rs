@@ -9,13 +9,14 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// Preset names, in the order `reef-bench --device` lists them.
-pub const PRESETS: &[&str] = &["mi50", "gv100", "h100"];
+pub const PRESETS: &[&str] = &["mi50", "gv100", "h100", "ada6000"];
 
 fn preset_text(name: &str) -> Option<&'static str> {
     Some(match name {
         "mi50" => include_str!("../devices/mi50.toml"),
         "gv100" => include_str!("../devices/gv100.toml"),
         "h100" => include_str!("../devices/h100.toml"),
+        "ada6000" => include_str!("../devices/ada6000.toml"),
         _ => return None,
     })
 }
@@ -177,7 +178,7 @@ pub struct DeviceSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error(
-        "unknown device {0:?}: known presets are mi50, gv100, h100, or pass a path to a .toml spec"
+        "unknown device {0:?}: known presets are mi50, gv100, h100, ada6000, or pass a path to a .toml spec"
     )]
     UnknownPreset(String),
     #[error("{path}: cannot read device spec: {cause}")]
@@ -196,7 +197,7 @@ pub enum SpecError {
 }
 
 impl DeviceSpec {
-    /// A compiled-in preset (`mi50`, `gv100`, `h100`).
+    /// A compiled-in preset (`mi50`, `gv100`, `h100`, `ada6000`).
     pub fn preset(name: &str) -> Result<Self, SpecError> {
         let text = preset_text(name).ok_or_else(|| SpecError::UnknownPreset(name.into()))?;
         Self::parse(Path::new(&format!("sim/devices/{name}.toml")), text)

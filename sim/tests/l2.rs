@@ -260,3 +260,43 @@ fn loaded_latency_stretches_below_saturation() {
     assert!(want > FLAT[0] + 50, "{want}");
     assert!(tl.abs_diff(want) <= 1, "{tl} vs {want}");
 }
+
+/// The `ada6000` preset (Aker's GPU, issue 31 item 3) carries a source on
+/// every field it sets, not only on [`SOURCED_FIELDS`]: each key's comment
+/// block must hold a `Source:` line naming a table, figure, section or
+/// page ([`field_source`]). It leaves the loaded-latency fields unset (no
+/// published Ada measurement found), so that term is off, and a copy that
+/// loses one of its sources is refused by this check.
+#[test]
+fn every_ada6000_field_has_a_source() {
+    let text = include_str!("../devices/ada6000.toml");
+    let keys: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && l.contains('='))
+        .map(|l| l.split('=').next().unwrap().trim())
+        .collect();
+    assert!(keys.len() >= 25, "{keys:?}");
+    let check = |t: &str| -> Result<(), String> {
+        for k in &keys {
+            if *k == "name" {
+                continue;
+            }
+            let block = field_source(t, k).map_err(|e| format!("{k}: {e}"))?;
+            if !block.contains("Source:") {
+                return Err(format!("{k}: not set or no source"));
+            }
+        }
+        Ok(())
+    };
+    check(text).unwrap();
+    let spec = DeviceSpec::preset("ada6000").unwrap();
+    assert_eq!(spec.compute_units, 142);
+    assert!(spec.matrix_flops > spec.fp32_flops);
+    assert_eq!(spec.l2_bytes, 96 << 20);
+    assert_eq!(spec.dram_latency_ns, 0, "no sourced loaded latency for Ada");
+    // Dropping the Source: line of one field is caught, with its name.
+    let lost = text.replacen("# 960 GB/s. Source: NV spec", "# 960 GB/s, NV spec", 1);
+    assert_ne!(lost, text, "the ada6000 bandwidth source lines changed");
+    let e = check(&lost).unwrap_err();
+    assert!(e.starts_with("memory_bandwidth_bytes_per_s"), "{e}");
+}

@@ -45,7 +45,8 @@ pub struct AkerArgs {
     /// LC models for --colocate (repeatable).
     #[arg(long = "lc", default_values_t = ["resnet152".to_string(), "vgg".to_string()])]
     pub lc: Vec<String>,
-    /// BE models for --colocate (repeatable).
+    /// BE models for --colocate (repeatable): a name, or a model directory
+    /// path such as bench/aker-be/lbm (Parboil kernels, bench/aker-be).
     #[arg(long = "be", default_values_t = ["bert".to_string(), "densenet".to_string()])]
     pub be: Vec<String>,
     /// LC utilisations (Poisson arrival rate x stand-alone latency).

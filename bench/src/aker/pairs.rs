@@ -132,6 +132,21 @@ pub fn run_pair(
     Ok(rows)
 }
 
+/// A model by name from the models directory, or from a model directory
+/// given as a path (a name with a `/`, e.g. `bench/aker-be/lbm`: Aker's BE
+/// kernels described from Parboil's source, bench/aker-be/README.md).
+fn load(dir: &std::path::Path, n: &str) -> Result<reef_model::Model> {
+    let p = std::path::Path::new(n);
+    match (
+        n.contains('/'),
+        p.parent(),
+        p.file_name().and_then(|f| f.to_str()),
+    ) {
+        (true, Some(parent), Some(name)) => Ok(reef_model::load_named(parent, name)?),
+        _ => Ok(reef_model::load_named(dir, n)?),
+    }
+}
+
 /// The whole table: every LC × BE × utilisation.
 #[allow(clippy::too_many_arguments)]
 pub fn main(
@@ -150,7 +165,7 @@ pub fn main(
     names.extend(bes.iter().filter(|b| !lcs.contains(b)));
     let mut models = Vec::new();
     for n in &names {
-        models.push(PreparedModel::new(reef_model::load_named(&dir, n)?, spec)?);
+        models.push(PreparedModel::new(load(&dir, n)?, spec)?);
     }
     let all = reef_exec::aker::SimPredictor::new(spec, &models)?;
     let by = |n: &String| names.iter().position(|x| *x == n).expect("loaded");
