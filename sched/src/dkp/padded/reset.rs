@@ -75,7 +75,10 @@ impl PaddingScheduler {
         // (`next_plan`).
         let kill_first = core.config().device.kill_precedes_later_launches;
         let next_running = |k: u32| b.kill_issued && k == b.done_upto;
-        if !kill_first || !b.running.is_none_or(next_running) {
+        // Launches outstanding although none of this request was made
+        // (`launched_end` 0): an earlier request's, which padding finished
+        // while they drained; what they write is not known here.
+        if !kill_first || !b.running.is_none_or(next_running) || b.launched_end == 0 {
             return Drain::Blocked;
         }
         let Some((_, client)) = b.req else {
