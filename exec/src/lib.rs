@@ -378,6 +378,7 @@ impl RunSched {
             st.be_blocks_padded = c.be_blocks_padded;
             st.be_kernels_completed_by_padding = c.be_kernels_completed;
             st.rest_launches = c.rest_launches;
+            st.reset_waits = c.reset_waits;
         }
         st
     }
@@ -445,6 +446,9 @@ pub struct PadStats {
     pub be_blocks_padded: u64,
     pub be_kernels_completed_by_padding: u64,
     pub rest_launches: u64,
+    /// Real-time requests whose first kernel waited for a best-effort
+    /// task's reset (`DkpCounters::reset_waits`).
+    pub reset_waits: u64,
     /// Per padded launch: its duration (real-time part start to the last
     /// part's completion) minus the real-time kernel's stand-alone
     /// execution time, ns (Fig. 27).

@@ -38,6 +38,8 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
+mod reset;
+
 /// Single-version padding (`reef`, "DKP" in §6.5) or multi-version
 /// (`reef-dkp-mv`, "DKP-MV").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +163,10 @@ pub struct DkpCounters {
     pub rest_launches: u64,
     /// Queued best-effort requests started by padding in real-time mode.
     pub be_requests_started: u64,
+    /// Real-time requests whose first kernel the transmitter held until a
+    /// preempted best-effort task's reset was heard (`reset`: REEF §3.1
+    /// pads after its synchronous reset).
+    pub reset_waits: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -199,6 +205,15 @@ struct BeState {
     running: Option<u32>,
     /// A kill of the stream was issued after its last launch.
     kill_issued: bool,
+    /// Since the stream's last launch: no kernel of its launch sequence
+    /// from this index on writes anything (a launch of this kernel was
+    /// heard evicted, or of the one before it killed: the stream runs in
+    /// order, and every later launch reaches its blocks' flag check after
+    /// the flag landed, REEF §4.2–4.3). See `reset`.
+    silent_from: Option<u32>,
+    /// One past the last kernel launched on the stream itself (its launch
+    /// sequence runs in order up to there).
+    launched_end: u32,
     /// The rest of a kernel partly done by padding launched on the task's
     /// own stream: (kernel, first block), until it finishes.
     rest: Option<(u32, u32)>,
@@ -213,6 +228,12 @@ impl BeState {
         if self.rest.is_some_and(|r| r.0 == kernel) {
             self.rest = None;
         }
+    }
+
+    /// No launch of the stream from `kernel` on writes anything (see
+    /// `silent_from`).
+    fn silenced(&mut self, kernel: u32) {
+        self.silent_from = Some(self.silent_from.map_or(kernel, |w| w.min(kernel)));
     }
 }
 
@@ -254,6 +275,9 @@ pub struct PaddingScheduler {
     /// `reef-max`'s fill after the last kernel ([`super::max`]): the last
     /// kernel of a real-time request is launched unpadded.
     tail_fill: bool,
+    /// The real-time kernel the transmitter holds for a best-effort task's
+    /// reset (`reset`), counted once.
+    held: Option<KernelTag>,
 }
 
 impl PaddingScheduler {
@@ -343,6 +367,7 @@ impl PaddingScheduler {
             counters: DkpCounters::default(),
             last_refused: false,
             tail_fill,
+            held: None,
         };
         s.drain_inner(0);
         Ok(s)
@@ -455,6 +480,7 @@ impl PaddingScheduler {
                 if let Some(b) = self.be.get_mut(stream.0 as usize) {
                     if b.req.map(|r| r.0) == Some(tag.req) {
                         b.finished(tag.kernel);
+                        b.silenced(tag.kernel);
                     }
                 }
             }
@@ -475,6 +501,7 @@ impl PaddingScheduler {
                                 && b.credit.is_some_and(|c| c.kernel == r.0 && c.done == r.1)
                         });
                         b.finished(tag.kernel);
+                        b.silenced(tag.kernel + 1);
                         if !rest_of_credit && b.credit.is_some_and(|c| c.kernel == tag.kernel) {
                             b.credit = None;
                             b.plan = None;
@@ -606,6 +633,8 @@ impl PaddingScheduler {
                     }
                     b.plan = None;
                     b.kill_issued = false;
+                    b.silent_from = None;
+                    b.launched_end = tag.kernel + 1;
                     // The credit stays until the relaunch completes (then
                     // the kernel is done) or is killed (then its outputs
                     // are corrupted and every block must run again); an
@@ -715,9 +744,17 @@ impl PaddingScheduler {
             if self.inflight.len() >= self.window {
                 return false;
             }
-            let Some(tag) = self.rt_pending.pop_front() else {
+            let Some(&tag) = self.rt_pending.front() else {
                 return false;
             };
+            if self.waits_for_reset(tag) {
+                if self.held != Some(tag) {
+                    self.held = Some(tag);
+                    self.counters.reset_waits += 1;
+                }
+                return false;
+            }
+            self.rt_pending.pop_front();
             self.counters.rt_launches += 1;
             let Some(&client) = self.req_client.get(&tag.req) else {
                 self.inflight.push_back(InFlight {
@@ -853,20 +890,20 @@ impl PaddingScheduler {
         // kernel 70 writes what kernel 69 reads): the padded blocks of
         // the kernel would read them (`reef-bench hostile` on sim:mi50,
         // a stale answer). REEF pads only after the synchronous reset,
-        // from the execution index it then reads (§3.1, §4.3): with one
-        // launch outstanding there is no successor to start, and the
-        // padded blocks recompute what the kernel computed.
+        // from the execution index it then reads (§3.1, §4.3): with no
+        // later kernel launched on the stream there is no successor to
+        // start, and the padded blocks recompute what the kernel computed
+        // (counted from the launches, not the outstanding ones: a
+        // completion heard under the flag does not count, so the kernel
+        // may have ended with only its successors outstanding).
         // Unless the kernels after it on the device write nothing it reads
         // or writes (`ModelInfo::successors_clear`): then running its
         // blocks again after them still computes what it computed.
-        let kill_first = core.config().device.kill_precedes_later_launches;
-        let next_running = |k: u32| b.kill_issued && k == b.done_upto;
-        let outstanding = core.outstanding(s);
-        let m = self.clients[client.0 as usize].model;
-        let clear = core.models()[m.0 as usize].successors_clear(b.done_upto);
-        if outstanding > 0
-            && !(kill_first && outstanding <= 1 + clear && b.running.is_none_or(next_running))
-        {
+        // Or once the kill's outcome has been heard and no kernel after
+        // the clear ones can write any more (`BeState::silent_from`, the
+        // point REEF's synchronous reset establishes before it pads; see
+        // `reset`).
+        if self.drain_state(si) != reset::Drain::Clear {
             return None;
         }
         Some(self.plan_of(b, client, table))
@@ -1057,7 +1094,7 @@ mod tests {
         setup_on(window, Config::default())
     }
 
-    fn setup_on(window: usize, cfg: Config) -> PaddingScheduler {
+    pub(super) fn setup_on(window: usize, cfg: Config) -> PaddingScheduler {
         setup_variant(window, cfg, Variant::Single)
     }
 
@@ -1090,12 +1127,17 @@ mod tests {
         PaddingScheduler::new(variant, Arc::new(table), cfg, models, clients, window).unwrap()
     }
 
-    fn step(s: &mut PaddingScheduler, now: Time, ev: Event) -> Vec<DkpAction> {
+    pub(super) fn step(s: &mut PaddingScheduler, now: Time, ev: Event) -> Vec<DkpAction> {
         s.handle(now, ev);
         std::iter::from_fn(|| s.poll_action()).collect()
     }
 
-    fn arrive(s: &mut PaddingScheduler, t: Time, req: u64, client: u32) -> Vec<DkpAction> {
+    pub(super) fn arrive(
+        s: &mut PaddingScheduler,
+        t: Time,
+        req: u64,
+        client: u32,
+    ) -> Vec<DkpAction> {
         step(
             s,
             t,
@@ -1109,14 +1151,16 @@ mod tests {
 
     /// The first padded launch among `a`: (RT kernel, first part's BE
     /// kernel, its block range).
-    fn first_padded(a: &[DkpAction]) -> Option<(KernelTag, KernelTag, std::ops::Range<u32>)> {
+    pub(super) fn first_padded(
+        a: &[DkpAction],
+    ) -> Option<(KernelTag, KernelTag, std::ops::Range<u32>)> {
         a.iter().find_map(|x| match x {
             DkpAction::Padded(p) => Some((p.tag, p.parts[0].tag, p.parts[0].blocks.clone())),
             _ => None,
         })
     }
 
-    fn tag(req: u64, kernel: u32) -> KernelTag {
+    pub(super) fn tag(req: u64, kernel: u32) -> KernelTag {
         KernelTag {
             req: RequestId(req),
             kernel,
@@ -1689,7 +1733,7 @@ mod tests {
     }
 
     /// The MI50 preset's capabilities: its kill lands before later launches.
-    fn kill_first() -> Config {
+    pub(super) fn kill_first() -> Config {
         let mut cfg = Config::default();
         cfg.device.kill_precedes_later_launches = true;
         cfg
