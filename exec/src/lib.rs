@@ -205,22 +205,44 @@ pub fn block_cost(spec: &DeviceSpec) -> BlockCost {
 /// register demand for a grid-limited curve. The reference against which
 /// the schedule-only builder ([`reef_sched::dkp::build_table`]) is tested.
 pub fn kernel_char(spec: &DeviceSpec, s: &KernelShape) -> Option<KernelChar> {
-    let curve = (1..=s.curve_len() as u32).map(|k| s.exec_ns(k)).collect();
     let grid_limited = s.curve_len() as u64 >= s.blocks as u64;
+    shape_char(spec, s, if grid_limited { 0 } else { s.regs_per_block })
+}
+
+/// The offline profile of a compiled kernel (reef-compile: recorded work
+/// and ptxas resources, no measured curve) from its simulator shape: the
+/// block curve of the simulator's cost model (`reef_sim::costmodel`, the
+/// one the kernel runs with) and its registers from its `resources`, which
+/// are the compiler's, not inferred from a curve, so they are kept for a
+/// grid-limited kernel too.
+pub fn compiled_char(spec: &DeviceSpec, s: &KernelShape) -> Option<KernelChar> {
+    shape_char(spec, s, s.regs_per_block)
+}
+
+fn shape_char(spec: &DeviceSpec, s: &KernelShape, regs_per_block: u32) -> Option<KernelChar> {
+    let curve = (1..=s.curve_len() as u32).map(|k| s.exec_ns(k)).collect();
     KernelChar::new(
         &limits(spec),
         s.blocks,
         s.threads_per_block,
         s.lds_per_block,
-        if grid_limited { 0 } else { s.regs_per_block },
+        regs_per_block,
         curve,
     )
 }
 
+/// Whether kernel `k` is a compiled one, timed by the simulator's cost
+/// model (the condition of `reef_sim::KernelShape::from_model`).
+fn is_compiled(k: &reef_model::Kernel) -> bool {
+    k.profile.is_none() && k.work.is_some()
+}
+
 /// The padding table of a run's models: from their schedules
 /// ([`reef_sched::dkp::table::kernel_char`], the function the daemon can use
-/// too); a synthetic model without a schedule (only simulator shapes, e.g.
-/// `reef-bench preempt`) from its shapes.
+/// too), except compiled kernels, whose block cost is the simulator's cost
+/// model and which take their profile from their kernel shape
+/// ([`compiled_char`]); a synthetic model without a schedule (only
+/// simulator shapes, e.g. `reef-bench preempt`) from its shapes.
 pub fn table<M: ModelShapes>(
     spec: &DeviceSpec,
     models: &[M],
@@ -232,8 +254,17 @@ pub fn table<M: ModelShapes>(
         let (model, shapes) = (m.model(), m.shapes());
         let ks = if model.kernels.len() == shapes.len() {
             (0..shapes.len())
-                .map(|i| reef_sched::dkp::table::kernel_char(&l, &c, model, i))
-                .collect::<Result<Vec<_>, _>>()?
+                .map(|i| {
+                    if is_compiled(&model.kernels[i]) {
+                        compiled_char(spec, &shapes[i]).ok_or_else(|| {
+                            anyhow::anyhow!("{}: kernel {} does not fit a CU", m.name(), i)
+                        })
+                    } else {
+                        reef_sched::dkp::table::kernel_char(&l, &c, model, i)
+                            .map_err(anyhow::Error::from)
+                    }
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?
         } else {
             shapes
                 .iter()
@@ -540,13 +571,27 @@ impl PadExec {
         if let Some(s) = self.shapes.get(&key) {
             return Ok(s.clone());
         }
+        // Version 0 is the kernel itself with another allocation: its
+        // blocks take the time they take unpadded at each co-residency
+        // (REEF §5.2, Fig. 13: a kernel's per-block latency by co-resident
+        // blocks), the base shape's own curve (measured, or the cost model
+        // of a compiled kernel's work at its own resources); the padded
+        // launch's registers only limit how many are co-resident. Other
+        // versions (§5.3) take the table's derived curve.
+        let curve = if v == 0 {
+            (1..=base.curve_len() as u32)
+                .map(|k| base.exec_ns(k))
+                .collect()
+        } else {
+            c.curve().to_vec()
+        };
         let mut s = KernelShape::synthetic(
             &format!("{} v{v}", base.name),
             c.blocks,
             c.threads,
             lds,
             regs,
-            c.curve().to_vec(),
+            curve,
             &self.spec,
         )
         .map_err(|e| anyhow::anyhow!("derived shape: {e}"))?;

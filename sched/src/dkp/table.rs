@@ -22,6 +22,16 @@
 //! (otherwise every one-block kernel would have occupancy 1 and fail rule 2
 //! against nearly every real-time kernel). Explicit register counts, when a
 //! schedule has them, are kept.
+//!
+//! Compiled kernels (reef-compile: recorded work and ptxas resources, no
+//! measured curve) are refused: their block cost is the simulator's cost
+//! model (`reef_sim::costmodel`: a roofline of their flops and bytes at the
+//! occupancy their `resources` allow), which this crate does not hold, and
+//! the memory roofline of the curve-less arm below would give a
+//! compute-bound kernel its memory time alone and no register demand. A
+//! padded launch rebuilt from such a profile ran a compiled real-time
+//! kernel at that memory time (docs/fidelity.md); their profiles come from
+//! their simulator shapes (`reef_exec::table`).
 
 use super::padded::{DkpTable, Variant};
 use super::profile::{DeviceLimits, KernelChar};
@@ -54,7 +64,9 @@ pub struct TableError {
 }
 
 /// Block execution curve (`curve[k-1]` for k co-resident blocks) and
-/// register demand per block of kernel `k` of `model`.
+/// register demand per block of kernel `k` of `model`: a measured kernel,
+/// or one with neither a profile nor recorded work (its memory roofline);
+/// not a compiled kernel (see the module doc).
 pub fn block_curve(
     limits: &DeviceLimits,
     cost: &BlockCost,
@@ -138,6 +150,13 @@ pub fn kernel_char(
         .kernels
         .get(index)
         .ok_or_else(|| err("-", "no such kernel"))?;
+    if k.profile.is_none() && k.work.is_some() {
+        return Err(err(
+            &k.name,
+            "a compiled kernel: its block cost is the simulator's cost model \
+             (build its profile from its kernel shape, reef_exec::table)",
+        ));
+    }
     let blocks =
         u32::try_from(k.num_blocks()).map_err(|_| err(&k.name, "more than 2^32 blocks"))?;
     let (curve, regs) = block_curve(limits, cost, model, k);
