@@ -290,7 +290,7 @@ def _cpu_schedule(f):
     accumulator's initialisation is split out before them, and the inner
     loop is vectorised where TVM allows it. Each output element still sums
     its terms in the same order, so the values are bit for bit those of
-    the unscheduled function (checked by compile/tests/test_cpu_schedule.py);
+    the unscheduled function (checked by compile/tests/check_cpu_schedule.py);
     the inner loop now walks the output and the input rows contiguously
     instead of striding through the filter, which made light_resnet50's
     calls 4.6 times faster on this machine (docs/compile.md "CPU build").
@@ -321,7 +321,9 @@ def _cpu_schedule(f):
             sch.reorder(*spatial[:-1], *reduce, spatial[-1])
             sch.decompose_reduction(bi.block_rv, reduce[0])
         except ScheduleError:
-            # The schedule state is unchanged by a refused primitive.
+            # A refused primitive leaves the schedule as it was; a reorder
+            # kept without the split is as valid (TVM runs the init at the
+            # reduction's first iteration), only slower.
             continue
         moved += 1
         try:
@@ -333,7 +335,8 @@ def _cpu_schedule(f):
 
 def cpu_library(fused_prims: dict, path) -> None:
     """Compiles the fused, unscheduled TIR functions for the host CPU
-    (TVM's llvm target) into a shared object at `path`: each function is
+    (TVM's llvm target, with `_cpu_schedule`'s loop order) into a shared
+    object at `path`: each function is
     exported as `__tvm_ffi_<name>` with tvm-ffi's C calling convention
     (DLTensor arguments in the TIR function's parameter order), and the
     library needs nothing outside libc (docs/compile.md "CPU build")."""
