@@ -20,6 +20,8 @@ enum Cmd {
     Kernels(reef_bench::kernels::KernelsArgs),
     /// DISB workloads under the scheduling policies (REEF Fig. 15, 17).
     Disb(reef_bench::disb::DisbArgs),
+    /// A held-out DISB workload drawn from a seed (issue 28), written in DISB's format for `reef-bench disb FILE`.
+    DisbGen(reef_bench::disb::gen::GenArgs),
     /// Dynamic kernel padding: RT-BE pairs (REEF Fig. 23, 24, 27) and kernel selection time (Fig. 26).
     Dkp(reef_bench::dkp::DkpArgs),
     /// Preemption latency, reset-based vs wait-based (REEF Fig. 18, 19).
@@ -61,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Simspeed(a) => reef_bench::simspeed::main(a),
         Cmd::Kernels(a) => reef_bench::kernels::main(a),
         Cmd::Disb(a) => reef_bench::disb::main(a),
+        Cmd::DisbGen(a) => reef_bench::disb::gen::main(a),
         Cmd::Dkp(a) => reef_bench::dkp::main(a),
         Cmd::Preempt(a) => reef_bench::disb::preempt::main(a),
         Cmd::Multigpu(a) => reef_bench::multigpu::main(a),

@@ -7,6 +7,7 @@
 //! normalisation base), then the workload's clients run for `time` seconds
 //! of virtual time. Runs are independent and execute on worker threads.
 
+pub mod gen;
 pub mod live;
 pub mod lost;
 pub mod metrics;
