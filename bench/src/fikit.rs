@@ -45,6 +45,14 @@ pub struct FikitArgs {
     /// `runner::EAGER_OP_NS`) or a host time per launch in us.
     #[arg(long, default_value = "b2b,eager,200")]
     pub hosts: String,
+    /// Host models of the low-priority service in the §4.5.1 and §4.5.3
+    /// pair runs (Figs. 16/17 and 19), comma-separated as `--hosts`; each
+    /// is run against every `--hosts` model of the high one (default: the
+    /// same as the high one). The paper's pairs put detection models with
+    /// host-side work (R-CNNs) as high beside dense segmentation models
+    /// (FCN, DeepLabv3) as low (fikit.txt §4.5.1 list).
+    #[arg(long)]
+    pub low_hosts: Option<String>,
     /// Host times per launch swept in the DISB part, us (`b2b` too).
     #[arg(long, default_value = "b2b,20,50,100,200")]
     pub disb_hosts: String,
@@ -85,6 +93,15 @@ pub enum Host {
     BackToBack,
     /// Host time per launch, ns.
     Gap(Time),
+    /// Host time per launch, ns, spent only once the previous kernel has
+    /// completed: a framework that synchronises with the device after
+    /// every operator (`syncG`, G in us). An upper bound for models with
+    /// host-device synchronisation points, such as torchvision's
+    /// detection models (data-dependent shapes: `torch.nonzero` on CUDA
+    /// "causes host-device synchronization", PyTorch documentation of
+    /// torch.nonzero); how many such points an inference has is not
+    /// measured here.
+    Sync(Time),
 }
 
 impl Host {
@@ -93,6 +110,14 @@ impl Host {
         Ok(match s {
             "b2b" => Host::BackToBack,
             "eager" => Host::Gap(runner::EAGER_OP_NS),
+            _ if s.starts_with("sync") => {
+                let us: f64 = s[4..]
+                    .parse()
+                    .ok()
+                    .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                    .with_context(|| format!("host model {s:?}: syncG takes G in us"))?;
+                Host::Sync((us * 1e3).round() as Time)
+            }
             _ => {
                 let us: f64 = s.parse().ok().filter(|v: &f64| v.is_finite() && *v >= 0.0).with_context(|| {
                     format!("host model {s:?}: use b2b, eager, or a non-negative host time per launch in us")
@@ -104,7 +129,7 @@ impl Host {
     pub fn gap_ns(self) -> Option<Time> {
         match self {
             Host::BackToBack => None,
-            Host::Gap(g) => Some(g),
+            Host::Gap(g) | Host::Sync(g) => Some(g),
         }
     }
     pub fn label(self) -> String {
@@ -112,7 +137,11 @@ impl Host {
             Host::BackToBack => "b2b".into(),
             Host::Gap(g) if g == runner::EAGER_OP_NS => "eager".into(),
             Host::Gap(g) => format!("{}us", g as f64 / 1e3),
+            Host::Sync(g) => format!("sync{}us", g as f64 / 1e3),
         }
+    }
+    fn syncs(self) -> bool {
+        matches!(self, Host::Sync(_))
     }
 }
 
@@ -176,6 +205,32 @@ impl Ctx {
         fikit: FikitConfig,
         profiles: Vec<Profile>,
     ) -> Result<RunOutcome> {
+        self.run_with(
+            plans,
+            duration,
+            policy,
+            host,
+            (&[], &[]),
+            prios,
+            fikit,
+            profiles,
+        )
+    }
+
+    /// [`Ctx::run`] with a host time per launch per model (`model_gaps`,
+    /// 0: back to back; empty: `host` for every model).
+    #[allow(clippy::too_many_arguments)]
+    fn run_with(
+        &self,
+        plans: Vec<ClientPlan>,
+        duration: Time,
+        policy: &str,
+        host: Host,
+        (model_gaps, model_syncs): (&[Time], &[bool]),
+        prios: Vec<u8>,
+        fikit: FikitConfig,
+        profiles: Vec<Profile>,
+    ) -> Result<RunOutcome> {
         runner::simulate(
             &self.spec,
             &self.models,
@@ -187,6 +242,15 @@ impl Ctx {
                 dq_capacity: 4,
                 track_values: false,
                 host_gap_ns: host.gap_ns(),
+                model_host_gaps: if model_gaps.is_empty() && host.syncs() {
+                    vec![host.gap_ns().unwrap_or(0); self.models.len()]
+                } else {
+                    model_gaps.to_vec()
+                },
+                model_host_sync: match model_syncs {
+                    [] if host.syncs() => vec![true; self.models.len()],
+                    s => s.to_vec(),
+                },
                 priorities: prios,
                 fikit,
                 fikit_profiles: profiles,
@@ -205,22 +269,25 @@ impl Ctx {
         plans: impl Fn(Class, Class) -> Vec<ClientPlan>,
         duration: Time,
         host: Host,
+        model_gaps: (&[Time], &[bool]),
         profiles: &[Profile],
     ) -> Result<(RunOutcome, RunOutcome)> {
-        let sh = self.run(
+        let sh = self.run_with(
             plans(Class::BestEffort, Class::BestEffort),
             duration,
             "share",
             host,
+            model_gaps,
             vec![],
             self.fikit.clone(),
             vec![],
         )?;
-        let fk = self.run(
+        let fk = self.run_with(
             plans(Class::RealTime, Class::BestEffort),
             duration,
             "fikit",
             host,
+            model_gaps,
             vec![0, 5],
             self.fikit.clone(),
             profiles.to_vec(),
@@ -364,7 +431,7 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
                     ctx.plan(l, cl, Gen::Continuous),
                 ]
             };
-            let (sh, fk) = ctx.shared_and_fikit(both, dur, host, &profiles)?;
+            let (sh, fk) = ctx.shared_and_fikit(both, dur, host, (&[], &[]), &profiles)?;
             Ok([
                 mean(&sh.clients[0].latencies),
                 mean(&fk.clients[0].latencies),
@@ -466,7 +533,7 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
                     ctx.plan(l, cl, Gen::Continuous),
                 ]
             };
-            let (sh, fk) = ctx.shared_and_fikit(pre, dur, host, &profiles)?;
+            let (sh, fk) = ctx.shared_and_fikit(pre, dur, host, (&[], &[]), &profiles)?;
             // §4.5.4: high continuous, low every period.
             let st = ctx.run(
                 vec![
@@ -517,6 +584,119 @@ fn paper(ctx: &Ctx, args: &FikitArgs, hosts: &[Host], threads: usize) -> Result<
             );
         }
     }
+    Ok(())
+}
+
+/// §4.5.1 (Fig. 16) and §4.5.3 (Fig. 19) with the two services' frameworks
+/// differing: the high service launches under `high`, the low one under
+/// `low` (`--low-hosts`). Each model's FIKIT profile is measured under its
+/// own role's host model. Under `share` on a device that time-slices
+/// contexts (the NVIDIA presets), a high service whose context idles
+/// between host-paced launches gives the GPU to a low one that does not
+/// idle, and gets it back only at the end of the low one's slice
+/// (docs/simulator.md "Contexts").
+fn mixed_hosts(ctx: &Ctx, args: &FikitArgs, high: Host, low: Host, threads: usize) -> Result<()> {
+    let n = ctx.models.len();
+    let idx = |name: &str| ctx.models.iter().position(|m| m.name == name);
+    let measure = |host: Host| -> Result<Vec<Profile>> {
+        par(&(0..n).collect::<Vec<_>>(), threads, |&m| {
+            ctx.measure(m, host, args.runs)
+        })
+        .into_iter()
+        .map(|r| r.map(|(p, _)| p))
+        .collect()
+    };
+    let (ph, pl) = (measure(high)?, measure(low)?);
+    let gap = |h: Host| h.gap_ns().unwrap_or(0);
+    let pairs: Vec<(usize, usize)> = PAIRS
+        .iter()
+        .filter_map(|(h, l)| Some((idx(h)?, idx(l)?)))
+        .collect();
+    let pair_setup = |h: usize, l: usize| {
+        let mut gaps = vec![gap(high); n];
+        gaps[l] = gap(low);
+        let mut syncs = vec![high.syncs(); n];
+        syncs[l] = low.syncs();
+        (gaps, syncs, vec![ph[h].clone(), pl[l].clone()])
+    };
+    let period = (args.period_ms * 1e6) as Time;
+    let dur_b2b = (args.pair_secs * 1e9) as Time;
+    let dur_pre = period * u64::from(args.intermittent);
+    let res: Vec<Result<[Option<f64>; 6]>> = par(&pairs, threads, |&(h, l)| {
+        let (gaps, syncs, profiles) = pair_setup(h, l);
+        let both = |ch: Class, cl: Class| {
+            vec![
+                ctx.plan(h, ch, Gen::Continuous),
+                ctx.plan(l, cl, Gen::Continuous),
+            ]
+        };
+        let (sh, fk) = ctx.shared_and_fikit(both, dur_b2b, high, (&gaps, &syncs), &profiles)?;
+        let pre = |ch: Class, cl: Class| {
+            vec![
+                ctx.plan(
+                    h,
+                    ch,
+                    Gen::Periodic {
+                        next: period / 2,
+                        interval: period,
+                    },
+                ),
+                ctx.plan(l, cl, Gen::Continuous),
+            ]
+        };
+        let (sh2, fk2) = ctx.shared_and_fikit(pre, dur_pre, high, (&gaps, &syncs), &profiles)?;
+        Ok([
+            mean(&sh.clients[0].latencies),
+            mean(&fk.clients[0].latencies),
+            mean(&sh2.clients[0].latencies),
+            mean(&fk2.clients[0].latencies),
+            mean(&sh.clients[1].latencies),
+            mean(&fk.clients[1].latencies),
+        ])
+    });
+    println!(
+        "\n## high service {}, low service {} (--low-hosts): Fig. 16 both continuous for {} s; Fig. 19 high every {} ms ({} requests) over a continuous low",
+        high.label(),
+        low.label(),
+        args.pair_secs,
+        args.period_ms,
+        args.intermittent
+    );
+    println!(
+        "{:<22} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9} {:>13} {:>11} {:>11}",
+        "pair H/L",
+        "16:H_share",
+        "16:H_fikit",
+        "speedup",
+        "19:H_share",
+        "19:H_fikit",
+        "speedup",
+        "paper",
+        "16:L_share",
+        "16:L_fikit"
+    );
+    let f = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.0}", x / 1e3));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        _ => "-".into(),
+    };
+    for (&(h, l), r) in pairs.iter().zip(res) {
+        let [s16, f16, s19, f19, ls, lf] = r?;
+        println!(
+            "{:<22} {:>11} {:>11} {:>9} {:>11} {:>11} {:>9} {:>13} {:>11} {:>11}",
+            format!("{}/{}", ctx.models[h].name, ctx.models[l].name),
+            f(s16),
+            f(f16),
+            ratio(s16, f16),
+            f(s19),
+            f(f19),
+            ratio(s19, f19),
+            "16.41 / 15.77",
+            f(ls),
+            f(lf)
+        );
+    }
+    println!("(JCTs in us; paper: Fig. 16 1.32–16.41x, Fig. 19 up to 15.77x)");
     Ok(())
 }
 
@@ -756,6 +936,10 @@ pub fn main(args: FikitArgs) -> Result<()> {
         }
     }
     let hosts = parse_list(&args.hosts, "hosts", Host::parse)?;
+    let low_hosts = match &args.low_hosts {
+        Some(l) => parse_list(l, "low-hosts", Host::parse)?,
+        None => Vec::new(),
+    };
     parse_list(&args.disb_hosts, "disb-hosts", Host::parse)?;
     parse_list(&args.epsilon_sweep_us, "epsilon-sweep-us", us)?;
     let threads = args
@@ -791,6 +975,13 @@ pub fn main(args: FikitArgs) -> Result<()> {
         };
         if parts.contains(&"paper") {
             paper(&ctx, &args, &hosts, threads)?;
+            for &high in &hosts {
+                for &low in &low_hosts {
+                    if low != high {
+                        mixed_hosts(&ctx, &args, high, low, threads)?;
+                    }
+                }
+            }
         }
         if parts.contains(&"disb") {
             disb(&ctx, &args, threads)?;

@@ -240,3 +240,62 @@ fn an_idle_context_keeps_its_slot_until_another_needs_it() {
         assert_eq!(sim.context_switches(), switched as u64, "{preset}");
     }
 }
+
+/// A context whose host issues its next kernel some time after the last
+/// one finished (a framework's per-operator host work) idles in between,
+/// and the device gives the other context, which always has work, the GPU
+/// then; the first context's next kernel waits until that context's time
+/// slice has ended (the runlist does not preempt a channel group with work
+/// before its timeslice expires when another becomes ready; docs/simulator.md
+/// "Contexts").
+#[test]
+fn a_host_paced_context_waits_for_the_busy_ones_slice_at_every_launch() {
+    let spec = DeviceSpec::preset("gv100").unwrap();
+    let mut sim = recording(&spec);
+    let (a, b) = (sim.create_context(), sim.create_context());
+    let sa = sim.create_stream_in(a, 0, 4, false).unwrap();
+    let sb = sim.create_stream_in(b, 0, 64, false).unwrap();
+    // B: 60 kernels of 100 us back to back (6 ms of work, never idle).
+    for k in 0..60 {
+        sim.launch(sb, KernelLaunch::new(shape(&spec, 80, 100_000), tags(1, k)))
+            .unwrap();
+    }
+    // A: a 20 us kernel, the next one issued 200 us after the last ended.
+    let gap = 200_000;
+    let mut a_lat = Vec::new();
+    let mut next_issue = Some(0u64);
+    let mut k = 0;
+    let mut cur: Option<(LaunchId, u64)> = None;
+    loop {
+        let t_ev = sim.next_event_time();
+        let t = match (t_ev, next_issue) {
+            (Some(e), Some(i)) => e.min(i),
+            (Some(e), None) => e,
+            (None, Some(i)) => i,
+            (None, None) => break,
+        };
+        let evs = sim.advance_to(t);
+        if next_issue == Some(t) && cur.is_none() {
+            let id = sim
+                .launch(sa, KernelLaunch::new(shape(&spec, 80, 20_000), tags(0, k)))
+                .unwrap();
+            cur = Some((id, t));
+            next_issue = None;
+            k += 1;
+        }
+        for e in evs {
+            if let Some((id, t0)) = cur {
+                if e.launch == id && e.kind == EventKind::Completed {
+                    a_lat.push(e.time - t0);
+                    cur = None;
+                    next_issue = (k < 5).then_some(e.time + gap);
+                }
+            }
+        }
+    }
+    eprintln!("A's kernel latencies (issue to completion): {a_lat:?}");
+    // Every kernel of A after the first waits for B's slice to end.
+    for &l in &a_lat[1..] {
+        assert!(l > spec.context_timeslice_ns / 2, "A's latencies {a_lat:?}");
+    }
+}

@@ -152,6 +152,13 @@ pub struct RunOptions {
     /// Host time per kernel launch of the clients' framework (`None`: back
     /// to back). See the module doc.
     pub host_gap_ns: Option<Time>,
+    /// Per model, its own host time per launch (0: back to back),
+    /// replacing `host_gap_ns` for every model; empty: none
+    /// (`reef_exec::Driver::set_model_host_gaps`).
+    pub model_host_gaps: Vec<Time>,
+    /// Per model, whether its host waits for each kernel to complete
+    /// before its host time for the next (with `model_host_gaps`).
+    pub model_host_sync: Vec<bool>,
     /// Priority level per client (empty: RT 0, BE 9).
     pub priorities: Vec<u8>,
     /// FIKIT's parameters and the profiles it starts with.
@@ -175,6 +182,8 @@ impl Default for RunOptions {
             dq_capacity: 4,
             track_values: false,
             host_gap_ns: None,
+            model_host_gaps: Vec::new(),
+            model_host_sync: Vec::new(),
             priorities: Vec::new(),
             fikit: FikitConfig::default(),
             fikit_profiles: Vec::new(),
@@ -593,12 +602,17 @@ pub fn simulate(
         dq_capacity: opts.dq_capacity,
         priorities: opts.priorities.clone(),
         seed: opts.seed,
-        host_gap_ns: opts.host_gap_ns,
+        host_gap_ns: opts
+            .host_gap_ns
+            .or((!opts.model_host_gaps.is_empty()).then_some(0)),
         fikit: opts.fikit.clone(),
         fikit_profiles: opts.fikit_profiles.clone(),
         aker: opts.aker.clone(),
         aker_profiles: opts.aker_profiles.clone(),
     })?;
+    if !opts.model_host_gaps.is_empty() {
+        drv.set_model_host_gaps(opts.model_host_gaps.clone(), opts.model_host_sync.clone())?;
+    }
     let max_level = drv.sched.scheduler().core().config().device.max_level;
     if opts.account {
         drv.event_log = Some(Vec::new());
@@ -1012,6 +1026,74 @@ mod tests {
         assert_eq!(st.fill_kernels, 0, "{st:?}");
         assert_eq!(st.gaps_seen, st.gaps_below_epsilon);
         assert_eq!(b2b.corrupted_outputs, 0);
+    }
+
+    /// Per-model host models (`model_host_gaps`, `model_host_sync`): a
+    /// synchronising host issues each kernel only after the previous one
+    /// completed, so alone it pays the launch path per kernel; beside a
+    /// back-to-back client under `share` on the GV100 its context idles at
+    /// every kernel and waits for the other's time slice each time, while
+    /// an asynchronous host (launches run ahead of the device) does not.
+    #[test]
+    fn a_synchronising_host_waits_for_each_kernel_and_for_the_other_contexts_slice() {
+        let spec = DeviceSpec::preset("gv100").unwrap();
+        let dir = reef_model::default_models_dir();
+        let models: Vec<PreparedModel> = ["vgg", "resnet152"]
+            .iter()
+            .map(|n| PreparedModel::new(reef_model::load_named(&dir, n).unwrap(), &spec).unwrap())
+            .collect();
+        let n = models[0].shapes.len() as u64;
+        let client = |model, gen| ClientPlan {
+            name: format!("c{model}"),
+            model,
+            class: Class::BestEffort,
+            gen,
+        };
+        let run = |plans: Vec<ClientPlan>, gaps: Vec<Time>, sync: Vec<bool>| {
+            let o = RunOptions {
+                policy: "share".into(),
+                seed: 7,
+                model_host_gaps: gaps,
+                model_host_sync: sync,
+                ..RunOptions::default()
+            };
+            let out = simulate(&spec, &models, plans, 300_000_000, &o).unwrap();
+            let l = &out.clients[0].latencies;
+            assert!(!l.is_empty());
+            l.iter().sum::<Time>() as f64 / l.len() as f64
+        };
+        let alone = |sync| {
+            run(
+                vec![client(0, Gen::Count { remaining: 3 })],
+                vec![0, 0],
+                vec![sync, false],
+            )
+        };
+        let (b2b, synced) = (alone(false), alone(true));
+        let path = (spec.host_launch_ns + spec.cp_fetch_ns) as f64;
+        assert!(
+            synced >= b2b + 0.9 * path * (n - 1) as f64,
+            "alone: b2b {b2b} ns, synchronising {synced} ns"
+        );
+        let pair = |sync| {
+            run(
+                vec![
+                    client(0, Gen::Count { remaining: 3 }),
+                    client(1, Gen::Continuous),
+                ],
+                vec![0, 0],
+                vec![sync, false],
+            )
+        };
+        let (async_pair, sync_pair) = (pair(false), pair(true));
+        assert!(
+            async_pair < 3.0 * b2b,
+            "async host beside resnet152: {async_pair} ns, alone {b2b} ns"
+        );
+        assert!(
+            sync_pair > (n - 1) as f64 * spec.context_timeslice_ns as f64 / 2.0,
+            "synchronising host beside resnet152: {sync_pair} ns for {n} kernels"
+        );
     }
 
     #[test]

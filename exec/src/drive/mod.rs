@@ -32,9 +32,11 @@ use crate::device::Device;
 use crate::{Buffers, ModelShapes, PadExec, RunSched};
 use reef_sched::dkp::DkpAction;
 use reef_sched::{Action, ClientId, Event, RequestId, StreamPriority, Time};
-use reef_sim::{DeviceEvent, DeviceSpec, KernelLaunch, KernelShape, Sim, SimConfig, Tags};
+use reef_sim::{
+    DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, Sim, SimConfig, Tags,
+};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -279,6 +281,9 @@ impl<D: Device> Driver<D> {
             own_queues: own_device_queues(s.policy),
             big_queue: shapes.iter().map(Vec::len).max().unwrap_or(1) + 1,
             host_gap_ns: s.host_gap_ns,
+            model_gaps: Vec::new(),
+            model_sync: Vec::new(),
+            sync_wait: HashMap::new(),
             names: s.models.iter().map(|m| m.name().to_string()).collect(),
             shapes,
         };
@@ -308,8 +313,8 @@ impl<D: Device> Driver<D> {
         if let Some(name) = self.run.names.get(model) {
             self.dev.bind(req, name);
         }
-        if let Some(g) = self.run.host_gap_ns {
-            let first = if g == 0 {
+        if let Some(g) = self.host_gap(model) {
+            let first = if g == 0 && !self.host_syncs(model) {
                 self.kernels(model) as u32
             } else {
                 1
@@ -412,6 +417,12 @@ impl<D: Device> Driver<D> {
         else {
             return;
         };
+        if ev.kind == EventKind::Completed && !self.run.sync_wait.is_empty() {
+            let key = (ev.tags.task, ev.tags.kernel);
+            if let Some(g) = self.run.sync_wait.remove(&key) {
+                self.host.push(Reverse((ev.time + g, key.0, key.1 + 2)));
+            }
+        }
         let e = crate::sched_event(&ev, reef_sched::StreamId(s));
         self.sched.handle(ev.time, e);
     }
@@ -419,10 +430,16 @@ impl<D: Device> Driver<D> {
     /// With host pacing, the framework issues kernel `kernel + 1` of `req`
     /// one host gap after kernel `kernel`'s launch returned.
     fn host_launched(&mut self, req: RequestId, kernel: u32, model: usize) {
-        let Some(g) = self.run.host_gap_ns.filter(|&g| g > 0) else {
+        let sync = self.host_syncs(model);
+        let Some(g) = self.host_gap(model).filter(|&g| g > 0 || sync) else {
             return;
         };
         if (kernel as usize) + 1 < self.kernels(model) {
+            if sync {
+                // Issued once this kernel has completed (`on_device_event`).
+                self.run.sync_wait.insert((req.0, kernel), g);
+                return;
+            }
             let now = self.dev.now();
             self.host.push(Reverse((now + g, req.0, kernel + 2)));
         }
@@ -577,6 +594,49 @@ impl<D: Device> Driver<D> {
             }
         }
         Ok(())
+    }
+
+    /// Gives each model its own host time per launch (index = model; 0:
+    /// the framework issues every kernel at the request's arrival, as back
+    /// to back), for clients whose frameworks differ (FIKIT §4.5: services
+    /// of different models, each its own process). Needs a host-paced run
+    /// (`Setup::host_gap_ns` set, any value: these replace it).
+    ///
+    /// `sync[m]`: model `m`'s host waits for each kernel to complete before
+    /// its host time for the next starts (a framework that synchronises
+    /// with the device after every operator, e.g. reading a result back;
+    /// empty: none waits).
+    pub fn set_model_host_gaps(&mut self, gaps: Vec<Time>, sync: Vec<bool>) -> anyhow::Result<()> {
+        if self.run.host_gap_ns.is_none() {
+            anyhow::bail!("per-model host gaps need a host-paced run (Setup::host_gap_ns)");
+        }
+        if gaps.len() != self.run.shapes.len() {
+            anyhow::bail!(
+                "{} per-model host gaps for {} models",
+                gaps.len(),
+                self.run.shapes.len()
+            );
+        }
+        if !sync.is_empty() && sync.len() != gaps.len() {
+            anyhow::bail!("{} sync flags for {} models", sync.len(), gaps.len());
+        }
+        self.run.model_gaps = gaps;
+        self.run.model_sync = sync;
+        Ok(())
+    }
+
+    /// Host time per launch of model `model`'s framework (`None`: back to
+    /// back, not host paced).
+    fn host_gap(&self, model: usize) -> Option<Time> {
+        match self.run.model_gaps.get(model) {
+            Some(&g) => Some(g),
+            None => self.run.host_gap_ns,
+        }
+    }
+
+    /// Whether model `model`'s host waits for each kernel's completion.
+    fn host_syncs(&self, model: usize) -> bool {
+        self.run.model_sync.get(model).copied().unwrap_or(false)
     }
 
     /// Kernels model `model` has.
@@ -742,6 +802,17 @@ struct RunFacts {
     /// room for the longest model's kernels.
     big_queue: usize,
     host_gap_ns: Option<Time>,
+    /// Per model, its host time per launch, overriding `host_gap_ns` (0:
+    /// every kernel issued at arrival); empty: `host_gap_ns` for all
+    /// ([`Driver::set_model_host_gaps`]).
+    model_gaps: Vec<Time>,
+    /// Per model, whether its framework waits for each kernel to complete
+    /// before spending its host time on the next (a synchronising host);
+    /// empty: none does.
+    model_sync: Vec<bool>,
+    /// Kernels launched by a synchronising host, by (request, kernel): the
+    /// host time after which the next is issued once this one completes.
+    sync_wait: HashMap<(u64, u32), Time>,
     /// Each model's name and kernel shapes.
     names: Vec<String>,
     shapes: Vec<Vec<Arc<KernelShape>>>,
