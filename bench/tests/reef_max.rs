@@ -181,3 +181,38 @@ fn the_lost_account_covers_the_device() {
     let o = run("resnet152", "resnet152", "reef", None, 0.3, false);
     assert!(o.lost.unwrap().beside_rt_refused > 0.0);
 }
+
+#[test]
+fn a_periodic_densenet_beside_two_vgg_clients_keeps_every_value() {
+    // docs/padding.md, "Padding after the reset": a periodic densenet RT
+    // client at 3.7 ms (about 50 µs of normal mode between requests)
+    // beside two closed-loop vgg BE clients. A normal-mode rest of a
+    // kernel partly done by padding completes while the preempt flag is
+    // set, so it runs again (REEF §4.3: the completion may be of a partial
+    // run), and that relaunch is killed: only its own blocks' part of the
+    // output is stale, and padding runs them again. The value tracker had
+    // corrupted the whole buffer there (every request of the second vgg
+    // client under reef-dkp-mv, 6 in 1 s; 19 under reef-max once that was
+    // fixed: blocks re-padded over the completed output counted alone).
+    let spec = DeviceSpec::preset("mi50").unwrap();
+    let ms = models(&spec, &["densenet", "vgg"]);
+    let mut clients = plans(Some(3_700_000));
+    let mut be2 = clients[1].clone();
+    be2.name = "be2".into();
+    clients.push(be2);
+    for policy in ["reef-dkp-mv", "reef-max"] {
+        let opts = RunOptions {
+            policy: policy.into(),
+            seed: 1,
+            dq_capacity: 4,
+            track_values: true,
+            ..RunOptions::default()
+        };
+        let o = simulate(&spec, &ms, clients.clone(), 1_000_000_000, &opts).unwrap();
+        assert!(
+            o.clients[1].completed + o.clients[2].completed > 0,
+            "{policy}"
+        );
+        assert_eq!(o.corrupted_outputs, 0, "{policy}");
+    }
+}

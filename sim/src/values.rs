@@ -129,6 +129,15 @@ impl Coverage {
         self.ivs = out;
     }
 
+    /// Every block of a kernel of `total` blocks.
+    fn full(total: u64) -> Self {
+        let den = total.max(1);
+        Self {
+            den,
+            ivs: vec![(0, den)],
+        }
+    }
+
     fn is_full(&self) -> bool {
         self.ivs.len() == 1 && self.ivs[0] == (0, self.den)
     }
@@ -292,21 +301,23 @@ impl ValueTracker {
             }
             let mut covered = match self.partial.remove(&w) {
                 Some((ph, c)) if ph == h => c,
+                // The buffer already holds the full output of the same
+                // kernel on the same inputs (this computation's, or a
+                // previous request's): every block's part holds what
+                // these blocks write again (REEF §4.4: re-executing an
+                // idempotent kernel gives the same result), so all of it
+                // counts. A later killed range then un-writes only its
+                // own part (see `kill`). Until the branch `corrupt` only
+                // the re-run blocks were counted, so a range killed after
+                // them left the rest of the buffer stale although it held
+                // the output (vgg kernel 65 under reef-max beside a
+                // periodic densenet, `bench/tests/reef_max.rs`).
+                _ if self.get(w) == h => Coverage::full(total_blocks),
                 _ => Coverage::default(),
             };
             covered.add(&blocks, total_blocks);
             if covered.is_full() {
                 self.values.insert(w, h);
-            } else if self.get(w) == h {
-                // Blocks of a kernel whose full output from the same inputs
-                // is already there (a previous request's) write the same
-                // values again (REEF §4.4: re-executing an idempotent kernel
-                // gives the same result): the buffer keeps its full value,
-                // but the blocks this computation completed are still
-                // counted, so that a later killed range of it (the rest
-                // launch, whose blocks the kill corrupts) leaves the partial
-                // value of exactly those blocks (see `kill`).
-                self.partial.insert(w, (h, covered));
             } else {
                 self.values.insert(w, h ^ PARTIAL ^ covered.digest());
                 self.partial.insert(w, (h, covered));
@@ -442,17 +453,31 @@ impl ValueTracker {
     ) {
         if !(blocks.start == 0 && blocks.end >= total_blocks) {
             let h = self.output_hash(identity, reads);
-            if writes
-                .iter()
-                .all(|w| self.partial.get(w).is_some_and(|(ph, _)| *ph == h))
-            {
+            // A buffer holds blocks of this computation: a partial value of
+            // it, or its full output (every block of it completed, in one
+            // launch or spread over several, or a previous identical
+            // computation's).
+            let holds = |t: &Self, w: &BufferId| match t.partial.get(w) {
+                Some((ph, _)) => *ph == h,
+                None => t.get(*w) == h,
+            };
+            if writes.iter().all(|w| holds(self, w)) {
                 // The killed blocks' part of the outputs is corrupted: what
                 // stays valid is the blocks other launches completed (the
                 // partial value, also where the buffer held the full output
-                // of a previous identical computation).
+                // of this or a previous identical computation: a killed
+                // range after the kernel's blocks all completed un-writes
+                // only its own part, so running that range again completes
+                // the kernel; REEF §5 spreads a kernel's blocks over
+                // launches because each block writes only its own part,
+                // §4.4 re-executes what the kill interrupted).
                 self.corruptions += 1;
                 for &w in writes {
-                    let c = &mut self.partial.get_mut(&w).expect("checked above").1;
+                    let c = &mut self
+                        .partial
+                        .entry(w)
+                        .or_insert_with(|| (h, Coverage::full(total_blocks)))
+                        .1;
                     c.remove(&blocks, total_blocks);
                     let v = h ^ PARTIAL ^ c.digest();
                     self.values.insert(w, v);
@@ -635,6 +660,64 @@ mod tests {
         assert_eq!(u.get(b), clean.get(b));
         u.kill(7, &[a], &[b], 1..4, 4, 9);
         assert_ne!(u.get(b), clean.get(b));
+        // The killed range runs again: the kernel is complete.
+        u.complete(7, &[a], &[b], 1..4, 4);
+        assert_eq!(u.get(b), clean.get(b));
+    }
+
+    #[test]
+    fn a_range_killed_after_the_kernel_completed_leaves_the_other_blocks_valid() {
+        // vgg kernel 56 (128 blocks in its version 3) under reef-dkp-mv
+        // beside a periodic densenet (`bench/tests/reef_max.rs`): padding
+        // completed blocks 0..80, the normal-mode rest 80..128 completed
+        // while the preempt flag was set (the scheduler cannot tell it
+        // from a partial run, REEF §4.3, and runs the rest again), the
+        // rest's relaunch was killed, and padding completed 80..128. Every
+        // block's part holds the kernel's output. The tracker had dropped
+        // the coverage once it was full and corrupted the whole buffer at
+        // the kill, so the answer was counted stale.
+        let (a, b) = (BufferId(1), BufferId(2));
+        let mut clean = ValueTracker::new();
+        clean.complete(7, &[a], &[b], 0..16, 16);
+        for first in [0..80, 0..128] {
+            let mut t = ValueTracker::new();
+            t.complete(7, &[a], &[b], first.clone(), 128);
+            if first.end < 128 {
+                t.complete(7, &[a], &[b], 80..128, 128);
+            }
+            assert_eq!(t.get(b), clean.get(b));
+            t.kill(7, &[a], &[b], 80..128, 128, 9);
+            assert_ne!(t.get(b), clean.get(b));
+            t.complete(7, &[a], &[b], 80..100, 128);
+            assert_ne!(t.get(b), clean.get(b));
+            // A finer version's blocks cover the same tiles.
+            t.complete(7, &[a], &[b], 200..256, 256);
+            assert_eq!(t.get(b), clean.get(b));
+        }
+        // reef-max, vgg kernel 65: blocks 20..40 padded again after the
+        // rest 20..128 completed, then a rest 40..128 killed: blocks 0..40
+        // still hold the output (only 20..40 were counted, so the buffer
+        // never became complete again).
+        let mut t = ValueTracker::new();
+        t.complete(7, &[a], &[b], 0..20, 128);
+        t.complete(7, &[a], &[b], 20..128, 128);
+        t.complete(7, &[a], &[b], 20..40, 128);
+        assert_eq!(t.get(b), clean.get(b));
+        t.kill(7, &[a], &[b], 40..128, 128, 9);
+        t.complete(7, &[a], &[b], 40..60, 128);
+        assert_ne!(t.get(b), clean.get(b));
+        t.complete(7, &[a], &[b], 60..128, 128);
+        assert_eq!(t.get(b), clean.get(b));
+        // A killed whole launch still corrupts everything, and a killed
+        // range over another computation's output too.
+        let mut t = clean.clone();
+        t.kill(7, &[a], &[b], 0..16, 16, 9);
+        t.complete(7, &[a], &[b], 8..16, 16);
+        assert_ne!(t.get(b), clean.get(b));
+        let mut t = clean.clone();
+        t.kill(8, &[a], &[b], 8..16, 16, 9);
+        t.complete(8, &[a], &[b], 8..16, 16);
+        assert_ne!(t.get(b), clean.get(b));
     }
 
     #[test]
