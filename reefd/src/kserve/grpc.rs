@@ -260,8 +260,20 @@ fn contents_bytes(
 }
 
 impl Service {
-    async fn infer_one(&self, r: pb::ModelInferRequest) -> Result<pb::ModelInferResponse, V2Error> {
+    /// One inference; `entered_ns`: when the call reached the service
+    /// (tonic had decoded the request), in ns of CLOCK_MONOTONIC.
+    async fn infer_one(
+        &self,
+        r: pb::ModelInferRequest,
+        entered_ns: u64,
+    ) -> Result<pb::ModelInferResponse, V2Error> {
         let f = &self.front;
+        let timeline = matches!(
+            r.parameters
+                .get("reef_timeline")
+                .and_then(|v| v.parameter_choice.as_ref()),
+            Some(ParameterChoice::BoolParam(true))
+        );
         let m = f.model(&r.model_name, &r.model_version).await?;
         let sched = schedule_of(f, &r.parameters)?;
         if !r.raw_input_contents.is_empty() && r.raw_input_contents.len() != r.inputs.len() {
@@ -392,6 +404,24 @@ impl Service {
             }
             resp.outputs.push(t);
         }
+        if timeline {
+            // Where the front's time goes (docs/kserve.md, "Where the
+            // round trip goes"): ns of CLOCK_MONOTONIC, the clock of every
+            // process on the machine, so a client beside the daemon puts
+            // them on its own time line.
+            let tl = answer.task.timeline.as_deref().copied().unwrap_or_default();
+            for (k, v) in [
+                ("reef_entered_ns", entered_ns),
+                ("reef_called_ns", answer.called_ns),
+                ("reef_done_ns", tl.done_ns),
+                ("reef_seen_ns", tl.seen_ns),
+                ("reef_answered_ns", answer.answered_ns),
+                ("reef_built_ns", crate::protocol::monotonic_ns()),
+            ] {
+                resp.parameters
+                    .insert(k.into(), p(ParameterChoice::Uint64Param(v)));
+            }
+        }
         Ok(resp)
     }
 }
@@ -473,8 +503,9 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        let entered_ns = crate::protocol::monotonic_ns();
         self.check(&req, false)?;
-        Ok(Response::new(self.infer_one(req.into_inner()).await?))
+        Ok(Response::new(self.infer_one(req.into_inner(), entered_ns).await?))
     }
 
     type ModelStreamInferStream = InferStream;
@@ -490,7 +521,8 @@ impl GrpcInferenceService for Service {
         tokio::spawn(async move {
             // In order, one at a time: a stream's answers keep its order.
             while let Ok(Some(r)) = input.message().await {
-                let out = match svc.infer_one(r).await {
+                let entered_ns = crate::protocol::monotonic_ns();
+                let out = match svc.infer_one(r, entered_ns).await {
                     Ok(resp) => pb::ModelStreamInferResponse {
                         error_message: String::new(),
                         infer_response: Some(resp),

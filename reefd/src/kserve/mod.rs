@@ -295,6 +295,13 @@ pub struct Output {
 pub struct Answer {
     pub task: crate::protocol::TaskResult,
     pub outputs: Vec<Output>,
+    /// When the front handed the request to the runtime and when it had
+    /// the answer back, in ns of CLOCK_MONOTONIC
+    /// ([`crate::protocol::monotonic_ns`]): with the task's
+    /// [`crate::protocol::Timeline`], where a front's time goes (the gRPC
+    /// front's `reef_timeline` parameter).
+    pub called_ns: u64,
+    pub answered_ns: u64,
 }
 
 /// The protocol's datatype name of a numpy dtype name (the native
@@ -656,6 +663,7 @@ impl Front {
         let with_data = refs.is_some();
         let stream = self.stream_for(sched.level).await?;
         let begun = Instant::now();
+        let called_ns = crate::protocol::monotonic_ns();
         let r = self
             .call_within(
                 RequestBody::Infer {
@@ -670,6 +678,7 @@ impl Front {
                 sched.timeout,
             )
             .await;
+        let answered_ns = crate::protocol::monotonic_ns();
         let mut stats = self.stats.lock().unwrap();
         let s = stats.entry(model.to_string()).or_default();
         s.last_inference_ms = SystemTime::now()
@@ -707,7 +716,12 @@ impl Front {
                         bytes: bytes.to_vec(),
                     });
                 }
-                Ok(Answer { task, outputs })
+                Ok(Answer {
+                    task,
+                    outputs,
+                    called_ns,
+                    answered_ns,
+                })
             }
             Ok(other) => Err(unexpected(&other)),
             Err(f) => {
