@@ -23,8 +23,9 @@ const NATIVE_STEPS: [&str; 6] = [
     "write + client read/decode",
 ];
 
-const GRPC_STEPS: [&str; 7] = [
-    "client to service entry",
+const GRPC_STEPS: [&str; 8] = [
+    "client to daemon's last read",
+    "read to service entry",
     "front: request to native",
     "daemon (arrival to done)",
     "done to seen",
@@ -60,7 +61,8 @@ pub fn grpc(r: &pb::ModelInferResponse, c0: u64, c1: u64) -> Steps {
         Some(pb::infer_parameter::ParameterChoice::Uint64Param(x)) => x,
         _ => 0,
     };
-    let (entered, called, done, seen, answered, built) = (
+    let (read, entered, called, done, seen, answered, built) = (
+        t("reef_read_ns"),
         t("reef_entered_ns"),
         t("reef_called_ns"),
         t("reef_done_ns"),
@@ -69,7 +71,8 @@ pub fn grpc(r: &pb::ModelInferResponse, c0: u64, c1: u64) -> Steps {
         t("reef_built_ns"),
     );
     vec![
-        us(c0, entered),
+        us(c0, read),
+        us(read, entered),
         us(entered, called),
         us(called, done),
         us(done, seen),

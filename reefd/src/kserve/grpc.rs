@@ -38,11 +38,33 @@ impl From<V2Error> for Status {
 
 use super::limit::PeerAddr;
 
+/// What a call knows of its connection: the peer, and when the connection
+/// last read bytes (the call's `reef_timeline` begins there).
+#[derive(Clone)]
+pub struct GrpcPeer {
+    peer: PeerAddr,
+    last_read: Option<Arc<std::sync::atomic::AtomicU64>>,
+}
+
 impl tonic::transport::server::Connected for super::limit::Conn<super::limit::Stream> {
-    type ConnectInfo = PeerAddr;
-    fn connect_info(&self) -> PeerAddr {
-        self.peer()
+    type ConnectInfo = GrpcPeer;
+    fn connect_info(&self) -> GrpcPeer {
+        GrpcPeer {
+            peer: self.peer(),
+            last_read: self.last_read(),
+        }
     }
+}
+
+/// When the connection of `req` last read bytes (ns of CLOCK_MONOTONIC;
+/// 0: unknown). Read at the call's entry it is when the last of the
+/// request's bytes came in, for a client with one call at a time on its
+/// connection (the bench's).
+fn last_read<T>(req: &Request<T>) -> u64 {
+    req.extensions()
+        .get::<GrpcPeer>()
+        .and_then(|p| p.last_read.as_ref())
+        .map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// The gRPC service on a [`Front`].
@@ -53,7 +75,7 @@ pub struct Service {
 
 impl Service {
     fn check<T>(&self, req: &Request<T>, admin: bool) -> Result<(), Status> {
-        let p = req.extensions().get::<PeerAddr>();
+        let p = req.extensions().get::<GrpcPeer>().map(|p| &p.peer);
         let peer = p.and_then(|p| p.addr).map(|a| a.ip());
         let client_cert = p.is_some_and(|p| p.client_cert);
         let token = req
@@ -260,12 +282,13 @@ fn contents_bytes(
 }
 
 impl Service {
-    /// One inference; `entered_ns`: when the call reached the service
-    /// (tonic had decoded the request), in ns of CLOCK_MONOTONIC.
+    /// One inference; `read_ns`: when its connection last read bytes
+    /// before the call reached the service, `entered_ns`: when it reached
+    /// it (tonic had decoded the request), in ns of CLOCK_MONOTONIC.
     async fn infer_one(
         &self,
         r: pb::ModelInferRequest,
-        entered_ns: u64,
+        (read_ns, entered_ns): (u64, u64),
     ) -> Result<pb::ModelInferResponse, V2Error> {
         let f = &self.front;
         let timeline = matches!(
@@ -411,6 +434,7 @@ impl Service {
             // them on its own time line.
             let tl = answer.task.timeline.as_deref().copied().unwrap_or_default();
             for (k, v) in [
+                ("reef_read_ns", read_ns),
                 ("reef_entered_ns", entered_ns),
                 ("reef_called_ns", answer.called_ns),
                 ("reef_done_ns", tl.done_ns),
@@ -504,8 +528,12 @@ impl GrpcInferenceService for Service {
         req: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let entered_ns = crate::protocol::monotonic_ns();
+        let read_ns = last_read(&req);
         self.check(&req, false)?;
-        Ok(Response::new(self.infer_one(req.into_inner(), entered_ns).await?))
+        Ok(Response::new(
+            self.infer_one(req.into_inner(), (read_ns, entered_ns))
+                .await?,
+        ))
     }
 
     type ModelStreamInferStream = InferStream;
@@ -515,6 +543,10 @@ impl GrpcInferenceService for Service {
         req: Request<tonic::Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<InferStream>, Status> {
         self.check(&req, false)?;
+        let conn_read = req
+            .extensions()
+            .get::<GrpcPeer>()
+            .and_then(|p| p.last_read.clone());
         let mut input = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let svc = self.clone();
@@ -522,7 +554,10 @@ impl GrpcInferenceService for Service {
             // In order, one at a time: a stream's answers keep its order.
             while let Ok(Some(r)) = input.message().await {
                 let entered_ns = crate::protocol::monotonic_ns();
-                let out = match svc.infer_one(r, entered_ns).await {
+                let read_ns = conn_read.as_ref().map_or(0, |a| {
+                    a.load(std::sync::atomic::Ordering::Relaxed)
+                });
+                let out = match svc.infer_one(r, (read_ns, entered_ns)).await {
                     Ok(resp) => pb::ModelStreamInferResponse {
                         error_message: String::new(),
                         infer_response: Some(resp),
