@@ -234,12 +234,9 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
         g.0.mean_us / n.0.mean_us,
         g.0.p99_us / n.0.p99_us
     );
-    steps::breakdown(
-        &native_steps,
-        &grpc_steps,
-        last_grpc.as_ref(),
-        &|| grpc_request_rt_stamped(model),
-    );
+    steps::breakdown(&native_steps, &grpc_steps, last_grpc.as_ref(), &|| {
+        grpc_request_rt_stamped(model)
+    });
     Ok(())
 }
 

@@ -143,4 +143,3 @@ pub fn breakdown(
     }
     println!();
 }
-

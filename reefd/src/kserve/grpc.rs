@@ -331,7 +331,7 @@ impl Service {
                         t.shape
                     )));
                 }
-                b.to_vec()
+                b
             } else {
                 let c = t.contents.as_ref().ok_or_else(|| {
                     V2Error::bad(format!(
@@ -554,9 +554,9 @@ impl GrpcInferenceService for Service {
             // In order, one at a time: a stream's answers keep its order.
             while let Ok(Some(r)) = input.message().await {
                 let entered_ns = crate::protocol::monotonic_ns();
-                let read_ns = conn_read.as_ref().map_or(0, |a| {
-                    a.load(std::sync::atomic::Ordering::Relaxed)
-                });
+                let read_ns = conn_read
+                    .as_ref()
+                    .map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed));
                 let out = match svc.infer_one(r, (read_ns, entered_ns)).await {
                     Ok(resp) => pb::ModelStreamInferResponse {
                         error_message: String::new(),

@@ -517,6 +517,10 @@ impl Front {
                 format!("model {name} has only version 1 (reefd keeps one version of a model), not {version:?}"),
             ));
         }
+        if let Some(m) = self.rt.model_info(name) {
+            return Ok(m);
+        }
+        // Not loaded: the list, to name the loaded ones.
         let models = self.models().await?;
         match models.iter().find(|m| m.name == name) {
             Some(m) => Ok(m.clone()),
@@ -609,7 +613,8 @@ impl Front {
 
     /// Runs one inference of model `m` under `sched` on `inputs`. The
     /// inputs' bytes go to the runtime as one data section (the native
-    /// protocol's inline tensors): one copy here, then the device's own.
+    /// protocol's inline tensors): one input's bytes as they came, several
+    /// copied into one buffer here; then the device's own copy.
     pub async fn infer(
         &self,
         m: &ModelInfo,
@@ -633,8 +638,9 @@ impl Front {
             (None, None)
         } else {
             let total: usize = inputs.iter().map(|i| i.bytes.len()).sum();
-            let mut buf = Vec::with_capacity(total);
             let mut refs = Vec::with_capacity(inputs.len());
+            let mut bytes = Vec::with_capacity(inputs.len());
+            let mut offset = 0u64;
             for i in inputs {
                 let dtype = dtype_of_datatype(&i.datatype).ok_or_else(|| {
                     V2Error::bad(format!(
@@ -647,11 +653,23 @@ impl Front {
                     dtype: dtype.to_string(),
                     shape: i.shape.iter().map(|&d| d.max(0) as u64).collect(),
                     region: None,
-                    offset: buf.len() as u64,
+                    offset,
                     bytes: i.bytes.len() as u64,
                 });
-                buf.extend_from_slice(&i.bytes);
+                offset += i.bytes.len() as u64;
+                bytes.push(i.bytes);
             }
+            // One input (the common case) is the data section as it came:
+            // no copy of its bytes here.
+            let buf = if bytes.len() == 1 {
+                bytes.pop().unwrap_or_default()
+            } else {
+                let mut buf = Vec::with_capacity(total);
+                for b in &bytes {
+                    buf.extend_from_slice(b);
+                }
+                buf
+            };
             (
                 Some(refs),
                 Some(crate::protocol::FrameData {
