@@ -155,6 +155,13 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
         // tonic's default is no limit; h2watch's MAX_OPEN bounds open
         // request halves, this the calls a connection runs at once.
         .max_concurrent_streams(Some(128))
+        // HTTP/2's default, 16 KiB, cuts a 48 KiB tensor into four DATA
+        // frames, which the client writes one at a time and the
+        // connection reads one at a time; with 64 KiB it goes as one
+        // (docs/kserve.md, "Where the round trip goes"). h2watch then
+        // wants a frame whole within header_read_timeout_ms: 6.4 KiB/s
+        // at the default 10 s.
+        .max_frame_size(Some(MAX_FRAME))
         .add_service(svc)
         .serve_with_incoming(incoming)
         .await
@@ -163,6 +170,10 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     }
     acceptor.abort();
 }
+
+/// The largest HTTP/2 frame the gRPC front accepts (SETTINGS_MAX_FRAME_SIZE,
+/// RFC 9113 §6.5.2).
+const MAX_FRAME: u32 = 64 * 1024;
 
 fn int_param(p: &HashMap<String, pb::InferParameter>, k: &str) -> Result<Option<i64>, V2Error> {
     match p.get(k).and_then(|v| v.parameter_choice.as_ref()) {
