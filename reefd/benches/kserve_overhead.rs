@@ -24,6 +24,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Where the round trips of the interleaved comparison go.
+#[path = "kserve_overhead/steps.rs"]
+mod steps;
+
 fn main() -> anyhow::Result<()> {
     let per: usize = std::env::var("REEF_BENCH_REQUESTS")
         .ok()
@@ -150,6 +154,8 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
     }];
     let stop = AtomicBool::new(false);
     let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
+    let mut last_grpc = None;
     let be = std::thread::scope(|sc| -> anyhow::Result<u64> {
         let load: Vec<_> = (0..4)
             .map(|_| {
@@ -170,14 +176,21 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
             for i in 0..pairs {
                 for grpc_turn in [i % 2 == 1, i % 2 == 0] {
                     let t = Instant::now();
+                    let c0 = reefd::protocol::monotonic_ns();
                     if grpc_turn {
-                        let r = rt.block_on(g.model_infer(grpc_request(model, 1)))?;
+                        let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
+                        let c1 = reefd::protocol::monotonic_ns();
                         grpc.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        grpc.1.push(reef_latency(&r.into_inner()));
+                        let r = r.into_inner();
+                        grpc.1.push(reef_latency(&r));
+                        grpc_steps.push(steps::grpc(&r, c0, c1));
+                        last_grpc = Some(r);
                     } else {
                         let r = c.infer_tensors(s.stream, model, &inputs, &[])?;
+                        let c1 = reefd::protocol::monotonic_ns();
                         native.0.push(t.elapsed().as_secs_f64() * 1e6);
                         native.1.push(r.latency_us);
+                        native_steps.push(steps::native(&r, c0, c.last_send_monotonic_ns(), c1));
                     }
                 }
             }
@@ -221,6 +234,9 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
         g.0.mean_us / n.0.mean_us,
         g.0.p99_us / n.0.p99_us
     );
+    steps::breakdown(&native_steps, &grpc_steps, last_grpc.as_ref(), &|| {
+        grpc_request_rt_stamped(model)
+    });
     Ok(())
 }
 
@@ -242,6 +258,20 @@ fn grpc_request(model: &str, priority: i64) -> pb::ModelInferRequest {
         "priority".into(),
         pb::InferParameter {
             parameter_choice: Some(pb::infer_parameter::ParameterChoice::Int64Param(priority)),
+        },
+    );
+    req
+}
+
+/// [`grpc_request`] at `priority=1` asking for the front's stamps in the
+/// answer (`reef_timeline`: six numbers; the native answers always carry
+/// theirs).
+fn grpc_request_rt_stamped(model: &str) -> pb::ModelInferRequest {
+    let mut req = grpc_request(model, 1);
+    req.parameters.insert(
+        "reef_timeline".into(),
+        pb::InferParameter {
+            parameter_choice: Some(pb::infer_parameter::ParameterChoice::BoolParam(true)),
         },
     );
     req

@@ -38,11 +38,33 @@ impl From<V2Error> for Status {
 
 use super::limit::PeerAddr;
 
+/// What a call knows of its connection: the peer, and when the connection
+/// last read bytes (the call's `reef_timeline` begins there).
+#[derive(Clone)]
+pub struct GrpcPeer {
+    peer: PeerAddr,
+    last_read: Option<Arc<std::sync::atomic::AtomicU64>>,
+}
+
 impl tonic::transport::server::Connected for super::limit::Conn<super::limit::Stream> {
-    type ConnectInfo = PeerAddr;
-    fn connect_info(&self) -> PeerAddr {
-        self.peer()
+    type ConnectInfo = GrpcPeer;
+    fn connect_info(&self) -> GrpcPeer {
+        GrpcPeer {
+            peer: self.peer(),
+            last_read: self.last_read(),
+        }
     }
+}
+
+/// When the connection of `req` last read bytes (ns of CLOCK_MONOTONIC;
+/// 0: unknown). Read at the call's entry it is when the last of the
+/// request's bytes came in, for a client with one call at a time on its
+/// connection (the bench's).
+fn last_read<T>(req: &Request<T>) -> u64 {
+    req.extensions()
+        .get::<GrpcPeer>()
+        .and_then(|p| p.last_read.as_ref())
+        .map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// The gRPC service on a [`Front`].
@@ -53,7 +75,7 @@ pub struct Service {
 
 impl Service {
     fn check<T>(&self, req: &Request<T>, admin: bool) -> Result<(), Status> {
-        let p = req.extensions().get::<PeerAddr>();
+        let p = req.extensions().get::<GrpcPeer>().map(|p| &p.peer);
         let peer = p.and_then(|p| p.addr).map(|a| a.ip());
         let client_cert = p.is_some_and(|p| p.client_cert);
         let token = req
@@ -133,6 +155,13 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
         // tonic's default is no limit; h2watch's MAX_OPEN bounds open
         // request halves, this the calls a connection runs at once.
         .max_concurrent_streams(Some(128))
+        // HTTP/2's default, 16 KiB, cuts a 48 KiB tensor into four DATA
+        // frames, which the client writes one at a time and the
+        // connection reads one at a time; with 64 KiB it goes as one
+        // (docs/kserve.md, "Where the round trip goes"). h2watch then
+        // wants a frame whole within header_read_timeout_ms: 6.4 KiB/s
+        // at the default 10 s.
+        .max_frame_size(Some(MAX_FRAME))
         .add_service(svc)
         .serve_with_incoming(incoming)
         .await
@@ -141,6 +170,10 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     }
     acceptor.abort();
 }
+
+/// The largest HTTP/2 frame the gRPC front accepts (SETTINGS_MAX_FRAME_SIZE,
+/// RFC 9113 §6.5.2).
+const MAX_FRAME: u32 = 64 * 1024;
 
 fn int_param(p: &HashMap<String, pb::InferParameter>, k: &str) -> Result<Option<i64>, V2Error> {
     match p.get(k).and_then(|v| v.parameter_choice.as_ref()) {
@@ -260,8 +293,21 @@ fn contents_bytes(
 }
 
 impl Service {
-    async fn infer_one(&self, r: pb::ModelInferRequest) -> Result<pb::ModelInferResponse, V2Error> {
+    /// One inference; `read_ns`: when its connection last read bytes
+    /// before the call reached the service, `entered_ns`: when it reached
+    /// it (tonic had decoded the request), in ns of CLOCK_MONOTONIC.
+    async fn infer_one(
+        &self,
+        r: pb::ModelInferRequest,
+        (read_ns, entered_ns): (u64, u64),
+    ) -> Result<pb::ModelInferResponse, V2Error> {
         let f = &self.front;
+        let timeline = matches!(
+            r.parameters
+                .get("reef_timeline")
+                .and_then(|v| v.parameter_choice.as_ref()),
+            Some(ParameterChoice::BoolParam(true))
+        );
         let m = f.model(&r.model_name, &r.model_version).await?;
         let sched = schedule_of(f, &r.parameters)?;
         if !r.raw_input_contents.is_empty() && r.raw_input_contents.len() != r.inputs.len() {
@@ -296,7 +342,7 @@ impl Service {
                         t.shape
                     )));
                 }
-                b.to_vec()
+                b
             } else {
                 let c = t.contents.as_ref().ok_or_else(|| {
                     V2Error::bad(format!(
@@ -392,6 +438,25 @@ impl Service {
             }
             resp.outputs.push(t);
         }
+        if timeline {
+            // Where the front's time goes (docs/kserve.md, "Where the
+            // round trip goes"): ns of CLOCK_MONOTONIC, the clock of every
+            // process on the machine, so a client beside the daemon puts
+            // them on its own time line.
+            let tl = answer.task.timeline.as_deref().copied().unwrap_or_default();
+            for (k, v) in [
+                ("reef_read_ns", read_ns),
+                ("reef_entered_ns", entered_ns),
+                ("reef_called_ns", answer.called_ns),
+                ("reef_done_ns", tl.done_ns),
+                ("reef_seen_ns", tl.seen_ns),
+                ("reef_answered_ns", answer.answered_ns),
+                ("reef_built_ns", crate::protocol::monotonic_ns()),
+            ] {
+                resp.parameters
+                    .insert(k.into(), p(ParameterChoice::Uint64Param(v)));
+            }
+        }
         Ok(resp)
     }
 }
@@ -473,8 +538,13 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        let entered_ns = crate::protocol::monotonic_ns();
+        let read_ns = last_read(&req);
         self.check(&req, false)?;
-        Ok(Response::new(self.infer_one(req.into_inner()).await?))
+        Ok(Response::new(
+            self.infer_one(req.into_inner(), (read_ns, entered_ns))
+                .await?,
+        ))
     }
 
     type ModelStreamInferStream = InferStream;
@@ -484,13 +554,21 @@ impl GrpcInferenceService for Service {
         req: Request<tonic::Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<InferStream>, Status> {
         self.check(&req, false)?;
+        let conn_read = req
+            .extensions()
+            .get::<GrpcPeer>()
+            .and_then(|p| p.last_read.clone());
         let mut input = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let svc = self.clone();
         tokio::spawn(async move {
             // In order, one at a time: a stream's answers keep its order.
             while let Ok(Some(r)) = input.message().await {
-                let out = match svc.infer_one(r).await {
+                let entered_ns = crate::protocol::monotonic_ns();
+                let read_ns = conn_read
+                    .as_ref()
+                    .map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed));
+                let out = match svc.infer_one(r, (read_ns, entered_ns)).await {
                     Ok(resp) => pb::ModelStreamInferResponse {
                         error_message: String::new(),
                         infer_response: Some(resp),

@@ -48,6 +48,7 @@ impl Limited {
                                 client_cert: false,
                             },
                             watch: None,
+                            last_read: None,
                         },
                         addr,
                     );
@@ -82,6 +83,9 @@ pub struct Conn<S = TcpStream> {
     /// [`Conn::watch_tls_records`]), and the timer armed at the next of
     /// them.
     watch: Option<(H2Watch, Pin<Box<tokio::time::Sleep>>)>,
+    /// When a read last returned bytes, in ns of CLOCK_MONOTONIC (the gRPC
+    /// front: where its `reef_timeline` begins; [`Conn::last_read`]).
+    last_read: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// The stream a gRPC connection is served over: one type for tonic's
@@ -110,6 +114,7 @@ impl Conn<TcpStream> {
             _permit: permit,
             peer,
             watch: None,
+            last_read: None,
         }
     }
 
@@ -120,6 +125,7 @@ impl Conn<TcpStream> {
             _permit: self._permit,
             peer: self.peer,
             watch: self.watch,
+            last_read: self.last_read,
         }
     }
 
@@ -170,11 +176,18 @@ impl<S> Conn<S> {
         }
         let sleep = Box::pin(tokio::time::sleep_until(now + frame_within));
         self.watch = Some((w, sleep));
+        self.last_read = Some(Arc::default());
         self
     }
 
     pub fn peer(&self) -> PeerAddr {
         self.peer
+    }
+
+    /// When a read of this connection last returned bytes (ns of
+    /// CLOCK_MONOTONIC; 0: none yet), for connections watched as HTTP/2.
+    pub fn last_read(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        self.last_read.clone()
     }
 
     /// Before a write: the rules that hold while the server writes (h2
@@ -233,6 +246,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
         // however long the server took to read them.
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Some(at) = &self.last_read {
+            if buf.filled().len() > before {
+                at.store(
+                    crate::protocol::monotonic_ns(),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
         if let Some((w, _)) = &mut self.watch {
             let now = std::time::Instant::now();
             w.read(&buf.filled()[before..], now);

@@ -295,6 +295,13 @@ pub struct Output {
 pub struct Answer {
     pub task: crate::protocol::TaskResult,
     pub outputs: Vec<Output>,
+    /// When the front handed the request to the runtime and when it had
+    /// the answer back, in ns of CLOCK_MONOTONIC
+    /// ([`crate::protocol::monotonic_ns`]): with the task's
+    /// [`crate::protocol::Timeline`], where a front's time goes (the gRPC
+    /// front's `reef_timeline` parameter).
+    pub called_ns: u64,
+    pub answered_ns: u64,
 }
 
 /// The protocol's datatype name of a numpy dtype name (the native
@@ -510,6 +517,10 @@ impl Front {
                 format!("model {name} has only version 1 (reefd keeps one version of a model), not {version:?}"),
             ));
         }
+        if let Some(m) = self.rt.model_info(name) {
+            return Ok(m);
+        }
+        // Not loaded: the list, to name the loaded ones.
         let models = self.models().await?;
         match models.iter().find(|m| m.name == name) {
             Some(m) => Ok(m.clone()),
@@ -602,7 +613,8 @@ impl Front {
 
     /// Runs one inference of model `m` under `sched` on `inputs`. The
     /// inputs' bytes go to the runtime as one data section (the native
-    /// protocol's inline tensors): one copy here, then the device's own.
+    /// protocol's inline tensors): one input's bytes as they came, several
+    /// copied into one buffer here; then the device's own copy.
     pub async fn infer(
         &self,
         m: &ModelInfo,
@@ -626,8 +638,9 @@ impl Front {
             (None, None)
         } else {
             let total: usize = inputs.iter().map(|i| i.bytes.len()).sum();
-            let mut buf = Vec::with_capacity(total);
             let mut refs = Vec::with_capacity(inputs.len());
+            let mut bytes = Vec::with_capacity(inputs.len());
+            let mut offset = 0u64;
             for i in inputs {
                 let dtype = dtype_of_datatype(&i.datatype).ok_or_else(|| {
                     V2Error::bad(format!(
@@ -640,11 +653,23 @@ impl Front {
                     dtype: dtype.to_string(),
                     shape: i.shape.iter().map(|&d| d.max(0) as u64).collect(),
                     region: None,
-                    offset: buf.len() as u64,
+                    offset,
                     bytes: i.bytes.len() as u64,
                 });
-                buf.extend_from_slice(&i.bytes);
+                offset += i.bytes.len() as u64;
+                bytes.push(i.bytes);
             }
+            // One input (the common case) is the data section as it came:
+            // no copy of its bytes here.
+            let buf = if bytes.len() == 1 {
+                bytes.pop().unwrap_or_default()
+            } else {
+                let mut buf = Vec::with_capacity(total);
+                for b in &bytes {
+                    buf.extend_from_slice(b);
+                }
+                buf
+            };
             (
                 Some(refs),
                 Some(crate::protocol::FrameData {
@@ -656,6 +681,7 @@ impl Front {
         let with_data = refs.is_some();
         let stream = self.stream_for(sched.level).await?;
         let begun = Instant::now();
+        let called_ns = crate::protocol::monotonic_ns();
         let r = self
             .call_within(
                 RequestBody::Infer {
@@ -670,6 +696,7 @@ impl Front {
                 sched.timeout,
             )
             .await;
+        let answered_ns = crate::protocol::monotonic_ns();
         let mut stats = self.stats.lock().unwrap();
         let s = stats.entry(model.to_string()).or_default();
         s.last_inference_ms = SystemTime::now()
@@ -707,7 +734,12 @@ impl Front {
                         bytes: bytes.to_vec(),
                     });
                 }
-                Ok(Answer { task, outputs })
+                Ok(Answer {
+                    task,
+                    outputs,
+                    called_ns,
+                    answered_ns,
+                })
             }
             Ok(other) => Err(unexpected(&other)),
             Err(f) => {

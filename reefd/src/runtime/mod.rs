@@ -601,6 +601,19 @@ impl Runtime {
         st.metrics.bad_requests += 1;
     }
 
+    /// The loaded model `name`, if any: a look-up under the lock and
+    /// nothing else (no request counted, no device events caught up), for
+    /// the v2 fronts, which check the model of every inference before
+    /// they send it (docs/kserve.md, "Where the round trip goes": as a
+    /// `ListModels` request it caught the device up ahead of the RT
+    /// request behind it).
+    pub fn model_info(&self, name: &str) -> Option<ModelInfo> {
+        let st = self.lock();
+        let m = st.models.get(name).map(|m| m.info.clone());
+        self.unlock(st);
+        m
+    }
+
     /// Handles one request from `conn`; `arrival` is when its last byte was
     /// read from the socket.
     /// Handles request `id` of `conn`. A blocking `infer`'s reply goes
