@@ -321,7 +321,12 @@ impl RunSched {
                 Variant::Single
             };
             let mut t = table(spec, models, v)?;
-            t.selector = t.selector.clone().with_waves(m.waves);
+            let share = if m.share {
+                reef_sched::dkp::share::BUDGET_PERMILLE
+            } else {
+                0
+            };
+            t.selector = t.selector.clone().with_waves(m.waves).with_share(share);
             let table = Arc::new(t);
             let s = PaddingScheduler::reef_max(m, table.clone(), cfg, infos, clients, window)?;
             return Ok((
@@ -620,6 +625,14 @@ impl PadExec {
         let k = p.tag.kernel;
         let rt_ns = self.table.kernels[p.model.0 as usize][k as usize][0].kernel_ns;
         let rt_shape = self.shape(rt_base, p.model.0, k, 0, p.regs_per_thread, Some(p.lds))?;
+        // Parts beside the real-time blocks on its own CUs (`reef-max`'s
+        // `share`, `reef_sched::dkp::share`) are placed before it: the
+        // simulator times a block when it is placed and does not re-time
+        // it when others arrive (docs/simulator.md "Blocks"), so the
+        // real-time blocks, placed after them, are charged the
+        // co-residency they share the CU at. Each gets `per_cu` persistent
+        // slots per CU, the co-residency the selection predicted.
+        let mut shared = Vec::new();
         let mut parts = Vec::with_capacity(1 + p.parts.len());
         parts.push(
             KernelLaunch::new(
@@ -659,17 +672,27 @@ impl PadExec {
             .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize));
             // More blocks than slots (`reef-max`'s waves): the dkp kernel's
             // best-effort threads loop over them, `per_cu` slots per CU.
-            if part.blocks.len() as u64 > part.cus.len() as u64 * part.per_cu as u64 {
+            let beside_rt = part.cus.start < p.rt_cus;
+            if beside_rt || part.blocks.len() as u64 > part.cus.len() as u64 * part.per_cu as u64 {
                 l.persistent = Some(part.per_cu);
             }
-            parts.push(l);
+            if beside_rt {
+                shared.push(l);
+            } else {
+                parts.push(l);
+            }
+        }
+        let rt_at = shared.len();
+        if rt_at > 0 {
+            shared.append(&mut parts);
+            parts = shared;
         }
         // When the launch, built, is issued to the device queue: a live
         // daemon's control path ends here (a wall-clock reading for
         // measurement only; nothing depends on it).
         let issued = std::time::Instant::now();
         let ids = device::launch_parts(dev, s0, parts).map_err(anyhow::Error::msg)?;
-        let rt = ids[0];
+        let rt = ids[rt_at];
         for &id in &ids {
             self.part_of.insert(id, rt);
         }
