@@ -181,3 +181,26 @@ fn the_lost_account_covers_the_device() {
     let o = run("resnet152", "resnet152", "reef", None, 0.3, false);
     assert!(o.lost.unwrap().beside_rt_refused > 0.0);
 }
+
+#[test]
+fn share_keeps_rt_latency_within_the_target_and_raises_be_throughput() {
+    // DISB B's shape: closed-loop RT vgg over closed-loop BE resnet152, so
+    // BE work progresses only inside padded launches. `share` adds BE
+    // blocks on the RT kernels' own CUs where the curves predict ≤ 1 %
+    // (`reef_sched::dkp::share`); the simulator charges the RT blocks the
+    // co-residency (the shared parts are placed first).
+    let share = run("vgg", "resnet152", "reef-max", None, 0.5, true);
+    let without = run("vgg", "resnet152", "reef-max:-share", None, 0.5, false);
+    assert_eq!(share.corrupted_outputs, 0);
+    let mean = |o: &RunOutcome| {
+        let l = &o.clients[0].latencies;
+        l.iter().sum::<u64>() as f64 / l.len() as f64
+    };
+    assert!(
+        mean(&share) <= 1.01 * mean(&without),
+        "{} vs {}",
+        mean(&share),
+        mean(&without)
+    );
+    assert!(share.clients[1].completed > without.clients[1].completed);
+}

@@ -994,6 +994,67 @@ mod tests {
     }
 
     #[test]
+    fn a_part_beside_the_rt_blocks_is_placed_first_and_slows_them() {
+        // `reef-max`'s `share`: a BE part on the RT kernel's own CUs. The
+        // simulator times a block when it is placed, so the part goes
+        // first and the RT blocks are charged the co-residency.
+        use reef_sim::SimConfig;
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let (t, ms, _, mut p) = padded_fixture(&spec);
+        // An RT kernel of fewer blocks than CUs whose blocks are slower
+        // two to a CU than alone.
+        let (rk, rc) = t.kernels[0]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, &v[0]))
+            .find(|(i, c)| {
+                let s = &ms[0].shapes[*i];
+                c.blocks < 40 && c.kernel_ns > 20_000 && s.exec_ns(2) > s.exec_ns(1) * 21 / 20
+            })
+            .unwrap();
+        p.tag.kernel = rk as u32;
+        p.rt_cus = rc.blocks;
+        p.lds = rc.lds.max(t.kernels[1][0][0].lds);
+        p.parts[0].cus = 0..rc.blocks;
+        p.parts[0].blocks = 0..rc.blocks;
+        let mut sim = Sim::new(
+            spec.clone(),
+            SimConfig {
+                record_blocks: true,
+                ..SimConfig::default()
+            },
+        );
+        let s0 = sim.create_stream(0, 64).unwrap();
+        let mut px = PadExec::new(&spec, t.clone());
+        launch_fixture(&mut px, &mut sim, s0, &ms, p);
+        let mut seen = Vec::new();
+        while let Some((_, evs)) = sim.step() {
+            for e in evs {
+                if let Some(f) = px.filter(&e) {
+                    seen.push((f.tags.kernel, f.kind, f.time, f.tags.user));
+                }
+            }
+        }
+        // Reported once, as the RT kernel.
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen.iter().all(|e| e.0 == rk as u32 && e.3 == 0));
+        let (start, done) = (seen[0].2, seen[1].2);
+        // One BE block beside each RT block: the RT blocks take longer
+        // than alone (at least the curve at two blocks per CU when the
+        // kernels' demands are alike; the resource mix may charge less).
+        assert!(
+            done - start > rc.kernel_ns,
+            "{} vs {}",
+            done - start,
+            rc.kernel_ns
+        );
+        let recs = sim.block_records();
+        assert!(recs
+            .iter()
+            .all(|r| r.cus.iter().all(|c| c < rc.blocks as usize)));
+    }
+
+    #[test]
     fn killed_or_evicted_padded_launches_are_reported_once_as_the_rt_kernel() {
         use reef_sim::SimConfig;
         let spec = DeviceSpec::preset("mi50").unwrap();
