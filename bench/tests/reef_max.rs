@@ -216,3 +216,26 @@ fn a_periodic_densenet_beside_two_vgg_clients_keeps_every_value() {
         assert_eq!(o.corrupted_outputs, 0, "{policy}");
     }
 }
+
+#[test]
+fn share_keeps_rt_latency_within_the_target_and_raises_be_throughput() {
+    // DISB B's shape: closed-loop RT vgg over closed-loop BE resnet152, so
+    // BE work progresses only inside padded launches. `share` adds BE
+    // blocks on the RT kernels' own CUs where the curves predict ≤ 1 %
+    // (`reef_sched::dkp::share`); the simulator charges the RT blocks the
+    // co-residency (the shared parts are placed first).
+    let share = run("vgg", "resnet152", "reef-max", None, 0.5, true);
+    let without = run("vgg", "resnet152", "reef-max:-share", None, 0.5, false);
+    assert_eq!(share.corrupted_outputs, 0);
+    let mean = |o: &RunOutcome| {
+        let l = &o.clients[0].latencies;
+        l.iter().sum::<u64>() as f64 / l.len() as f64
+    };
+    assert!(
+        mean(&share) <= 1.01 * mean(&without),
+        "{} vs {}",
+        mean(&share),
+        mean(&without)
+    );
+    assert!(share.clients[1].completed > without.clients[1].completed);
+}

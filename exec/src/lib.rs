@@ -321,7 +321,12 @@ impl RunSched {
                 Variant::Single
             };
             let mut t = table(spec, models, v)?;
-            t.selector = t.selector.clone().with_waves(m.waves);
+            let share = if m.share {
+                reef_sched::dkp::share::BUDGET_PERMILLE
+            } else {
+                0
+            };
+            t.selector = t.selector.clone().with_waves(m.waves).with_share(share);
             let table = Arc::new(t);
             let s = PaddingScheduler::reef_max(m, table.clone(), cfg, infos, clients, window)?;
             return Ok((
@@ -620,6 +625,14 @@ impl PadExec {
         let k = p.tag.kernel;
         let rt_ns = self.table.kernels[p.model.0 as usize][k as usize][0].kernel_ns;
         let rt_shape = self.shape(rt_base, p.model.0, k, 0, p.regs_per_thread, Some(p.lds))?;
+        // Parts beside the real-time blocks on its own CUs (`reef-max`'s
+        // `share`, `reef_sched::dkp::share`) are placed before it: the
+        // simulator times a block when it is placed and does not re-time
+        // it when others arrive (docs/simulator.md "Blocks"), so the
+        // real-time blocks, placed after them, are charged the
+        // co-residency they share the CU at. Each gets `per_cu` persistent
+        // slots per CU, the co-residency the selection predicted.
+        let mut shared = Vec::new();
         let mut parts = Vec::with_capacity(1 + p.parts.len());
         parts.push(
             KernelLaunch::new(
@@ -659,17 +672,27 @@ impl PadExec {
             .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize));
             // More blocks than slots (`reef-max`'s waves): the dkp kernel's
             // best-effort threads loop over them, `per_cu` slots per CU.
-            if part.blocks.len() as u64 > part.cus.len() as u64 * part.per_cu as u64 {
+            let beside_rt = part.cus.start < p.rt_cus;
+            if beside_rt || part.blocks.len() as u64 > part.cus.len() as u64 * part.per_cu as u64 {
                 l.persistent = Some(part.per_cu);
             }
-            parts.push(l);
+            if beside_rt {
+                shared.push(l);
+            } else {
+                parts.push(l);
+            }
+        }
+        let rt_at = shared.len();
+        if rt_at > 0 {
+            shared.append(&mut parts);
+            parts = shared;
         }
         // When the launch, built, is issued to the device queue: a live
         // daemon's control path ends here (a wall-clock reading for
         // measurement only; nothing depends on it).
         let issued = std::time::Instant::now();
         let ids = device::launch_parts(dev, s0, parts).map_err(anyhow::Error::msg)?;
-        let rt = ids[0];
+        let rt = ids[rt_at];
         for &id in &ids {
             self.part_of.insert(id, rt);
         }
@@ -968,6 +991,67 @@ mod tests {
         // Rule 1 held: the padded launch lasted as long as the RT kernel.
         assert_eq!(px.stats.overhead_ns, vec![0]);
         assert_eq!(done - rt_start, rc.kernel_ns);
+    }
+
+    #[test]
+    fn a_part_beside_the_rt_blocks_is_placed_first_and_slows_them() {
+        // `reef-max`'s `share`: a BE part on the RT kernel's own CUs. The
+        // simulator times a block when it is placed, so the part goes
+        // first and the RT blocks are charged the co-residency.
+        use reef_sim::SimConfig;
+        let spec = DeviceSpec::preset("mi50").unwrap();
+        let (t, ms, _, mut p) = padded_fixture(&spec);
+        // An RT kernel of fewer blocks than CUs whose blocks are slower
+        // two to a CU than alone.
+        let (rk, rc) = t.kernels[0]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, &v[0]))
+            .find(|(i, c)| {
+                let s = &ms[0].shapes[*i];
+                c.blocks < 40 && c.kernel_ns > 20_000 && s.exec_ns(2) > s.exec_ns(1) * 21 / 20
+            })
+            .unwrap();
+        p.tag.kernel = rk as u32;
+        p.rt_cus = rc.blocks;
+        p.lds = rc.lds.max(t.kernels[1][0][0].lds);
+        p.parts[0].cus = 0..rc.blocks;
+        p.parts[0].blocks = 0..rc.blocks;
+        let mut sim = Sim::new(
+            spec.clone(),
+            SimConfig {
+                record_blocks: true,
+                ..SimConfig::default()
+            },
+        );
+        let s0 = sim.create_stream(0, 64).unwrap();
+        let mut px = PadExec::new(&spec, t.clone());
+        launch_fixture(&mut px, &mut sim, s0, &ms, p);
+        let mut seen = Vec::new();
+        while let Some((_, evs)) = sim.step() {
+            for e in evs {
+                if let Some(f) = px.filter(&e) {
+                    seen.push((f.tags.kernel, f.kind, f.time, f.tags.user));
+                }
+            }
+        }
+        // Reported once, as the RT kernel.
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen.iter().all(|e| e.0 == rk as u32 && e.3 == 0));
+        let (start, done) = (seen[0].2, seen[1].2);
+        // One BE block beside each RT block: the RT blocks take longer
+        // than alone (at least the curve at two blocks per CU when the
+        // kernels' demands are alike; the resource mix may charge less).
+        assert!(
+            done - start > rc.kernel_ns,
+            "{} vs {}",
+            done - start,
+            rc.kernel_ns
+        );
+        let recs = sim.block_records();
+        assert!(recs
+            .iter()
+            .all(|r| r.cus.iter().all(|c| c < rc.blocks as usize)));
     }
 
     #[test]

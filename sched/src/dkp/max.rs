@@ -28,6 +28,11 @@
 //!   with reset-based preemption as the safety net for the next arrival.
 //!   The last kernel is not padded, so no padded block of a task is in
 //!   flight when its stream resumes.
+//! - `share`: best-effort blocks also beside the real-time kernel's own
+//!   blocks on its reserved CUs, where the padding table's co-residency
+//!   curves predict its slowdown within half the target's 2 % (Aker §3,
+//!   §4 and §8.3.1: co-run within the predicted QoS headroom; REEF §5.2
+//!   reserves those CUs whole); needs `pad` ([`super::share`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -41,7 +46,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
-pub const MECHANISMS: &[&str] = &["preempt", "pad", "mv", "waves", "tail"];
+pub const MECHANISMS: &[&str] = &["preempt", "pad", "mv", "waves", "tail", "share"];
 
 /// Which mechanisms a `reef-max` policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,6 +56,7 @@ pub struct MaxConfig {
     pub mv: bool,
     pub waves: bool,
     pub tail: bool,
+    pub share: bool,
 }
 
 impl Default for MaxConfig {
@@ -68,6 +74,7 @@ impl MaxConfig {
             mv: true,
             waves: true,
             tail: true,
+            share: true,
         }
     }
 
@@ -79,6 +86,7 @@ impl MaxConfig {
             mv: false,
             waves: false,
             tail: false,
+            share: false,
         }
     }
 
@@ -89,6 +97,7 @@ impl MaxConfig {
             "mv" => &mut self.mv,
             "waves" => &mut self.waves,
             "tail" => &mut self.tail,
+            "share" => &mut self.share,
             _ => return None,
         })
     }
@@ -128,7 +137,7 @@ impl MaxConfig {
                 _ => return None,
             };
             *c.flag(m)? = on;
-            asked_shape |= on && matches!(m, "mv" | "waves");
+            asked_shape |= on && matches!(m, "mv" | "waves" | "share");
         }
         if !c.pad {
             if asked_shape {
@@ -156,7 +165,7 @@ impl MaxConfig {
     }
 
     /// [`Self::name`] as a `&'static str` (policy names are static; the
-    /// 2^5 configurations are interned once each).
+    /// 2^6 configurations are interned once each).
     pub fn static_name(&self) -> &'static str {
         static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
         let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -167,11 +176,12 @@ impl MaxConfig {
 
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
-    /// launch paths here): `pad`, `mv` and `waves` off.
+    /// launch paths here): `pad`, `mv`, `waves` and `share` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
         self.waves = false;
+        self.share = false;
         self
     }
 }
@@ -195,8 +205,11 @@ mod tests {
                 ..MaxConfig::base()
             }
         );
-        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail");
-        assert_eq!(MaxConfig::base().name(), "reef-max:-pad-mv-waves-tail");
+        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail-share");
+        assert_eq!(
+            MaxConfig::base().name(),
+            "reef-max:-pad-mv-waves-tail-share"
+        );
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+waves"),
             Some(MaxConfig {
@@ -211,6 +224,7 @@ mod tests {
             "reef-max:pad",
             "reef-max:-fuse",
             "reef-max:+waves",
+            "reef-max:+share",
             "reef-max:-pad+mv",
             "reef-max:-pad,-tail",
             "reef-max:--pad",
@@ -220,7 +234,17 @@ mod tests {
         }
         assert_eq!(
             MaxConfig::all().without_padding().name(),
-            "reef-max:-pad-mv-waves"
+            "reef-max:-pad-mv-waves-share"
+        );
+        let c = MaxConfig::parse("reef-max:-share").unwrap();
+        assert!(!c.share && c.pad && c.mv && c.waves && c.tail);
+        assert_eq!(
+            MaxConfig::parse("reef-max:+pad+share"),
+            Some(MaxConfig {
+                pad: true,
+                share: true,
+                ..MaxConfig::base()
+            })
         );
         assert_eq!(
             MaxConfig::parse("reef-max:-pad"),

@@ -15,6 +15,8 @@
 //!   padding, sans-IO like the rest of the core.
 //! - [`max`]: `reef-max`'s mechanism switches (issue 28), run by the same
 //!   padding scheduler.
+//! - [`share`]: `reef-max`'s best-effort blocks beside a real-time
+//!   kernel's own blocks within a predicted slowdown budget.
 //!
 //! See docs/padding.md.
 
@@ -22,6 +24,7 @@ pub mod max;
 pub mod padded;
 pub mod profile;
 pub mod select;
+pub mod share;
 pub mod table;
 pub mod versions;
 

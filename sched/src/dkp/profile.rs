@@ -158,6 +158,15 @@ impl KernelChar {
     }
 
     /// The measured curve.
+    /// An upper bound of one block's time with at most `k` (≥ 1)
+    /// co-resident blocks: the curve's non-decreasing ceiling, past the
+    /// curve its extension (`reef-max`'s `share`, [`super::share`]).
+    pub fn block_bound_ns(&self, k: u32) -> u64 {
+        let n = self.ceiling.len();
+        let i = (k.max(1) as usize).min(n);
+        self.ceiling[i - 1].max(self.block_ns(k))
+    }
+
     pub fn curve(&self) -> &[u64] {
         &self.curve
     }

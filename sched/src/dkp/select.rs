@@ -78,7 +78,7 @@ pub struct Part {
     /// Blocks per CU (the co-residency rule 1 was checked at).
     pub per_cu: u32,
     /// Threads per block of the version (to re-check it under a new proxy).
-    threads: u32,
+    pub(super) threads: u32,
 }
 
 /// A padded launch (Fig. 12): the real-time kernel on CUs `0..rt_cus`, the
@@ -113,6 +113,10 @@ pub struct Selector {
     /// Several best-effort blocks per slot, one after the other, within
     /// the real-time kernel's time (`reef-max`'s `waves`, [`super::max`]).
     waves: bool,
+    /// Best-effort blocks also on the real-time kernel's own CUs within
+    /// this slowdown budget, 1/1000 (`reef-max`'s `share`,
+    /// [`super::share`]); 0: off.
+    share: u32,
 }
 
 impl Selector {
@@ -121,7 +125,17 @@ impl Selector {
             proxies: ProxyKernels::new(&limits),
             limits,
             waves: false,
+            share: 0,
         }
+    }
+
+    /// With `budget_permille > 0`, after the CUs left over, best-effort
+    /// blocks also go beside the real-time kernel's blocks on its own CUs
+    /// where the curves predict its slowdown within that budget
+    /// ([`super::share`]).
+    pub fn with_share(mut self, budget_permille: u32) -> Self {
+        self.share = budget_permille;
+        self
     }
 
     /// With `on`, each slot a part gets (`per_cu` per CU) runs as many of
@@ -158,7 +172,7 @@ impl Selector {
         out.lds = rt.lds;
         out.regs_per_thread = rt.regs_per_thread;
         out.proxy_level = self.proxies.pick(rt.regs_per_thread).unwrap_or(0);
-        if out.rt_cus >= n || out.proxy_level == 0 || cands.is_empty() {
+        if (out.rt_cus >= n && self.share == 0) || out.proxy_level == 0 || cands.is_empty() {
             return false;
         }
         // The proxy rounds the allocation up to its level: the real-time
@@ -167,7 +181,7 @@ impl Selector {
         if !self.rt_keeps_its_time(rt, out.rt_cus, rt.lds, alloc) {
             return false;
         }
-        let mut free = n - out.rt_cus;
+        let mut free = n.saturating_sub(out.rt_cus);
         let mut next_cu = out.rt_cus;
         let len = cands.len();
         for i in 0..len {
@@ -273,6 +287,9 @@ impl Selector {
             out.regs_per_thread = self.proxies.alloc(level);
             out.lds = lds;
         }
+        if self.share > 0 {
+            super::share::fill(&self.limits, self.waves, self.share, rt, cands, start, out);
+        }
         out.is_padded()
     }
 
@@ -302,7 +319,12 @@ impl Selector {
 /// version (its blocks a multiple `r` of `bl`: offset `next_block · r`).
 /// Versions tile the same output in nested tiles (docs/padding.md,
 /// "Multi-version cost model"), so both conversions are exact.
-fn continue_at(c: &Candidate<'_>, locked: Option<usize>, pass: u32, v: usize) -> Option<u32> {
+pub(super) fn continue_at(
+    c: &Candidate<'_>,
+    locked: Option<usize>,
+    pass: u32,
+    v: usize,
+) -> Option<u32> {
     let Some(l) = locked else {
         return Some(0);
     };
