@@ -6,6 +6,33 @@
 use super::*;
 
 impl Driver {
+    /// Fig. 8 line 3: the first block that passes the flag check stores
+    /// the kernel's execution index in the module's `reef_exec_index`.
+    pub(super) fn started(&mut self, l: Launch, t: u64) {
+        let Some(f) = self.inflight.get_mut(&l) else {
+            return;
+        };
+        f.started_at = Some(t);
+        if f.fault {
+            // An injected fault: the kernel's first access is illegal.
+            let c = f.ctx;
+            self.stats.faults += 1;
+            let dev = f.dev;
+            self.gpus[dev].stats.faults += 1;
+            self.inflight.remove(&l);
+            self.fault(c);
+            return;
+        }
+        let (Some(idx), Some(m)) = (f.exec_index, self.modules.get(&f.module)) else {
+            return;
+        };
+        if let Some(&(addr, 4)) = m.globals.get(INDEX_SYMBOL) {
+            if let Some(a) = self.allocs.get_mut(&addr) {
+                a.write(0, &idx.to_le_bytes());
+            }
+        }
+    }
+
     /// A completed kernel's outputs: kernels cannot execute PTX here, so each
     /// written buffer (from the pointer to the end of its allocation) is
     /// filled with a deterministic function of the kernel's name, the bytes
