@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 mod affinity;
+mod answers;
+mod events;
 mod models;
 mod pacing;
 mod status;
@@ -49,6 +51,7 @@ mod streams;
 mod tensors;
 
 pub use affinity::{set_realtime_priority, Placement, SavedPlacement};
+use answers::{deliver, spawn_answers, Delivery};
 pub use models::name_is_path;
 use models::{canonical_model, not_loaded};
 use pacing::SPIN_WINDOW;
@@ -384,142 +387,6 @@ impl Runtime {
     pub fn stop(&self) {
         self.lock().stop = true;
         self.cond.notify_all();
-    }
-
-    /// Applies engine events. `submitted` is the task whose submission
-    /// produced them, stamped with the current instant if queued at once.
-    fn apply_events(&self, st: &mut State, ev: &mut Vec<EngineEvent>) {
-        for e in ev.drain(..) {
-            match e {
-                EngineEvent::FirstKernelQueued { task, at, issued } => {
-                    // The wall-clock instant the launch was issued to the
-                    // (simulated) device queue, whichever thread did it.
-                    let when = issued;
-                    if let Some(t) = st.tasks.get_mut(&task) {
-                        if t.first_queued.is_none() {
-                            t.first_queued = Some(when);
-                            let us = when.saturating_duration_since(t.arrival).as_secs_f64() * 1e6;
-                            tracing::trace!(
-                                task,
-                                control_path_us = us,
-                                device_time_us = self
-                                    .at(at)
-                                    .saturating_duration_since(t.arrival)
-                                    .as_secs_f64()
-                                    * 1e6,
-                                "first kernel queued"
-                            );
-                            if t.priority == Priority::Rt {
-                                st.metrics.control_path.observe_us(us);
-                            }
-                        }
-                    }
-                }
-                EngineEvent::KernelsLaunched { count } => st.metrics.kernels_launched += count,
-                EngineEvent::Preempted { level, kernels } => {
-                    *st.metrics.preemptions.entry(level).or_default() += 1;
-                    st.metrics.preempted_kernels += kernels;
-                }
-                EngineEvent::Restored { task } => {
-                    st.metrics.restores += 1;
-                    if let Some(t) = st.tasks.get_mut(&task) {
-                        t.preemptions += 1;
-                    }
-                }
-                EngineEvent::TaskDone { task, at, verified } => {
-                    let Some(t) = st.tasks.remove(&task) else {
-                        continue;
-                    };
-                    let done = self.at(at).max(t.arrival);
-                    let latency_us = done.duration_since(t.arrival).as_secs_f64() * 1e6;
-                    let standalone = st.models.get(&t.model).and_then(|m| m.standalone_ns);
-                    let normalized = standalone.map(|s| latency_us * 1e3 / s as f64);
-                    if t.priority.is_rt() {
-                        st.metrics.rt_latency.observe_us(latency_us);
-                        if let Some(n) = normalized {
-                            st.metrics.observe_rt_normalized(n);
-                        }
-                    } else {
-                        st.metrics.be_latency.observe_us(latency_us);
-                    }
-                    st.metrics.tasks_completed += 1;
-                    if verified == Some(false) {
-                        st.metrics.corrupted_outputs += 1;
-                    }
-                    if let Some(s) = st.streams.get_mut(&t.stream) {
-                        s.tasks.remove(&task);
-                        s.completed += 1;
-                    }
-                    let result = TaskResult {
-                        task,
-                        stream: t.stream,
-                        model: t.model.clone(),
-                        latency_us,
-                        normalized_latency: normalized,
-                        control_path_us: t
-                            .first_queued
-                            .map(|q| q.saturating_duration_since(t.arrival).as_secs_f64() * 1e6),
-                        first_kernel_monotonic_ns: t.first_queued.map(|q| {
-                            self.epoch_monotonic_ns
-                                + q.saturating_duration_since(self.epoch).as_nanos() as u64
-                        }),
-                        timeline: Some(Box::new(crate::protocol::Timeline {
-                            done_ns: self.epoch_monotonic_ns
-                                + done.saturating_duration_since(self.epoch).as_nanos() as u64,
-                            seen_ns: crate::protocol::monotonic_ns(),
-                            written_ns: 0,
-                        })),
-                        preemptions: t.preemptions,
-                        outputs_verified: verified,
-                        outputs: Vec::new(),
-                        outputs_missing: None,
-                        data: Vec::new(),
-                        hold: crate::protocol::DataHold(
-                            t.hold
-                                .clone()
-                                .map(|h| h as Arc<dyn std::any::Any + Send + Sync>),
-                        ),
-                    };
-                    let mut result = result;
-                    let mut later = Vec::new();
-                    if let Some((data, io)) = &t.data {
-                        let got = st.engine.take_outputs(task).unwrap_or_else(|| {
-                            Err("the device returned no outputs for this request".into())
-                        });
-                        later = tensors::answer_outputs(io, data, got, &mut result);
-                    }
-                    let answering = if later.is_empty() {
-                        None
-                    } else {
-                        st.streams.get(&t.stream).map(|s| {
-                            s.answering
-                                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            s.answering.clone()
-                        })
-                    };
-                    st.deliveries.push(Delivery {
-                        task,
-                        waiter: t.waiter,
-                        result: Ok(result),
-                        later,
-                        answering,
-                        rt: t.priority == Priority::Rt,
-                    });
-                }
-                EngineEvent::DeviceError { action, error } => {
-                    st.metrics.device_errors += 1;
-                    tracing::error!(action = %action, "device error: {error}");
-                }
-                // Rejected: the policy does not serve it; failed: the
-                // device refused one of its kernels.
-                EngineEvent::TaskRejected { task, reason } => {
-                    fail_task(st, task, Failure::new(ErrorCode::Unsupported, reason))
-                }
-                EngineEvent::TaskFailed { task, reason } => {
-                    fail_task(st, task, Failure::new(ErrorCode::Internal, reason))
-                }
-            }
-        }
     }
 
     /// Counts a connection; false when the limit is reached.
@@ -873,79 +740,6 @@ fn fail_task(st: &mut State, task: u64, why: Failure) {
             answering: None,
             rt: false,
         });
-    }
-}
-
-/// An outcome to tell a client once the lock is released.
-struct Delivery {
-    task: u64,
-    waiter: Waiter,
-    result: Result<TaskResult, Failure>,
-    /// Outputs still to read from the device ([`tensors::resolve_outputs`]).
-    later: Vec<tensors::PendingOutput>,
-    /// The stream's count of answers being read, released once delivered.
-    answering: Option<Arc<std::sync::atomic::AtomicUsize>>,
-    /// An RT request's: read on the RT answers thread.
-    rt: bool,
-}
-
-/// Delivers outcomes whose outputs must first be read from the device: the
-/// simulated device's CPU build may still be computing them, and neither
-/// the lock nor the pacer (which advances the device) waits for it. Two
-/// threads, one for RT answers and one for the others ([`Runtime`]'s
-/// `answers`): an RT answer never waits in line behind a best-effort one
-/// whose outputs a slow CPU build is still computing (reef-sim computes
-/// each stream's values on its own worker, sim/src/realvalues.rs).
-fn spawn_answers(
-    pending: Arc<std::sync::atomic::AtomicUsize>,
-    name: &str,
-) -> std::sync::mpsc::Sender<Delivery> {
-    let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            for mut d in rx {
-                if let Ok(r) = &mut d.result {
-                    tensors::resolve_outputs(r, std::mem::take(&mut d.later));
-                }
-                deliver(d.task, d.waiter, d.result);
-                if let Some(a) = &d.answering {
-                    a.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                }
-                pending.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        })
-        .expect("spawn the answers thread");
-    tx
-}
-
-fn deliver(task: u64, w: Waiter, r: Result<TaskResult, Failure>) {
-    match w {
-        Waiter::Reply(to) => {
-            let id = to.id;
-            to.send(match r {
-                Ok(t) => ServerMessage::Reply {
-                    id,
-                    result: Reply::InferDone(t),
-                },
-                Err(f) => ServerMessage::Error {
-                    id: Some(id),
-                    code: f.code,
-                    message: f.message,
-                },
-            });
-        }
-        Waiter::Event(out) => {
-            let event = match r {
-                Ok(t) => Event::TaskDone(t),
-                Err(f) => Event::TaskFailed {
-                    task,
-                    code: f.code,
-                    message: f.message,
-                },
-            };
-            let _ = out.send(ServerMessage::Event { event });
-        }
     }
 }
 
