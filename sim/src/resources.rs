@@ -109,11 +109,34 @@ pub fn classify(util: [f64; 3]) -> Class {
 }
 
 /// The class of a kernel from the operators in its (TVM) name.
+///
+/// TVM names a fused kernel by its operators joined with `_`
+/// (`fused_nn_conv2d_add_nn_relu_3_kernel0`), so an operator matches
+/// whole `_`-separated words, a multi-word operator (`layout_transform`)
+/// consecutive words, and a word may carry a dimension suffix (`pool`
+/// matches `pool2d`, `conv2d` matches `conv2d`). A substring match made
+/// non-TVM names classify by accident: Parboil lbm's
+/// `performStreamCollide` contains `erf` (docs/results-aker.md).
 pub fn class_of_name(name: &str) -> Class {
     let n = name.to_ascii_lowercase();
-    if COMPUTE_OPS.iter().any(|op| n.contains(op)) {
+    let words: Vec<&str> = n.split('_').collect();
+    let has = |op: &str| {
+        let parts: Vec<&str> = op.split('_').collect();
+        let k = parts.len();
+        words.windows(k).any(|w| {
+            w.iter().zip(&parts).enumerate().all(|(i, (word, part))| {
+                // Only the operator's last word may carry a suffix.
+                *word == *part
+                    || (i == k - 1
+                        && word
+                            .strip_prefix(part)
+                            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())))
+            })
+        })
+    };
+    if COMPUTE_OPS.iter().any(|op| has(op)) {
         Class::ComputePrefer
-    } else if MEMORY_OPS.iter().any(|op| n.contains(op)) {
+    } else if MEMORY_OPS.iter().any(|op| has(op)) {
         Class::MemoryPrefer
     } else {
         Class::Unknown
@@ -169,6 +192,15 @@ mod tests {
                 Class::MemoryPrefer,
             ),
             ("mystery_kernel", Class::Unknown),
+            ("fused_nn_global_avg_pool2d_kernel0", Class::MemoryPrefer),
+            (
+                "tvmgen_default_fused_layout_transform_kernel0",
+                Class::MemoryPrefer,
+            ),
+            // Not TVM names: operators inside other words do not count.
+            ("_Z27performStreamCollide_kernelPfS_", Class::Unknown),
+            ("_Z9mysgemmNTPKfiS0_iPfiiff", Class::Unknown),
+            ("fused_addmm_kernel0", Class::Unknown),
         ] {
             assert_eq!(class_of_name(n), c, "{n}");
         }
