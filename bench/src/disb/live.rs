@@ -448,6 +448,7 @@ fn run_one(
         dram_load_peak: None,
         aker: None,
         lost: None,
+        decision_cost: None,
     };
     let mut r = metrics::summarize(
         &w.name,
@@ -525,6 +526,12 @@ pub fn main(args: DisbArgs) -> Result<()> {
                  in its reefd.toml (docs/daemon.md) and restart it"
             );
         }
+    }
+    if args.decision_cost || args.lost {
+        bail!(
+            "--decision-cost and --lost are measured inside a virtual-time run; leave out --live for them \
+             (the daemon's own costs: `reefctl stats`, docs/daemon.md)"
+        );
     }
     let shared = reef_model::shared_dir();
     let mut workloads = Vec::new();

@@ -69,6 +69,39 @@ pub struct PolicyResult {
     /// Where the device's CU time went (`--lost`, [`super::lost`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<super::lost::Lost>,
+    /// The scheduler's own time per decision (`--decision-cost`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_ns: Option<DecisionNs>,
+}
+
+/// The scheduler's own time per decision over a run, ns
+/// (`reef_exec::drive::cost`): one decision is the handling of the events
+/// since the last and the draining of their actions, padding's kernel
+/// selection included; `timer_ns` is one timed call's two clock reads,
+/// included in every figure once per call.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionNs {
+    pub decisions: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub timer_ns: u64,
+}
+
+impl DecisionNs {
+    pub fn of(c: &reef_exec::drive::cost::DecisionCost, timer_ns: u64) -> Option<Self> {
+        Some(Self {
+            decisions: c.len(),
+            mean: c.mean()?,
+            p50: c.quantile(0.5)?,
+            p99: c.quantile(0.99)?,
+            p999: c.quantile(0.999)?,
+            max: c.quantile(1.0)?,
+            timer_ns,
+        })
+    }
 }
 
 /// Nearest-rank percentile of a sorted slice.
@@ -171,6 +204,10 @@ pub fn summarize(
         qos_missed: out.aker.map(|a| a.qos_missed),
         qos_queries: out.aker.map(|a| a.qos_met + a.qos_missed),
         lost: out.lost.clone(),
+        decision_ns: out
+            .decision_cost
+            .as_ref()
+            .and_then(|c| DecisionNs::of(c, reef_exec::drive::cost::timer_ns())),
     }
 }
 

@@ -85,6 +85,11 @@ pub struct DisbArgs {
     /// refusal, idle beside BE only), `disb::lost`.
     #[arg(long)]
     pub lost: bool,
+    /// Also print the scheduler's own time per decision (p50, p99, p99.9,
+    /// max; handling an event and draining its actions, padding's kernel
+    /// selection included), measured in the run (`reef_exec::drive::cost`).
+    #[arg(long)]
+    pub decision_cost: bool,
     /// Drive the workload on the wall clock against a running reefd through
     /// its client API instead of in virtual time (see `disb::live`).
     #[arg(long)]
@@ -274,6 +279,7 @@ pub fn run_one(
             aker: aker_config(args)?,
             aker_profiles: set.aker_profiles.clone(),
             account: args.lost,
+            decision_cost: args.decision_cost,
             ..RunOptions::default()
         },
     )
@@ -524,6 +530,29 @@ pub fn main(args: DisbArgs) -> Result<()> {
                 })
                 .collect();
             print!("{}", lost::table(&rows));
+        }
+        if args.decision_cost {
+            println!("scheduler time per decision, ns (one timed call's two clock reads included per call):");
+            println!(
+                "{:<10} {:<26} {:>10} {:>8} {:>6} {:>6} {:>7} {:>8} {:>6}",
+                "workload", "policy", "decisions", "mean", "p50", "p99", "p99.9", "max", "timer"
+            );
+            for r in &out {
+                if let Some(d) = &r.decision_ns {
+                    println!(
+                        "{:<10} {:<26} {:>10} {:>8.1} {:>6} {:>6} {:>7} {:>8} {:>6}",
+                        r.workload,
+                        r.policy,
+                        d.decisions,
+                        d.mean,
+                        d.p50,
+                        d.p99,
+                        d.p999,
+                        d.max,
+                        d.timer_ns
+                    );
+                }
+            }
         }
         println!(
             "{} runs of {} of virtual time in {:.1} s wall ({} threads)",

@@ -128,6 +128,9 @@ pub struct RunOutcome {
     pub aker: Option<reef_sched::aker::AkerStats>,
     /// Where the device's CU time went (with [`RunOptions::account`]).
     pub lost: Option<super::lost::Lost>,
+    /// The scheduler's own time per decision (with
+    /// [`RunOptions::decision_cost`]).
+    pub decision_cost: Option<reef_exec::drive::cost::DecisionCost>,
 }
 
 /// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
@@ -172,6 +175,9 @@ pub struct RunOptions {
     /// Account the device's CU time from the event trace
     /// ([`super::lost`], `--lost`).
     pub account: bool,
+    /// Time the scheduler's every decision (`--decision-cost`,
+    /// `reef_exec::drive::cost`).
+    pub decision_cost: bool,
 }
 
 impl Default for RunOptions {
@@ -190,6 +196,7 @@ impl Default for RunOptions {
             aker: Default::default(),
             aker_profiles: None,
             account: false,
+            decision_cost: false,
         }
     }
 }
@@ -617,6 +624,9 @@ pub fn simulate(
     if opts.account {
         drv.event_log = Some(Vec::new());
     }
+    if opts.decision_cost {
+        drv.decision_cost = Some(reef_exec::drive::cost::DecisionCost::new());
+    }
     let n = clients.len();
     let mut state = vec![CState::Waiting; n];
     for (i, c) in clients.iter_mut().enumerate() {
@@ -690,6 +700,7 @@ pub fn simulate(
         dram_load_peak: Device::dram_load_peak(&run.drv.dev),
         aker: run.drv.sched.aker_stats(),
         lost: run.acct.as_ref().map(|a| a.finish(duration)),
+        decision_cost: run.drv.decision_cost.take(),
     })
 }
 

@@ -40,6 +40,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub mod cost;
 mod launch;
 mod outcome;
 
@@ -141,6 +142,9 @@ pub struct Driver<D: Device = Sim> {
     /// and fused parts separately), for an observer that accounts device
     /// time from the trace (`reef-bench lost`); the caller drains it.
     pub event_log: Option<Vec<DeviceEvent>>,
+    /// When `Some`, the scheduler's own time per decision is recorded
+    /// ([`cost`]); the caller reads it.
+    pub decision_cost: Option<cost::DecisionCost>,
     evbuf: Vec<DeviceEvent>,
     /// Launches the device refused while earlier launches of the same
     /// stream were still on it: the scheduler is told each is over once
@@ -188,6 +192,7 @@ impl<D: Device> Driver<D> {
             host: BinaryHeap::new(),
             device_events: 0,
             event_log: None,
+            decision_cost: None,
             evbuf: Vec::new(),
             refused: Vec::new(),
         };
@@ -322,7 +327,7 @@ impl<D: Device> Driver<D> {
             };
             self.host.push(Reverse((t + g, req.0, first)));
         }
-        self.sched.handle(
+        self.handle(
             t,
             Event::RequestArrived {
                 req,
@@ -364,7 +369,7 @@ impl<D: Device> Driver<D> {
                 break;
             }
             self.host.pop();
-            self.sched.handle(
+            self.handle(
                 t,
                 Event::KernelsIssued {
                     req: RequestId(req),
@@ -385,8 +390,7 @@ impl<D: Device> Driver<D> {
         {
             let (_, stream, tag) = self.refused.remove(i);
             let now = self.dev.now();
-            self.sched
-                .handle(now, Event::KernelCompleted { stream, tag });
+            self.handle(now, Event::KernelCompleted { stream, tag });
             self.apply(work, out);
         }
     }
@@ -425,7 +429,42 @@ impl<D: Device> Driver<D> {
             }
         }
         let e = crate::sched_event(&ev, reef_sched::StreamId(s));
-        self.sched.handle(ev.time, e);
+        self.handle(ev.time, e);
+    }
+
+    /// An event to the scheduler, its time counted into the decision when
+    /// [`Self::decision_cost`] is on.
+    fn handle(&mut self, t: Time, e: Event) {
+        match self.decision_cost.as_mut() {
+            None => self.sched.handle(t, e),
+            Some(_) => {
+                let t0 = Instant::now();
+                self.sched.handle(t, e);
+                let ns = t0.elapsed().as_nanos() as u64;
+                if let Some(c) = self.decision_cost.as_mut() {
+                    c.acc += ns;
+                }
+            }
+        }
+    }
+
+    /// The scheduler's next action, timed as [`Self::handle`]; at the last
+    /// one, the decision is recorded.
+    fn poll(&mut self) -> Option<DkpAction> {
+        if self.decision_cost.is_none() {
+            return self.sched.poll();
+        }
+        let t0 = Instant::now();
+        let a = self.sched.poll();
+        let ns = t0.elapsed().as_nanos() as u64;
+        if let Some(c) = self.decision_cost.as_mut() {
+            c.acc += ns;
+            if a.is_none() {
+                let d = std::mem::take(&mut c.acc);
+                c.record(d);
+            }
+        }
+        a
     }
 
     /// With host pacing, the framework issues kernel `kernel + 1` of `req`
@@ -454,7 +493,7 @@ impl<D: Device> Driver<D> {
     /// Performs the scheduler's pending actions at the device's current
     /// instant.
     pub fn apply(&mut self, work: &dyn Work, out: &mut Vec<Outcome>) {
-        while let Some(da) = self.sched.poll() {
+        while let Some(da) = self.poll() {
             let a = match da {
                 DkpAction::Core(a) => a,
                 other => {
@@ -490,8 +529,7 @@ impl<D: Device> Driver<D> {
                         }
                         _ => {
                             let now = self.dev.now();
-                            self.sched
-                                .handle(now, Event::KernelCompleted { stream, tag });
+                            self.handle(now, Event::KernelCompleted { stream, tag });
                         }
                     }
                 }

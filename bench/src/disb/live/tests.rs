@@ -124,6 +124,7 @@ fn the_measured_base_normalises_the_run() {
         dram_load_peak: None,
         aker: None,
         lost: None,
+        decision_cost: None,
     };
     let r = metrics::summarize(
         "a",

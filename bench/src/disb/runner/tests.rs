@@ -399,3 +399,45 @@ fn periodic_clients_of_equal_frequency_are_staggered() {
         assert_eq!(starts[i], starts[i - 1] + sa[prev_model] as Time);
     }
 }
+
+/// `--decision-cost`: every decision of the run is timed, padding's
+/// selection included, and the same run's figures are unchanged by it
+/// (timing reads the clock, never the simulation).
+#[test]
+fn decision_cost_times_every_decision_and_changes_nothing() {
+    let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/A.json")).unwrap();
+    let (spec, models, sa) = setup(&w);
+    let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+    let plans = plan_clients(&w, &idx, &sa, 7);
+    for policy in ["reef", "reef-max"] {
+        let plain = simulate(
+            &spec,
+            &models,
+            plans.clone(),
+            100_000_000,
+            &opts(policy, false),
+        )
+        .unwrap();
+        assert!(plain.decision_cost.is_none());
+        let timed = RunOptions {
+            decision_cost: true,
+            ..opts(policy, false)
+        };
+        let t = simulate(&spec, &models, plans.clone(), 100_000_000, &timed).unwrap();
+        let c = t.decision_cost.as_ref().unwrap();
+        // At least one decision per device event reaching the scheduler.
+        assert!(
+            c.len() >= t.device_events / 2,
+            "{} decisions, {} events",
+            c.len(),
+            t.device_events
+        );
+        let (p50, p99) = (c.quantile(0.5).unwrap(), c.quantile(0.99).unwrap());
+        assert!(p50 > 0 && p99 >= p50, "{policy}: p50 {p50} p99 {p99}");
+        assert_eq!(t.kernels_launched, plain.kernels_launched, "{policy}");
+        assert_eq!(
+            t.clients[0].latencies, plain.clients[0].latencies,
+            "{policy}"
+        );
+    }
+}
