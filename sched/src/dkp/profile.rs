@@ -157,7 +157,6 @@ impl KernelChar {
         }
     }
 
-    /// The measured curve.
     /// An upper bound of one block's time with at most `k` (≥ 1)
     /// co-resident blocks: the curve's non-decreasing ceiling, past the
     /// curve its extension (`reef-max`'s `share`, [`super::share`]).
@@ -167,6 +166,7 @@ impl KernelChar {
         self.ceiling[i - 1].max(self.block_ns(k))
     }
 
+    /// The measured curve.
     pub fn curve(&self) -> &[u64] {
         &self.curve
     }
