@@ -244,8 +244,8 @@ pub struct LiveInfo {
     pub daemon_engine: String,
     pub daemon_policy: String,
     /// Whether the daemon's policy runs dynamic kernel padding (`reef`,
-    /// `reef-dkp-mv`: its engine executes padded launches through reef-exec,
-    /// as the virtual-time runner does).
+    /// `reef-dkp-mv`, `reef-max` unless `-pad`: its engine executes padded
+    /// launches through reef-exec, as the virtual-time runner does).
     pub padding: bool,
     /// RT kernels the daemon launched padded with BE blocks during the run
     /// (its `padded_launches` counter, after minus before).
@@ -487,7 +487,8 @@ fn run_one(
         daemon_device: ctx.status.device.clone(),
         daemon_engine: ctx.status.engine.clone(),
         daemon_policy: daemon_policy.clone(),
-        padding: reef_sched::dkp::variant_of(&daemon_policy).is_some(),
+        padding: reef_sched::dkp::variant_of(&daemon_policy).is_some()
+            || reef_sched::dkp::MaxConfig::parse(&daemon_policy).is_some_and(|m| m.pad),
         padded_launches: after.padded_launches.saturating_sub(before.padded_launches),
         standalone_us: ctx
             .models
