@@ -53,7 +53,10 @@ fn dlight_tensorizes_fp16_gemms_into_wmma_that_ptxas_assembles() {
     for arch in ["sm_80", "sm_89"] {
         let t = &v["tensorized"][arch];
         assert!(t["tc_instructions"].as_u64() > Some(0), "{arch}: {t}");
-        assert_eq!(t["mma_per_entry"]["mm_kernel"], t["tc_instructions"], "{arch}: {t}");
+        assert_eq!(
+            t["mma_per_entry"]["mm_kernel"], t["tc_instructions"],
+            "{arch}: {t}"
+        );
         assert_eq!(t["ptxas_exit"], 0, "{arch}: {t}");
     }
 }
