@@ -118,7 +118,13 @@ def cuda_to_ptx(cu: Path, ptx: Path, arch: str) -> None:
         _nvrtc_ptx(cu, ptx, arch)
         return
     # -lineinfo off, no debug: the PTX a release build would ship.
-    _run("nvcc", ["-ptx", f"-arch={arch}", "-O3", "-o", str(ptx), str(cu)], f"nvcc -arch={arch}")
+    args = ["-ptx", f"-arch={arch}", "-O3", "-o", str(ptx), str(cu)]
+    if "cuda_fp16.h" in cu.read_text():
+        # TVM's fp16 source includes cuda_fp16.h, which includes CCCL's
+        # <nv/target>; PyPI's nvidia-cuda-nvcc does not ship CCCL, the CUDA
+        # 12.9 wheels of .tools do (docs/compile.md "Tensor cores").
+        args = ["-I", str(_cuda12("cuda_cccl/include"))] + args
+    _run("nvcc", args, f"nvcc -arch={arch}")
 
 
 def _nvrtc_ptx(cu: Path, ptx: Path, arch: str) -> None:
@@ -240,4 +246,21 @@ def ptx_entries(ptx_text: str) -> dict[str, int]:
     for m in re.finditer(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\((.*?)\)", ptx_text, re.S):
         params = [p for p in m.group(2).split(",") if ".param" in p]
         out[m.group(1)] = len(params)
+    return out
+
+
+# Tensor-core matrix multiply-accumulate instructions (PTX ISA, "Warp Level
+# Matrix Multiply-Accumulate Instructions": wmma.mma, mma.sync; "Asynchronous
+# Warpgroup Level Matrix Multiply-Accumulate": wgmma.mma_async).
+_MMA = re.compile(r"^\s*(?:@\S+\s+)?(wmma\.mma|mma\.sync|wgmma\.mma_async)\b", re.M)
+
+
+def mma_counts(ptx_text: str) -> dict[str, int]:
+    """`.entry NAME` → number of tensor-core MMA instructions in its body
+    (static count, not executions)."""
+    out = {}
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry\s+([A-Za-z_$][\w$]*)", ptx_text)]
+    for i, (pos, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(ptx_text)
+        out[name] = len(_MMA.findall(ptx_text, pos, end))
     return out

@@ -15,7 +15,13 @@ schedules). Prints one JSON object; docs/compile.md "Tensor cores" reads it.
 3. *The tensorization itself.* `Schedule.tensorize` in a child process,
    first on dlight's own wmma path and then on a trivial 4-element copy
    intrinsic registered here: the child's exit status (a negative number
-   is the signal that killed it; -11 = SIGSEGV).
+   is the signal that killed it; -11 = SIGSEGV). With apache-tvm-ffi
+   0.1.15.post2 beside apache-tvm 0.27.0.post1 both died with SIGSEGV in
+   tvm_ffi::ToJSONGraph; the setup pins apache-tvm-ffi 0.1.14.post1
+   (scripts/setup.d/15-compile.sh).
+4. *The tensorized kernel.* dlight's schedule with tensorization allowed,
+   built the same way: its PTX's tensor-core instruction count, and
+   whether `ptxas -arch=ARCH` assembles it.
 
 Usage: tensorcore_probe.py [ARCH ...]   (default sm_80 sm_89)
 """
@@ -46,6 +52,36 @@ def matmul(m: int, k: int, n: int, dtype: str):
     c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
     f = te.create_prim_func([a, b, c]).with_attr("global_symbol", "mm")
     return tvm.IRModule({"mm": f})
+
+
+def tensorized(arch: str) -> dict:
+    """dlight's wmma schedule of a 256x1024x1024 fp16 GEMM: PTX tensor-core
+    instruction count and ptxas's verdict."""
+    import tvm
+    import tvm.s_tir.dlight as dl
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from reef_compile import nvidia
+
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    with target:
+        sched = dl.ApplyDefaultSchedule(dl.gpu.Matmul())(matmul(256, 1024, 1024, "float16"))
+    cu = tvm.tirx.build(sched, target=target).imports[0].inspect_source()
+    with tempfile.TemporaryDirectory() as d:
+        src, ptx = Path(d, "k.cu"), Path(d, "k.ptx")
+        src.write_text(cu)
+        nvidia.cuda_to_ptx(src, ptx, arch)
+        text = ptx.read_text()
+        p = subprocess.run(
+            [str(nvidia.bin_dir() / "ptxas"), f"-arch={arch}", str(ptx), "-o", str(Path(d, "k.cubin"))],
+            capture_output=True,
+            text=True,
+        )
+    return {
+        "tc_instructions": len(TC_INSTR.findall(text)),
+        "mma_per_entry": nvidia.mma_counts(text),
+        "ptxas_exit": p.returncode,
+    }
 
 
 def decision(arch: str, m: int, k: int, n: int, dtype: str) -> tuple[bool, int | str]:
@@ -141,7 +177,10 @@ def main() -> None:
 
     archs = sys.argv[1:] or ["sm_80", "sm_89"]
     here = str(Path(__file__).resolve().parent)
-    out = {"tvm": tvm.__version__, "cases": [], "tensorize_exit": {}}
+    import tvm_ffi
+
+    out = {"tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__, "cases": [], "tensorize_exit": {},
+           "tensorized": {}}
     for arch in archs:
         for m, k, n, dt in [
             (256, 1024, 1024, "float16"),
@@ -154,6 +193,8 @@ def main() -> None:
                  "fallback_tc_instructions": n_tc}
             )
         out["tensorize_exit"][f"dlight_{arch}"] = child(CHILD_DLIGHT.format(here=here, arch=arch))
+        if out["tensorize_exit"][f"dlight_{arch}"] == 0:
+            out["tensorized"][arch] = tensorized(arch)
     out["tensorize_exit"]["trivial_copy4"] = child(CHILD_TRIVIAL)
     print(json.dumps(out))
 

@@ -17,8 +17,8 @@ mod support;
 use reef_cpu_kernels::{Error, Program};
 use std::path::Path;
 use support::ort::{
-    compare_within, compile, f32s, light_onnx, ok, ort, python, rel_tolerance, root, tmp,
-    two_io_onnx,
+    compare_abs, compile, compile_with, f32s, light_onnx, ok, ort, python, rel_tolerance, root,
+    tmp, two_io_onnx,
 };
 
 /// Compiles `onnx`, runs it on the CPU build and compares with ORT.
@@ -28,8 +28,25 @@ fn check_against_ort(
     name: &str,
     int_high: u32,
 ) -> std::sync::Arc<Program> {
+    check_against_ort_at(onnx, work, name, int_high, false)
+}
+
+/// [`check_against_ort`], the model compiled `--fp16` when `fp16` (then
+/// compared within 1e-2 relative plus 1e-2 absolute, the tolerance
+/// reef-compile records for an fp16 reference: ORT computes in fp32).
+fn check_against_ort_at(
+    onnx: &Path,
+    work: &Path,
+    name: &str,
+    int_high: u32,
+    fp16: bool,
+) -> std::sync::Arc<Program> {
     let dir = work.join(name);
-    compile(onnx, &dir);
+    if fp16 {
+        compile_with(onnx, &dir, &["--fp16"]);
+    } else {
+        compile(onnx, &dir);
+    }
     let m = ort(onnx, &work.join("ort"), 3, int_high);
     let p = Program::load(&dir).unwrap();
     let names: serde_json::Value =
@@ -61,7 +78,11 @@ fn check_against_ort(
         assert_eq!(t.dtype, "float32");
         let want = f32s(&m.read(t));
         let got = f32s(got);
-        let (worst, bad) = compare_within(&got, &want, rel_tolerance(name));
+        let (worst, bad) = if fp16 {
+            compare_abs(&got, &want, 1e-2, 1e-2)
+        } else {
+            compare_abs(&got, &want, rel_tolerance(name), 1e-5)
+        };
         let distinct: std::collections::BTreeSet<u32> = want.iter().map(|v| v.to_bits()).collect();
         assert!(
             distinct.len() > 1,
@@ -107,6 +128,22 @@ fn light_squeezenet_with_random_weights_matches_onnx_runtime() {
     let work = tmp("squeezenet");
     let onnx = light_onnx("squeezenet", &work);
     check_against_ort(&onnx, &work, "squeezenet", 2);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// BERT-base's encoder, one layer at batch 1 (`make_bert.py`), compiled
+/// `--fp16` (issue 31 item 3: its dense GEMMs are the tensor-core kernels
+/// on the GPU): the CPU build of the same fp16 functions against ONNX
+/// Runtime at fp32.
+#[test]
+fn bert_fp16_matches_onnx_runtime_within_fp16_tolerance() {
+    let work = tmp("bert-fp16");
+    let onnx = work.join("bert1.onnx");
+    ok(python()
+        .arg(root().join("compile/tests/make_bert.py"))
+        .arg(&onnx)
+        .args(["--layers", "1", "--batch", "1", "--seq", "128"]));
+    check_against_ort_at(&onnx, &work, "bert1", 2, true);
     let _ = std::fs::remove_dir_all(&work);
 }
 

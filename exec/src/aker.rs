@@ -26,7 +26,7 @@ use reef_sched::aker::{
     TRAINING_RATIOS,
 };
 use reef_sched::{KernelTag, ModelId};
-use reef_sim::resources::{class_of_name, Class};
+use reef_sim::resources::{class_of_demand, class_of_name, Class};
 use reef_sim::{
     DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, SimError,
     StreamId, Tags,
@@ -159,14 +159,17 @@ pub fn time_fused(
     Ok((ends[0].max(ends[1]), ends))
 }
 
-/// The kernel class the manager sees: the shape's declared matrix demand
-/// makes a TC kernel (Aker §5.1); otherwise the MI50 resource table's
-/// class from the operator in the kernel's name (`reef_sim::resources`).
+/// The kernel class the manager sees (Aker §5.1): from the shape's declared
+/// demand (a compiled kernel's work, `reef_sim::costmodel`: matrix-pipe
+/// work makes a TC kernel, else the 50 % rule of
+/// `reef_sim::resources::class_of_demand`); for a kernel without one the
+/// MI50 resource table's class from the operator in its name.
 pub fn kclass(name: &str, shape: &KernelShape) -> KClass {
-    if shape.demand.u[0] > 0 {
-        return KClass::Tensor;
-    }
-    match class_of_name(name) {
+    let c = match class_of_demand(&shape.demand) {
+        Class::Unknown => class_of_name(name),
+        c => c,
+    };
+    match c {
         Class::Tensor => KClass::Tensor,
         Class::ComputePrefer => KClass::ComputePrefer,
         Class::MemoryPrefer => KClass::MemoryPrefer,

@@ -227,6 +227,11 @@ pub struct KernelResources {
     pub spill_stores: u32,
     #[serde(default)]
     pub spill_loads: u32,
+    /// Tensor-core matrix multiply-accumulate instructions (`wmma.mma`,
+    /// `mma.sync`, `wgmma.mma_async`) in the kernel's PTX entry, a static
+    /// count (reef-compile; 0 when not recorded: a CUDA-core kernel).
+    #[serde(default)]
+    pub mma: u32,
 }
 
 impl Kernel {

@@ -57,7 +57,8 @@ fn recorded_read_write_sets_replace_the_tvm_convention() {
             shared_static: 512,
             stack: 0,
             spill_stores: 0,
-            spill_loads: 0
+            spill_loads: 0,
+            mma: 0
         }
     );
     let c = m.compiled.as_ref().unwrap();
@@ -146,7 +147,8 @@ fn amd_resources_load_beside_the_ptx_architectures() {
             shared_static: 640,
             stack: 0,
             spill_stores: 0,
-            spill_loads: 0
+            spill_loads: 0,
+            mma: 0
         }
     );
     assert_eq!(k.resources["sm_80"].registers, 40);

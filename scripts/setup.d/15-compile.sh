@@ -4,8 +4,16 @@
 # compile/reef_compile uses. Measured on the 2-core build machine (busy with
 # other builds): installing it into an empty venv from cached wheels took
 # 34 s and adds 320 MB; with it installed, setup.sh reruns in 5 s.
+#
+# apache-tvm-ffi pinned too (issue 31 item 3, docs/compile.md "Tensor
+# cores"): apache-tvm 0.27.0.post1 asks for apache-tvm-ffi>=0.1.14.post0, so
+# pip takes the newest, and with 0.1.15.post2 `Schedule.tensorize` dies with
+# SIGSEGV inside tvm_ffi::ToJSONGraph (gdb backtrace: s_tir::Tensorize ->
+# libtvm_ffi.so), on any intrinsic. With 0.1.14.post0 or 0.1.14.post1, the
+# releases the wheel was built against, it works and dlight's wmma schedule
+# builds (compile/tests/tensorcore_probe.py).
 "$REEF_ROOT/.venv/bin/pip" install --quiet --disable-pip-version-check \
-    "apache-tvm==0.27.0.post1"
+    "apache-tvm==0.27.0.post1" "apache-tvm-ffi==0.1.14.post1"
 # ONNX Runtime: the reference independent of TVM that the CPU builds of the
 # compiled kernels are checked against (issue 30, docs/compile.md "CPU
 # build"; cargo test -p reef-cpu-kernels). Pinned so the compared numbers do

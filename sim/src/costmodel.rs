@@ -39,6 +39,7 @@
 //! (docs/compile.md) shows by how much; no efficiency factor is applied,
 //! because none is measured for these kernels on these GPUs.
 
+use crate::mix::{Demand, PipeRates};
 use crate::shape::{KernelShape, ShapeError};
 use crate::spec::DeviceSpec;
 use reef_model::{Kernel, Model};
@@ -124,13 +125,26 @@ pub fn roofline_curve(
     max_k: u32,
     spec: &DeviceSpec,
 ) -> Vec<u64> {
+    roofline_curve_at(flops, bytes, blocks, max_k, spec.fp32_flops, spec)
+}
+
+/// [`roofline_curve`] with the compute peak `peak_flops` in place of the
+/// preset's FP32 rate: `matrix_flops` for a tensor-core kernel.
+pub fn roofline_curve_at(
+    flops: u64,
+    bytes: u64,
+    blocks: u32,
+    max_k: u32,
+    peak_flops: u64,
+    spec: &DeviceSpec,
+) -> Vec<u64> {
     let n = blocks.max(1) as f64;
     let cus = spec.compute_units as f64;
     let f = flops as f64 / n;
     let b = bytes as f64 / n;
     let spread = n.min(cus);
     let full = max_k.max(1) as f64;
-    let t_c = f * full * cus / spec.fp32_flops as f64;
+    let t_c = f * full * cus / peak_flops.max(1) as f64;
     let concurrent = (full * spread).min(n);
     let t_m = b * concurrent / spec.memory_bandwidth_bytes_per_s as f64;
     let t_full = t_c.max(t_m);
@@ -186,9 +200,11 @@ pub fn compiled_shape(
         .ok_or_else(|| err("no recorded work (flops, bytes): not a compiled kernel".into()))?;
     let blocks = u32::try_from(k.num_blocks()).map_err(|_| err("more than 2^32 blocks".into()))?;
     let threads = k.threads_per_block();
+    let mut mma = 0;
     let (regs, lds) = match chosen_arch(k, model, spec) {
         Some(arch) => {
             let r = k.resources[arch];
+            mma = r.mma;
             // shared_mem_bytes = static shared memory of the first
             // architecture + dynamic; swap in this architecture's static.
             let first_static = model
@@ -207,20 +223,35 @@ pub fn compiled_shape(
         None => (0, k.shared_mem_bytes),
     };
     let max_k = max_resident(threads, lds, regs, spec);
-    let curve = roofline_curve(
-        work.flops,
-        work.bytes_read.saturating_add(work.bytes_written),
-        blocks,
-        max_k,
-        spec,
-    );
+    // A kernel whose PTX has tensor-core MMA instructions does its flops on
+    // the matrix pipe (Aker §3: "TC kernels"), at the preset's tensor-core
+    // peak; on a device without one it stays on the CUDA-core peak.
+    let tc = mma > 0 && spec.matrix_flops > 0;
+    let all_bytes = work.bytes_read.saturating_add(work.bytes_written);
+    let peak = if tc {
+        spec.matrix_flops
+    } else {
+        spec.fp32_flops
+    };
+    let curve = roofline_curve_at(work.flops, all_bytes, blocks, max_k, peak, spec);
     // DRAM traffic per block: the compiler's bytes read and written, spread
     // evenly over the blocks (shared memory bandwidth, docs/simulator.md).
-    let bytes = work.bytes_read.saturating_add(work.bytes_written) / blocks.max(1) as u64;
+    let bytes = all_bytes / blocks.max(1) as u64;
+    // Resource mix (sim/src/mix.rs): the block's work on its pipe and its
+    // bytes, against the CU's peak rates; none when it records no work.
+    let per_block = blocks.max(1) as f64;
+    let (m_ops, v_ops) = if tc {
+        (work.flops as f64 / per_block, 0.0)
+    } else {
+        (0.0, work.flops as f64 / per_block)
+    };
+    let demand = Demand::from_work(m_ops, v_ops, bytes as f64, &PipeRates::of(spec))
+        .unwrap_or(Demand::UNKNOWN);
     Ok(
         KernelShape::synthetic(&name, blocks, threads, lds, regs, curve, spec)?
+            .with_demand(demand)
             .with_dram_bytes(bytes)
-            .with_footprint(work.bytes_read.saturating_add(work.bytes_written)),
+            .with_footprint(all_bytes),
     )
 }
 

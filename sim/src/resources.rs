@@ -155,6 +155,28 @@ pub fn memory_utilisation(c: Class) -> Option<f64> {
     }
 }
 
+/// The class of a declared demand by Aker §5.1's rule, reading each pipe's
+/// share of the busiest (`u / 1024`) as its utilisation at full occupancy:
+/// any matrix-pipe work makes a TC kernel; else memory above 50 % is
+/// memory-prefer, compute above 50 % (memory not) compute-prefer, both
+/// below neutral. [`Demand::UNKNOWN`] is [`Class::Unknown`]. The table's
+/// prototypes keep their classes (compute-prefer: vector 1024, memory 40;
+/// memory-prefer: memory 1024).
+pub fn class_of_demand(d: &Demand) -> Class {
+    use crate::mix::{MATRIX, MEMORY, ONE, VECTOR};
+    if *d == Demand::UNKNOWN {
+        Class::Unknown
+    } else if d.u[MATRIX] > 0 {
+        Class::Tensor
+    } else if d.u[MEMORY] > ONE / 2 {
+        Class::MemoryPrefer
+    } else if d.u[VECTOR] > ONE / 2 {
+        Class::ComputePrefer
+    } else {
+        Class::Neutral
+    }
+}
+
 /// The demand table entry for a kernel name: the class prototype's demand
 /// (see the module doc), [`Demand::UNKNOWN`] for an unknown class.
 pub fn demand_of_name(name: &str) -> (Class, Demand) {
@@ -170,6 +192,19 @@ pub fn demand_of_name(name: &str) -> (Class, Demand) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn demands_classify_by_the_fifty_percent_rule() {
+        for name in ["fused_conv2d_add_relu", "fused_add_relu", "zzz"] {
+            let (c, d) = demand_of_name(name);
+            assert_eq!(class_of_demand(&d), c, "{name}");
+        }
+        let d = |u| Demand { u };
+        assert_eq!(class_of_demand(&d([1024, 0, 300])), Class::Tensor);
+        assert_eq!(class_of_demand(&d([0, 1024, 745])), Class::MemoryPrefer);
+        assert_eq!(class_of_demand(&d([0, 1024, 512])), Class::ComputePrefer);
+        assert_eq!(class_of_demand(&d([0, 14, 1024])), Class::MemoryPrefer);
+    }
 
     #[test]
     fn names_classify_by_operator() {

@@ -6,18 +6,18 @@
 //!   all above 64, not for fp32 nor for an extent of 64;
 //! - the CUDA-core fallback it builds when tensorization declines has no
 //!   tensor-core instruction (`mma.sync`, `wmma.mma`, `wgmma`) in its PTX;
-//! - `Schedule.tensorize` kills the process with SIGSEGV in the
-//!   apache-tvm 0.27.0.post1 wheel, on dlight's wmma path and on a trivial
-//!   copy intrinsic alike — so reef-compile cannot produce tensor-core
-//!   kernels with this TVM. When a TVM release fixes it this test fails,
-//!   and the tensorized kernels can then be read and marked.
+//! - `Schedule.tensorize` works with the apache-tvm-ffi the setup pins
+//!   (0.1.14.post1; with 0.1.15.post2 it died with SIGSEGV, on dlight's
+//!   wmma path and on a trivial copy intrinsic alike), and the tensorized
+//!   kernel's PTX has `wmma.mma` instructions that ptxas assembles for both
+//!   architectures.
 
 mod common;
 use common::*;
 use std::process::Command;
 
 #[test]
-fn dlight_asks_for_tensor_cores_and_tvm_027_cannot_tensorize() {
+fn dlight_tensorizes_fp16_gemms_into_wmma_that_ptxas_assembles() {
     let py = repo_root().join(".venv/bin/python");
     assert!(py.is_file(), "run scripts/setup.sh (reef-compile's venv)");
     let out = Command::new(&py)
@@ -46,7 +46,17 @@ fn dlight_asks_for_tensor_cores_and_tvm_027_cannot_tensorize() {
         assert_eq!(c["tensorize_asked"], fp16 && big, "{c}");
         assert_eq!(c["fallback_tc_instructions"], 0, "{c}");
     }
+    assert_eq!(v["tvm_ffi"], "0.1.14.post1", "{v}");
     for (k, code) in v["tensorize_exit"].as_object().unwrap() {
-        assert_eq!(code, -11, "{k}: Schedule.tensorize no longer segfaults");
+        assert_eq!(code, 0, "{k}: Schedule.tensorize failed");
+    }
+    for arch in ["sm_80", "sm_89"] {
+        let t = &v["tensorized"][arch];
+        assert!(t["tc_instructions"].as_u64() > Some(0), "{arch}: {t}");
+        assert_eq!(
+            t["mma_per_entry"]["mm_kernel"], t["tc_instructions"],
+            "{arch}: {t}"
+        );
+        assert_eq!(t["ptxas_exit"], 0, "{arch}: {t}");
     }
 }

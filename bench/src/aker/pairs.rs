@@ -250,7 +250,7 @@ pub fn main(
         }
         println!(
             "paper (Aker §9.3, Fig. 14): aker +50.1 % and tacker +24.3 % over baymax on an RTX Ada6000 \
-             with Parboil/Rodinia BE applications; tacker = baymax here (no TC kernel in reef's models)"
+             with Parboil/Rodinia BE applications; tacker fuses only a TC kernel (reef-compile --fp16) with a CUDA-core one"
         );
     }
     Ok(())

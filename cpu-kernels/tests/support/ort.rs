@@ -59,10 +59,17 @@ pub fn tmp(name: &str) -> PathBuf {
 /// reef-compile `onnx` for sm_80 (which the simulated h100 runs too) into
 /// `dir`, with its CPU build.
 pub fn compile(onnx: &Path, dir: &Path) {
+    compile_with(onnx, dir, &[]);
+}
+
+/// [`compile`] with more reef-compile arguments (e.g. `--fp16`).
+pub fn compile_with(onnx: &Path, dir: &Path, extra: &[&str]) {
     ok(python()
         .args(["-m", "reef_compile.cli"])
         .arg(onnx)
-        .args(["--arch", "sm_80", "--no-reference", "-o"])
+        .args(["--arch", "sm_80", "--no-reference"])
+        .args(extra)
+        .arg("-o")
         .arg(dir));
 }
 
@@ -135,13 +142,18 @@ pub fn rel_tolerance(model: &str) -> f64 {
 /// [`compare`] with relative tolerance `rel` (and the same 1e-5 absolute
 /// term for values near zero).
 pub fn compare_within(got: &[f32], want: &[f32], rel: f64) -> (f64, usize) {
+    compare_abs(got, want, rel, 1e-5)
+}
+
+/// [`compare_within`] with absolute term `abs`.
+pub fn compare_abs(got: &[f32], want: &[f32], rel: f64, abs: f64) -> (f64, usize) {
     assert_eq!(got.len(), want.len());
     let mut worst = 0f64;
     let mut bad = 0;
     for (&g, &w) in got.iter().zip(want) {
         let (g, w) = (g as f64, w as f64);
         let d = (g - w).abs();
-        if d.is_nan() || d > rel * w.abs() + 1e-5 {
+        if d.is_nan() || d > rel * w.abs() + abs {
             bad += 1;
         }
         if w.abs() > 1e-3 {
