@@ -17,9 +17,12 @@
 //!   padding scheduler.
 //! - [`share`]: `reef-max`'s best-effort blocks beside a real-time
 //!   kernel's own blocks within a predicted slowdown budget.
+//! - [`hot`]: what keeps the decision path free of hashing and allocation
+//!   (issue 28's decision cost).
 //!
 //! See docs/padding.md.
 
+pub mod hot;
 pub mod max;
 pub mod padded;
 pub mod profile;

@@ -27,6 +27,7 @@
 //!   tiling of the same output: `Selector::select`, REEF §5.3;
 //!   docs/padding.md step 5).
 
+use super::hot::{recycle, IdHash};
 use super::profile::KernelChar;
 use super::select::{Candidate, Padding, Selector};
 use super::versions;
@@ -245,6 +246,10 @@ enum RtEnd {
     Killed,
 }
 
+/// A best-effort task eligible for a selection: (stream, client, model,
+/// kernel, locked version, next block).
+type Task = (StreamId, ClientId, ModelId, u32, Option<u16>, u32);
+
 struct InFlight {
     tag: KernelTag,
     parts: Vec<BePart>,
@@ -261,7 +266,7 @@ pub struct PaddingScheduler {
     models: Vec<u32>,
     rt: StreamId,
     window: usize,
-    req_client: HashMap<RequestId, ClientId>,
+    req_client: HashMap<RequestId, ClientId, IdHash>,
     rt_pending: VecDeque<KernelTag>,
     inflight: VecDeque<InFlight>,
     be: Vec<BeState>,
@@ -269,6 +274,11 @@ pub struct PaddingScheduler {
     rr: usize,
     padding: Padding,
     scratch: Vec<Action>,
+    /// Buffers the selection reuses ([`super::hot`]): the eligible tasks,
+    /// their candidates, and emptied part lists of finished launches.
+    tasks: Vec<Task>,
+    cands: Vec<Candidate<'static>>,
+    part_pool: Vec<Vec<BePart>>,
     counters: DkpCounters,
     /// The last selection had candidates and admitted none.
     last_refused: bool,
@@ -356,7 +366,7 @@ impl PaddingScheduler {
             models: kernels,
             rt: StreamId(0),
             window: window.max(1),
-            req_client: HashMap::new(),
+            req_client: HashMap::default(),
             rt_pending: VecDeque::new(),
             inflight: VecDeque::new(),
             be: vec![BeState::default(); streams],
@@ -364,6 +374,9 @@ impl PaddingScheduler {
             rr: 0,
             padding: Padding::default(),
             scratch: Vec::new(),
+            tasks: Vec::new(),
+            cands: Vec::new(),
+            part_pool: Vec::new(),
             counters: DkpCounters::default(),
             last_refused: false,
             tail_fill,
@@ -526,8 +539,8 @@ impl PaddingScheduler {
         let Some(pos) = self.inflight.iter().position(|f| f.tag == tag) else {
             return;
         };
-        let f = self.inflight.remove(pos).expect("position is valid");
-        for p in f.parts {
+        let mut f = self.inflight.remove(pos).expect("position is valid");
+        for p in f.parts.drain(..) {
             if end == RtEnd::Completed {
                 self.credit(now, &p);
                 continue;
@@ -540,6 +553,9 @@ impl PaddingScheduler {
             if end == RtEnd::Killed && b.credit.is_some_and(|c| c.kernel == p.tag.kernel) {
                 b.credit = None;
             }
+        }
+        if f.parts.capacity() > 0 {
+            self.part_pool.push(f.parts);
         }
     }
 
@@ -783,9 +799,11 @@ impl PaddingScheduler {
                     self.counters.padded_launches += 1;
                     self.counters.be_blocks_padded +=
                         l.parts.iter().map(|p| p.blocks.len() as u64).sum::<u64>();
+                    let mut parts = self.part_pool.pop().unwrap_or_default();
+                    parts.extend_from_slice(&l.parts);
                     self.inflight.push_back(InFlight {
                         tag,
-                        parts: l.parts.clone(),
+                        parts,
                         refused: false,
                     });
                     self.out.push_back(DkpAction::Padded(l));
@@ -990,12 +1008,12 @@ impl PaddingScheduler {
     fn select_for(&mut self, model: ModelId, tag: KernelTag) -> Option<PaddedLaunch> {
         self.last_refused = false;
         self.start_queued();
-        let table = self.table.clone();
-        let rt_char = &table.versions(model, tag.kernel)[0];
-        // (stream, client, model, kernel, locked, next_block)
-        let mut tasks: Vec<(StreamId, ClientId, ModelId, u32, Option<u16>, u32)> = Vec::new();
+        // The selection's buffers are kept across calls (no allocation on
+        // the decision path, [`super::hot`]).
+        let mut tasks = std::mem::take(&mut self.tasks);
+        tasks.clear();
         for si in 0..self.be.len() {
-            let Some((plan, client, m)) = self.next_plan(si, &table) else {
+            let Some((plan, client, m)) = self.next_plan(si, &self.table) else {
                 continue;
             };
             self.be[si].plan = Some(plan);
@@ -1011,22 +1029,29 @@ impl PaddingScheduler {
             }
         }
         if tasks.is_empty() {
+            self.tasks = tasks;
             return None;
         }
-        let cands: Vec<Candidate<'_>> = tasks
-            .iter()
-            .map(|&(_, _, m, k, locked, next_block)| Candidate {
-                versions: table.versions(m, k),
-                locked,
-                next_block,
-            })
-            .collect();
+        let table = &*self.table;
+        let rt_char = &table.versions(model, tag.kernel)[0];
+        let mut cands: Vec<Candidate<'_>> = recycle(std::mem::take(&mut self.cands));
+        cands.extend(
+            tasks
+                .iter()
+                .map(|&(_, _, m, k, locked, next_block)| Candidate {
+                    versions: table.versions(m, k),
+                    locked,
+                    next_block,
+                }),
+        );
         let start = self.rr % cands.len();
         self.rr = self.rr.wrapping_add(1);
-        if !table
+        let padded = table
             .selector
-            .select(rt_char, &cands, start, &mut self.padding)
-        {
+            .select(rt_char, &cands, start, &mut self.padding);
+        self.cands = recycle(cands);
+        if !padded {
+            self.tasks = tasks;
             self.last_refused = true;
             return None;
         }
@@ -1049,6 +1074,7 @@ impl PaddingScheduler {
                 per_cu: p.per_cu,
             });
         }
+        self.tasks = tasks;
         Some(PaddedLaunch {
             stream: self.rt,
             tag,

@@ -182,12 +182,23 @@ impl KernelChar {
         if measured < cap.min(n) || cap <= n {
             return measured as u32;
         }
-        // Past the curve: extension grows linearly from the last point.
-        let mut p = n;
-        while p < cap && within(self.block_ns(p as u32 + 1).max(self.ceiling[n - 1])) {
-            p += 1;
-        }
-        p as u32
+        // Past the curve: the extension grows linearly from the last point
+        // by the last slope (`block_ns`), and the whole measured ceiling,
+        // which bounds it below, is within the limit here. Step `j` past
+        // the curve takes `last + slope * j`, within the limit for `j <=
+        // (limit - last - 1) / slope` (every `j` when the slope is 0): a
+        // division, not a walk over the steps (issue 28's decision cost;
+        // `max_coresidency_by_walk` in the tests is the walk, and a
+        // property test checks both agree).
+        let last = self.curve[n - 1];
+        let slope = if n >= 2 {
+            last.saturating_sub(self.curve[n - 2])
+        } else {
+            0
+        };
+        // last <= ceiling[n - 1] < limit.
+        let steps = (limit - last - 1).checked_div(slope).unwrap_or(u64::MAX);
+        (n as u64).saturating_add(steps).min(cap as u64) as u32
     }
 
     /// Kernel execution time alone on `cus` compute units: blocks spread
@@ -299,6 +310,55 @@ pub(crate) fn mi50() -> DeviceLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The walk past the curve that [`KernelChar::max_coresidency_within`]
+    /// replaced with a division, kept as its reference.
+    fn max_coresidency_by_walk(k: &KernelChar, cap: u32, limit: u64) -> u32 {
+        let cap = cap as usize;
+        let within = |t: u64| t < limit;
+        let n = k.ceiling.len();
+        let measured = k.ceiling[..cap.min(n)].partition_point(|&t| within(t));
+        if measured < cap.min(n) || cap <= n {
+            return measured as u32;
+        }
+        let mut p = n;
+        while p < cap && within(k.block_ns(p as u32 + 1).max(k.ceiling[n - 1])) {
+            p += 1;
+        }
+        p as u32
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn coresidency_search_equals_the_walk(
+            curve in proptest::collection::vec(1u64..100_000, 1..12),
+            cap in 0u32..200,
+            limit in 0u64..400_000,
+        ) {
+            let k = KernelChar::new(&mi50(), 100, 64, 0, 0, curve).unwrap();
+            // The random limit, and every limit at or beside a step of
+            // the extension past the curve.
+            let n = k.curve.len();
+            let last = k.curve[n - 1];
+            let slope = if n >= 2 { last.saturating_sub(k.curve[n - 2]) } else { 0 };
+            let mut limits = vec![limit];
+            for j in 0..60u64 {
+                for d in [0, 1, 2] {
+                    limits.push((last + slope * j + d).saturating_sub(1));
+                }
+            }
+            for limit in limits {
+                prop_assert_eq!(
+                    k.max_coresidency_within(cap, limit),
+                    max_coresidency_by_walk(&k, cap, limit),
+                    "limit {}", limit
+                );
+            }
+        }
+    }
 
     #[test]
     fn occupancy_follows_the_tightest_limit() {

@@ -60,6 +60,17 @@ fn waves_of(limits: &DeviceLimits, threads: u32) -> u32 {
 /// CUs of real-time kernel `rt` (`p_rt` blocks on each), with the slot's
 /// blocks per CU one after the other (`waves`) and one block's bound
 /// time; `None` when none may.
+///
+/// Every condition on `q` (the CU's resources, the real-time blocks'
+/// bound within the budget, rule 1 for the best-effort blocks) only gets
+/// harder as `q` grows: resources are linear in `q`, and a curve's
+/// ceiling and its extension are non-decreasing, so
+/// `max_coresidency_within(c, l) >= c` holds exactly for `c` up to one
+/// bound. The largest admissible `q` is therefore the least of the
+/// per-condition bounds, found with two curve searches instead of two per
+/// candidate `q` (the decision cost, issue 28; `coresidency_by_walk` in
+/// the tests is the walk over `q` this replaces, and a property test
+/// checks both agree).
 #[allow(clippy::too_many_arguments)]
 fn coresidency(
     limits: &DeviceLimits,
@@ -77,38 +88,59 @@ fn coresidency(
         limits.block_registers(alloc, k.threads),
     );
     let rt_limit = rt.kernel_ns + rt.kernel_ns * budget as u64 / 1000;
-    let fits = |q: u32| {
-        p_rt * rt.threads + q * k.threads <= limits.max_threads_per_cu
-            && p_rt * w_rt + q * w_be <= limits.max_waves_per_cu
-            && p_rt + q <= limits.max_blocks_per_cu
-            && (p_rt + q) as u64 * lds as u64 <= limits.lds_bytes_per_cu as u64
-            && p_rt as u64 * r_rt as u64 + q as u64 * r_be as u64 <= limits.registers_per_cu as u64
+    // Largest q with `used + q * per <= cap` (any q when `per` is 0).
+    let room = |cap: u64, used: u64, per: u64| match cap.checked_sub(used) {
+        None => 0,
+        Some(left) => left.checked_div(per).unwrap_or(u64::MAX),
     };
-    let mut best = None;
-    for q in 1..=k.occupancy {
-        if !fits(q) {
-            break;
-        }
-        // The real-time blocks at the co-residency the best-effort waves
-        // add, read on the curve's ceiling: within the budget.
-        let k_rt = p_rt + (q * w_be).div_ceil(w_rt);
-        if rt.max_coresidency_within(k_rt, rt_limit + 1) < k_rt {
-            break;
-        }
-        // The best-effort blocks beside the real-time ones: rule 1.
-        let k_be = q + (p_rt * w_rt).div_ceil(w_be);
-        if k.max_coresidency_within(k_be, rt.kernel_ns) < k_be {
-            break;
-        }
-        let t = k.block_bound_ns(k_be).max(1);
-        let n = if waves {
-            ((rt.kernel_ns - 1) / t).clamp(1, u32::MAX as u64) as u32
-        } else {
-            1
-        };
-        best = Some((q, n));
+    let p = p_rt as u64;
+    let q_max = (k.occupancy as u64)
+        .min(room(
+            limits.max_threads_per_cu as u64,
+            p * rt.threads as u64,
+            k.threads as u64,
+        ))
+        .min(room(
+            limits.max_waves_per_cu as u64,
+            p * w_rt as u64,
+            w_be as u64,
+        ))
+        .min(room(limits.max_blocks_per_cu as u64, p, 1))
+        .min(room(
+            limits.lds_bytes_per_cu as u64,
+            p * lds as u64,
+            lds as u64,
+        ))
+        .min(room(
+            limits.registers_per_cu as u64,
+            p * r_rt as u64,
+            r_be as u64,
+        )) as u32;
+    if q_max == 0 {
+        return None;
     }
-    best
+    // The real-time blocks at co-residency `p_rt + ceil(q w_be / w_rt)`,
+    // read on the curve's ceiling: within the budget up to `c_rt`.
+    let k_rt = |q: u32| p_rt + (q * w_be).div_ceil(w_rt);
+    let c_rt = rt.max_coresidency_within(k_rt(q_max), rt_limit + 1);
+    // ceil(q w_be / w_rt) <= c_rt - p_rt  <=>  q w_be <= (c_rt - p_rt) w_rt.
+    let q_rt = c_rt.checked_sub(p_rt).map_or(0, |d| d * w_rt / w_be);
+    // The best-effort blocks beside the real-time ones at `q + be_extra`:
+    // rule 1 up to `c_be`.
+    let be_extra = (p_rt * w_rt).div_ceil(w_be);
+    let c_be = k.max_coresidency_within(q_max + be_extra, rt.kernel_ns);
+    let q_be = c_be.saturating_sub(be_extra);
+    let q = q_max.min(q_rt).min(q_be);
+    if q == 0 {
+        return None;
+    }
+    let t = k.block_bound_ns(q + be_extra).max(1);
+    let n = if waves {
+        ((rt.kernel_ns - 1) / t).clamp(1, u32::MAX as u64) as u32
+    } else {
+        1
+    };
+    Some((q, n))
 }
 
 /// Adds shared parts to `out` (already holding the selection on the free
@@ -197,11 +229,68 @@ pub(super) fn fill(
 #[cfg(test)]
 mod tests {
     use super::super::profile::mi50;
+    use super::super::profile::ProxyKernels;
     use super::super::select::Selector;
     use super::*;
+    use proptest::prelude::*;
 
     fn k(blocks: u32, occ: u32, curve: Vec<u64>) -> KernelChar {
         KernelChar::new(&mi50(), blocks, 256, 0, 65536 / occ, curve).unwrap()
+    }
+
+    /// The walk over `q` that [`super::coresidency`] replaced, kept as its
+    /// reference: the largest `q` found by trying `q = 1, 2, ...` until a
+    /// condition fails.
+    #[allow(clippy::too_many_arguments)]
+    fn coresidency_by_walk(
+        limits: &DeviceLimits,
+        rt: &KernelChar,
+        p_rt: u32,
+        k: &KernelChar,
+        alloc: u32,
+        lds: u32,
+        budget: u32,
+        waves: bool,
+    ) -> Option<(u32, u32)> {
+        let (w_rt, w_be) = (waves_of(limits, rt.threads), waves_of(limits, k.threads));
+        let (r_rt, r_be) = (
+            limits.block_registers(alloc, rt.threads),
+            limits.block_registers(alloc, k.threads),
+        );
+        let rt_limit = rt.kernel_ns + rt.kernel_ns * budget as u64 / 1000;
+        let fits = |q: u32| {
+            p_rt * rt.threads + q * k.threads <= limits.max_threads_per_cu
+                && p_rt * w_rt + q * w_be <= limits.max_waves_per_cu
+                && p_rt + q <= limits.max_blocks_per_cu
+                && (p_rt + q) as u64 * lds as u64 <= limits.lds_bytes_per_cu as u64
+                && p_rt as u64 * r_rt as u64 + q as u64 * r_be as u64
+                    <= limits.registers_per_cu as u64
+        };
+        let mut best = None;
+        for q in 1..=k.occupancy {
+            if !fits(q) {
+                break;
+            }
+            // The real-time blocks at the co-residency the best-effort waves
+            // add, read on the curve's ceiling: within the budget.
+            let k_rt = p_rt + (q * w_be).div_ceil(w_rt);
+            if rt.max_coresidency_within(k_rt, rt_limit + 1) < k_rt {
+                break;
+            }
+            // The best-effort blocks beside the real-time ones: rule 1.
+            let k_be = q + (p_rt * w_rt).div_ceil(w_be);
+            if k.max_coresidency_within(k_be, rt.kernel_ns) < k_be {
+                break;
+            }
+            let t = k.block_bound_ns(k_be).max(1);
+            let n = if waves {
+                ((rt.kernel_ns - 1) / t).clamp(1, u32::MAX as u64) as u32
+            } else {
+                1
+            };
+            best = Some((q, n));
+        }
+        best
     }
 
     fn one(versions: &[KernelChar]) -> [Candidate<'_>; 1] {
@@ -265,5 +354,45 @@ mod tests {
         let mut plain = Padding::default();
         assert!(Selector::new(mi50()).select(&rt, &one(&be), 0, &mut plain));
         assert_eq!(plain.parts, out.parts[..1]);
+    }
+
+    fn kernel() -> impl Strategy<Value = KernelChar> {
+        (
+            1u32..3000,
+            prop_oneof![1u32..=64, 65u32..=1024],
+            prop_oneof![Just(0u32), 1u32..=32768],
+            1u32..=65536,
+            proptest::collection::vec(1u64..200_000, 1..12),
+        )
+            .prop_filter_map("a block must fit a CU", |(b, t, l, r, c)| {
+                KernelChar::new(&mi50(), b, t, l, r, c)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// The bound-based search gives what the walk over `q` gives, for
+        /// any pair of kernels, real-time blocks per CU, proxy allocation,
+        /// shared memory, budget and `waves` (issue 28: the decision cost
+        /// may not change a decision).
+        #[test]
+        fn coresidency_equals_the_walk(
+            rt in kernel(),
+            be in kernel(),
+            p_rt in 1u32..=12,
+            level in 1u8..=10,
+            lds in prop_oneof![Just(None), (0u32..=65536).prop_map(Some)],
+            budget in prop_oneof![Just(BUDGET_PERMILLE), 0u32..=200],
+            waves in any::<bool>(),
+        ) {
+            let limits = mi50();
+            let alloc = ProxyKernels::new(&limits).alloc(level);
+            let lds = lds.unwrap_or(rt.lds.max(be.lds));
+            prop_assert_eq!(
+                coresidency(&limits, &rt, p_rt, &be, alloc, lds, budget, waves),
+                coresidency_by_walk(&limits, &rt, p_rt, &be, alloc, lds, budget, waves)
+            );
+        }
     }
 }
