@@ -17,9 +17,12 @@
 //!   padding scheduler.
 //! - [`share`]: `reef-max`'s best-effort blocks beside a real-time
 //!   kernel's own blocks within a predicted slowdown budget.
+//! - [`chain`]: `reef-max`'s next kernels of a task after its padded part,
+//!   behind a grid barrier in the same launch.
 //!
 //! See docs/padding.md.
 
+pub mod chain;
 pub mod max;
 pub mod padded;
 pub mod profile;
