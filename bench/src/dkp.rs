@@ -122,6 +122,7 @@ pub fn selection_time(
                     versions: pool[(i * 7 + c * 13) % pool.len()],
                     locked: None,
                     next_block: 0,
+                    following: &[],
                 })
                 .collect(),
         );
@@ -587,6 +588,8 @@ fn print_lost(out: &[PairResult]) {
             beside_rt: m(&|l| l.beside_rt),
             beside_be: m(&|l| l.beside_be),
             be_waiting: m(&|l| l.be_waiting),
+            part_early: m(&|l| l.part_early),
+            part_early_done: m(&|l| l.part_early_done),
         };
         let be = rs.iter().map(|r| r.2).sum::<f64>() / n;
         rows.push(("mean of pairs".into(), p, be, mean));

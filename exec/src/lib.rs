@@ -328,7 +328,12 @@ impl RunSched {
             } else {
                 0
             };
-            t.selector = t.selector.clone().with_waves(m.waves).with_share(share);
+            t.selector = t
+                .selector
+                .clone()
+                .with_waves(m.waves)
+                .with_share(share)
+                .with_chain(m.chain.then(|| pad::barrier_ns(spec)));
             let table = Arc::new(t);
             let s = PaddingScheduler::reef_max(m, table.clone(), cfg, infos, clients, window)?;
             return Ok((

@@ -23,6 +23,32 @@ pub struct PadStats {
     pub rt_cu_ns: u128,
     pub be_cu_ns: u128,
     pub device_cu_ns: u128,
+    /// CU·ns during which a best-effort part's CUs stood idle because the
+    /// part finished before the real-time part of its padded launch (its
+    /// CUs × the time from its end to the real-time part's end), over
+    /// completed padded launches: what a padded launch leaves beside the
+    /// real-time kernel once its best-effort blocks have run out.
+    pub be_early_cu_ns: u128,
+    /// The part of `be_early_cu_ns` whose part ran its kernel's last block:
+    /// the task's next kernel could have started there.
+    pub be_early_done_cu_ns: u128,
+    /// Best-effort parts that followed another part of their task behind a
+    /// grid barrier (`reef-max`'s `chain`), and their blocks.
+    pub chained_parts: u64,
+    pub chained_blocks: u64,
+}
+
+/// The cost of the grid barrier between a padded part and the chained part
+/// after it (`reef_sched::dkp::chain`; `reef_sim::KernelLaunch::after`):
+/// the last arriving block's atomic on a counter in global memory and the
+/// waiting blocks' next read of it, each at most one DRAM round trip
+/// (`dram_latency_ns`: atomics resolve in the L2, which is nearer), and
+/// never less than the command processor's own resolution of a
+/// kernel-to-kernel dependency in a queue (`cp_dispatch_ns`, "barrier
+/// resolution + workgroup dispatcher start" in sim/devices/mi50.toml),
+/// which a software barrier is not taken to beat: MI50 and GV100 2 us.
+pub fn barrier_ns(spec: &DeviceSpec) -> u64 {
+    (2 * spec.dram_latency_ns).max(spec.cp_dispatch_ns)
 }
 
 pub(crate) struct Pending {
@@ -39,6 +65,12 @@ pub(crate) struct Pending {
     /// The real-time stream's sim id and the real-time part's launch id.
     s0: reef_sim::StreamId,
     rt: LaunchId,
+    /// Per best-effort part: its launch id, CUs, whether it ends at its
+    /// kernel's last block with no chained part after it, whether a
+    /// chained part follows it, and when it completed.
+    be_parts: Vec<(LaunchId, u32, bool, bool, Option<Time>)>,
+    /// When the real-time part completed.
+    rt_end: Option<Time>,
 }
 
 /// Executes padded launches on the simulator (REEF §5.1, Fig. 12; see the
@@ -176,7 +208,13 @@ impl PadExec {
             .with_cus(CuSet::range(0, p.rt_cus as usize)),
         );
         let mut be_cus = 0;
-        for part in &p.parts {
+        // (CUs, runs its kernel's last block, followed by a chained part) of
+        // the shared parts and of the others, in launch order.
+        let (mut meta_shared, mut meta_rest) = (Vec::new(), Vec::new());
+        // Each part's index among the launch's parts (filled below).
+        let mut index = Vec::with_capacity(p.parts.len());
+        let barrier = barrier_ns(&self.spec);
+        for (pi, part) in p.parts.iter().enumerate() {
             let base = be_shape(part);
             let shape = self.shape(
                 &base,
@@ -198,23 +236,61 @@ impl PadExec {
             )
             .with_buffers(r, w)
             .with_blocks(part.blocks.clone())
-            .with_cus(CuSet::range(part.cus.start as usize, part.cus.end as usize));
+            .with_cus(
+                CuSet::range(part.cus.start as usize, part.cus.end as usize).or(&CuSet::range(
+                    part.extra.start as usize,
+                    part.extra.end as usize,
+                )),
+            );
+            // A chained part: after the part it follows, behind the grid
+            // barrier (its index among the launch's parts is set below).
+            if let Some(a) = part.after {
+                l.after = Some((a, barrier));
+                l.persistent = Some(part.per_cu);
+                self.stats.chained_parts += 1;
+                self.stats.chained_blocks += part.blocks.len() as u64;
+            }
             // More blocks than slots (`reef-max`'s waves): the dkp kernel's
             // best-effort threads loop over them, `per_cu` slots per CU.
             let beside_rt = part.cus.start < p.rt_cus;
             if beside_rt || part.blocks.len() as u64 > part.cus.len() as u64 * part.per_cu as u64 {
                 l.persistent = Some(part.per_cu);
             }
+            let total = self.table.kernels[part.model.0 as usize][part.tag.kernel as usize]
+                [part.version as usize]
+                .blocks;
+            let followed = p.parts.iter().any(|x| x.after == Some(pi));
+            let meta = (
+                (part.cus.len() + part.extra.len()) as u32,
+                part.blocks.end == total,
+                followed,
+            );
             if beside_rt {
+                index.push((true, shared.len()));
                 shared.push(l);
+                meta_shared.push(meta);
             } else {
+                index.push((false, parts.len()));
                 parts.push(l);
+                meta_rest.push(meta);
             }
         }
         let rt_at = shared.len();
         if rt_at > 0 {
             shared.append(&mut parts);
             parts = shared;
+        }
+        // `after` named the followed part's index in `p.parts`: now its
+        // index in the launch (shared parts first, then the RT part, then
+        // the others).
+        let at = |i: usize| match index[i] {
+            (true, j) => j,
+            (false, j) => rt_at + j,
+        };
+        for l in parts.iter_mut() {
+            if let Some((a, d)) = l.after {
+                l.after = Some((at(a), d));
+            }
         }
         // When the launch, built, is issued to the device queue: a live
         // daemon's control path ends here (a wall-clock reading for
@@ -225,6 +301,11 @@ impl PadExec {
         for &id in &ids {
             self.part_of.insert(id, rt);
         }
+        let be_ids = ids[..rt_at].iter().chain(&ids[rt_at + 1..]);
+        let be_parts = be_ids
+            .zip(meta_shared.into_iter().chain(meta_rest))
+            .map(|(&id, (cus, last, followed))| (id, cus, last && !followed, followed, None))
+            .collect();
         self.pending.insert(
             rt,
             Pending {
@@ -238,6 +319,8 @@ impl PadExec {
                 started: None,
                 s0,
                 rt,
+                be_parts,
+                rt_end: None,
             },
         );
         Ok(issued)
@@ -274,7 +357,13 @@ impl PadExec {
                 p.started = Some(ev.time);
                 return Some(*ev);
             }
-            EventKind::Completed => {}
+            EventKind::Completed => {
+                if ev.launch == rt {
+                    p.rt_end = Some(ev.time);
+                } else if let Some(x) = p.be_parts.iter_mut().find(|x| x.0 == ev.launch) {
+                    x.4 = Some(ev.time);
+                }
+            }
             EventKind::Evicted | EventKind::Cleared => p.evicted = true,
             EventKind::Killed { .. } => p.killed = true,
         }
@@ -305,6 +394,19 @@ impl PadExec {
             self.stats.rt_cu_ns += p.rt_cus as u128 * d as u128;
             self.stats.be_cu_ns += p.be_cus as u128 * d as u128;
             self.stats.device_cu_ns += n * d as u128;
+            if let Some(rt_end) = p.rt_end {
+                for &(_, cus, last, followed, end) in &p.be_parts {
+                    // A followed part's CUs run its successor.
+                    let Some(end) = end.filter(|&e| e < rt_end && !followed) else {
+                        continue;
+                    };
+                    let idle = cus as u128 * (rt_end - end) as u128;
+                    self.stats.be_early_cu_ns += idle;
+                    if last {
+                        self.stats.be_early_done_cu_ns += idle;
+                    }
+                }
+            }
         }
         DeviceEvent {
             time: t,

@@ -102,6 +102,8 @@ fn padded_fixture(spec: &DeviceSpec) -> (Arc<DkpTable>, Vec<PreparedModel>, usiz
             blocks: 0..bc.blocks.min(60 - rt_cus),
             cus: rt_cus..60,
             per_cu: 1,
+            extra: 0..0,
+            after: None,
         }],
     };
     (t, ms, rk, p)

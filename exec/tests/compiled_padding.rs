@@ -103,6 +103,8 @@ fn rt_duration(spec: &DeviceSpec, padded: Option<u32>) -> u64 {
                     blocks: 0..spec.compute_units - rt_cus,
                     cus: rt_cus..spec.compute_units,
                     per_cu: 1,
+                    extra: 0..0,
+                    after: None,
                 }],
             };
             let mut px = PadExec::new(spec, t.clone());

@@ -60,6 +60,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
+mod after;
 mod dram;
 
 /// A stream (one device queue), as returned by [`Sim::create_stream`].
@@ -106,6 +107,14 @@ pub struct KernelLaunch {
     /// kernel's blocks would. Every block still runs exactly once. `None`:
     /// as many as fit.
     pub persistent: Option<u32>,
+    /// In a padded launch ([`Sim::launch_padded`]): `(i, delay)`, place
+    /// no block of this part until part `i` (an earlier part of the same
+    /// launch) has completed, and then `delay` ns later: a device-wide
+    /// barrier between two kernels inside one persistent launch (CUDA C++
+    /// Programming Guide, Cooperative Groups, "Grid Synchronization":
+    /// `grid.sync()` in a cooperative launch; HIP's cooperative groups the
+    /// same). See the `after` module.
+    pub after: Option<(usize, u64)>,
 }
 
 impl KernelLaunch {
@@ -118,6 +127,7 @@ impl KernelLaunch {
             blocks: None,
             cus: None,
             persistent: None,
+            after: None,
         }
     }
 
@@ -169,6 +179,8 @@ pub enum SimError {
     ZeroCapacity,
     #[error("a padded launch needs at least one part")]
     EmptyPaddedLaunch,
+    #[error("part {part} waits for part {after}, not an earlier part of its padded launch")]
+    BadAfter { part: usize, after: usize },
     #[error("kernel {0}: persistent blocks per CU must be at least 1")]
     ZeroPersistent(String),
     #[error("kernel {kernel}: a block does not fit on an empty {device} CU (shape built for another device?)")]
@@ -436,6 +448,12 @@ struct Launch {
     /// set is emptied by each attempt, grown by every group retirement, and
     /// the next attempt scans just these CUs (none: skipped).
     scan: CuSet,
+    /// A part waiting for an earlier part of its padded launch
+    /// (`KernelLaunch::after`): no block is placed while set.
+    held: bool,
+    /// On the part waited for: the waiting part's slot and the barrier's
+    /// delay.
+    then: Option<(u32, u64)>,
     /// One block's resources, packed.
     unit: Packed,
     /// Blocks that fit on an empty CU.
@@ -516,6 +534,8 @@ enum Ev {
     /// Re-evaluate which contexts are resident (a slice ended or a context
     /// switch completed).
     Contexts,
+    /// A held part's barrier has passed (launch slot, generation).
+    Release(u32, u32),
 }
 
 /// The simulated GPU.
@@ -824,6 +844,9 @@ impl Sim {
                 capacity: st.capacity,
             });
         }
+        if let Some((after, _)) = req.after {
+            return Err(SimError::BadAfter { part: 0, after });
+        }
         let (start, end, cus) = self.check_launch(&req)?;
         let st = &mut self.streams[s.0 as usize];
         let visible_at = st.host_free_at.max(self.now) + self.spec.host_launch_ns;
@@ -858,7 +881,10 @@ impl Sim {
             return Err(SimError::EmptyPaddedLaunch);
         }
         let mut checked = Vec::with_capacity(parts.len());
-        for req in &parts {
+        for (i, req) in parts.iter().enumerate() {
+            if let Some((after, _)) = req.after.filter(|&(a, _)| a >= i) {
+                return Err(SimError::BadAfter { part: i, after });
+            }
             checked.push(self.check_launch(req)?);
         }
         let st = &mut self.streams[s.0 as usize];
@@ -876,6 +902,7 @@ impl Sim {
         for &slot in &slots {
             self.launches[slot as usize].leader = leader;
         }
+        self.link_after(&slots);
         let l = &mut self.launches[leader as usize];
         l.parts_left = nparts;
         l.followers = slots[1..].to_vec();
@@ -954,6 +981,8 @@ impl Sim {
                     leader: 0,
                     parts_left: 0,
                     followers: Vec::new(),
+                    held: false,
+                    then: None,
                     scan: CuSet::empty(),
                     unit: 0,
                     cap_empty: 0,
@@ -986,6 +1015,8 @@ impl Sim {
         l.leader = slot;
         l.parts_left = 1;
         l.followers.clear();
+        l.held = false;
+        l.then = None;
         l.scan = CuSet::empty();
         l.unit = unit;
         l.ptb = l.req.persistent.unwrap_or(0);
@@ -1431,6 +1462,7 @@ impl Sim {
                 self.ctx_wakes.remove(&self.now);
                 self.place();
             }
+            Ev::Release(slot, gen) => self.release(slot, gen),
         }
     }
 
@@ -1688,8 +1720,15 @@ impl Sim {
                     continue;
                 }
             }
+            let flag = self.streams[l.stream as usize].flag;
+            if l.held && !flag {
+                // Waiting at its barrier; flagged, its blocks exit at
+                // their check as any part's.
+                i += 1;
+                continue;
+            }
             if l.next_block < l.end && !l.scan.is_empty() {
-                if self.streams[l.stream as usize].flag {
+                if flag {
                     self.flag_exit(slot);
                 } else {
                     self.place_launch(slot);
@@ -2070,6 +2109,7 @@ impl Sim {
             self.completed += 1;
         }
         self.emit(slot, EventKind::Completed);
+        self.passed(slot);
         self.finish_part(slot);
     }
 

@@ -43,6 +43,15 @@ pub struct Lost {
     pub beside_be: f64,
     /// Share of the run during which a BE request waited.
     pub be_waiting: f64,
+    /// Of the CU time beside RT kernels: CUs of a padded launch's BE part
+    /// that finished before the launch's RT part, from the part's end to
+    /// the RT part's end (`reef_exec::PadStats::be_early_cu_ns`; counted
+    /// whether or not a BE request waited, so an upper bound on its part
+    /// of `beside_rt`).
+    pub part_early: f64,
+    /// Of `part_early`: parts that ran their kernel's last block, so that
+    /// the task's next kernel could have run there.
+    pub part_early_done: f64,
 }
 
 /// Accumulates a run's [`Lost`] from the device's resident groups and
@@ -156,6 +165,8 @@ impl Accountant {
             beside_rt: f(self.beside_rt),
             beside_be: f(self.beside_be),
             be_waiting: self.be_waiting as f64 / duration.max(1) as f64,
+            part_early: 0.0,
+            part_early_done: 0.0,
         }
     }
 }
@@ -167,7 +178,7 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
         "where BE throughput goes (shares of CU time, from the simulator's trace; lost shares count only while a BE request waits)\n",
     );
     s.push_str(&format!(
-        "{:<22} {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8}\n",
+        "{:<22} {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
         "workload",
         "policy",
         "BE thr",
@@ -178,11 +189,13 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
         "refused",
         "beside-RT",
         "beside-BE",
-        "BE waits"
+        "BE waits",
+        "part-end",
+        "of: done"
     ));
     for (w, p, be, l) in rows {
         s.push_str(&format!(
-            "{:<22} {:<14} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3}\n",
+            "{:<22} {:<14} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}\n",
             w,
             p,
             be,
@@ -193,7 +206,9 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
             l.beside_rt_refused,
             l.beside_rt,
             l.beside_be,
-            l.be_waiting
+            l.be_waiting,
+            l.part_early,
+            l.part_early_done
         ));
     }
     s

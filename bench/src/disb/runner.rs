@@ -699,7 +699,15 @@ pub fn simulate(
         padding: run.drv.pad.as_ref().map(|p| run.drv.sched.pad_stats(p)),
         dram_load_peak: Device::dram_load_peak(&run.drv.dev),
         aker: run.drv.sched.aker_stats(),
-        lost: run.acct.as_ref().map(|a| a.finish(duration)),
+        lost: run.acct.as_ref().map(|a| {
+            let mut l = a.finish(duration);
+            if let Some(p) = run.drv.pad.as_ref() {
+                let total = (spec.compute_units as u128 * duration as u128).max(1) as f64;
+                l.part_early = p.stats.be_early_cu_ns as f64 / total;
+                l.part_early_done = p.stats.be_early_done_cu_ns as f64 / total;
+            }
+            l
+        }),
         decision_cost: run.drv.decision_cost.take(),
     })
 }

@@ -33,6 +33,12 @@
 //!   curves predict its slowdown within half the target's 2 % (Aker §3,
 //!   §4 and §8.3.1: co-run within the predicted QoS headroom; REEF §5.2
 //!   reserves those CUs whole); needs `pad` ([`super::share`]).
+//! - `chain`: a padded part that ends at its kernel's last block is
+//!   followed in the same launch by the task's next kernels, behind a grid
+//!   barrier, on its CUs and the ones the selection left over, within the
+//!   real-time kernel's time (a persistent launch's grid synchronisation,
+//!   CUDA C++ Programming Guide "Grid Synchronization"; REEF §5.2 pads a
+//!   task's next kernel only); needs `pad` ([`super::chain`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -46,7 +52,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
-pub const MECHANISMS: &[&str] = &["preempt", "pad", "mv", "waves", "tail", "share"];
+pub const MECHANISMS: &[&str] = &["preempt", "pad", "mv", "waves", "tail", "share", "chain"];
 
 /// Which mechanisms a `reef-max` policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +63,7 @@ pub struct MaxConfig {
     pub waves: bool,
     pub tail: bool,
     pub share: bool,
+    pub chain: bool,
 }
 
 impl Default for MaxConfig {
@@ -75,6 +82,7 @@ impl MaxConfig {
             waves: true,
             tail: true,
             share: true,
+            chain: true,
         }
     }
 
@@ -87,6 +95,7 @@ impl MaxConfig {
             waves: false,
             tail: false,
             share: false,
+            chain: false,
         }
     }
 
@@ -98,6 +107,7 @@ impl MaxConfig {
             "waves" => &mut self.waves,
             "tail" => &mut self.tail,
             "share" => &mut self.share,
+            "chain" => &mut self.chain,
             _ => return None,
         })
     }
@@ -137,7 +147,7 @@ impl MaxConfig {
                 _ => return None,
             };
             *c.flag(m)? = on;
-            asked_shape |= on && matches!(m, "mv" | "waves" | "share");
+            asked_shape |= on && matches!(m, "mv" | "waves" | "share" | "chain");
         }
         if !c.pad {
             if asked_shape {
@@ -165,7 +175,7 @@ impl MaxConfig {
     }
 
     /// [`Self::name`] as a `&'static str` (policy names are static; the
-    /// 2^6 configurations are interned once each).
+    /// 2^7 configurations are interned once each).
     pub fn static_name(&self) -> &'static str {
         static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
         let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -176,12 +186,13 @@ impl MaxConfig {
 
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
-    /// launch paths here): `pad`, `mv`, `waves` and `share` off.
+    /// launch paths here): `pad`, `mv`, `waves`, `share` and `chain` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
         self.waves = false;
         self.share = false;
+        self.chain = false;
         self
     }
 }
@@ -205,10 +216,10 @@ mod tests {
                 ..MaxConfig::base()
             }
         );
-        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail-share");
+        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail-share-chain");
         assert_eq!(
             MaxConfig::base().name(),
-            "reef-max:-pad-mv-waves-tail-share"
+            "reef-max:-pad-mv-waves-tail-share-chain"
         );
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+waves"),
@@ -225,6 +236,8 @@ mod tests {
             "reef-max:-fuse",
             "reef-max:+waves",
             "reef-max:+share",
+            "reef-max:+chain",
+            "reef-max:-pad+chain",
             "reef-max:-pad+mv",
             "reef-max:-pad,-tail",
             "reef-max:--pad",
@@ -234,8 +247,11 @@ mod tests {
         }
         assert_eq!(
             MaxConfig::all().without_padding().name(),
-            "reef-max:-pad-mv-waves-share"
+            "reef-max:-pad-mv-waves-share-chain"
         );
+        let c = MaxConfig::parse("reef-max:-chain").unwrap();
+        assert!(!c.chain && c.pad && c.mv && c.waves && c.tail && c.share);
+        assert_eq!(c.name(), "reef-max:-chain");
         let c = MaxConfig::parse("reef-max:-share").unwrap();
         assert!(!c.share && c.pad && c.mv && c.waves && c.tail);
         assert_eq!(

@@ -19,9 +19,12 @@
 //!   kernel's own blocks within a predicted slowdown budget.
 //! - [`hot`]: what keeps the decision path free of hashing and allocation
 //!   (issue 28's decision cost).
+//! - [`chain`]: `reef-max`'s next kernels of a task after its padded part,
+//!   behind a grid barrier in the same launch.
 //!
 //! See docs/padding.md.
 
+pub mod chain;
 pub mod hot;
 pub mod max;
 pub mod padded;

@@ -41,6 +41,9 @@ use std::sync::Arc;
 
 mod reset;
 
+/// Most kernels a padded part is followed by (`reef-max`'s `chain`).
+const CHAIN_MAX: u32 = 8;
+
 /// Single-version padding (`reef`, "DKP" in §6.5) or multi-version
 /// (`reef-dkp-mv`, "DKP-MV").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,11 @@ pub struct BePart {
     /// Compute units given to these blocks.
     pub cus: Range<u32>,
     pub per_cu: u32,
+    /// More compute units, beside `cus` (a chained part, [`super::chain`]).
+    pub extra: Range<u32>,
+    /// A chained part: the index in [`PaddedLaunch::parts`] of the part it
+    /// runs after, behind a grid barrier ([`super::chain`]).
+    pub after: Option<usize>,
 }
 
 /// One padded launch on the real-time stream.
@@ -985,6 +993,7 @@ impl PaddingScheduler {
                         versions: table.versions(m, plan.kernel),
                         locked: plan.locked,
                         next_block: plan.next_block,
+                        following: &[],
                     });
                 }
             }
@@ -1034,16 +1043,24 @@ impl PaddingScheduler {
         }
         let table = &*self.table;
         let rt_char = &table.versions(model, tag.kernel)[0];
+        let chains = table.selector.chains();
+        let core = self.inner.core();
         let mut cands: Vec<Candidate<'_>> = recycle(std::mem::take(&mut self.cands));
-        cands.extend(
-            tasks
-                .iter()
-                .map(|&(_, _, m, k, locked, next_block)| Candidate {
-                    versions: table.versions(m, k),
-                    locked,
-                    next_block,
-                }),
-        );
+        cands.extend(tasks.iter().map(|&(_, _, m, k, locked, next_block)| {
+            let ks = &table.kernels[m.0 as usize];
+            let l = if chains {
+                let info = &core.models()[m.0 as usize];
+                super::chain::chain_len(k, ks.len() as u32, CHAIN_MAX, |i| info.successors_clear(i))
+            } else {
+                0
+            };
+            Candidate {
+                versions: table.versions(m, k),
+                locked,
+                next_block,
+                following: &ks[k as usize + 1..(k + 1 + l) as usize],
+            }
+        }));
         let start = self.rr % cands.len();
         self.rr = self.rr.wrapping_add(1);
         let padded = table
@@ -1058,9 +1075,13 @@ impl PaddingScheduler {
         let mut parts = Vec::with_capacity(self.padding.parts.len());
         for p in &self.padding.parts {
             let (s, client, m, k, _, _) = tasks[p.task];
+            let k = k + p.ahead;
             let b = &mut self.be[s.0 as usize];
             let req = b.req.expect("eligible tasks have a request").0;
             let plan = b.plan.as_mut().expect("planned above");
+            // A chained part (`chain`) comes after the part it follows:
+            // the plan moves on to its kernel.
+            plan.kernel = k;
             plan.locked = Some(p.version);
             plan.next_block = p.blocks.end;
             parts.push(BePart {
@@ -1072,6 +1093,8 @@ impl PaddingScheduler {
                 blocks: p.blocks.clone(),
                 cus: p.cus.clone(),
                 per_cu: p.per_cu,
+                extra: p.extra.clone(),
+                after: p.after,
             });
         }
         self.tasks = tasks;
@@ -2028,6 +2051,8 @@ mod tests {
             blocks,
             cus: 20..60,
             per_cu: 1,
+            extra: 0..0,
+            after: None,
         };
         // Blocks 40..50 of the version with 4× the blocks follow the 10
         // credited blocks of the default exactly: 50 of the finer version.
@@ -2068,6 +2093,8 @@ mod tests {
             blocks,
             cus: 20..60,
             per_cu: 1,
+            extra: 0..0,
+            after: None,
         };
         s.credit(0, &part(0..100));
         s.credit(0, &part(0..250));

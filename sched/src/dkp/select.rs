@@ -63,6 +63,10 @@ pub struct Candidate<'a> {
     /// A part in a finer version starts at `next_block` times its blocks
     /// over the locked version's.
     pub next_block: u32,
+    /// The versions of the kernels after this one that a padded launch may
+    /// run after it, behind a grid barrier (`reef-max`'s `chain`,
+    /// [`super::chain`]); empty: none.
+    pub following: &'a [Vec<KernelChar>],
 }
 
 /// Best-effort blocks chosen for one padded launch.
@@ -79,6 +83,14 @@ pub struct Part {
     pub per_cu: u32,
     /// Threads per block of the version (to re-check it under a new proxy).
     pub(super) threads: u32,
+    /// More compute units, beside `cus` (a chained part, [`super::chain`]).
+    pub extra: Range<u32>,
+    /// A chained part: the index in [`Padding::parts`] of the part whose
+    /// completion (and a grid barrier) it waits for.
+    pub after: Option<usize>,
+    /// Which kernel: the candidate's own (0) or one after it (its index in
+    /// [`Candidate::following`] plus 1).
+    pub ahead: u32,
 }
 
 /// A padded launch (Fig. 12): the real-time kernel on CUs `0..rt_cus`, the
@@ -117,6 +129,9 @@ pub struct Selector {
     /// this slowdown budget, 1/1000 (`reef-max`'s `share`,
     /// [`super::share`]); 0: off.
     share: u32,
+    /// The grid barrier's cost, ns, when padded parts are followed by the
+    /// task's next kernels (`reef-max`'s `chain`, [`super::chain`]).
+    chain: Option<u64>,
 }
 
 impl Selector {
@@ -126,7 +141,27 @@ impl Selector {
             limits,
             waves: false,
             share: 0,
+            chain: None,
         }
+    }
+
+    /// With `Some(barrier_ns)`, a part that ends at its kernel's last block
+    /// is followed in the same launch by the task's next kernels offered in
+    /// [`Candidate::following`], after a grid barrier of that cost
+    /// ([`super::chain`]).
+    pub fn with_chain(mut self, barrier_ns: Option<u64>) -> Self {
+        self.chain = barrier_ns;
+        self
+    }
+
+    pub(super) fn waves(&self) -> bool {
+        self.waves
+    }
+
+    /// Whether padded parts are followed by the task's next kernels
+    /// ([`Self::with_chain`]).
+    pub fn chains(&self) -> bool {
+        self.chain.is_some()
     }
 
     /// With `budget_permille > 0`, after the CUs left over, best-effort
@@ -265,11 +300,10 @@ impl Selector {
             let remaining = k.blocks - offset;
             // Blocks one after the other per slot: their sum stays below
             // the real-time kernel's time (rule 1 for the slot).
-            let waves = if self.waves {
-                ((rt.kernel_ns - 1) / k.block_ns(p).max(1)).clamp(1, u32::MAX as u64) as u32
-            } else {
-                1
+            let waves_at = |q: u32| {
+                ((rt.kernel_ns - 1) / k.block_ns(q).max(1)).clamp(1, u32::MAX as u64) as u32
             };
+            let waves = if self.waves { waves_at(p) } else { 1 };
             let per_cu_total = p.saturating_mul(waves);
             let nblocks = remaining.min(free.saturating_mul(per_cu_total));
             let cus = nblocks.div_ceil(per_cu_total);
@@ -280,6 +314,9 @@ impl Selector {
                 cus: next_cu..next_cu + cus,
                 per_cu: p.min(nblocks),
                 threads: k.threads,
+                extra: 0..0,
+                after: None,
+                ahead: 0,
             });
             next_cu += cus;
             free -= cus;
@@ -289,6 +326,9 @@ impl Selector {
         }
         if self.share > 0 {
             super::share::fill(&self.limits, self.waves, self.share, rt, cands, start, out);
+        }
+        if let Some(barrier_ns) = self.chain {
+            self.chain(rt, cands, barrier_ns, out);
         }
         out.is_padded()
     }
@@ -340,88 +380,8 @@ pub(super) fn continue_at(
     }
 }
 
-/// Why a best-effort kernel cannot pad a real-time kernel (the first check
-/// that fails, in the order the selection applies them). Diagnostics only
-/// (`reef-bench dkp --explain`): it allocates, unlike [`Selector::select`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Verdict {
-    /// Some version can pad it.
-    Padded,
-    /// The real-time kernel needs every CU to run as fast as alone (its
-    /// blocks fill all CUs equally): no CU is left over (Fig. 12 lines
-    /// 1–3), nothing is padded to it.
-    RtWholeGpu,
-    /// No proxy kernel can host the real-time blocks on their CUs as fast
-    /// as alone (§5.1).
-    RtProxy,
-    /// Rule 2: under the proxy allocation every version needs, the
-    /// real-time kernel would lose the co-residency it runs at alone.
-    Rule2,
-    /// Rule 1: every version passing rule 2 has blocks at least as long as
-    /// the real-time kernel, even one per CU.
-    Rule1,
-    /// Both rules hold for a version, but the proxy kernel it needs (more
-    /// registers or shared memory) would not fit the real-time block.
-    Resources,
-}
-
-impl Verdict {
-    pub fn name(self) -> &'static str {
-        match self {
-            Verdict::Padded => "padded",
-            Verdict::RtWholeGpu => "rt-whole-gpu",
-            Verdict::RtProxy => "rt-proxy",
-            Verdict::Rule2 => "rule2",
-            Verdict::Rule1 => "rule1",
-            Verdict::Resources => "resources",
-        }
-    }
-}
-
-impl Selector {
-    /// Whether the first blocks of a best-effort kernel (all `versions`,
-    /// none started) can pad real-time kernel `rt` on an otherwise idle
-    /// GPU, and if not, which check stops it.
-    pub fn explain(&self, rt: &KernelChar, versions: &[KernelChar]) -> Verdict {
-        let c = [Candidate {
-            versions,
-            locked: None,
-            next_block: 0,
-        }];
-        let mut out = Padding::default();
-        if self.select(rt, &c, 0, &mut out) {
-            return Verdict::Padded;
-        }
-        let cus = rt.rt_cus.min(self.limits.compute_units);
-        if cus >= self.limits.compute_units {
-            return Verdict::RtWholeGpu;
-        }
-        let fits = self
-            .proxies
-            .pick(rt.regs_per_thread)
-            .is_some_and(|l| self.rt_keeps_its_time(rt, cus, rt.lds, self.proxies.alloc(l)));
-        if !fits {
-            return Verdict::RtProxy;
-        }
-        let rule2: Vec<&KernelChar> = versions
-            .iter()
-            .filter(|k| {
-                self.proxies
-                    .pick(rt.regs_per_thread.max(k.regs_per_thread))
-                    .is_some_and(|l| {
-                        self.rt_keeps_its_time(rt, cus, rt.lds.max(k.lds), self.proxies.alloc(l))
-                    })
-            })
-            .collect();
-        if rule2.is_empty() {
-            return Verdict::Rule2;
-        }
-        if rule2.iter().all(|k| k.block_ns(1) >= rt.kernel_ns) {
-            return Verdict::Rule1;
-        }
-        Verdict::Resources
-    }
-}
+mod explain;
+pub use explain::Verdict;
 
 #[cfg(test)]
 mod tests {
@@ -441,6 +401,7 @@ mod tests {
             versions: &be,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &cands, 0, &mut out));
@@ -469,6 +430,7 @@ mod tests {
                 versions: be,
                 locked: None,
                 next_block: 0,
+                following: &[],
             }];
             assert!(!s.select(rt, &c, 0, &mut out));
             assert!(out.parts.is_empty());
@@ -483,6 +445,7 @@ mod tests {
             versions: &low,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.rt_cus, 20);
@@ -495,6 +458,7 @@ mod tests {
                 versions: &be,
                 locked: None,
                 next_block: 0,
+                following: &[],
             }];
             assert_eq!(s.select(&rt, &c, 0, &mut out), ok);
         }
@@ -511,6 +475,7 @@ mod tests {
             versions: &be,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         let mut out = Padding::default();
         assert!(!s.select(&rt, &c, 0, &mut out));
@@ -527,6 +492,7 @@ mod tests {
             versions: &be,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &c, 0, &mut out));
@@ -550,6 +516,7 @@ mod tests {
                 versions: &be,
                 locked: None,
                 next_block: 0,
+                following: &[],
             }];
             assert_eq!(s.select(&rt, &c, 0, &mut out), ok, "{regs} registers");
             if ok {
@@ -578,6 +545,7 @@ mod tests {
                 versions: &be,
                 locked: None,
                 next_block: 0,
+                following: &[],
             }];
             let mut out = Padding::default();
             assert_eq!(s.select(rt, &c, 0, &mut out), want == Verdict::Padded);
@@ -603,6 +571,7 @@ mod tests {
             versions: &be,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         let mut out = Padding::default();
         assert!(!s.select(&rt, &c, 0, &mut out));
@@ -621,11 +590,13 @@ mod tests {
                 versions: &a,
                 locked: Some(0),
                 next_block: 70,
+                following: &[],
             },
             Candidate {
                 versions: &b,
                 locked: None,
                 next_block: 0,
+                following: &[],
             },
         ];
         let mut out = Padding::default();
@@ -648,11 +619,13 @@ mod tests {
                 versions: &a,
                 locked: None,
                 next_block: 0,
+                following: &[],
             },
             Candidate {
                 versions: &b,
                 locked: None,
                 next_block: 0,
+                following: &[],
             },
         ];
         let mut out = Padding::default();
@@ -691,6 +664,7 @@ mod tests {
             versions: &versions,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &c, 0, &mut out));
@@ -703,6 +677,7 @@ mod tests {
             versions: &versions,
             locked: Some(2),
             next_block: 11,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
@@ -714,6 +689,7 @@ mod tests {
             versions: &versions,
             locked: Some(2),
             next_block: 10,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
@@ -725,6 +701,7 @@ mod tests {
             versions: &versions,
             locked: Some(0),
             next_block: 5,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
@@ -736,6 +713,7 @@ mod tests {
             versions: &versions,
             locked: Some(1),
             next_block: 7,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
@@ -748,6 +726,7 @@ mod tests {
             versions: &versions,
             locked: Some(2),
             next_block: 200,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
@@ -758,6 +737,7 @@ mod tests {
             versions: &versions,
             locked: Some(2),
             next_block: 201,
+            following: &[],
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
@@ -775,6 +755,7 @@ mod tests {
             versions: &be,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &c, 0, &mut out));
@@ -789,6 +770,7 @@ mod tests {
             versions: &huge,
             locked: None,
             next_block: 0,
+            following: &[],
         }];
         assert!(!s.select(&rt, &c, 0, &mut out));
     }

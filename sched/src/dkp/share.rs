@@ -219,6 +219,9 @@ pub(super) fn fill(
             cus: next_cu..next_cu + cus,
             per_cu: q.min(nblocks),
             threads: c.versions[v].threads,
+            extra: 0..0,
+            after: None,
+            ahead: 0,
         });
         next_cu += cus;
         added = true;
@@ -298,6 +301,7 @@ mod tests {
             versions,
             locked: None,
             next_block: 0,
+            following: &[],
         }]
     }
 

@@ -436,11 +436,11 @@ fn reef_max_pads_rt_kernels_and_every_output_stays_correct() {
     // the mechanisms that do, under the name status shows.
     assert_eq!(
         crate::device::cuda::engine::gpu_policy("reef-max"),
-        "reef-max:-pad-mv-waves-share"
+        "reef-max:-pad-mv-waves-share-chain"
     );
     assert_eq!(
         crate::device::cuda::engine::gpu_policy("reef-max:-tail"),
-        "reef-max:-pad-mv-waves-tail-share"
+        "reef-max:-pad-mv-waves-tail-share-chain"
     );
 }
 

@@ -144,6 +144,7 @@ impl PaddingScheduler {
                     versions: table.versions(m, plan.kernel),
                     locked: plan.locked,
                     next_block: plan.next_block,
+                    following: &[],
                 });
             }
         }
