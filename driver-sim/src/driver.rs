@@ -765,11 +765,3 @@ pub fn block_curve(
     let curve = costmodel::roofline_curve(flops, work.bytes, blocks, max_k, spec);
     Some((per_block as u64, curve))
 }
-
-fn splitmix64(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}

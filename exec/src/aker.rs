@@ -21,11 +21,12 @@
 //! iteration) and the fused block's single register/LDS allocation (each
 //! part is placed with its own shape's per-block resources).
 
+use crate::parts::PartGroup;
 use reef_sched::aker::{
     split_blocks, FusedLaunch, Fusion, KClass, KernelModel, KernelPred, Predictor, TwoStage,
     TRAINING_RATIOS,
 };
-use reef_sched::{KernelTag, ModelId};
+use reef_sched::ModelId;
 use reef_sim::resources::{class_of_demand, class_of_name, Class};
 use reef_sim::{
     DeviceEvent, DeviceSpec, EventKind, KernelLaunch, KernelShape, LaunchId, Sim, SimError,
@@ -441,16 +442,6 @@ impl Predictor for SimPredictor {
     }
 }
 
-/// Fused launches in flight.
-struct PendingFused {
-    tag: KernelTag,
-    s0: StreamId,
-    lc: LaunchId,
-    parts_left: usize,
-    killed: bool,
-    evicted: bool,
-}
-
 /// Executes the managers' fused launches ([`FusedLaunch`], `aker`,
 /// `tacker`) on a device that places blocks ([`crate::Device::launch_padded`],
 /// the parts [`launch_fused`] makes) and reports each
@@ -458,7 +449,7 @@ struct PendingFused {
 /// evicted, or killed) once both parts have finished.
 #[derive(Default)]
 pub struct FuseExec {
-    pending: HashMap<LaunchId, PendingFused>,
+    pending: HashMap<LaunchId, PartGroup<()>>,
     part_of: HashMap<LaunchId, LaunchId>,
     /// Fused launches completed.
     pub completed: u64,
@@ -508,20 +499,7 @@ impl FuseExec {
                 },
             ),
         )?;
-        for &id in &ids {
-            self.part_of.insert(id, ids[0]);
-        }
-        self.pending.insert(
-            ids[0],
-            PendingFused {
-                tag: f.lc,
-                s0,
-                lc: ids[0],
-                parts_left: 2,
-                killed: false,
-                evicted: false,
-            },
-        );
+        PartGroup::track(&mut self.pending, &mut self.part_of, &ids, 0, f.lc, s0, ());
         Ok(())
     }
 
@@ -530,41 +508,18 @@ impl FuseExec {
     /// kernel, when both parts have finished (killed if one was, else
     /// evicted if one was, else completed).
     pub fn filter(&mut self, ev: &DeviceEvent) -> Option<DeviceEvent> {
-        let Some(&lc) = self.part_of.get(&ev.launch) else {
-            return Some(*ev);
-        };
-        let p = self.pending.get_mut(&lc)?;
-        match ev.kind {
-            EventKind::Started => return (ev.launch == lc).then_some(*ev),
-            EventKind::Completed => {}
-            EventKind::Evicted | EventKind::Cleared => p.evicted = true,
-            EventKind::Killed { .. } => p.killed = true,
-        }
-        self.part_of.remove(&ev.launch);
-        p.parts_left -= 1;
-        if p.parts_left > 0 {
-            return None;
-        }
-        let p = self.pending.remove(&lc)?;
-        let kind = if p.killed {
-            EventKind::Killed { blocks_done: 0 }
-        } else if p.evicted {
-            EventKind::Evicted
-        } else {
-            self.completed += 1;
-            EventKind::Completed
-        };
-        Some(DeviceEvent {
-            time: ev.time,
-            stream: p.s0,
-            launch: p.lc,
-            tags: Tags {
-                task: p.tag.req.0,
-                kernel: p.tag.kernel,
-                user: 0,
+        let completed = &mut self.completed;
+        PartGroup::filter(
+            &mut self.pending,
+            &mut self.part_of,
+            ev,
+            |_, _, _| {},
+            |_, e| {
+                if e.kind == EventKind::Completed {
+                    *completed += 1;
+                }
             },
-            kind,
-        })
+        )
     }
 }
 

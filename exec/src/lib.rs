@@ -34,6 +34,7 @@ pub mod aker;
 pub mod device;
 pub mod drive;
 mod pad;
+mod parts;
 pub use pad::{PadExec, PadStats};
 
 pub use device::Device;

@@ -2,6 +2,7 @@
 //! says how a padded launch is laid out and reported).
 
 use super::*;
+use crate::parts::PartGroup;
 
 /// Padding figures of one run.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -51,20 +52,12 @@ pub fn barrier_ns(spec: &DeviceSpec) -> u64 {
     (2 * spec.dram_latency_ns).max(spec.cp_dispatch_ns)
 }
 
+/// What [`PadExec`] keeps beside a padded launch in flight, for its
+/// figures.
 pub(crate) struct Pending {
-    tag: KernelTag,
     rt_ns: u64,
     rt_cus: u32,
     be_cus: u32,
-    /// Parts not yet finished (completed, evicted, cleared or killed).
-    parts_left: usize,
-    /// How the parts that finished ended: the worst outcome is reported.
-    killed: bool,
-    evicted: bool,
-    started: Option<Time>,
-    /// The real-time stream's sim id and the real-time part's launch id.
-    s0: reef_sim::StreamId,
-    rt: LaunchId,
     /// Per best-effort part: its launch id, CUs, whether it ends at its
     /// kernel's last block with no chained part after it, whether a
     /// chained part follows it, and when it completed.
@@ -79,7 +72,7 @@ pub struct PadExec {
     table: Arc<DkpTable>,
     spec: DeviceSpec,
     /// Padded launches by the launch id of their real-time part.
-    pub(crate) pending: HashMap<LaunchId, Pending>,
+    pub(crate) pending: HashMap<LaunchId, PartGroup<Pending>>,
     /// Every part's launch id (real-time part included) → real-time part's.
     pub(crate) part_of: HashMap<LaunchId, LaunchId>,
     shapes: HashMap<(u32, u32, u16, u32, u32), Arc<KernelShape>>,
@@ -297,28 +290,22 @@ impl PadExec {
         // measurement only; nothing depends on it).
         let issued = std::time::Instant::now();
         let ids = device::launch_parts(dev, s0, parts).map_err(anyhow::Error::msg)?;
-        let rt = ids[rt_at];
-        for &id in &ids {
-            self.part_of.insert(id, rt);
-        }
         let be_ids = ids[..rt_at].iter().chain(&ids[rt_at + 1..]);
         let be_parts = be_ids
             .zip(meta_shared.into_iter().chain(meta_rest))
             .map(|(&id, (cus, last, followed))| (id, cus, last && !followed, followed, None))
             .collect();
-        self.pending.insert(
-            rt,
+        PartGroup::track(
+            &mut self.pending,
+            &mut self.part_of,
+            &ids,
+            rt_at,
+            p.tag,
+            s0,
             Pending {
-                tag: p.tag,
                 rt_ns,
                 rt_cus: p.rt_cus,
                 be_cus,
-                parts_left: ids.len(),
-                killed: false,
-                evicted: false,
-                started: None,
-                s0,
-                rt,
                 be_parts,
                 rt_end: None,
             },
@@ -345,79 +332,48 @@ impl PadExec {
     /// finished: killed if any part was killed, else evicted if any part
     /// was evicted or cleared, else completed.
     pub fn filter(&mut self, ev: &DeviceEvent) -> Option<DeviceEvent> {
-        let Some(&rt) = self.part_of.get(&ev.launch) else {
-            return Some(*ev);
-        };
-        let p = self.pending.get_mut(&rt)?;
-        match ev.kind {
-            EventKind::Started => {
-                if ev.launch != rt {
-                    return None;
+        let n = self.spec.compute_units as u128;
+        let (keep_overhead, stats) = (self.keep_overhead, &mut self.stats);
+        PartGroup::filter(
+            &mut self.pending,
+            &mut self.part_of,
+            ev,
+            |info, e, head| {
+                if !matches!(e.kind, EventKind::Completed) {
+                    return;
                 }
-                p.started = Some(ev.time);
-                return Some(*ev);
-            }
-            EventKind::Completed => {
-                if ev.launch == rt {
-                    p.rt_end = Some(ev.time);
-                } else if let Some(x) = p.be_parts.iter_mut().find(|x| x.0 == ev.launch) {
-                    x.4 = Some(ev.time);
+                if head {
+                    info.rt_end = Some(e.time);
+                } else if let Some(x) = info.be_parts.iter_mut().find(|x| x.0 == e.launch) {
+                    x.4 = Some(e.time);
                 }
-            }
-            EventKind::Evicted | EventKind::Cleared => p.evicted = true,
-            EventKind::Killed { .. } => p.killed = true,
-        }
-        self.part_of.remove(&ev.launch);
-        p.parts_left -= 1;
-        if p.parts_left > 0 {
-            return None;
-        }
-        let p = self.pending.remove(&rt)?;
-        Some(self.finish(p, ev.time))
-    }
-
-    fn finish(&mut self, p: Pending, t: Time) -> DeviceEvent {
-        let kind = if p.killed {
-            // Blocks done are not meaningful for a padded launch as a whole.
-            EventKind::Killed { blocks_done: 0 }
-        } else if p.evicted {
-            EventKind::Evicted
-        } else {
-            EventKind::Completed
-        };
-        if let (EventKind::Completed, Some(s)) = (kind, p.started) {
-            let n = self.spec.compute_units as u128;
-            let d = t - s;
-            if self.keep_overhead {
-                self.stats.overhead_ns.push(d as i64 - p.rt_ns as i64);
-            }
-            self.stats.rt_cu_ns += p.rt_cus as u128 * d as u128;
-            self.stats.be_cu_ns += p.be_cus as u128 * d as u128;
-            self.stats.device_cu_ns += n * d as u128;
-            if let Some(rt_end) = p.rt_end {
-                for &(_, cus, last, followed, end) in &p.be_parts {
+            },
+            |p, e| {
+                let (EventKind::Completed, Some(s)) = (e.kind, p.started) else {
+                    return;
+                };
+                let d = e.time - s;
+                if keep_overhead {
+                    stats.overhead_ns.push(d as i64 - p.info.rt_ns as i64);
+                }
+                stats.rt_cu_ns += p.info.rt_cus as u128 * d as u128;
+                stats.be_cu_ns += p.info.be_cus as u128 * d as u128;
+                stats.device_cu_ns += n * d as u128;
+                let Some(rt_end) = p.info.rt_end else {
+                    return;
+                };
+                for &(_, cus, last, followed, end) in &p.info.be_parts {
                     // A followed part's CUs run its successor.
                     let Some(end) = end.filter(|&e| e < rt_end && !followed) else {
                         continue;
                     };
                     let idle = cus as u128 * (rt_end - end) as u128;
-                    self.stats.be_early_cu_ns += idle;
+                    stats.be_early_cu_ns += idle;
                     if last {
-                        self.stats.be_early_done_cu_ns += idle;
+                        stats.be_early_done_cu_ns += idle;
                     }
                 }
-            }
-        }
-        DeviceEvent {
-            time: t,
-            stream: p.s0,
-            launch: p.rt,
-            tags: Tags {
-                task: p.tag.req.0,
-                kernel: p.tag.kernel,
-                user: 0,
             },
-            kind,
-        }
+        )
     }
 }

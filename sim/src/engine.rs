@@ -626,7 +626,7 @@ impl Sim {
             l2_used: 0,
             l2_peak: 0,
             fresh: Vec::new(),
-            rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
+            rng: cfg.seed ^ crate::rng::GOLDEN_GAMMA,
             spec,
             cfg,
             now: 0,
@@ -1688,13 +1688,7 @@ impl Sim {
     }
 
     fn next_jitter(&mut self) -> f64 {
-        // splitmix64
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+        let u = crate::rng::unit_f64(crate::rng::splitmix64(&mut self.rng));
         1.0 + self.cfg.jitter * (2.0 * u - 1.0)
     }
 

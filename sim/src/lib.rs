@@ -65,6 +65,7 @@ pub mod mix;
 pub mod node;
 pub mod realvalues;
 pub mod resources;
+pub mod rng;
 pub mod shape;
 pub mod spec;
 pub mod values;
@@ -78,6 +79,7 @@ pub use engine::{
 pub use host::HostQueues;
 pub use mix::{Demand, PipeRates};
 pub use node::{node_devices, parse_device_list, Node, NodeError, OwnerId};
+pub use rng::{splitmix64, unit_f64};
 pub use shape::{KernelShape, ShapeError};
 pub use spec::{field_source, DeviceSpec, PreemptLevel, SpecError, PRESETS, SOURCED_FIELDS};
 pub use values::{BufferId, Mismatch, TraceOp, ValueTracker};

@@ -35,7 +35,7 @@ pub(super) struct Alloc {
 
 pub(super) fn generate(mut seed: u64, out: &mut [u8]) {
     for chunk in out.chunks_mut(8) {
-        let v = splitmix64(&mut seed).to_le_bytes();
+        let v = reef_sim::splitmix64(&mut seed).to_le_bytes();
         chunk.copy_from_slice(&v[..chunk.len()]);
     }
 }

@@ -1,0 +1,289 @@
+//! The Open Inference Protocol's inference request over HTTP/REST (KServe
+//! v2, "HTTP/REST" section, `POST v2/models/{name}[/versions/{v}]/infer`):
+//! the request's JSON header and binary tensor data (Triton's binary data
+//! extension, see http.rs), tensors in system shared memory (Triton's
+//! shared-memory extension), the schedule its parameters ask for, and the
+//! answer, JSON or JSON followed by the outputs' raw bytes.
+
+use super::*;
+
+/// A shared memory reference in a tensor's parameters, if any.
+fn shm_ref(
+    params: Option<&Map<String, Value>>,
+    what: &str,
+) -> Result<Option<super::super::ShmRef>, V2Error> {
+    let Some(p) = params else { return Ok(None) };
+    let Some(region) = p.get("shared_memory_region") else {
+        return Ok(None);
+    };
+    let region = region
+        .as_str()
+        .ok_or_else(|| V2Error::bad(format!("{what}: shared_memory_region must be a string")))?;
+    let size = p
+        .get("shared_memory_byte_size")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            V2Error::bad(format!(
+                "{what}: shared_memory_region needs shared_memory_byte_size"
+            ))
+        })?;
+    let offset = p
+        .get("shared_memory_offset")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Ok(Some((region.to_string(), offset, size)))
+}
+
+/// Parses a request's parameters into its schedule.
+pub fn schedule_of(f: &Front, params: Option<&Map<String, Value>>) -> Result<Schedule, V2Error> {
+    let get_i = |k: &str| -> Result<Option<i64>, V2Error> {
+        match params.and_then(|p| p.get(k)) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| V2Error::bad(format!("parameter {k} must be an integer, got {v}"))),
+        }
+    };
+    let level = level_of_priority(get_i("priority")?, f.opts.default_priority)?;
+    let timeout = match get_i("timeout")? {
+        None | Some(0) => None,
+        Some(us) if us > 0 => Some(std::time::Duration::from_micros(us as u64)),
+        Some(us) => {
+            return Err(V2Error::bad(format!(
+                "timeout must be a positive number of microseconds, got {us}"
+            )))
+        }
+    };
+    let qos_ms = match params.and_then(|p| p.get("qos_ms")) {
+        None => None,
+        Some(v) => Some(
+            v.as_f64()
+                .filter(|q| q.is_finite() && *q > 0.0)
+                .ok_or_else(|| {
+                    V2Error::bad(format!(
+                        "qos_ms must be a positive number of milliseconds, got {v}"
+                    ))
+                })?,
+        ),
+    };
+    Ok(Schedule {
+        level,
+        timeout,
+        qos_ms,
+    })
+}
+
+pub(super) async fn infer_on(
+    f: &Front,
+    h: &HeaderMap,
+    model: &str,
+    version: &str,
+    body: &[u8],
+) -> Result<Response, V2Error> {
+    // The JSON header and the binary section.
+    let (head, mut binary) = match h.get(HEADER_LENGTH) {
+        Some(v) => {
+            let n: usize = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| {
+                    V2Error::bad("Inference-Header-Content-Length must be a number of bytes")
+                })?;
+            if n > body.len() {
+                return Err(V2Error::bad(format!(
+                    "Inference-Header-Content-Length says {n} bytes of JSON but the body has {}",
+                    body.len()
+                )));
+            }
+            (&body[..n], &body[n..])
+        }
+        None => (body, &body[..0]),
+    };
+    let req = parse_json(head)?;
+    let req = req
+        .as_object()
+        .ok_or_else(|| V2Error::bad("the inference request must be a JSON object"))?;
+    let m = f.model(model, version).await?;
+    let sched = schedule_of(f, req.get("parameters").and_then(Value::as_object))?;
+    let mut inputs = Vec::new();
+    for (i, t) in req
+        .get("inputs")
+        .and_then(Value::as_array)
+        .ok_or_else(|| V2Error::bad("the request needs \"inputs\", an array of tensors"))?
+        .iter()
+        .enumerate()
+    {
+        let name = t
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| V2Error::bad(format!("input {i} has no \"name\"")))?
+            .to_string();
+        let datatype = t
+            .get("datatype")
+            .and_then(Value::as_str)
+            .ok_or_else(|| V2Error::bad(format!("input {name:?} has no \"datatype\"")))?
+            .to_string();
+        let shape: Vec<i64> = t
+            .get("shape")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_i64).collect())
+            .ok_or_else(|| {
+                V2Error::bad(format!(
+                    "input {name:?} needs \"shape\", an array of integers"
+                ))
+            })?;
+        let size = tensor::byte_size(&datatype, &shape)
+            .map_err(|e| V2Error::bad(format!("input {name:?}: {e}")))?;
+        let params = t.get("parameters").and_then(Value::as_object);
+        let bytes = if let Some((region, offset, n)) = shm_ref(params, &format!("input {name:?}"))?
+        {
+            if n as usize != size {
+                return Err(V2Error::bad(format!(
+                    "input {name:?}: shared_memory_byte_size {n} but {datatype} {shape:?} is {size} bytes"
+                )));
+            }
+            f.shm.read(&region, offset, n)?
+        } else if let Some(n) = params.and_then(|p| p.get("binary_data_size")) {
+            let n = n.as_u64().ok_or_else(|| {
+                V2Error::bad(format!("input {name:?}: binary_data_size must be a number"))
+            })? as usize;
+            if n != size {
+                return Err(V2Error::bad(format!(
+                    "input {name:?}: binary_data_size {n} but {datatype} {shape:?} is {size} bytes"
+                )));
+            }
+            if n > binary.len() {
+                return Err(V2Error::bad(format!(
+                    "input {name:?}: binary_data_size {n} but only {} bytes of binary data remain in the body",
+                    binary.len()
+                )));
+            }
+            let (this, rest) = binary.split_at(n);
+            binary = rest;
+            this.to_vec()
+        } else {
+            let data = t.get("data").ok_or_else(|| {
+                V2Error::bad(format!(
+                    "input {name:?} has no \"data\", binary_data_size or shared memory region"
+                ))
+            })?;
+            tensor::json_to_bytes(&name, &datatype, tensor::elements(&shape)?, data)?
+        };
+        inputs.push(Input {
+            name,
+            datatype,
+            shape,
+            bytes,
+        });
+    }
+    if !binary.is_empty() {
+        return Err(V2Error::bad(format!(
+            "{} bytes of binary data follow the JSON header that no input's binary_data_size accounts for",
+            binary.len()
+        )));
+    }
+    // Requested outputs: all when none are named.
+    let binary_all = req
+        .get("parameters")
+        .and_then(|p| p.get("binary_data_output"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let mut wanted: Vec<(String, bool, Option<super::super::ShmRef>)> = Vec::new();
+    if let Some(outs) = req.get("outputs").and_then(Value::as_array) {
+        for o in outs {
+            let name = o
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| V2Error::bad("a requested output has no \"name\""))?
+                .to_string();
+            let params = o.get("parameters").and_then(Value::as_object);
+            let bin = params
+                .and_then(|p| p.get("binary_data"))
+                .and_then(Value::as_bool)
+                .unwrap_or(binary_all);
+            let shm = shm_ref(params, &format!("output {name:?}"))?;
+            wanted.push((name, bin, shm));
+        }
+    }
+    let id = req.get("id").cloned();
+    let answer = f.infer(&m, sched, inputs).await?;
+    if wanted.is_empty() {
+        wanted = answer
+            .outputs
+            .iter()
+            .map(|o| (o.name.clone(), binary_all, None))
+            .collect();
+    }
+    let mut outs = Vec::new();
+    let mut tail: Vec<u8> = Vec::new();
+    for (name, bin, shm) in wanted {
+        let o = answer
+            .outputs
+            .iter()
+            .find(|o| o.name == name)
+            .ok_or_else(|| {
+                V2Error::bad(format!("model {} has no output named {name:?}", m.name))
+            })?;
+        let mut t = json!({"name": o.name, "datatype": o.datatype, "shape": o.shape});
+        if let Some((region, offset, n)) = shm {
+            if (n as usize) < o.bytes.len() {
+                return Err(V2Error::bad(format!(
+                    "output {name:?} is {} bytes but its shared memory region gives {n}",
+                    o.bytes.len()
+                )));
+            }
+            f.shm.write(&region, offset, &o.bytes)?;
+            t["parameters"] =
+                json!({"shared_memory_region": region, "shared_memory_byte_size": o.bytes.len()});
+        } else if bin {
+            t["parameters"] = json!({"binary_data_size": o.bytes.len()});
+            tail.extend_from_slice(&o.bytes);
+        } else {
+            t["data"] = tensor::bytes_to_json(&o.datatype, &o.bytes)?;
+        }
+        outs.push(t);
+    }
+    let mut resp = json!({
+        "model_name": m.name,
+        "model_version": "1",
+        "outputs": outs,
+        "parameters": {
+            "reef_task": answer.task.task,
+            "reef_latency_us": answer.task.latency_us,
+            "reef_preemptions": answer.task.preemptions,
+        },
+    });
+    if let Some(id) = id {
+        resp["id"] = id;
+    }
+    let head = serde_json::to_vec(&resp).expect("a JSON value serialises");
+    if tail.is_empty() {
+        return Ok((
+            [(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            head,
+        )
+            .into_response());
+    }
+    let len = head.len();
+    let mut body = head;
+    body.extend_from_slice(&tail);
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (
+                axum::http::HeaderName::from_static(HEADER_LENGTH),
+                HeaderValue::from(len),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
