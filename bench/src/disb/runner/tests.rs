@@ -81,7 +81,7 @@ fn padding_keeps_values_when_be_kernels_run_partly() {
 /// Preemption on the GV100 preset (REEFnv: 15 us trap, REEF §4.6)
 /// keeps every request's outputs equal to an unpreempted run's under
 /// every preempting policy. Failed before a kill spared a flagged
-/// kernel with no block running (`sim/src/engine.rs` `kill_effect`):
+/// kernel with no block running (`sim/src/engine/preempt.rs` `kill_effect`):
 /// the kill marked the outputs of a kernel that never ran corrupted,
 /// and the restore re-ran its predecessor (completed under the flag,
 /// §4.4) over them; the first of these runs (C, `reef-nodkp`)
