@@ -123,6 +123,7 @@ pub fn selection_time(
                     locked: None,
                     next_block: 0,
                     following: &[],
+                    rule1_floor: 0,
                 })
                 .collect(),
         );

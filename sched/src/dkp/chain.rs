@@ -194,6 +194,7 @@ mod tests {
                 locked: Some(0),
                 next_block: 30,
                 following,
+                rule1_floor: 0,
             }]
         };
         let plain = Selector::new(mi50()).with_waves(true);
@@ -233,6 +234,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &next,
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert!(out.parts.iter().all(|p| p.after.is_none()));

@@ -25,6 +25,7 @@
 //! See docs/padding.md.
 
 pub mod chain;
+pub mod floor;
 pub mod hot;
 pub mod max;
 pub mod padded;

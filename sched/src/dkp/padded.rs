@@ -27,6 +27,7 @@
 //!   tiling of the same output: `Selector::select`, REEF §5.3;
 //!   docs/padding.md step 5).
 
+use super::floor::Floors;
 use super::hot::{recycle, IdHash};
 use super::profile::KernelChar;
 use super::select::{Candidate, Padding, Selector};
@@ -68,6 +69,8 @@ pub struct DkpTable {
     pub selector: Selector,
     /// `kernels[model][kernel]` = versions.
     pub kernels: Vec<Vec<Vec<KernelChar>>>,
+    /// Each kernel's rule-1 floor ([`super::floor`]), from `kernels`.
+    floors: Floors,
 }
 
 impl DkpTable {
@@ -81,7 +84,7 @@ impl DkpTable {
         t0: u64,
     ) -> Self {
         let limits = *selector.limits();
-        let kernels = models
+        let kernels: Vec<Vec<Vec<KernelChar>>> = models
             .into_iter()
             .map(|ks| {
                 ks.into_iter()
@@ -92,7 +95,12 @@ impl DkpTable {
                     .collect()
             })
             .collect();
-        Self { selector, kernels }
+        let floors = Floors::new(&kernels);
+        Self {
+            selector,
+            kernels,
+            floors,
+        }
     }
 
     /// Versions of kernel `k` of model `m`.
@@ -994,6 +1002,7 @@ impl PaddingScheduler {
                         locked: plan.locked,
                         next_block: plan.next_block,
                         following: &[],
+                        rule1_floor: 0,
                     });
                 }
             }
@@ -1059,6 +1068,7 @@ impl PaddingScheduler {
                 locked,
                 next_block,
                 following: &ks[k as usize + 1..(k + 1 + l) as usize],
+                rule1_floor: table.floors.get(m.0 as usize, k as usize),
             }
         }));
         let start = self.rr % cands.len();

@@ -67,6 +67,12 @@ pub struct Candidate<'a> {
     /// run after it, behind a grid barrier (`reef-max`'s `chain`,
     /// [`super::chain`]); empty: none.
     pub following: &'a [Vec<KernelChar>],
+    /// A lower bound of the versions' one-block times, ns
+    /// ([`super::floor::first_block_floor`], kept in the padding table):
+    /// when it is not below the real-time kernel's time, no version passes
+    /// rule 1 and the task is passed over without reading them. 0: no
+    /// pre-check.
+    pub rule1_floor: u64,
 }
 
 /// Best-effort blocks chosen for one padded launch.
@@ -232,7 +238,9 @@ impl Selector {
             // blocks). Versions tile the output in nested tiles, so every
             // such offset is exact ([`continue_at`], docs/padding.md
             // "Multi-version cost model").
-            if c.locked.is_some_and(|v| v as usize >= c.versions.len()) {
+            if c.locked.is_some_and(|v| v as usize >= c.versions.len())
+                || c.rule1_floor >= rt.kernel_ns
+            {
                 continue;
             }
             let locked = c.locked.map(|v| v as usize);
@@ -402,6 +410,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &cands, 0, &mut out));
@@ -431,6 +440,7 @@ mod tests {
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             }];
             assert!(!s.select(rt, &c, 0, &mut out));
             assert!(out.parts.is_empty());
@@ -446,6 +456,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.rt_cus, 20);
@@ -459,6 +470,7 @@ mod tests {
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             }];
             assert_eq!(s.select(&rt, &c, 0, &mut out), ok);
         }
@@ -476,6 +488,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         assert!(!s.select(&rt, &c, 0, &mut out));
@@ -493,6 +506,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &c, 0, &mut out));
@@ -517,6 +531,7 @@ mod tests {
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             }];
             assert_eq!(s.select(&rt, &c, 0, &mut out), ok, "{regs} registers");
             if ok {
@@ -546,6 +561,7 @@ mod tests {
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             }];
             let mut out = Padding::default();
             assert_eq!(s.select(rt, &c, 0, &mut out), want == Verdict::Padded);
@@ -572,6 +588,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         assert!(!s.select(&rt, &c, 0, &mut out));
@@ -591,12 +608,14 @@ mod tests {
                 locked: Some(0),
                 next_block: 70,
                 following: &[],
+                rule1_floor: 0,
             },
             Candidate {
                 versions: &b,
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             },
         ];
         let mut out = Padding::default();
@@ -620,12 +639,14 @@ mod tests {
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             },
             Candidate {
                 versions: &b,
                 locked: None,
                 next_block: 0,
                 following: &[],
+                rule1_floor: 0,
             },
         ];
         let mut out = Padding::default();
@@ -665,6 +686,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &c, 0, &mut out));
@@ -678,6 +700,7 @@ mod tests {
             locked: Some(2),
             next_block: 11,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
@@ -690,6 +713,7 @@ mod tests {
             locked: Some(2),
             next_block: 10,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
@@ -702,6 +726,7 @@ mod tests {
             locked: Some(0),
             next_block: 5,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
@@ -714,6 +739,7 @@ mod tests {
             locked: Some(1),
             next_block: 7,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
@@ -727,6 +753,7 @@ mod tests {
             locked: Some(2),
             next_block: 200,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 3);
@@ -738,6 +765,7 @@ mod tests {
             locked: Some(2),
             next_block: 201,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(s.select(&rt, &c, 0, &mut out));
         assert_eq!(out.parts[0].version, 2);
@@ -756,6 +784,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         assert!(s.select(&rt, &c, 0, &mut out));
@@ -771,6 +800,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         assert!(!s.select(&rt, &c, 0, &mut out));
     }

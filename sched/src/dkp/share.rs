@@ -302,6 +302,7 @@ mod tests {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }]
     }
 

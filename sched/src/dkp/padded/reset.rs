@@ -145,6 +145,7 @@ impl PaddingScheduler {
                     locked: plan.locked,
                     next_block: plan.next_block,
                     following: &[],
+                    rule1_floor: 0,
                 });
             }
         }

@@ -53,6 +53,7 @@ impl Selector {
             locked: None,
             next_block: 0,
             following: &[],
+            rule1_floor: 0,
         }];
         let mut out = Padding::default();
         if self.select(rt, &c, 0, &mut out) {
