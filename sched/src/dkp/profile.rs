@@ -67,7 +67,18 @@ impl DeviceLimits {
 }
 
 /// One kernel (version) as the offline profiler sees it.
+///
+/// Layout (issue 28's decision cost): the selection walks every version of
+/// each best-effort task's next kernel, and `perf annotate` put the p99 of
+/// its decisions on cache misses on these profiles (docs/results-max.md,
+/// "Decision cost"), so a version is one aligned 64-byte cache line holding
+/// every field the selection's first checks read, the one-block time
+/// (rule 1's pre-check) among them; the curve and its ceiling share one
+/// allocation, read only by the versions that pass those checks. The
+/// accessors give exactly what separate `curve` and `ceiling` vectors gave
+/// (a property test in `profile::tests` compares them).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[repr(align(64))]
 pub struct KernelChar {
     /// Blocks in the grid.
     pub blocks: u32,
@@ -77,16 +88,8 @@ pub struct KernelChar {
     pub lds: u32,
     /// 32-bit registers per block (all threads).
     pub regs_per_block: u32,
-    /// `curve[k-1]`: one block's execution time (ns) with k co-resident
-    /// blocks on its CU. Never empty.
-    curve: Vec<u64>,
-    /// `ceiling[k-1]` = max(curve[0..k]): a non-decreasing bound used by
-    /// rule 1 (a smaller co-residency is never assumed slower than this).
-    ceiling: Vec<u64>,
     /// Blocks per CU (statically known, §5.2 rule 2).
     pub occupancy: u32,
-    /// Execution time of all blocks on the whole device, ns (Fig. 13 hollow bars).
-    pub kernel_ns: u64,
     /// Registers per lane of the block's waves (rounded up): the
     /// per-thread allocation the kernel was compiled with (VGPRs are per
     /// lane, allocated for whole waves).
@@ -94,6 +97,21 @@ pub struct KernelChar {
     /// Compute units it needs as a real-time kernel on the profiled device
     /// ([`Self::reserved_cus`] of its CU count, computed once).
     pub rt_cus: u32,
+    /// Execution time of all blocks on the whole device, ns (Fig. 13 hollow bars).
+    pub kernel_ns: u64,
+    /// `curve[0]`: one block alone on its CU, ns (rule 1's pre-check reads
+    /// it without the curve).
+    block1_ns: u64,
+    /// The curve's largest time, ns, when it is below `u32::MAX`, else
+    /// `u32::MAX` (unknown): rule 1 admits every measured co-residency
+    /// below a limit above it without the curve.
+    top_ns: u32,
+    /// The curve then its ceiling, `n` entries each: `curve[k-1]` is one
+    /// block's execution time (ns) with k co-resident blocks on its CU
+    /// (never empty); `ceiling[k-1]` = max(curve[0..k]), a non-decreasing
+    /// bound used by rule 1 (a smaller co-residency is never assumed
+    /// slower than this).
+    times: Box<[u64]>,
 }
 
 impl KernelChar {
@@ -114,23 +132,28 @@ impl KernelChar {
         if occupancy == 0 {
             return None;
         }
-        let mut ceiling = curve.clone();
-        for i in 1..ceiling.len() {
-            ceiling[i] = ceiling[i].max(ceiling[i - 1]);
+        let n = curve.len();
+        let mut times = Vec::with_capacity(2 * n);
+        times.extend_from_slice(&curve);
+        let mut top = 0;
+        for &t in &curve {
+            top = top.max(t);
+            times.push(top);
         }
         let mut k = Self {
             blocks,
             threads,
             lds,
             regs_per_block,
-            curve,
-            ceiling,
             occupancy,
             kernel_ns: 0,
             // Registers are allocated per lane of whole waves: a block of 4
             // threads still holds a 64-lane wave's registers.
             regs_per_thread: limits.lane_registers(regs_per_block, threads),
             rt_cus: 0,
+            block1_ns: curve[0],
+            top_ns: u32::try_from(top).unwrap_or(u32::MAX),
+            times: times.into_boxed_slice(),
         };
         k.kernel_ns = k.kernel_time(limits.compute_units);
         k.rt_cus = k.reserved_cus(limits.compute_units);
@@ -141,14 +164,18 @@ impl KernelChar {
     /// measured curve it grows by the curve's last slope (as the simulator
     /// extends it).
     pub fn block_ns(&self, k: u32) -> u64 {
-        let k = k.max(1) as usize;
-        match self.curve.get(k - 1) {
+        if k <= 1 {
+            return self.block1_ns;
+        }
+        let curve = self.curve();
+        let k = k as usize;
+        match curve.get(k - 1) {
             Some(&t) => t,
             None => {
-                let n = self.curve.len();
-                let last = self.curve[n - 1];
+                let n = curve.len();
+                let last = curve[n - 1];
                 let slope = if n >= 2 {
-                    last.saturating_sub(self.curve[n - 2])
+                    last.saturating_sub(curve[n - 2])
                 } else {
                     0
                 };
@@ -161,24 +188,46 @@ impl KernelChar {
     /// co-resident blocks: the curve's non-decreasing ceiling, past the
     /// curve its extension (`reef-max`'s `share`, [`super::share`]).
     pub fn block_bound_ns(&self, k: u32) -> u64 {
-        let n = self.ceiling.len();
+        let ceiling = self.ceiling();
+        let n = ceiling.len();
         let i = (k.max(1) as usize).min(n);
-        self.ceiling[i - 1].max(self.block_ns(k))
+        ceiling[i - 1].max(self.block_ns(k))
     }
 
     /// The measured curve.
     pub fn curve(&self) -> &[u64] {
-        &self.curve
+        &self.times[..self.times.len() / 2]
+    }
+
+    /// The curve's non-decreasing ceiling (`ceiling[k-1]` = max(curve[0..k])).
+    fn ceiling(&self) -> &[u64] {
+        &self.times[self.times.len() / 2..]
     }
 
     /// Largest co-residency `p ≤ cap` whose block time (and the time of every
     /// smaller co-residency) is below `limit` (rule 1); 0 if none.
     pub fn max_coresidency_within(&self, cap: u32, limit: u64) -> u32 {
+        // From the inline fields where they decide, not the curve's lines:
+        // the ceiling starts at one block's time (none within the limit
+        // when it is not below it, whatever the cap) and is at most the
+        // curve's top (every measured co-residency up to the cap within
+        // the limit when the top is below it).
+        if cap == 0 || self.block1_ns >= limit {
+            return 0;
+        }
+        if cap == 1 {
+            return 1;
+        }
+        let n = self.times.len() / 2;
+        if cap as usize <= n && self.top_ns != u32::MAX && u64::from(self.top_ns) < limit {
+            return cap;
+        }
         let cap = cap as usize;
         let within = |t: u64| t < limit;
-        let n = self.ceiling.len();
+        let (curve, ceiling) = self.times.split_at(self.times.len() / 2);
+        let n = ceiling.len();
         // Measured part: binary search over the non-decreasing ceiling.
-        let measured = self.ceiling[..cap.min(n)].partition_point(|&t| within(t));
+        let measured = ceiling[..cap.min(n)].partition_point(|&t| within(t));
         if measured < cap.min(n) || cap <= n {
             return measured as u32;
         }
@@ -190,9 +239,9 @@ impl KernelChar {
         // division, not a walk over the steps (issue 28's decision cost;
         // `max_coresidency_by_walk` in the tests is the walk, and a
         // property test checks both agree).
-        let last = self.curve[n - 1];
+        let last = curve[n - 1];
         let slope = if n >= 2 {
-            last.saturating_sub(self.curve[n - 2])
+            last.saturating_sub(curve[n - 2])
         } else {
             0
         };
@@ -317,20 +366,149 @@ mod tests {
     fn max_coresidency_by_walk(k: &KernelChar, cap: u32, limit: u64) -> u32 {
         let cap = cap as usize;
         let within = |t: u64| t < limit;
-        let n = k.ceiling.len();
-        let measured = k.ceiling[..cap.min(n)].partition_point(|&t| within(t));
+        let n = k.ceiling().len();
+        let measured = k.ceiling()[..cap.min(n)].partition_point(|&t| within(t));
         if measured < cap.min(n) || cap <= n {
             return measured as u32;
         }
         let mut p = n;
-        while p < cap && within(k.block_ns(p as u32 + 1).max(k.ceiling[n - 1])) {
+        while p < cap && within(k.block_ns(p as u32 + 1).max(k.ceiling()[n - 1])) {
             p += 1;
         }
         p as u32
     }
 
+    /// The profile as separate `curve` and `ceiling` vectors, with the
+    /// accessors as they read them before the one-line layout of
+    /// [`KernelChar`]: the reference the layout is checked against.
+    struct Plain {
+        curve: Vec<u64>,
+        ceiling: Vec<u64>,
+    }
+
+    impl Plain {
+        fn new(curve: &[u64]) -> Self {
+            let mut ceiling = curve.to_vec();
+            for i in 1..ceiling.len() {
+                ceiling[i] = ceiling[i].max(ceiling[i - 1]);
+            }
+            Self {
+                curve: curve.to_vec(),
+                ceiling,
+            }
+        }
+
+        fn block_ns(&self, k: u32) -> u64 {
+            let k = k.max(1) as usize;
+            match self.curve.get(k - 1) {
+                Some(&t) => t,
+                None => {
+                    let n = self.curve.len();
+                    let last = self.curve[n - 1];
+                    let slope = if n >= 2 {
+                        last.saturating_sub(self.curve[n - 2])
+                    } else {
+                        0
+                    };
+                    last + slope * (k - n) as u64
+                }
+            }
+        }
+
+        fn block_bound_ns(&self, k: u32) -> u64 {
+            let n = self.ceiling.len();
+            let i = (k.max(1) as usize).min(n);
+            self.ceiling[i - 1].max(self.block_ns(k))
+        }
+
+        fn max_coresidency_within(&self, cap: u32, limit: u64) -> u32 {
+            let cap = cap as usize;
+            let within = |t: u64| t < limit;
+            let n = self.ceiling.len();
+            let measured = self.ceiling[..cap.min(n)].partition_point(|&t| within(t));
+            if measured < cap.min(n) || cap <= n {
+                return measured as u32;
+            }
+            let last = self.curve[n - 1];
+            let slope = if n >= 2 {
+                last.saturating_sub(self.curve[n - 2])
+            } else {
+                0
+            };
+            let steps = (limit - last - 1).checked_div(slope).unwrap_or(u64::MAX);
+            (n as u64).saturating_add(steps).min(cap as u64) as u32
+        }
+    }
+
+    /// Curves with times at and past `u32::MAX` (the inline top cannot
+    /// hold them and must not decide) read as the plain vectors.
+    #[test]
+    fn the_compact_layout_reads_long_times_as_the_plain_vectors() {
+        let m = u32::MAX as u64;
+        for curve in [
+            vec![m - 1, m],
+            vec![m, m + 1, m + 5],
+            vec![5, m - 2, m + 1],
+            vec![m + 10],
+            vec![3, m - 1],
+        ] {
+            let k = KernelChar::new(&mi50(), 100, 64, 0, 0, curve.clone()).unwrap();
+            let p = Plain::new(&curve);
+            for &t in &curve {
+                for limit in [t - 1, t, t + 1, m - 1, m, m + 1, u64::MAX] {
+                    for cap in 0..8 {
+                        assert_eq!(
+                            k.max_coresidency_within(cap, limit),
+                            p.max_coresidency_within(cap, limit),
+                            "{curve:?} cap {cap} limit {limit}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_version_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<KernelChar>(), 64);
+        assert_eq!(std::mem::align_of::<KernelChar>(), 64);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// The one-line layout reads what separate vectors read: every
+        /// block time, bound and rule-1 search, at every co-residency in
+        /// and past the curve, at limits on and beside every curve point.
+        #[test]
+        fn the_compact_layout_reads_as_the_plain_vectors(
+            curve in proptest::collection::vec(1u64..100_000, 1..40),
+            cap in 0u32..60,
+            limit in 0u64..300_000,
+        ) {
+            let k = KernelChar::new(&mi50(), 100, 64, 0, 0, curve.clone()).unwrap();
+            let p = Plain::new(&curve);
+            prop_assert_eq!(k.curve(), &curve[..]);
+            prop_assert_eq!(k.ceiling(), &p.ceiling[..]);
+            for q in 0..(curve.len() as u32 + 8) {
+                prop_assert_eq!(k.block_ns(q), p.block_ns(q));
+                prop_assert_eq!(k.block_bound_ns(q), p.block_bound_ns(q));
+            }
+            let mut limits = vec![limit, 0, 1, u64::MAX];
+            for &t in &curve {
+                limits.extend([t - 1, t, t + 1]);
+            }
+            for limit in limits {
+                for c in [0, 1, 2, cap, cap + 1] {
+                    prop_assert_eq!(
+                        k.max_coresidency_within(c, limit),
+                        p.max_coresidency_within(c, limit),
+                        "cap {} limit {}", c, limit
+                    );
+                }
+            }
+        }
+
 
         #[test]
         fn coresidency_search_equals_the_walk(
@@ -341,9 +519,9 @@ mod tests {
             let k = KernelChar::new(&mi50(), 100, 64, 0, 0, curve).unwrap();
             // The random limit, and every limit at or beside a step of
             // the extension past the curve.
-            let n = k.curve.len();
-            let last = k.curve[n - 1];
-            let slope = if n >= 2 { last.saturating_sub(k.curve[n - 2]) } else { 0 };
+            let n = k.curve().len();
+            let last = k.curve()[n - 1];
+            let slope = if n >= 2 { last.saturating_sub(k.curve()[n - 2]) } else { 0 };
             let mut limits = vec![limit];
             for j in 0..60u64 {
                 for d in [0, 1, 2] {
