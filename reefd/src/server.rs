@@ -297,7 +297,7 @@ async fn connection(
     let conn = Conn {
         id,
         peer,
-        outbox: tx.clone(),
+        outbox: tx.clone().into(),
         warm: Arc::new(tokio::sync::Notify::new()),
     };
     let warm = Arc::clone(&conn.warm);

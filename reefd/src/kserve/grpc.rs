@@ -219,33 +219,26 @@ fn schedule_of(
     })
 }
 
+/// A shared memory reference in a tensor's parameters, if any
+/// ([`super::shm::reference`] on protobuf's parameter types).
 fn shm_of(
     p: &HashMap<String, pb::InferParameter>,
     what: &str,
 ) -> Result<Option<super::ShmRef>, V2Error> {
-    let Some(r) = p
+    let region = p
         .get("shared_memory_region")
         .and_then(|v| v.parameter_choice.as_ref())
-    else {
-        return Ok(None);
-    };
-    let ParameterChoice::StringParam(region) = r else {
-        return Err(V2Error::bad(format!(
-            "{what}: shared_memory_region must be a string"
-        )));
-    };
-    let size = int_param(p, "shared_memory_byte_size")?.ok_or_else(|| {
-        V2Error::bad(format!(
-            "{what}: shared_memory_region needs shared_memory_byte_size"
-        ))
-    })?;
-    let offset = int_param(p, "shared_memory_offset")?.unwrap_or(0);
-    if size < 0 || offset < 0 {
-        return Err(V2Error::bad(format!(
-            "{what}: shared memory offset and size must not be negative"
-        )));
-    }
-    Ok(Some((region.clone(), offset as u64, size as u64)))
+        .map(|r| match r {
+            ParameterChoice::StringParam(s) => Some(s.as_str()),
+            _ => None,
+        });
+    let int = |k: &str| int_param(p, k).map(|n| n.map(i128::from));
+    super::shm::reference(
+        what,
+        region,
+        || int("shared_memory_byte_size"),
+        || int("shared_memory_offset"),
+    )
 }
 
 /// Typed contents as little-endian bytes of `datatype`.
@@ -325,14 +318,8 @@ impl Service {
             let what = format!("input {:?}", t.name);
             let shm = shm_of(&t.parameters, &what)?;
             let raw_bytes = raw.next();
-            let bytes = if let Some((region, offset, n)) = shm {
-                if n as usize != size {
-                    return Err(V2Error::bad(format!(
-                        "{what}: shared_memory_byte_size {n} but {} {:?} is {size} bytes",
-                        t.datatype, t.shape
-                    )));
-                }
-                f.shm.read(&region, offset, n)?
+            let bytes = if let Some(r) = shm {
+                f.shm.read_input(&what, &r, size, &t.datatype, &t.shape)?
             } else if let Some(b) = raw_bytes {
                 if b.len() != size {
                     return Err(V2Error::bad(format!(
@@ -417,14 +404,9 @@ impl Service {
                 shape: o.shape.clone(),
                 ..Default::default()
             };
-            if let Some((region, offset, n)) = shm {
-                if (n as usize) < o.bytes.len() {
-                    return Err(V2Error::bad(format!(
-                        "output {name:?} is {} bytes but its shared memory region gives {n}",
-                        o.bytes.len()
-                    )));
-                }
-                f.shm.write(&region, offset, &o.bytes)?;
+            if let Some(r) = shm {
+                f.shm.write_output(&name, &r, &o.bytes)?;
+                let region = r.0;
                 t.parameters.insert(
                     "shared_memory_region".into(),
                     p(ParameterChoice::StringParam(region)),

@@ -8,8 +8,9 @@
 //!
 //! Both fronts share one request path with the native Unix-socket protocol:
 //! a [`Front`] is a client *inside* the daemon. It holds one connection to
-//! the [`Runtime`] (a [`Conn`] whose answers come back through its outbox)
-//! and a pool of streams per priority level, and turns each v2 request into
+//! the [`Runtime`] (a [`Conn`] whose outbox hands each answer to its
+//! waiting request on the thread that completed it) and a pool of streams
+//! per priority level, and turns each v2 request into
 //! the native request the runtime already serves (`infer`, `load_model`,
 //! `unload_model`, `list_models`). Nothing below the runtime knows a request
 //! came over HTTP.
@@ -45,7 +46,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 
 /// The protocol extensions reefd implements, and only those (server
 /// metadata lists them; tritonclient's callers check this list).
@@ -220,48 +221,58 @@ impl Front {
     /// the network clients have no credentials of their own; `Access`
     /// decides who they are).
     pub fn new(rt: Arc<Runtime>, opts: KserveOptions, peer: Peer, conn_id: u64) -> Arc<Front> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<ServerMessage>();
-        let conn = Conn {
-            id: FRONT_CONN_BASE + conn_id,
-            peer,
-            outbox: tx,
-            warm: Arc::new(tokio::sync::Notify::new()),
-        };
-        let shm = shm::Regions::with_uids(opts.shm_uids.clone());
-        let front = Arc::new(Front {
-            rt,
-            conn,
-            next_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
-            streams: tokio::sync::Mutex::new(BTreeMap::new()),
-            next_be: AtomicUsize::new(0),
-            in_flight: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
-            opts,
-            stats: Mutex::new(BTreeMap::new()),
-            shm,
-            started: Instant::now(),
-        });
-        // Answers of blocking infers come through the outbox, by request id.
-        let weak = Arc::downgrade(&front);
-        tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                let Some(front) = weak.upgrade() else { break };
-                let (id, r) = match msg {
-                    ServerMessage::Reply { id, result } => (id, Ok(result)),
-                    ServerMessage::Error {
-                        id: Some(id),
-                        code,
-                        message,
-                    } => (id, Err(Failure::new(code, message))),
-                    _ => continue,
-                };
-                let waiter = front.pending.lock().unwrap().remove(&id);
-                if let Some(tx) = waiter {
-                    let _ = tx.send(r);
+        Arc::new_cyclic(|me: &std::sync::Weak<Front>| {
+            // Answers of blocking infers go straight to their request's
+            // waiter, by id, from the thread that completed the task: no
+            // task between them (an outbox read by a dispatcher task cost
+            // one more wake-up per request; docs/kserve.md, "Where the
+            // round trip goes").
+            let me = me.clone();
+            let outbox = crate::runtime::Outbox::Direct(Arc::new(move |msg| {
+                if let Some(front) = me.upgrade() {
+                    front.answer(msg);
                 }
+            }));
+            let conn = Conn {
+                id: FRONT_CONN_BASE + conn_id,
+                peer,
+                outbox,
+                warm: Arc::new(tokio::sync::Notify::new()),
+            };
+            let shm = shm::Regions::with_uids(opts.shm_uids.clone());
+            Front {
+                rt,
+                conn,
+                next_id: AtomicU64::new(1),
+                pending: Mutex::new(HashMap::new()),
+                streams: tokio::sync::Mutex::new(BTreeMap::new()),
+                next_be: AtomicUsize::new(0),
+                in_flight: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+                opts,
+                stats: Mutex::new(BTreeMap::new()),
+                shm,
+                started: Instant::now(),
             }
-        });
-        front
+        })
+    }
+
+    /// Hands a message of the runtime to the request it answers (events
+    /// and errors without an id: none of the front's requests asks for
+    /// them).
+    fn answer(&self, msg: ServerMessage) {
+        let (id, r) = match msg {
+            ServerMessage::Reply { id, result } => (id, Ok(result)),
+            ServerMessage::Error {
+                id: Some(id),
+                code,
+                message,
+            } => (id, Err(Failure::new(code, message))),
+            _ => return,
+        };
+        let waiter = self.pending.lock().unwrap().remove(&id);
+        if let Some(tx) = waiter {
+            let _ = tx.send(r);
+        }
     }
 
     /// Sends one native request and waits for its answer.

@@ -227,6 +227,73 @@ impl Regions {
     }
 }
 
+/// A tensor's shared memory reference from its parameters, shared by the
+/// HTTP and gRPC fronts, which each read their own parameter types:
+/// `region` is the `shared_memory_region` parameter (`None`: absent, so
+/// the tensor is not in shared memory; `Some(None)`: not a string), and
+/// `size` and `offset` read `shared_memory_byte_size` and
+/// `shared_memory_offset` (only once a region is named; `Ok(None)`:
+/// absent). `what` names the tensor in errors ("input \"x\"").
+pub fn reference(
+    what: &str,
+    region: Option<Option<&str>>,
+    size: impl FnOnce() -> Result<Option<i128>, V2Error>,
+    offset: impl FnOnce() -> Result<Option<i128>, V2Error>,
+) -> Result<Option<super::ShmRef>, V2Error> {
+    let Some(region) = region else {
+        return Ok(None);
+    };
+    let region = region
+        .ok_or_else(|| V2Error::bad(format!("{what}: shared_memory_region must be a string")))?;
+    let size = size()?.ok_or_else(|| {
+        V2Error::bad(format!(
+            "{what}: shared_memory_region needs shared_memory_byte_size"
+        ))
+    })?;
+    let offset = offset()?.unwrap_or(0);
+    let (Ok(size), Ok(offset)) = (u64::try_from(size), u64::try_from(offset)) else {
+        return Err(V2Error::bad(format!(
+            "{what}: shared memory offset and size must not be negative"
+        )));
+    };
+    Ok(Some((region.to_string(), offset, size)))
+}
+
+impl Regions {
+    /// The bytes of input `what` of `datatype` and `shape` (`size` bytes)
+    /// from the region `r` names; its `shared_memory_byte_size` must be
+    /// the tensor's size.
+    pub fn read_input(
+        &self,
+        what: &str,
+        r: &super::ShmRef,
+        size: usize,
+        datatype: &str,
+        shape: &[i64],
+    ) -> Result<Vec<u8>, V2Error> {
+        let (region, offset, n) = r;
+        if *n as usize != size {
+            return Err(V2Error::bad(format!(
+                "{what}: shared_memory_byte_size {n} but {datatype} {shape:?} is {size} bytes"
+            )));
+        }
+        self.read(region, *offset, *n)
+    }
+
+    /// Writes output `name`'s `bytes` into the region `r` names, which
+    /// must give at least that many.
+    pub fn write_output(&self, name: &str, r: &super::ShmRef, bytes: &[u8]) -> Result<(), V2Error> {
+        let (region, offset, n) = r;
+        if (*n as usize) < bytes.len() {
+            return Err(V2Error::bad(format!(
+                "output {name:?} is {} bytes but its shared memory region gives {n}",
+                bytes.len()
+            )));
+        }
+        self.write(region, *offset, bytes)
+    }
+}
+
 fn unknown(name: &str) -> V2Error {
     V2Error::bad(format!(
         "no shared memory region named {name:?} is registered; register it first (system shared memory extension)"
@@ -288,6 +355,53 @@ mod tests {
         assert_eq!(r.status(None).unwrap().len(), 1);
         r.unregister(Some("a"));
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn references_and_their_checks_are_the_same_for_both_fronts() {
+        let ok = |n: i128| move || Ok(Some(n));
+        let none = || Ok(None);
+        assert_eq!(reference("input \"x\"", None, none, none).unwrap(), None);
+        let e = reference("input \"x\"", Some(None), ok(4), none).unwrap_err();
+        assert_eq!(
+            e.message,
+            "input \"x\": shared_memory_region must be a string"
+        );
+        let e = reference("input \"x\"", Some(Some("r")), none, none).unwrap_err();
+        assert!(e.message.ends_with("needs shared_memory_byte_size"), "{e}");
+        let e = reference("input \"x\"", Some(Some("r")), ok(4), ok(-1)).unwrap_err();
+        assert!(e.message.ends_with("must not be negative"), "{e}");
+        assert_eq!(
+            reference("o", Some(Some("r")), ok(16), ok(8)).unwrap(),
+            Some(("r".to_string(), 8, 16))
+        );
+        // The tensor's size decides, then the region's bounds.
+        let (key, _o) = object("ref", 64);
+        let r = Regions::default();
+        r.register("in", &key, 0, 64).unwrap();
+        let at = ("in".to_string(), 60, 8);
+        let e = r
+            .read_input("input \"x\"", &at, 4, "FP32", &[1])
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "input \"x\": shared_memory_byte_size 8 but FP32 [1] is 4 bytes"
+        );
+        assert!(r
+            .read_input("input \"x\"", &at, 8, "FP32", &[2])
+            .unwrap_err()
+            .message
+            .contains("past its end"));
+        let e = r
+            .write_output("y", &("in".to_string(), 0, 2), &[0; 4])
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "output \"y\" is 4 bytes but its shared memory region gives 2"
+        );
+        r.write_output("y", &("in".to_string(), 4, 4), &[9; 4])
+            .unwrap();
+        assert_eq!(r.read("in", 4, 4).unwrap(), vec![9; 4]);
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub(super) fn deliver(task: u64, w: Waiter, r: Result<TaskResult, Failure>) {
                     message: f.message,
                 },
             };
-            let _ = out.send(ServerMessage::Event { event });
+            out.send(ServerMessage::Event { event });
         }
     }
 }

@@ -91,7 +91,35 @@ impl Failure {
     }
 }
 
-pub type Outbox = mpsc::UnboundedSender<ServerMessage>;
+/// Where a connection's messages go.
+#[derive(Clone)]
+pub enum Outbox {
+    /// The connection's writer task (the Unix socket, server.rs).
+    Writer(mpsc::UnboundedSender<ServerMessage>),
+    /// A client inside the daemon (the KServe front, kserve/mod.rs): each
+    /// message is handed to this function on the thread that produced it
+    /// (the one that completed the task), with no task between it and
+    /// the waiting request. It must not block.
+    Direct(Arc<dyn Fn(ServerMessage) + Send + Sync>),
+}
+
+impl Outbox {
+    /// Sends `msg`; a connection gone drops it.
+    pub fn send(&self, msg: ServerMessage) {
+        match self {
+            Outbox::Writer(tx) => {
+                let _ = tx.send(msg);
+            }
+            Outbox::Direct(f) => f(msg),
+        }
+    }
+}
+
+impl From<mpsc::UnboundedSender<ServerMessage>> for Outbox {
+    fn from(tx: mpsc::UnboundedSender<ServerMessage>) -> Self {
+        Outbox::Writer(tx)
+    }
+}
 
 /// One client connection as the runtime sees it.
 #[derive(Clone)]
@@ -133,14 +161,14 @@ struct ReplyTo {
 impl ReplyTo {
     fn send(mut self, msg: ServerMessage) {
         self.answered = true;
-        let _ = self.outbox.send(msg);
+        self.outbox.send(msg);
     }
 }
 
 impl Drop for ReplyTo {
     fn drop(&mut self) {
         if !self.answered {
-            let _ = self.outbox.send(ServerMessage::Error {
+            self.outbox.send(ServerMessage::Error {
                 id: Some(self.id),
                 code: ErrorCode::Internal,
                 message: "the task was dropped without an outcome".into(),
@@ -580,4 +608,52 @@ fn shutting_down() -> Failure {
         ErrorCode::ShuttingDown,
         "reefd is shutting down and accepts no new work",
     )
+}
+
+#[cfg(test)]
+mod outbox_tests {
+    use super::*;
+
+    /// A direct outbox (the KServe front's) gets a blocking infer's answer
+    /// on the thread that completes the task, before `send` returns, with
+    /// no task in between; and a task dropped without an outcome still
+    /// answers its request.
+    #[test]
+    fn a_direct_outbox_is_answered_on_the_completing_thread() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&got);
+        let out = Outbox::Direct(Arc::new(move |m: ServerMessage| {
+            sink.lock().unwrap().push((std::thread::current().id(), m));
+        }));
+        let to = |id| ReplyTo {
+            outbox: out.clone(),
+            id,
+            answered: false,
+        };
+        let done = std::thread::spawn({
+            let r = to(7);
+            move || {
+                r.send(ServerMessage::Reply {
+                    id: 7,
+                    result: Reply::Models { models: Vec::new() },
+                });
+                std::thread::current().id()
+            }
+        })
+        .join()
+        .unwrap();
+        drop(to(8));
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].0, done);
+        assert!(matches!(got[0].1, ServerMessage::Reply { id: 7, .. }));
+        assert!(matches!(
+            got[1].1,
+            ServerMessage::Error {
+                id: Some(8),
+                code: ErrorCode::Internal,
+                ..
+            }
+        ));
+    }
 }

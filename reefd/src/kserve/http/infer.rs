@@ -7,31 +7,21 @@
 
 use super::*;
 
-/// A shared memory reference in a tensor's parameters, if any.
+/// A shared memory reference in a tensor's parameters, if any
+/// ([`super::super::shm::reference`] on JSON's types: a size or offset that is not a
+/// non-negative integer counts as absent).
 fn shm_ref(
     params: Option<&Map<String, Value>>,
     what: &str,
 ) -> Result<Option<super::super::ShmRef>, V2Error> {
     let Some(p) = params else { return Ok(None) };
-    let Some(region) = p.get("shared_memory_region") else {
-        return Ok(None);
-    };
-    let region = region
-        .as_str()
-        .ok_or_else(|| V2Error::bad(format!("{what}: shared_memory_region must be a string")))?;
-    let size = p
-        .get("shared_memory_byte_size")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| {
-            V2Error::bad(format!(
-                "{what}: shared_memory_region needs shared_memory_byte_size"
-            ))
-        })?;
-    let offset = p
-        .get("shared_memory_offset")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    Ok(Some((region.to_string(), offset, size)))
+    let int = |k: &str| Ok(p.get(k).and_then(Value::as_u64).map(i128::from));
+    super::super::shm::reference(
+        what,
+        p.get("shared_memory_region").map(Value::as_str),
+        || int("shared_memory_byte_size"),
+        || int("shared_memory_offset"),
+    )
 }
 
 /// Parses a request's parameters into its schedule.
@@ -137,14 +127,9 @@ pub(super) async fn infer_on(
         let size = tensor::byte_size(&datatype, &shape)
             .map_err(|e| V2Error::bad(format!("input {name:?}: {e}")))?;
         let params = t.get("parameters").and_then(Value::as_object);
-        let bytes = if let Some((region, offset, n)) = shm_ref(params, &format!("input {name:?}"))?
-        {
-            if n as usize != size {
-                return Err(V2Error::bad(format!(
-                    "input {name:?}: shared_memory_byte_size {n} but {datatype} {shape:?} is {size} bytes"
-                )));
-            }
-            f.shm.read(&region, offset, n)?
+        let what = format!("input {name:?}");
+        let bytes = if let Some(r) = shm_ref(params, &what)? {
+            f.shm.read_input(&what, &r, size, &datatype, &shape)?
         } else if let Some(n) = params.and_then(|p| p.get("binary_data_size")) {
             let n = n.as_u64().ok_or_else(|| {
                 V2Error::bad(format!("input {name:?}: binary_data_size must be a number"))
@@ -227,14 +212,9 @@ pub(super) async fn infer_on(
                 V2Error::bad(format!("model {} has no output named {name:?}", m.name))
             })?;
         let mut t = json!({"name": o.name, "datatype": o.datatype, "shape": o.shape});
-        if let Some((region, offset, n)) = shm {
-            if (n as usize) < o.bytes.len() {
-                return Err(V2Error::bad(format!(
-                    "output {name:?} is {} bytes but its shared memory region gives {n}",
-                    o.bytes.len()
-                )));
-            }
-            f.shm.write(&region, offset, &o.bytes)?;
+        if let Some(r) = shm {
+            f.shm.write_output(&name, &r, &o.bytes)?;
+            let region = r.0;
             t["parameters"] =
                 json!({"shared_memory_region": region, "shared_memory_byte_size": o.bytes.len()});
         } else if bin {
