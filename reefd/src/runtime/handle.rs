@@ -6,11 +6,9 @@
 use super::*;
 
 impl Runtime {
-    /// Handles one request from `conn`; `arrival` is when its last byte was
-    /// read from the socket.
-    /// Handles request `id` of `conn`. A blocking `infer`'s reply goes
-    /// straight to the connection's writer when the task ends
-    /// ([`Handled::Sent`]).
+    /// Handles request `id` of `conn`; `arrival` is when its last byte was
+    /// read. A blocking `infer`'s reply goes straight to the connection's
+    /// [`Outbox`](super::Outbox) when the task ends ([`Handled::Sent`]).
     pub fn handle(&self, conn: &Conn, id: u64, body: RequestBody, arrival: Instant) -> Handled {
         self.handle_data(conn, id, body, None, arrival)
     }

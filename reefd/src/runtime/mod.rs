@@ -136,14 +136,15 @@ pub struct Conn {
 pub enum Handled {
     Reply(Reply),
     Error(Failure),
-    /// A blocking infer: its reply (or error) will be sent to the
-    /// connection's writer when the task ends.
+    /// A blocking infer: its reply (or error) goes to the connection's
+    /// [`Outbox`] when the task ends: the Unix socket's writer task, or,
+    /// for the KServe fronts, [`Outbox::Direct`] on the completing thread.
     Sent,
 }
 
 enum Waiter {
-    /// A blocking `infer`: the reply to its request, written by the
-    /// connection's writer (no hop through the connection's reader task,
+    /// A blocking `infer`: the reply to its request, sent to the
+    /// connection's [`Outbox`] (no hop through the connection's reader task,
     /// which under many busy connections waited its turn on the socket
     /// thread).
     Reply(ReplyTo),
