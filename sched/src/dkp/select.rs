@@ -111,6 +111,9 @@ pub struct Padding {
     /// Dynamic shared memory per block: the largest demand of the parts.
     pub lds: u32,
     pub parts: Vec<Part>,
+    /// The real-time kernel's predicted slowdown, ns, that the parts beside
+    /// its own blocks cost (`reef-max`'s `share`, [`super::share::fill`]).
+    pub shared_extra_ns: u64,
 }
 
 impl Padding {
@@ -138,6 +141,9 @@ pub struct Selector {
     /// The grid barrier's cost, ns, when padded parts are followed by the
     /// task's next kernels (`reef-max`'s `chain`, [`super::chain`]).
     chain: Option<u64>,
+    /// With `waves`, the co-residency that runs the most blocks rather than
+    /// the highest (`reef-max`'s `most`, [`super::most`]).
+    most: bool,
 }
 
 impl Selector {
@@ -148,7 +154,16 @@ impl Selector {
             waves: false,
             share: 0,
             chain: None,
+            most: false,
         }
+    }
+
+    /// With `on` (and [`Self::with_waves`]), each part runs at the
+    /// co-residency whose slots fit the most blocks within the real-time
+    /// kernel's time ([`super::most`]).
+    pub fn with_most(mut self, on: bool) -> Self {
+        self.most = on;
+        self
     }
 
     /// With `Some(barrier_ns)`, a part that ends at its kernel's last block
@@ -197,6 +212,12 @@ impl Selector {
         &self.proxies
     }
 
+    /// The `share` budget per real-time kernel, 1/1000 of its time alone
+    /// ([`Self::with_share`]); 0: off.
+    pub fn share_permille(&self) -> u32 {
+        self.share
+    }
+
     /// Chooses best-effort blocks to pad real-time kernel `rt` with, walking
     /// `cands` from index `start` round robin. Fills `out` (cleared first);
     /// returns whether any block was chosen.
@@ -207,7 +228,22 @@ impl Selector {
         start: usize,
         out: &mut Padding,
     ) -> bool {
+        self.select_within(rt, cands, start, None, out)
+    }
+
+    /// [`Self::select`], with `share`'s slowdown allowance for this kernel
+    /// given in ns (`reef-max`'s `pool`, [`super::pool`]) instead of the
+    /// per-kernel budget; the cost is left in [`Padding::shared_extra_ns`].
+    pub fn select_within(
+        &self,
+        rt: &KernelChar,
+        cands: &[Candidate<'_>],
+        start: usize,
+        share_ns: Option<u64>,
+        out: &mut Padding,
+    ) -> bool {
         out.parts.clear();
+        out.shared_extra_ns = 0;
         let n = self.limits.compute_units;
         out.rt_cus = rt.rt_cus.min(n);
         out.lds = rt.lds;
@@ -306,12 +342,18 @@ impl Selector {
             };
             let k = &c.versions[v as usize];
             let remaining = k.blocks - offset;
+            let p = if self.waves && self.most {
+                super::most::most_blocks(k, p, rt.kernel_ns)
+            } else {
+                p
+            };
             // Blocks one after the other per slot: their sum stays below
             // the real-time kernel's time (rule 1 for the slot).
-            let waves_at = |q: u32| {
-                ((rt.kernel_ns - 1) / k.block_ns(q).max(1)).clamp(1, u32::MAX as u64) as u32
+            let waves = if self.waves {
+                super::most::waves_at(k, p, rt.kernel_ns)
+            } else {
+                1
             };
-            let waves = if self.waves { waves_at(p) } else { 1 };
             let per_cu_total = p.saturating_mul(waves);
             let nblocks = remaining.min(free.saturating_mul(per_cu_total));
             let cus = nblocks.div_ceil(per_cu_total);
@@ -333,7 +375,9 @@ impl Selector {
             out.lds = lds;
         }
         if self.share > 0 {
-            super::share::fill(&self.limits, self.waves, self.share, rt, cands, start, out);
+            let allowed = share_ns.unwrap_or(rt.kernel_ns * self.share as u64 / 1000);
+            out.shared_extra_ns =
+                super::share::fill(&self.limits, self.waves, allowed, rt, cands, start, out);
         }
         if let Some(barrier_ns) = self.chain {
             self.chain(rt, cands, barrier_ns, out);
