@@ -39,10 +39,11 @@
 //!   real-time kernel's time (a persistent launch's grid synchronisation,
 //!   CUDA C++ Programming Guide "Grid Synchronization"; REEF §5.2 pads a
 //!   task's next kernel only); needs `pad` ([`super::chain`]).
-//! - `pool`: `share`'s budget held per real-time request instead of per
-//!   kernel, earned kernel by kernel and spent by the predicted slowdowns
-//!   (Aker §8.3.1: the query's QoS headroom, reduced by each co-run's
-//!   predicted extra time); needs `share` ([`super::pool`]).
+//! - `most`: with `waves`, each padded part runs at the co-residency whose
+//!   slots fit the most blocks within the real-time kernel's time rather
+//!   than the highest one rule 1 admits (REEF §5.2's rule 1 over the
+//!   block-time curves of Fig. 13, with the implementation's `be_iters`);
+//!   needs `waves` ([`super::most`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -57,12 +58,12 @@ use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
 pub const MECHANISMS: &[&str] = &[
-    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "pool", "most",
+    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most",
 ];
 
-/// Mechanisms that are a form of another (`pool` of `share`'s budget,
-/// `most` of `waves`' slots): off, and not named, where that one is off.
-const FORM_OF: &[(&str, &str)] = &[("pool", "share"), ("most", "waves")];
+/// Mechanisms that are a form of another (`most` of `waves`' slots): off,
+/// and not named, where that one is off.
+const FORM_OF: &[(&str, &str)] = &[("most", "waves")];
 
 /// Which mechanisms a `reef-max` policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,7 +75,6 @@ pub struct MaxConfig {
     pub tail: bool,
     pub share: bool,
     pub chain: bool,
-    pub pool: bool,
     pub most: bool,
 }
 
@@ -95,7 +95,6 @@ impl MaxConfig {
             tail: true,
             share: true,
             chain: true,
-            pool: true,
             most: true,
         }
     }
@@ -110,7 +109,6 @@ impl MaxConfig {
             tail: false,
             share: false,
             chain: false,
-            pool: false,
             most: false,
         }
     }
@@ -124,7 +122,6 @@ impl MaxConfig {
             "tail" => &mut self.tail,
             "share" => &mut self.share,
             "chain" => &mut self.chain,
-            "pool" => &mut self.pool,
             "most" => &mut self.most,
             _ => return None,
         })
@@ -169,7 +166,7 @@ impl MaxConfig {
             if on && FORM_OF.iter().any(|&(f, _)| f == m) {
                 asked_form.push(m);
             }
-            asked_shape |= on && matches!(m, "mv" | "waves" | "share" | "chain" | "pool" | "most");
+            asked_shape |= on && matches!(m, "mv" | "waves" | "share" | "chain" | "most");
         }
         // A form of a mechanism that is off is off too; asking for it then
         // is an error.
@@ -217,7 +214,7 @@ impl MaxConfig {
     }
 
     /// [`Self::name`] as a `&'static str` (policy names are static; the
-    /// 2^9 configurations are interned once each).
+    /// 2^8 configurations are interned once each).
     pub fn static_name(&self) -> &'static str {
         static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
         let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -228,15 +225,14 @@ impl MaxConfig {
 
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
-    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain`, `pool`
-    /// and `most` off.
+    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain` and
+    /// `most` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
         self.waves = false;
         self.share = false;
         self.chain = false;
-        self.pool = false;
         self.most = false;
         self
     }
@@ -298,22 +294,9 @@ mod tests {
         assert!(!c.chain && c.pad && c.mv && c.waves && c.tail && c.share);
         assert_eq!(c.name(), "reef-max:-chain");
         let c = MaxConfig::parse("reef-max:-share").unwrap();
-        assert!(!c.share && !c.pool && c.pad && c.mv && c.waves && c.tail);
-        assert_eq!(c.name(), "reef-max:-share");
-        let c = MaxConfig::parse("reef-max:-pool").unwrap();
-        assert!(!c.pool && c.share && c.chain);
-        assert_eq!(c.name(), "reef-max:-pool");
-        assert_eq!(MaxConfig::parse(&c.name()), Some(c));
-        assert_eq!(
-            MaxConfig::parse("reef-max:+pad+share+pool").map(|c| c.name()),
-            Some("reef-max:-mv-waves-tail-chain".into())
-        );
-        assert_eq!(
-            MaxConfig::parse("reef-max:+pad+share").map(|c| c.name()),
-            Some("reef-max:-mv-waves-tail-chain-pool".into())
-        );
+        assert!(!c.share && c.pad && c.mv && c.waves && c.tail);
         let c = MaxConfig::parse("reef-max:-most").unwrap();
-        assert!(!c.most && c.waves && c.pool);
+        assert!(!c.most && c.waves && c.share);
         assert_eq!(c.name(), "reef-max:-most");
         let c = MaxConfig::parse("reef-max:-waves").unwrap();
         assert!(!c.most && !c.waves);
@@ -322,12 +305,7 @@ mod tests {
             MaxConfig::parse("reef-max:+pad+waves+most").map(|c| c.name()),
             Some("reef-max:-mv-tail-share-chain".into())
         );
-        for bad in [
-            "reef-max:+pad+pool",
-            "reef-max:-share+pool",
-            "reef-max:+pad+most",
-            "reef-max:-waves+most",
-        ] {
+        for bad in ["reef-max:+pad+most", "reef-max:-waves+most"] {
             assert_eq!(MaxConfig::parse(bad), None, "{bad}");
         }
         assert_eq!(

@@ -21,7 +21,6 @@
 //!   (issue 28's decision cost).
 //! - [`chain`]: `reef-max`'s next kernels of a task after its padded part,
 //!   behind a grid barrier in the same launch.
-//! - [`pool`]: `reef-max`'s `share` budget held per real-time request.
 //! - [`most`]: `reef-max`'s co-residency that runs the most blocks per
 //!   padded slot.
 //!
@@ -33,7 +32,6 @@ pub mod hot;
 pub mod max;
 pub mod most;
 pub mod padded;
-pub mod pool;
 pub mod profile;
 pub mod select;
 pub mod share;

@@ -29,7 +29,6 @@
 
 use super::floor::Floors;
 use super::hot::{recycle, IdHash};
-use super::pool::Pool;
 use super::profile::KernelChar;
 use super::select::{Candidate, Padding, Selector};
 use super::versions;
@@ -305,9 +304,6 @@ pub struct PaddingScheduler {
     /// The real-time kernel the transmitter holds for a best-effort task's
     /// reset (`reset`), counted once.
     held: Option<KernelTag>,
-    /// `reef-max`'s `pool`: `share`'s budget per real-time request
-    /// ([`super::pool`]); `None`: per kernel.
-    pool: Option<Pool>,
 }
 
 impl PaddingScheduler {
@@ -348,9 +344,7 @@ impl PaddingScheduler {
         clients: Vec<ClientSpec>,
         window: usize,
     ) -> Result<Self, ConfigError> {
-        let permille = table.selector.share_permille();
-        let pool = (max.pool && permille > 0).then(|| Pool::new(&table, permille));
-        let mut s = Self::with_policy(
+        Self::with_policy(
             Preemptive::reef_max(max.static_name(), max.preempt, max.tail),
             max.tail,
             table,
@@ -358,9 +352,7 @@ impl PaddingScheduler {
             models,
             clients,
             window,
-        )?;
-        s.pool = pool;
-        Ok(s)
+        )
     }
 
     fn with_policy(
@@ -405,7 +397,6 @@ impl PaddingScheduler {
             last_refused: false,
             tail_fill,
             held: None,
-            pool: None,
         };
         s.drain_inner(0);
         Ok(s)
@@ -458,11 +449,6 @@ impl PaddingScheduler {
         match &ev {
             Event::RequestArrived { req, client, .. } => {
                 self.req_client.insert(*req, *client);
-                if self.inner.core().stream_of(*client) == self.rt {
-                    if let Some(p) = self.pool.as_mut() {
-                        p.arrived(*req, now);
-                    }
-                }
             }
             Event::KernelCompleted { stream, tag } if *stream == self.rt => {
                 self.rt_finished(now, *tag, RtEnd::Completed);
@@ -1087,18 +1073,9 @@ impl PaddingScheduler {
         }));
         let start = self.rr % cands.len();
         self.rr = self.rr.wrapping_add(1);
-        let (now, waiting) = (core.now(), core.rt_waiting() > 0);
-        let share_ns = self
-            .pool
-            .as_mut()
-            .map(|p| p.allowance(model, tag.req, tag.kernel, now, waiting));
-        let padded =
-            table
-                .selector
-                .select_within(rt_char, &cands, start, share_ns, &mut self.padding);
-        if let Some(p) = self.pool.as_mut().filter(|_| padded) {
-            p.spend(self.padding.shared_extra_ns);
-        }
+        let padded = table
+            .selector
+            .select(rt_char, &cands, start, &mut self.padding);
         self.cands = recycle(cands);
         if !padded {
             self.tasks = tasks;

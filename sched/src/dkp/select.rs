@@ -111,9 +111,6 @@ pub struct Padding {
     /// Dynamic shared memory per block: the largest demand of the parts.
     pub lds: u32,
     pub parts: Vec<Part>,
-    /// The real-time kernel's predicted slowdown, ns, that the parts beside
-    /// its own blocks cost (`reef-max`'s `share`, [`super::share::fill`]).
-    pub shared_extra_ns: u64,
 }
 
 impl Padding {
@@ -212,12 +209,6 @@ impl Selector {
         &self.proxies
     }
 
-    /// The `share` budget per real-time kernel, 1/1000 of its time alone
-    /// ([`Self::with_share`]); 0: off.
-    pub fn share_permille(&self) -> u32 {
-        self.share
-    }
-
     /// Chooses best-effort blocks to pad real-time kernel `rt` with, walking
     /// `cands` from index `start` round robin. Fills `out` (cleared first);
     /// returns whether any block was chosen.
@@ -228,22 +219,7 @@ impl Selector {
         start: usize,
         out: &mut Padding,
     ) -> bool {
-        self.select_within(rt, cands, start, None, out)
-    }
-
-    /// [`Self::select`], with `share`'s slowdown allowance for this kernel
-    /// given in ns (`reef-max`'s `pool`, [`super::pool`]) instead of the
-    /// per-kernel budget; the cost is left in [`Padding::shared_extra_ns`].
-    pub fn select_within(
-        &self,
-        rt: &KernelChar,
-        cands: &[Candidate<'_>],
-        start: usize,
-        share_ns: Option<u64>,
-        out: &mut Padding,
-    ) -> bool {
         out.parts.clear();
-        out.shared_extra_ns = 0;
         let n = self.limits.compute_units;
         out.rt_cus = rt.rt_cus.min(n);
         out.lds = rt.lds;
@@ -375,9 +351,7 @@ impl Selector {
             out.lds = lds;
         }
         if self.share > 0 {
-            let allowed = share_ns.unwrap_or(rt.kernel_ns * self.share as u64 / 1000);
-            out.shared_extra_ns =
-                super::share::fill(&self.limits, self.waves, allowed, rt, cands, start, out);
+            super::share::fill(&self.limits, self.waves, self.share, rt, cands, start, out);
         }
         if let Some(barrier_ns) = self.chain {
             self.chain(rt, cands, barrier_ns, out);

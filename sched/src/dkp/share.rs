@@ -57,10 +57,9 @@ fn waves_of(limits: &DeviceLimits, threads: u32) -> u32 {
 }
 
 /// Largest `q` blocks per CU of best-effort kernel `k` that may share the
-/// CUs of real-time kernel `rt` (`p_rt` blocks on each) with the real-time
-/// blocks predicted at most `extra_ns` slower than the kernel alone, with
-/// the slot's blocks per CU one after the other (`waves`); `None` when
-/// none may. `Some((q, waves, predicted real-time block time))`.
+/// CUs of real-time kernel `rt` (`p_rt` blocks on each), with the slot's
+/// blocks per CU one after the other (`waves`) and one block's bound
+/// time; `None` when none may.
 ///
 /// Every condition on `q` (the CU's resources, the real-time blocks'
 /// bound within the budget, rule 1 for the best-effort blocks) only gets
@@ -80,15 +79,15 @@ fn coresidency(
     k: &KernelChar,
     alloc: u32,
     lds: u32,
-    extra_ns: u64,
+    budget: u32,
     waves: bool,
-) -> Option<(u32, u32, u64)> {
+) -> Option<(u32, u32)> {
     let (w_rt, w_be) = (waves_of(limits, rt.threads), waves_of(limits, k.threads));
     let (r_rt, r_be) = (
         limits.block_registers(alloc, rt.threads),
         limits.block_registers(alloc, k.threads),
     );
-    let rt_limit = rt.kernel_ns.saturating_add(extra_ns);
+    let rt_limit = rt.kernel_ns + rt.kernel_ns * budget as u64 / 1000;
     // Largest q with `used + q * per <= cap` (any q when `per` is 0).
     let room = |cap: u64, used: u64, per: u64| match cap.checked_sub(used) {
         None => 0,
@@ -141,26 +140,24 @@ fn coresidency(
     } else {
         1
     };
-    Some((q, n, rt.block_bound_ns(k_rt(q))))
+    Some((q, n))
 }
 
 /// Adds shared parts to `out` (already holding the selection on the free
-/// CUs) over `cands` round robin from `start`, with the real-time kernel
-/// predicted at most `extra_ns` slower than alone. Returns the predicted
-/// slowdown the parts added cost, ns (0: none added): the real-time
-/// kernel lasts as long as its slowest CU, so the largest over the parts.
+/// CUs) over `cands` round robin from `start`, within `budget` (1/1000).
+/// Returns whether any was added.
 pub(super) fn fill(
     limits: &DeviceLimits,
     waves: bool,
-    extra_ns: u64,
+    budget: u32,
     rt: &KernelChar,
     cands: &[Candidate<'_>],
     start: usize,
     out: &mut Padding,
-) -> u64 {
+) -> bool {
     let n_rt = out.rt_cus.min(limits.compute_units);
-    if n_rt == 0 || extra_ns == 0 || cands.is_empty() {
-        return 0;
+    if n_rt == 0 || budget == 0 || cands.is_empty() {
+        return false;
     }
     let (alloc, lds) = (out.regs_per_thread, out.lds);
     let p_rt = rt.blocks.div_ceil(n_rt);
@@ -168,10 +165,10 @@ pub(super) fn fill(
         .occupancy(rt.threads, lds, limits.block_registers(alloc, rt.threads))
         .min(rt.occupancy);
     if p_rt > rt_occ {
-        return 0;
+        return false;
     }
     let mut next_cu = 0;
-    let mut spent = 0;
+    let mut added = false;
     let len = cands.len();
     for i in 0..len {
         if next_cu >= n_rt {
@@ -186,8 +183,8 @@ pub(super) fn fill(
             continue;
         }
         let locked = c.locked.map(|v| v as usize);
-        // (version, offset, q, waves, kernel time, real-time block time)
-        let mut best: Option<(usize, u32, u32, u32, u64, u64)> = None;
+        // (version, offset, q, waves, kernel time)
+        let mut best: Option<(usize, u32, u32, u32, u64)> = None;
         for v in 0..c.versions.len() {
             let offset = match prev {
                 Some(p) if p.version as usize == v => p.blocks.end,
@@ -204,13 +201,11 @@ pub(super) fn fill(
             if best.is_some_and(|b| k.kernel_ns >= b.4) {
                 continue;
             }
-            if let Some((q, n, t_rt)) =
-                coresidency(limits, rt, p_rt, k, alloc, lds, extra_ns, waves)
-            {
-                best = Some((v, offset, q, n, k.kernel_ns, t_rt));
+            if let Some((q, n)) = coresidency(limits, rt, p_rt, k, alloc, lds, budget, waves) {
+                best = Some((v, offset, q, n, k.kernel_ns));
             }
         }
-        let Some((v, offset, q, n, _, t_rt)) = best else {
+        let Some((v, offset, q, n, _)) = best else {
             continue;
         };
         let per_cu_total = q.saturating_mul(n);
@@ -229,9 +224,9 @@ pub(super) fn fill(
             ahead: 0,
         });
         next_cu += cus;
-        spent = spent.max(t_rt.saturating_sub(rt.kernel_ns));
+        added = true;
     }
-    spent
+    added
 }
 
 #[cfg(test)]
@@ -257,15 +252,15 @@ mod tests {
         k: &KernelChar,
         alloc: u32,
         lds: u32,
-        extra_ns: u64,
+        budget: u32,
         waves: bool,
-    ) -> Option<(u32, u32, u64)> {
+    ) -> Option<(u32, u32)> {
         let (w_rt, w_be) = (waves_of(limits, rt.threads), waves_of(limits, k.threads));
         let (r_rt, r_be) = (
             limits.block_registers(alloc, rt.threads),
             limits.block_registers(alloc, k.threads),
         );
-        let rt_limit = rt.kernel_ns.saturating_add(extra_ns);
+        let rt_limit = rt.kernel_ns + rt.kernel_ns * budget as u64 / 1000;
         let fits = |q: u32| {
             p_rt * rt.threads + q * k.threads <= limits.max_threads_per_cu
                 && p_rt * w_rt + q * w_be <= limits.max_waves_per_cu
@@ -296,7 +291,7 @@ mod tests {
             } else {
                 1
             };
-            best = Some((q, n, rt.block_bound_ns(k_rt)));
+            best = Some((q, n));
         }
         best
     }
@@ -399,10 +394,9 @@ mod tests {
             let limits = mi50();
             let alloc = ProxyKernels::new(&limits).alloc(level);
             let lds = lds.unwrap_or(rt.lds.max(be.lds));
-            let extra = rt.kernel_ns * budget as u64 / 1000;
             prop_assert_eq!(
-                coresidency(&limits, &rt, p_rt, &be, alloc, lds, extra, waves),
-                coresidency_by_walk(&limits, &rt, p_rt, &be, alloc, lds, extra, waves)
+                coresidency(&limits, &rt, p_rt, &be, alloc, lds, budget, waves),
+                coresidency_by_walk(&limits, &rt, p_rt, &be, alloc, lds, budget, waves)
             );
         }
     }
