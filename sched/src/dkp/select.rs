@@ -319,7 +319,7 @@ impl Selector {
             let k = &c.versions[v as usize];
             let remaining = k.blocks - offset;
             let p = if self.waves && self.most {
-                super::most::most_blocks(k, p, rt.kernel_ns)
+                super::most::coresidency(k, p, rt.kernel_ns, remaining, free)
             } else {
                 p
             };
