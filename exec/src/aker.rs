@@ -8,7 +8,10 @@
 //! dispatch, parts started together) but both parts run on the same CUs,
 //! each capped at its persistent blocks per CU
 //! ([`KernelLaunch::with_persistent`]): a freed persistent slot takes the
-//! component's next block, as the PTB loop of Fig. 12 does. Each part keeps
+//! component's next block, as the PTB loop of Fig. 12 does. It is queued
+//! with [`Sim::launch_fused`], not as a padded launch: a fused kernel calls
+//! its components' code directly, so it pays none of REEF's dkp-kernel cost
+//! (REEF §6.5 Fig. 25, function pointers). Each part keeps
 //! its kernel's shape (identity, buffers, tags, block range), so value
 //! tracking sees each component's computation intact, and the resource mix
 //! (reef-sim `mix.rs`) decides how much the two slow each other.
@@ -94,7 +97,7 @@ pub fn launch_fused(
     c1: Component,
     c2: Component,
 ) -> Result<[LaunchId; 2], SimError> {
-    let ids = sim.launch_padded(s, fused_parts(c1, c2))?;
+    let ids = sim.launch_fused(s, fused_parts(c1, c2))?;
     Ok([ids[0], ids[1]])
 }
 
@@ -443,7 +446,7 @@ impl Predictor for SimPredictor {
 }
 
 /// Executes the managers' fused launches ([`FusedLaunch`], `aker`,
-/// `tacker`) on a device that places blocks ([`crate::Device::launch_padded`],
+/// `tacker`) on a device that places blocks ([`crate::Device::launch_fused`],
 /// the parts [`launch_fused`] makes) and reports each
 /// as its LC kernel: started when the LC part starts, completed (or
 /// evicted, or killed) once both parts have finished.
@@ -485,7 +488,7 @@ impl FuseExec {
         )
         .with_buffers(be.1 .0, be.1 .1)
         .with_blocks(f.be_blocks.clone());
-        let ids = crate::device::launch_parts(
+        let ids = crate::device::launch_fused_parts(
             dev,
             s0,
             fused_parts(

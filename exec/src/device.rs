@@ -38,6 +38,22 @@ pub fn launch_parts(
 ) -> Result<Vec<LaunchId>, String> {
     let n = parts.len();
     let ids = dev.launch_padded(s, parts)?;
+    check_ids(n, ids)
+}
+
+/// As [`launch_parts`], a statically fused launch
+/// ([`Device::launch_fused`]).
+pub fn launch_fused_parts(
+    dev: &mut dyn Device,
+    s: StreamId,
+    parts: Vec<KernelLaunch>,
+) -> Result<Vec<LaunchId>, String> {
+    let n = parts.len();
+    let ids = dev.launch_fused(s, parts)?;
+    check_ids(n, ids)
+}
+
+fn check_ids(n: usize, ids: Vec<LaunchId>) -> Result<Vec<LaunchId>, String> {
     if ids.len() != n {
         return Err(format!(
             "the device answered a launch of {n} parts with {} launch ids",
@@ -110,9 +126,20 @@ pub trait Device {
         false
     }
     /// Queues one launch made of `parts`, each on the compute units it
-    /// names, as one device-queue entry (REEF §5.1 Fig. 12's padded
-    /// launch; Aker's fused launch). Returns each part's launch id.
+    /// names, as one device-queue entry run through REEF's dkp kernel
+    /// (REEF §5.1 Fig. 12's padded launch, with its function-pointer cost,
+    /// §6.5 Fig. 25). Returns each part's launch id.
     fn launch_padded(
+        &mut self,
+        _s: StreamId,
+        _parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, String> {
+        Err(NO_PLACEMENT.to_string())
+    }
+    /// Queues a statically fused launch of `parts` (Aker §5.4): placed
+    /// and ended as [`Device::launch_padded`], without the dkp kernel's
+    /// cost. Returns each part's launch id.
+    fn launch_fused(
         &mut self,
         _s: StreamId,
         _parts: Vec<KernelLaunch>,
@@ -230,6 +257,13 @@ impl Device for Sim {
         parts: Vec<KernelLaunch>,
     ) -> Result<Vec<LaunchId>, String> {
         Sim::launch_padded(self, s, parts).map_err(|e| e.to_string())
+    }
+    fn launch_fused(
+        &mut self,
+        s: StreamId,
+        parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, String> {
+        Sim::launch_fused(self, s, parts).map_err(|e| e.to_string())
     }
     fn values(&mut self) -> Option<&mut ValueTracker> {
         Some(self.values_mut())

@@ -475,6 +475,9 @@ struct Launch {
     resident: Vec<u32>,
     /// It has resident groups, and its footprint counts in `Sim::l2_used`.
     in_l2: bool,
+    /// A part of a padded launch ([`Sim::launch_padded`]): run through the
+    /// dkp kernel, each block charged [`crate::PADDED_LAUNCH_OVERHEAD_PPM`].
+    dkp: bool,
 }
 
 /// A scheduled event. The heap is a max-heap: the earliest time, then the

@@ -15,7 +15,11 @@
 //!   [`SimError::QueueFull`]. A launch carries caller [`Tags`], the buffers
 //!   it reads and writes, an optional block range and an optional [`CuSet`].
 //!   [`Sim::launch_padded`] enqueues several such parts as one padded
-//!   launch (REEF §5.1 Fig. 12: dispatched together, one queue slot).
+//!   launch (REEF §5.1 Fig. 12: dispatched together, one queue slot),
+//!   each block of every part [`PADDED_LAUNCH_OVERHEAD_PPM`] longer (the
+//!   dkp kernel's branch and function-pointer set-up, REEF §6.5 Fig. 25);
+//!   [`Sim::launch_fused`] the same without that cost (a statically fused
+//!   kernel, Aker §5.4).
 //! - Resource mix inside a CU (Aker §3, [`mix`]): a shape's pipe demand
 //!   ([`KernelShape::with_demand`], [`Demand`]); MI50 model kernels get
 //!   theirs from [`resources`]. [`KernelLaunch::with_persistent`] caps a
@@ -81,5 +85,8 @@ pub use mix::{Demand, PipeRates};
 pub use node::{node_devices, parse_device_list, Node, NodeError, OwnerId};
 pub use rng::{splitmix64, unit_f64};
 pub use shape::{KernelShape, ShapeError};
-pub use spec::{field_source, DeviceSpec, PreemptLevel, SpecError, PRESETS, SOURCED_FIELDS};
+pub use spec::{
+    field_source, padded_block_ns, DeviceSpec, PreemptLevel, SpecError, PADDED_LAUNCH_OVERHEAD_PPM,
+    PRESETS, SOURCED_FIELDS,
+};
 pub use values::{BufferId, Mismatch, TraceOp, ValueTracker};

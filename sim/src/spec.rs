@@ -25,6 +25,32 @@ fn preset_text(name: &str) -> Option<&'static str> {
 /// time: one second, far above any GPU's (the MI50's are microseconds).
 pub const MAX_DEVICE_TIME_NS: u64 = 1_000_000_000;
 
+/// Cost of running a kernel through REEF's `dkp` kernel (a padded launch,
+/// [`crate::Sim::launch_padded`]), in millionths of each block's duration:
+/// 8 000 ppm = 0.8 %.
+///
+/// Source: REEF (TOCS 2025) §6.5, Fig. 25 ("ProxyKernel"): launching
+/// real-time kernels through the dkp kernel without padding any
+/// best-effort kernel costs 0.8 % of execution time on average (1.18 % at
+/// most) over the five models; "the minimal overhead comes from the logic
+/// branch of CU partition and the initial state preparation for global
+/// function pointers", which every block of the dkp kernel runs, whichever
+/// kernel its branch calls. §5.1 gives the same cost as "around 1%". The
+/// paper states it once, not per GPU, so one figure serves every preset
+/// (docs/simulator.md "Padded-launch overhead"). Charged on every part of
+/// a padded launch; a statically fused launch
+/// ([`crate::Sim::launch_fused`]) has no function pointer and no branch on
+/// the CU partition, and pays nothing.
+pub const PADDED_LAUNCH_OVERHEAD_PPM: u64 = 8_000;
+
+/// `ns` plus the padded-launch overhead on it
+/// ([`PADDED_LAUNCH_OVERHEAD_PPM`], rounded up): the duration of a block
+/// that would take `ns` as a plain launch, run through the `dkp` kernel.
+pub fn padded_block_ns(ns: u64) -> u64 {
+    let over = (ns as u128 * PADDED_LAUNCH_OVERHEAD_PPM as u128).div_ceil(1_000_000);
+    ns.saturating_add(over as u64)
+}
+
 /// Fields a spec file may only set with their source: the comment lines
 /// right above the field must hold a `Source:` line that names a table,
 /// figure, section or page of the document (issue 31: every simulator term

@@ -56,14 +56,16 @@ fn a_waiting_part_starts_its_delay_after_the_part_it_waits_for() {
     let s = sim.create_stream(0, 2).unwrap();
     let ids = sim.launch_padded(s, parts(2_000)).unwrap();
     let evs = drain(&mut sim);
+    // Every block of a padded launch pays the dkp kernel's cost.
+    let p = padded_block_ns;
     assert_eq!(first_start(&evs, ids[1]), path);
-    assert_eq!(last(&evs, ids[1]).time, path + 20_000);
+    assert_eq!(last(&evs, ids[1]).time, path + p(20_000));
     // Not before the barrier, although its CUs were free all along.
-    assert_eq!(first_start(&evs, ids[2]), path + 20_000 + 2_000);
+    assert_eq!(first_start(&evs, ids[2]), path + p(20_000) + 2_000);
     let e = last(&evs, ids[2]);
     assert_eq!(e.kind, EventKind::Completed);
-    assert_eq!(e.time, path + 20_000 + 2_000 + 15_000);
-    assert_eq!(last(&evs, ids[0]).time, path + 50_000);
+    assert_eq!(e.time, path + p(20_000) + 2_000 + p(15_000));
+    assert_eq!(last(&evs, ids[0]).time, path + p(50_000));
     assert!(sim.stream_idle(s));
 
     // Without the wait the same part starts with the others.

@@ -244,32 +244,43 @@ fn a_curve_measured_under_more_load_is_not_charged_again() {
     assert!(sim.dram_load_peak() > 1.7);
 }
 
-/// The parts of a padded launch are placed in one pass and see each other:
-/// two light parts (0.8 W each, curve load 1.6 W) do not stretch; a heavy
-/// part beside a light one stretches the light one only.
+/// The parts of a multi-part launch are placed in one pass and see each
+/// other: two light parts (0.8 W each, curve load 1.6 W) do not stretch; a
+/// heavy part beside a light one stretches the light one only. Run as a
+/// fused launch (the same placement as a padded one, without the dkp
+/// kernel's per-block cost, which the padded case below adds).
 #[test]
 fn padded_parts_see_each_other() {
     let spec = mi50();
-    let run = |ba: u64, bb: u64| {
+    let run_as = |padded: bool, ba: u64, bb: u64| {
         let mut sim = Sim::new(spec.clone(), SimConfig::default());
         let s = sim.create_stream(0, 4).unwrap();
-        let ids = sim
-            .launch_padded(
-                s,
-                vec![
-                    KernelLaunch::new(half("a", ba, &spec), tags(0)).with_cus(CuSet::range(0, 30)),
-                    KernelLaunch::new(half("b", bb, &spec), tags(1)).with_cus(CuSet::range(30, 60)),
-                ],
-            )
-            .unwrap();
+        let how = if padded {
+            Sim::launch_padded
+        } else {
+            Sim::launch_fused
+        };
+        let ids = how(
+            &mut sim,
+            s,
+            vec![
+                KernelLaunch::new(half("a", ba, &spec), tags(0)).with_cus(CuSet::range(0, 30)),
+                KernelLaunch::new(half("b", bb, &spec), tags(1)).with_cus(CuSet::range(30, 60)),
+            ],
+        )
+        .unwrap();
         let evs = drain(&mut sim);
         let t = |id| {
             event_time(&evs, id, EventKind::Completed) - event_time(&evs, id, EventKind::Started)
         };
         (t(ids[0]), t(ids[1]))
     };
+    let run = |ba, bb| run_as(false, ba, bb);
     let b8 = bytes_for(0.8, &spec);
     assert_eq!(run(b8, b8), (FLAT[0], FLAT[0]));
+    // Padded: the same, each block the dkp kernel's cost longer.
+    let p = padded_block_ns(FLAT[0]);
+    assert_eq!(run_as(true, b8, b8), (p, p));
     let (bh, bl) = (bytes_for(1.2, &spec), bytes_for(0.3, &spec));
     let rate = |b: u64| 30.0 * b as f64 / 10e-6;
     let (th, tl) = run(bh, bl);

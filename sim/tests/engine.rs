@@ -692,11 +692,13 @@ fn padded_launch_dispatches_parts_together() {
         .map(|e| e.time)
         .collect();
     assert_eq!(started, vec![PATH, PATH]);
-    assert_eq!(completion(&evs, ids[0]), PATH + 30_000);
-    assert_eq!(completion(&evs, ids[1]), PATH + 50_000);
+    // Each part's blocks pay the dkp kernel's cost (REEF §6.5 Fig. 25).
+    let p = padded_block_ns;
+    assert_eq!(completion(&evs, ids[0]), PATH + p(30_000));
+    assert_eq!(completion(&evs, ids[1]), PATH + p(50_000));
     assert_eq!(
         completion(&evs, next),
-        PATH + 50_000 + spec.cp_dispatch_ns + 10_000
+        PATH + p(50_000) + spec.cp_dispatch_ns + 10_000
     );
     let be_ev = evs.iter().find(|e| e.launch == ids[1]).unwrap();
     assert_eq!(be_ev.tags, tags(2, 7));

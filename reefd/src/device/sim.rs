@@ -333,6 +333,14 @@ impl Device for SimDevice {
         let s = self.stream(s);
         Device::launch_padded(&mut self.sim, s, parts)
     }
+    fn launch_fused(
+        &mut self,
+        s: StreamId,
+        parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, String> {
+        let s = self.stream(s);
+        Device::launch_fused(&mut self.sim, s, parts)
+    }
     fn values(&mut self) -> Option<&mut ValueTracker> {
         Device::values(&mut self.sim)
     }

@@ -1,8 +1,10 @@
 //! Accepting launches: validating a request against the device, enqueueing
 //! it on its stream's device queue after `host_launch_ns` (docs/simulator.md
 //! "Launch path"), and padded launches whose parts run on disjoint CU sets
-//! as one `dkp` kernel (REEF §5.1, Fig. 12), possibly behind grid-wide
-//! barriers (the `after` module).
+//! as one `dkp` kernel (REEF §5.1, Fig. 12; each block charged the dkp
+//! kernel's overhead, REEF §6.5 Fig. 25), possibly behind grid-wide
+//! barriers (the `after` module), and statically fused launches (Aker
+//! §5.4) placed the same way without that overhead.
 
 use super::{unit_of, Ev, KernelLaunch, LState, Launch, LaunchId, Sim, SimError, StreamId};
 use crate::cuset::CuSet;
@@ -39,10 +41,43 @@ impl Sim {
     /// block range, CU set, buffers and tags, and its own events and id; the
     /// stream's next kernel is dispatched when every part has finished. The
     /// preempt flag evicts all parts; a kill kills the parts still running.
+    ///
+    /// Every block of every part (those waiting at a barrier, `after`,
+    /// included: they run inside the same kernel) runs the dkp kernel's
+    /// branch on the CU partition and the set-up of its global function
+    /// pointer before the part's own code, and takes
+    /// [`crate::PADDED_LAUNCH_OVERHEAD_PPM`] longer than the same block
+    /// launched plain (REEF §6.5 Fig. 25, 0.8 % of execution time; §5.1,
+    /// "around 1%").
     pub fn launch_padded(
         &mut self,
         s: StreamId,
         parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, SimError> {
+        self.launch_parts(s, parts, true)
+    }
+
+    /// Enqueues a statically fused launch (Aker §5.4, Fig. 7: one kernel
+    /// compiled from its components, each running its blocks on its share
+    /// of every CU): queued, dispatched, placed and ended exactly as a
+    /// padded launch ([`Sim::launch_padded`]), but its blocks pay no
+    /// padded-launch overhead, since the fused kernel calls its components'
+    /// code directly (no function pointer, no branch on a CU partition).
+    pub fn launch_fused(
+        &mut self,
+        s: StreamId,
+        parts: Vec<KernelLaunch>,
+    ) -> Result<Vec<LaunchId>, SimError> {
+        self.launch_parts(s, parts, false)
+    }
+
+    /// A multi-part launch; `dkp`: run through the dkp kernel (each block
+    /// charged the padded-launch overhead).
+    fn launch_parts(
+        &mut self,
+        s: StreamId,
+        parts: Vec<KernelLaunch>,
+        dkp: bool,
     ) -> Result<Vec<LaunchId>, SimError> {
         let st = self.stream(s)?;
         if st.dq.len() >= st.capacity {
@@ -69,6 +104,7 @@ impl Sim {
         let mut ids = Vec::with_capacity(parts.len());
         for (req, (start, end, cus)) in parts.into_iter().zip(checked) {
             let slot = self.alloc_launch(s, req, start, end, cus, visible_at);
+            self.launches[slot as usize].dkp = dkp;
             ids.push(self.launches[slot as usize].id);
             slots.push(slot);
         }
@@ -166,6 +202,7 @@ impl Sim {
                     ptb: 0,
                     resident: Vec::new(),
                     in_l2: false,
+                    dkp: false,
                 });
                 self.launches.len() as u32 - 1
             }
@@ -206,6 +243,7 @@ impl Sim {
         l.skipped = 0;
         l.exiting = false;
         l.in_l2 = false;
+        l.dkp = false;
         slot
     }
 

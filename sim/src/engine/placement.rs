@@ -249,6 +249,11 @@ impl Sim {
         for &(per_cu, k, set) in &buckets {
             let count = per_cu * set.len() as u32;
             let mut dur = self.launches[slot as usize].req.shape.exec_ns_fixed(k);
+            if self.launches[slot as usize].dkp {
+                // The dkp kernel's branch and function-pointer set-up
+                // (REEF §6.5 Fig. 25).
+                dur = crate::spec::padded_block_ns(dur);
+            }
             if self.cfg.jitter > 0.0 {
                 dur = ((dur as f64 * self.next_jitter()) as u64).max(1);
             }
