@@ -29,6 +29,34 @@
 //! docs/results-max.md).
 
 use super::profile::KernelChar;
+use super::select::Selector;
+
+impl Selector {
+    /// With `on` (and [`Selector::with_waves`]), each part runs at the
+    /// co-residency whose slots fit the most blocks within the real-time
+    /// kernel's time where its kernel cannot end in the launch.
+    pub fn with_most(mut self, on: bool) -> Self {
+        self.most = on;
+        self
+    }
+
+    /// The co-residency of a part ([`coresidency`] with `most` and
+    /// `waves` on, else `p`).
+    pub(super) fn most_coresidency(
+        &self,
+        k: &KernelChar,
+        p: u32,
+        rt_ns: u64,
+        remaining: u32,
+        free: u32,
+    ) -> u32 {
+        if self.waves() && self.most {
+            coresidency(k, p, rt_ns, remaining, free)
+        } else {
+            p
+        }
+    }
+}
 
 /// Blocks one slot of `k` runs one after the other at co-residency `q`
 /// within real-time kernel time `rt_ns` (at least one: rule 1 admitted `q`).
@@ -65,7 +93,7 @@ pub(super) fn most_blocks(k: &KernelChar, p: u32, rt_ns: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::super::profile::mi50;
-    use super::super::select::{Candidate, Padding, Selector};
+    use super::super::select::{Candidate, Padding};
     use super::*;
 
     fn k(blocks: u32, occ: u32, curve: Vec<u64>) -> KernelChar {

@@ -140,7 +140,7 @@ pub struct Selector {
     chain: Option<u64>,
     /// With `waves`, the co-residency that runs the most blocks rather than
     /// the highest (`reef-max`'s `most`, [`super::most`]).
-    most: bool,
+    pub(super) most: bool,
 }
 
 impl Selector {
@@ -153,14 +153,6 @@ impl Selector {
             chain: None,
             most: false,
         }
-    }
-
-    /// With `on` (and [`Self::with_waves`]), each part runs at the
-    /// co-residency whose slots fit the most blocks within the real-time
-    /// kernel's time ([`super::most`]).
-    pub fn with_most(mut self, on: bool) -> Self {
-        self.most = on;
-        self
     }
 
     /// With `Some(barrier_ns)`, a part that ends at its kernel's last block
@@ -318,11 +310,7 @@ impl Selector {
             };
             let k = &c.versions[v as usize];
             let remaining = k.blocks - offset;
-            let p = if self.waves && self.most {
-                super::most::coresidency(k, p, rt.kernel_ns, remaining, free)
-            } else {
-                p
-            };
+            let p = self.most_coresidency(k, p, rt.kernel_ns, remaining, free);
             // Blocks one after the other per slot: their sum stays below
             // the real-time kernel's time (rule 1 for the slot).
             let waves = if self.waves {
