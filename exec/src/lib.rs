@@ -333,6 +333,7 @@ impl RunSched {
                 .selector
                 .clone()
                 .with_waves(m.waves)
+                .with_most(m.most)
                 .with_share(share)
                 .with_chain(m.chain.then(|| pad::barrier_ns(spec)));
             let table = Arc::new(t);

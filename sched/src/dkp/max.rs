@@ -39,6 +39,11 @@
 //!   real-time kernel's time (a persistent launch's grid synchronisation,
 //!   CUDA C++ Programming Guide "Grid Synchronization"; REEF §5.2 pads a
 //!   task's next kernel only); needs `pad` ([`super::chain`]).
+//! - `most`: with `waves`, each padded part runs at the co-residency whose
+//!   slots fit the most blocks within the real-time kernel's time rather
+//!   than the highest one rule 1 admits (REEF §5.2's rule 1 over the
+//!   block-time curves of Fig. 13, with the implementation's `be_iters`);
+//!   needs `waves` ([`super::most`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -52,7 +57,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
-pub const MECHANISMS: &[&str] = &["preempt", "pad", "mv", "waves", "tail", "share", "chain"];
+pub const MECHANISMS: &[&str] = &[
+    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most",
+];
+
+/// Mechanisms that are a form of another (`most` of `waves`' slots): off,
+/// and not named, where that one is off.
+const FORM_OF: &[(&str, &str)] = &[("most", "waves")];
 
 /// Which mechanisms a `reef-max` policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +75,7 @@ pub struct MaxConfig {
     pub tail: bool,
     pub share: bool,
     pub chain: bool,
+    pub most: bool,
 }
 
 impl Default for MaxConfig {
@@ -83,6 +95,7 @@ impl MaxConfig {
             tail: true,
             share: true,
             chain: true,
+            most: true,
         }
     }
 
@@ -96,6 +109,7 @@ impl MaxConfig {
             tail: false,
             share: false,
             chain: false,
+            most: false,
         }
     }
 
@@ -108,6 +122,7 @@ impl MaxConfig {
             "tail" => &mut self.tail,
             "share" => &mut self.share,
             "chain" => &mut self.chain,
+            "most" => &mut self.most,
             _ => return None,
         })
     }
@@ -140,6 +155,7 @@ impl MaxConfig {
             Self::all()
         };
         let mut asked_shape = false;
+        let mut asked_form: Vec<&str> = Vec::new();
         for t in tokens {
             let (on, m) = match t.split_at_checked(1)? {
                 ("+", m) => (true, m),
@@ -147,7 +163,20 @@ impl MaxConfig {
                 _ => return None,
             };
             *c.flag(m)? = on;
-            asked_shape |= on && matches!(m, "mv" | "waves" | "share" | "chain");
+            if on && FORM_OF.iter().any(|&(f, _)| f == m) {
+                asked_form.push(m);
+            }
+            asked_shape |= on && matches!(m, "mv" | "waves" | "share" | "chain" | "most");
+        }
+        // A form of a mechanism that is off is off too; asking for it then
+        // is an error.
+        for &(form, of) in FORM_OF {
+            if !*c.flag(of)? && *c.flag(form)? {
+                if asked_form.contains(&form) {
+                    return None;
+                }
+                *c.flag(form)? = false;
+            }
         }
         if !c.pad {
             if asked_shape {
@@ -159,11 +188,21 @@ impl MaxConfig {
     }
 
     /// The canonical name: `reef-max`, or `reef-max:` with the mechanisms
-    /// switched off (`-x`) listed in [`MECHANISMS`] order.
+    /// switched off (`-x`) listed in [`MECHANISMS`] order; a form of a
+    /// mechanism that is off (`FORM_OF`) is not listed.
     pub fn name(&self) -> String {
         let mut me = *self;
+        let mut parent_off = |m: &str| {
+            FORM_OF
+                .iter()
+                .any(|&(f, of)| f == m && !*me.flag(of).expect("known mechanism"))
+        };
+        let hidden: Vec<bool> = MECHANISMS.iter().map(|m| parent_off(m)).collect();
         let off: Vec<String> = MECHANISMS
             .iter()
+            .zip(hidden)
+            .filter(|&(_, h)| !h)
+            .map(|(m, _)| m)
             .filter(|m| !*me.flag(m).expect("known mechanism"))
             .map(|m| format!("-{m}"))
             .collect();
@@ -175,7 +214,7 @@ impl MaxConfig {
     }
 
     /// [`Self::name`] as a `&'static str` (policy names are static; the
-    /// 2^7 configurations are interned once each).
+    /// 2^8 configurations are interned once each).
     pub fn static_name(&self) -> &'static str {
         static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
         let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -186,13 +225,15 @@ impl MaxConfig {
 
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
-    /// launch paths here): `pad`, `mv`, `waves`, `share` and `chain` off.
+    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain` and
+    /// `most` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
         self.waves = false;
         self.share = false;
         self.chain = false;
+        self.most = false;
         self
     }
 }
@@ -254,6 +295,19 @@ mod tests {
         assert_eq!(c.name(), "reef-max:-chain");
         let c = MaxConfig::parse("reef-max:-share").unwrap();
         assert!(!c.share && c.pad && c.mv && c.waves && c.tail);
+        let c = MaxConfig::parse("reef-max:-most").unwrap();
+        assert!(!c.most && c.waves && c.share);
+        assert_eq!(c.name(), "reef-max:-most");
+        let c = MaxConfig::parse("reef-max:-waves").unwrap();
+        assert!(!c.most && !c.waves);
+        assert_eq!(c.name(), "reef-max:-waves");
+        assert_eq!(
+            MaxConfig::parse("reef-max:+pad+waves+most").map(|c| c.name()),
+            Some("reef-max:-mv-tail-share-chain".into())
+        );
+        for bad in ["reef-max:+pad+most", "reef-max:-waves+most"] {
+            assert_eq!(MaxConfig::parse(bad), None, "{bad}");
+        }
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+share"),
             Some(MaxConfig {

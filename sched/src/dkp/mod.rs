@@ -21,6 +21,8 @@
 //!   (issue 28's decision cost).
 //! - [`chain`]: `reef-max`'s next kernels of a task after its padded part,
 //!   behind a grid barrier in the same launch.
+//! - [`most`]: `reef-max`'s co-residency that runs the most blocks per
+//!   padded slot.
 //!
 //! See docs/padding.md.
 
@@ -28,6 +30,7 @@ pub mod chain;
 pub mod floor;
 pub mod hot;
 pub mod max;
+pub mod most;
 pub mod padded;
 pub mod profile;
 pub mod select;

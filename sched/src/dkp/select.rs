@@ -138,6 +138,9 @@ pub struct Selector {
     /// The grid barrier's cost, ns, when padded parts are followed by the
     /// task's next kernels (`reef-max`'s `chain`, [`super::chain`]).
     chain: Option<u64>,
+    /// With `waves`, the co-residency that runs the most blocks rather than
+    /// the highest (`reef-max`'s `most`, [`super::most`]).
+    pub(super) most: bool,
 }
 
 impl Selector {
@@ -148,6 +151,7 @@ impl Selector {
             waves: false,
             share: 0,
             chain: None,
+            most: false,
         }
     }
 
@@ -306,12 +310,14 @@ impl Selector {
             };
             let k = &c.versions[v as usize];
             let remaining = k.blocks - offset;
+            let p = self.most_coresidency(k, p, rt.kernel_ns, remaining, free);
             // Blocks one after the other per slot: their sum stays below
             // the real-time kernel's time (rule 1 for the slot).
-            let waves_at = |q: u32| {
-                ((rt.kernel_ns - 1) / k.block_ns(q).max(1)).clamp(1, u32::MAX as u64) as u32
+            let waves = if self.waves {
+                super::most::waves_at(k, p, rt.kernel_ns)
+            } else {
+                1
             };
-            let waves = if self.waves { waves_at(p) } else { 1 };
             let per_cu_total = p.saturating_mul(waves);
             let nblocks = remaining.min(free.saturating_mul(per_cu_total));
             let cus = nblocks.div_ceil(per_cu_total);
