@@ -19,6 +19,11 @@ pub struct PadStats {
     /// part's completion) minus the real-time kernel's stand-alone
     /// execution time, ns (Fig. 27).
     pub overhead_ns: Vec<i64>,
+    /// The real-time kernel's stand-alone time each `overhead_ns` entry
+    /// is measured against, in the same order (for the padded-launch
+    /// overhead's bound, REEF §6.5 Fig. 25; not reported).
+    #[serde(skip)]
+    pub overhead_rt_ns: Vec<u64>,
     /// CU·ns of real-time parts and of best-effort parts of padded
     /// launches, and of all real-time kernels' whole-device time.
     pub rt_cu_ns: u128,
@@ -355,6 +360,7 @@ impl PadExec {
                 let d = e.time - s;
                 if keep_overhead {
                     stats.overhead_ns.push(d as i64 - p.info.rt_ns as i64);
+                    stats.overhead_rt_ns.push(p.info.rt_ns);
                 }
                 stats.rt_cu_ns += p.info.rt_cus as u128 * d as u128;
                 stats.be_cu_ns += p.info.be_cus as u128 * d as u128;
