@@ -14,6 +14,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/setup.sh
+# The suite builds once from nothing: incremental caches buy nothing there
+# and cost gigabytes of disk (a CI run once stopped with "No space left on
+# device"). A caller's own CARGO_INCREMENTAL is kept.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo fmt --all -- --check
 # The fuzz crate is outside the workspace; its formatting is checked too.
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check

@@ -586,3 +586,83 @@ fn a_kernel_partly_run_at_preemption_is_re_executed() {
         ]
     );
 }
+
+/// Issue 26 B4: a context's fault is one device error however it is first
+/// met. A kernel that faults when it runs poisons its context (driver API
+/// reference, "Error Handling": a sticky error, returned by every later
+/// call), and the next call on the context sees it: here a launch of
+/// another request, not the completion query. That launch is lost with
+/// the context like the kernels in flight, not refused as an error of its
+/// own; before, it was both (the fault and a refused launch: two device
+/// errors, and the daemon's fault test failed whenever a launch, not the
+/// query, met the fault first). Both requests fail with the driver's
+/// words and the rebuilt context serves the next one.
+#[test]
+fn a_fault_first_met_by_a_launch_is_one_device_error() {
+    let Some(lib) = common::cuda_library() else {
+        common::log_skip(
+            "a_fault_first_met_by_a_launch_is_one_device_error",
+            "fault injection is a hook of the simulated libcuda (REEF_TEST_CUDA=system)",
+        );
+        return;
+    };
+    let _serial = common::cuda_serial();
+    let mut d = CudaKernels::open(&options()).unwrap_or_else(|e| panic!("{e}"));
+    d.load_model(&model_dir(), "two-kernel").unwrap();
+    // The next launch of `scale` faults when it runs (the library's test
+    // hook; the process loaded it already, so this is the same instance).
+    // SAFETY: the hook's signature (libcuda-sim); a NUL-terminated name.
+    unsafe {
+        let l = libloading::Library::new(&lib).unwrap();
+        let inject: libloading::Symbol<
+            unsafe extern "C" fn(*const std::ffi::c_char, u32) -> CUresult,
+        > = l.get(b"reef_libcuda_sim_inject_fault\0").unwrap();
+        assert_eq!(inject(c"scale".as_ptr(), 1), CUresult::CUDA_SUCCESS);
+    }
+    let rt = d.create_stream(1, 4, true).unwrap();
+    let be = d.create_stream(0, 4, true).unwrap();
+    d.bind(RequestId(1), "two-kernel");
+    d.launch(rt, launch(1, 0)).unwrap();
+    // It runs and faults; nothing asks the driver meanwhile.
+    std::thread::sleep(Duration::from_millis(20));
+    d.bind(RequestId(2), "two-kernel");
+    d.launch(be, launch(2, 0))
+        .expect("a launch that meets a poisoned context is lost with it");
+    let errors = d.take_errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].1.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{errors:?}"
+    );
+    assert_eq!(d.rebuilds(), 1);
+    let epoch = Instant::now();
+    let now = || epoch.elapsed().as_nanos() as u64;
+    let mut events = Vec::new();
+    d.advance_into(now(), &mut events);
+    for t in [1, 2] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.tags.task == t && e.kind == EventKind::Completed),
+            "request {t}: {events:?}"
+        );
+        let why = d
+            .task_failure(RequestId(t))
+            .unwrap_or_else(|| panic!("request {t} did not fail"));
+        assert!(why.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{why}");
+        d.request_done(RequestId(t));
+    }
+    // Serving resumes on the rebuilt context.
+    d.bind(RequestId(3), "two-kernel");
+    d.launch(rt, launch(3, 0)).unwrap();
+    d.launch(rt, launch(3, 1)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while d.queue_len(rt) > 0 {
+        assert!(Instant::now() < deadline, "request 3 never completed");
+        d.advance_into(now(), &mut events);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(d.verified(RequestId(3)), Some(true));
+    assert_eq!(d.task_failure(RequestId(3)), None);
+    assert!(d.take_errors().is_empty());
+}

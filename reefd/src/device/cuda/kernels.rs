@@ -43,9 +43,11 @@
 //! seen complete (CUDA reports no start), except a flagged kernel, which
 //! is reported started only once its index shows it passed the check.
 //!
-//! Faults: a failed `cuEventQuery` (a sticky error such as
-//! CUDA_ERROR_ILLEGAL_ADDRESS poisons the context; every later call on it
-//! returns the error) ends every request that holds buffers on the
+//! Faults: a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS poisons the
+//! context, and every later call on it returns the error, so a kernel's
+//! fault is met by whichever call comes next: `cuEventQuery`, a launch (the
+//! launch is then lost with the context, not refused on its own) or the
+//! preempt flag's copy. It ends every request that holds buffers on the
 //! context, with the driver's words ([`CudaKernels::task_failure`]); the
 //! context is rebuilt with its models reloaded
 //! ([`super::CudaDevice::rebuild`]) and the streams made again, and
@@ -330,6 +332,32 @@ impl CudaKernels {
             .ok_or_else(|| format!("no stream {}", s.0))
     }
 
+    /// A launch of a request that a fault ended: run nowhere, reported
+    /// started and done at once.
+    fn lost(&mut self, s: StreamId, l: &KernelLaunch) {
+        let id = LaunchId(self.next_launch);
+        self.next_launch += 1;
+        for kind in [EventKind::Started, EventKind::Completed] {
+            self.pending.push(DeviceEvent {
+                time: self.now,
+                stream: s,
+                launch: id,
+                tags: l.tags,
+                kind,
+            });
+        }
+    }
+
+    /// A call on the context returned a sticky error: the context was
+    /// poisoned by a fault (a kernel's fault surfaces at whichever call
+    /// comes next: a launch, a copy or an event query). Handled as the
+    /// fault (module doc, "Faults"), reported once, whichever call saw it.
+    fn sticky_fault(&mut self, action: &str, e: &CudaError) {
+        let mut out = std::mem::take(&mut self.pending);
+        self.fault(action, e.to_string(), &mut out);
+        self.pending = out;
+    }
+
     fn launch_on(&mut self, s: StreamId, l: &KernelLaunch) -> Result<(), CudaError> {
         let task = l.tags.task;
         let k = l.tags.kernel as usize;
@@ -364,17 +392,7 @@ impl CudaKernels {
             // and are reported done at once, so the scheduler finishes it
             // (failed, [`Self::task_failure`]) without launches that would
             // each be a device error.
-            let id = LaunchId(self.next_launch);
-            self.next_launch += 1;
-            for kind in [EventKind::Started, EventKind::Completed] {
-                self.pending.push(DeviceEvent {
-                    time: self.now,
-                    stream: s,
-                    launch: id,
-                    tags: l.tags,
-                    kind,
-                });
-            }
+            self.lost(s, l);
             return Ok(());
         }
         // The instance this request holds, else a free one, else a new one
@@ -549,23 +567,41 @@ impl Device for CudaKernels {
 
     fn launch(&mut self, s: StreamId, l: KernelLaunch) -> Result<(), String> {
         self.stream(s)?;
-        self.launch_on(s, &l).map_err(|e| {
-            if sticky(&e) {
-                let mut out = std::mem::take(&mut self.pending);
-                self.fault("cuLaunchKernel", e.to_string(), &mut out);
-                self.pending = out;
+        match self.launch_on(s, &l) {
+            Err(e) if sticky(&e) => {
+                // The launch is lost with the context, as the kernels in
+                // flight are, and its request fails with the driver's
+                // words. Not also an error of this launch: the fault is
+                // one device error, counted once (issue 26 B4), however
+                // it was first seen (counted twice before, when a launch
+                // rather than the event query met the poisoned context).
+                self.sticky_fault("cuLaunchKernel", &e);
+                self.failed
+                    .entry(l.tags.task)
+                    .or_insert_with(|| e.to_string());
+                self.verified.remove(&l.tags.task);
+                self.lost(s, &l);
+                Ok(())
             }
-            text(e)
-        })
+            r => r.map_err(text),
+        }
     }
 
     fn set_preempt_flag(&mut self, s: StreamId, on: bool) -> Result<(), String> {
         self.stream(s)?;
-        self.dev.current().map_err(text)?;
-        let st = &mut self.streams[s.0 as usize];
-        for slot in st.instances.values().flatten() {
-            htod(slot.inst.flag, &(on as u32).to_le_bytes()).map_err(text)?;
+        let r = self.dev.current().and_then(|()| {
+            for slot in self.streams[s.0 as usize].instances.values().flatten() {
+                htod(slot.inst.flag, &(on as u32).to_le_bytes())?;
+            }
+            Ok(())
+        });
+        match r {
+            // The fault, once (as in `launch`): the instances died with
+            // the context and the stream's new ones start with its flag.
+            Err(e) if sticky(&e) => self.sticky_fault("cuMemcpyHtoD_v2", &e),
+            r => r.map_err(text)?,
         }
+        let st = &mut self.streams[s.0 as usize];
         st.flag = on;
         if on {
             for f in &mut st.inflight {
