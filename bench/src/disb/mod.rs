@@ -36,7 +36,8 @@ pub struct DisbArgs {
     /// preemption only, reef: preemption and dynamic kernel padding,
     /// reef-dkp-mv: padding with multi-version kernels, reef-max: issue
     /// 28's combination, ablations reef-max:-X / reef-max:+X+Y with X in
-    /// preempt, pad, mv, waves, tail, share (docs/results-max.md), fikit: FIKIT's
+    /// preempt, pad, mv, waves, tail, share, chain, most
+    /// (docs/results-max.md), fikit: FIKIT's
     /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
     /// are its ablations; aker, baymax, tacker: Aker's kernel managers,
     /// docs/aker.md).
@@ -589,6 +590,22 @@ mod tests {
     fn run(args: &[&str]) -> String {
         let cli = Cli::try_parse_from(std::iter::once("disb").chain(args.iter().copied())).unwrap();
         format!("{:#}", main(cli.a).unwrap_err())
+    }
+
+    /// The help names every mechanism `reef-max:-X` can switch off (it
+    /// once lacked `chain` and `most`).
+    #[test]
+    fn the_policy_help_names_every_reef_max_mechanism() {
+        use clap::CommandFactory;
+        let mut c = Cli::command();
+        let help = c.render_long_help().to_string();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let listed = flat
+            .split_once("with X in ")
+            .and_then(|(_, r)| r.split_once(" (docs/results-max.md)"))
+            .map(|(l, _)| l.split(", ").collect::<Vec<_>>())
+            .unwrap_or_else(|| panic!("no mechanism list in {help}"));
+        assert_eq!(listed, reef_sched::dkp::max::MECHANISMS);
     }
 
     #[test]
