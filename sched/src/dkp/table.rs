@@ -237,5 +237,22 @@ mod tests {
         }
         let mv = build_table(&mi50(), &cost(), &refs, Variant::MultiVersion).unwrap();
         assert!(mv.kernels[0].iter().any(|v| v.len() > 1));
+        // No version of a measured kernel runs faster alone than it: the
+        // measured one is the tuner's fastest (REEF §5.3,
+        // `versions::no_faster_alone`). Before that bound every kernel of
+        // the five models had one.
+        for (m, ks) in models.iter().zip(&mv.kernels) {
+            for (i, vs) in ks.iter().enumerate() {
+                for v in &vs[1..] {
+                    assert!(
+                        v.kernel_ns >= vs[0].kernel_ns,
+                        "{} kernel {i}: {} < {}",
+                        m.name,
+                        v.kernel_ns,
+                        vs[0].kernel_ns
+                    );
+                }
+            }
+        }
     }
 }
