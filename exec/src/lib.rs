@@ -334,6 +334,7 @@ impl RunSched {
                 .clone()
                 .with_waves(m.waves)
                 .with_most(m.most)
+                .with_spread(m.spread)
                 .with_share(share)
                 .with_chain(m.chain.then(|| pad::barrier_ns(spec)));
             let table = Arc::new(t);

@@ -232,6 +232,8 @@ fn main() {
         .selector
         .clone()
         .with_waves(true)
+        .with_most(true)
+        .with_spread(true)
         .with_share(BUDGET_PERMILLE)
         .with_chain(Some(barrier));
     let n: usize = std::env::var("REEF_BENCH_SELECTIONS")

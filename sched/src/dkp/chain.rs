@@ -40,7 +40,7 @@ use super::select::{Candidate, Padding, Part, Selector};
 use std::ops::Range;
 
 /// Predicted time of a part: its blocks in waves of `per_cu` per CU.
-fn part_ns(k: &KernelChar, blocks: u32, cus: u32, per_cu: u32) -> u64 {
+pub(super) fn part_ns(k: &KernelChar, blocks: u32, cus: u32, per_cu: u32) -> u64 {
     let slots = (cus as u64 * per_cu as u64).max(1);
     (blocks as u64).div_ceil(slots) * k.block_ns(per_cu)
 }

@@ -44,6 +44,11 @@
 //!   than the highest one rule 1 admits (REEF §5.2's rule 1 over the
 //!   block-time curves of Fig. 13, with the implementation's `be_iters`);
 //!   needs `waves` ([`super::most`]).
+//! - `spread`: after the greedy pass, a padded part that ends its kernel
+//!   takes CUs no part was given, at the co-residency that ends it
+//!   soonest, so that `chain`'s next kernels start sooner (REEF §5.2,
+//!   Fig. 12: best-effort parts on the CUs the real-time kernel leaves);
+//!   needs `pad` ([`super::spread`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -58,7 +63,7 @@ use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
 pub const MECHANISMS: &[&str] = &[
-    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most",
+    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most", "spread",
 ];
 
 /// Mechanisms that are a form of another (`most` of `waves`' slots): off,
@@ -76,6 +81,7 @@ pub struct MaxConfig {
     pub share: bool,
     pub chain: bool,
     pub most: bool,
+    pub spread: bool,
 }
 
 impl Default for MaxConfig {
@@ -96,6 +102,7 @@ impl MaxConfig {
             share: true,
             chain: true,
             most: true,
+            spread: true,
         }
     }
 
@@ -110,6 +117,7 @@ impl MaxConfig {
             share: false,
             chain: false,
             most: false,
+            spread: false,
         }
     }
 
@@ -123,6 +131,7 @@ impl MaxConfig {
             "share" => &mut self.share,
             "chain" => &mut self.chain,
             "most" => &mut self.most,
+            "spread" => &mut self.spread,
             _ => return None,
         })
     }
@@ -166,7 +175,8 @@ impl MaxConfig {
             if on && FORM_OF.iter().any(|&(f, _)| f == m) {
                 asked_form.push(m);
             }
-            asked_shape |= on && matches!(m, "mv" | "waves" | "share" | "chain" | "most");
+            asked_shape |=
+                on && matches!(m, "mv" | "waves" | "share" | "chain" | "most" | "spread");
         }
         // A form of a mechanism that is off is off too; asking for it then
         // is an error.
@@ -214,7 +224,7 @@ impl MaxConfig {
     }
 
     /// [`Self::name`] as a `&'static str` (policy names are static; the
-    /// 2^8 configurations are interned once each).
+    /// 2^9 configurations are interned once each).
     pub fn static_name(&self) -> &'static str {
         static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
         let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -225,8 +235,8 @@ impl MaxConfig {
 
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
-    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain` and
-    /// `most` off.
+    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain`, `most`
+    /// and `spread` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
@@ -234,6 +244,7 @@ impl MaxConfig {
         self.share = false;
         self.chain = false;
         self.most = false;
+        self.spread = false;
         self
     }
 }
@@ -257,10 +268,13 @@ mod tests {
                 ..MaxConfig::base()
             }
         );
-        assert_eq!(c.static_name(), "reef-max:-mv-waves-tail-share-chain");
+        assert_eq!(
+            c.static_name(),
+            "reef-max:-mv-waves-tail-share-chain-spread"
+        );
         assert_eq!(
             MaxConfig::base().name(),
-            "reef-max:-pad-mv-waves-tail-share-chain"
+            "reef-max:-pad-mv-waves-tail-share-chain-spread"
         );
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+waves"),
@@ -278,6 +292,7 @@ mod tests {
             "reef-max:+waves",
             "reef-max:+share",
             "reef-max:+chain",
+            "reef-max:+spread",
             "reef-max:-pad+chain",
             "reef-max:-pad+mv",
             "reef-max:-pad,-tail",
@@ -288,13 +303,16 @@ mod tests {
         }
         assert_eq!(
             MaxConfig::all().without_padding().name(),
-            "reef-max:-pad-mv-waves-share-chain"
+            "reef-max:-pad-mv-waves-share-chain-spread"
         );
         let c = MaxConfig::parse("reef-max:-chain").unwrap();
         assert!(!c.chain && c.pad && c.mv && c.waves && c.tail && c.share);
         assert_eq!(c.name(), "reef-max:-chain");
         let c = MaxConfig::parse("reef-max:-share").unwrap();
         assert!(!c.share && c.pad && c.mv && c.waves && c.tail);
+        let c = MaxConfig::parse("reef-max:-spread").unwrap();
+        assert!(!c.spread && c.chain && c.most && c.pad);
+        assert_eq!(c.name(), "reef-max:-spread");
         let c = MaxConfig::parse("reef-max:-most").unwrap();
         assert!(!c.most && c.waves && c.share);
         assert_eq!(c.name(), "reef-max:-most");
@@ -303,7 +321,7 @@ mod tests {
         assert_eq!(c.name(), "reef-max:-waves");
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+waves+most").map(|c| c.name()),
-            Some("reef-max:-mv-tail-share-chain".into())
+            Some("reef-max:-mv-tail-share-chain-spread".into())
         );
         for bad in ["reef-max:+pad+most", "reef-max:-waves+most"] {
             assert_eq!(MaxConfig::parse(bad), None, "{bad}");

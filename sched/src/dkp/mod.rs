@@ -23,6 +23,8 @@
 //!   behind a grid barrier in the same launch.
 //! - [`most`]: `reef-max`'s co-residency that runs the most blocks per
 //!   padded slot.
+//! - [`spread`]: `reef-max`'s left-over CUs for a part that ends its
+//!   kernel, so that `chain` starts sooner.
 //!
 //! See docs/padding.md.
 
@@ -35,6 +37,7 @@ pub mod padded;
 pub mod profile;
 pub mod select;
 pub mod share;
+pub mod spread;
 pub mod table;
 pub mod versions;
 

@@ -141,6 +141,9 @@ pub struct Selector {
     /// With `waves`, the co-residency that runs the most blocks rather than
     /// the highest (`reef-max`'s `most`, [`super::most`]).
     pub(super) most: bool,
+    /// Parts that end their kernel take left-over CUs to end sooner
+    /// (`reef-max`'s `spread`, [`super::spread`]).
+    pub(super) spread: bool,
 }
 
 impl Selector {
@@ -152,6 +155,7 @@ impl Selector {
             share: 0,
             chain: None,
             most: false,
+            spread: false,
         }
     }
 
@@ -337,6 +341,9 @@ impl Selector {
             out.proxy_level = level;
             out.regs_per_thread = self.proxies.alloc(level);
             out.lds = lds;
+        }
+        if self.spread && free > 0 {
+            self.spread(cands, out, &mut free);
         }
         if self.share > 0 {
             super::share::fill(&self.limits, self.waves, self.share, rt, cands, start, out);
