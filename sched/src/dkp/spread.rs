@@ -20,10 +20,13 @@
 //! Fig. 13). Every `q` at or below the admitted one satisfies rule 1 and
 //! rule 2 (fewer blocks per CU under the same proxy), the part takes only
 //! CUs nothing else was given, and the real-time kernel's CUs are not
-//! touched, so the launch keeps the real-time kernel's time. Measured on
-//! DISB A–D (docs/results-max.md, ablation): on GV100 C without `spread`,
-//! the selection's parts held 0.42 of the device's CU time beside RT
-//! kernels with 0.35 busy, and the chained parts 0.06.
+//! touched, so the launch keeps the real-time kernel's time. What it
+//! recovers was measured with a temporary counter in the selection (not
+//! kept) on GV100 DISB C, 10 s, before the version bound of 29b11a9: the
+//! parts the greedy pass placed held 0.42 of the device's CU time and were
+//! busy for 0.35 of it, the chained parts for 0.06; with `spread` the
+//! chained parts were busy for 0.10. Its share of `reef-max`'s throughput
+//! is in docs/results-max.md's ablation.
 
 use super::chain::part_ns;
 use super::select::{Candidate, Padding, Selector};
