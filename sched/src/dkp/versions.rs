@@ -54,11 +54,13 @@ pub const MAX_SPLIT: u32 = 64;
 /// continue in a finer version, `Selector::select`).
 ///
 /// Only a grid that already has a block per compute unit is split past 8:
-/// a smaller grid split finer spreads over more CUs, so its stand-alone
-/// kernel time drops and §5.3's choice takes it wherever it passes, while
-/// under padding (the CUs the RT kernel leaves over) it costs more total
-/// block time (docs/results-dkp.md "Tile splits beyond 8": bert-resnet152
-/// lost a fifth of its BE throughput that way).
+/// a smaller grid split finer spreads over more CUs, so the cost model
+/// made its stand-alone kernel time drop and §5.3's choice took it
+/// wherever it passed, while under padding (the CUs the RT kernel leaves
+/// over) it cost more total block time (docs/results-dkp.md "Tile splits
+/// beyond 8": bert-resnet152 lost a fifth of its BE throughput that way,
+/// measured before [`no_faster_alone`] bounded such versions to the
+/// measured kernel's time).
 pub fn splits(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<u32> {
     let mut v = vec![1u32, 2, 4, 8];
     if base.blocks < limits.compute_units {
