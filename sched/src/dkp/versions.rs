@@ -59,7 +59,7 @@ pub const MAX_SPLIT: u32 = 64;
 /// wherever it passed, while under padding (the CUs the RT kernel leaves
 /// over) it cost more total block time (docs/results-dkp.md "Tile splits
 /// beyond 8": bert-resnet152 lost a fifth of its BE throughput that way,
-/// measured before [`no_faster_alone`] bounded such versions to the
+/// measured before `no_faster_alone` bounded such versions to the
 /// measured kernel's time).
 pub fn splits(limits: &DeviceLimits, base: &KernelChar, t0: u64) -> Vec<u32> {
     let mut v = vec![1u32, 2, 4, 8];
