@@ -100,6 +100,12 @@ fn the_pairs_stuck_behind_a_rewritten_input_progress_with_their_values_right() {
     }
 }
 
+/// The RT client's mean latency, ns.
+fn rt_mean(o: &RunOutcome) -> f64 {
+    let l = &o.clients[0].latencies;
+    l.iter().sum::<u64>() as f64 / l.len() as f64
+}
+
 /// A signature of what the device ran.
 fn trace(o: &RunOutcome) -> (u64, u64, u64, u64, u64) {
     let p = o.padding.clone().unwrap_or_default();
@@ -163,15 +169,11 @@ fn waves_keep_rt_latency_and_raise_be_throughput() {
         0.5,
         false,
     );
-    let mean = |o: &RunOutcome| {
-        let l = &o.clients[0].latencies;
-        l.iter().sum::<u64>() as f64 / l.len() as f64
-    };
     assert!(
-        mean(&waves) <= 1.01 * mean(&one),
+        rt_mean(&waves) <= 1.01 * rt_mean(&one),
         "{} vs {}",
-        mean(&waves),
-        mean(&one)
+        rt_mean(&waves),
+        rt_mean(&one)
     );
     assert!(waves.clients[1].completed > one.clients[1].completed);
     let (w, o) = (waves.padding.unwrap(), one.padding.unwrap());
@@ -257,15 +259,11 @@ fn share_keeps_rt_latency_within_the_target_and_raises_be_throughput() {
         false,
     );
     assert_eq!(share.corrupted_outputs, 0);
-    let mean = |o: &RunOutcome| {
-        let l = &o.clients[0].latencies;
-        l.iter().sum::<u64>() as f64 / l.len() as f64
-    };
     assert!(
-        mean(&share) <= 1.01 * mean(&without),
+        rt_mean(&share) <= 1.01 * rt_mean(&without),
         "{} vs {}",
-        mean(&share),
-        mean(&without)
+        rt_mean(&share),
+        rt_mean(&without)
     );
     assert!(share.clients[1].completed > without.clients[1].completed);
 }
@@ -282,15 +280,11 @@ fn chain_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
     let pad = chain.padding.clone().unwrap();
     assert!(pad.chained_parts > 0 && pad.chained_blocks > 0, "{pad:?}");
     assert_eq!(without.padding.clone().unwrap().chained_parts, 0);
-    let mean = |o: &RunOutcome| {
-        let l = &o.clients[0].latencies;
-        l.iter().sum::<u64>() as f64 / l.len() as f64
-    };
     assert!(
-        mean(&chain) <= 1.01 * mean(&without),
+        rt_mean(&chain) <= 1.01 * rt_mean(&without),
         "{} vs {}",
-        mean(&chain),
-        mean(&without)
+        rt_mean(&chain),
+        rt_mean(&without)
     );
     // More than a tenth more BE requests (0.5 s: 0.73 -> 0.97 of stand-alone
     // throughput over DISB B's 60 s, docs/results-max.md).
@@ -310,15 +304,11 @@ fn spread_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
     let spread = run("vgg", "resnet152", "reef-max", None, 0.5, true);
     let without = run("vgg", "resnet152", "reef-max:-spread", None, 0.5, false);
     assert_eq!(spread.corrupted_outputs, 0);
-    let mean = |o: &RunOutcome| {
-        let l = &o.clients[0].latencies;
-        l.iter().sum::<u64>() as f64 / l.len() as f64
-    };
     assert!(
-        mean(&spread) <= 1.01 * mean(&without),
+        rt_mean(&spread) <= 1.01 * rt_mean(&without),
         "{} vs {}",
-        mean(&spread),
-        mean(&without)
+        rt_mean(&spread),
+        rt_mean(&without)
     );
     let (s, w) = (spread.clients[1].completed, without.clients[1].completed);
     assert!(s > w, "{s} vs {w}");
