@@ -210,7 +210,7 @@ fn checked_files(
 /// The policy served on a GPU for `policy`: `reef` becomes `reef-nodkp`
 /// (no padding off the simulator); `reef-max` keeps the mechanisms that
 /// exist there (preemption, the fill after the last kernel) and is served
-/// as `reef-max:-pad-mv-waves-share-chain`, the name `status` shows; the others as
+/// as `reef-max:-pad-mv-waves-share-chain-spread`, the name `status` shows; the others as
 /// asked.
 pub fn gpu_policy(policy: &str) -> &str {
     if let Some(m) = reef_sched::dkp::MaxConfig::parse(policy) {

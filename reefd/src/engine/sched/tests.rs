@@ -436,11 +436,11 @@ fn reef_max_pads_rt_kernels_and_every_output_stays_correct() {
     // the mechanisms that do, under the name status shows.
     assert_eq!(
         crate::device::cuda::engine::gpu_policy("reef-max"),
-        "reef-max:-pad-mv-waves-share-chain"
+        "reef-max:-pad-mv-waves-share-chain-spread"
     );
     assert_eq!(
         crate::device::cuda::engine::gpu_policy("reef-max:-tail"),
-        "reef-max:-pad-mv-waves-tail-share-chain"
+        "reef-max:-pad-mv-waves-tail-share-chain-spread"
     );
 }
 
