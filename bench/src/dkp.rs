@@ -583,7 +583,9 @@ fn print_lost(out: &[PairResult]) {
         let mean = crate::disb::lost::Lost {
             rt_busy: m(&|l| l.rt_busy),
             be_busy: m(&|l| l.be_busy),
+            be_shared: m(&|l| l.be_shared),
             killed: m(&|l| l.killed),
+            be_occupancy: m(&|l| l.be_occupancy),
             gpu_idle: m(&|l| l.gpu_idle),
             beside_rt_refused: m(&|l| l.beside_rt_refused),
             beside_rt: m(&|l| l.beside_rt),

@@ -191,13 +191,22 @@ fn the_lost_account_covers_the_device() {
             l.rt_busy + l.be_busy + l.gpu_idle + l.beside_rt_refused + l.beside_rt + l.beside_be;
         assert!((sum - 1.0).abs() < 1e-9, "{policy}: {sum} {l:?}");
         assert!((l.be_waiting - 1.0).abs() < 1e-9, "{policy}: {l:?}");
+        // Shared CUs are RT-busy CUs; a BE-only CU holds at least one block.
+        assert!(l.be_shared <= l.rt_busy, "{policy}: {l:?}");
+        assert!(l.be_busy > 0.0 && l.be_occupancy >= 1.0, "{policy}: {l:?}");
         if policy == "streams" {
-            // Nothing is killed or refused on streams.
+            // Nothing is killed or refused on streams, and BE blocks share
+            // the RT kernels' CUs.
             assert_eq!(l.killed, 0.0);
             assert_eq!(l.beside_rt_refused, 0.0);
+            assert!(l.be_shared > 0.0, "{l:?}");
         } else {
             // Each RT arrival resets the CUs running BE blocks.
             assert!(l.killed > 0.0, "{policy}: {l:?}");
+        }
+        if policy == "reef" {
+            // Padding gives the RT kernel whole CUs (REEF §5.2, Fig. 12).
+            assert_eq!(l.be_shared, 0.0, "{l:?}");
         }
     }
     // `reef` (single version) refuses BE kernels beside some RT kernels.

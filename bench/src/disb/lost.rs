@@ -19,6 +19,14 @@
 //! - `beside_be`: CUs idle while only BE blocks run (the tail of a BE
 //!   kernel, its grid smaller than the device).
 //!
+//! Two columns say how the busy CU time is used: `be_shared`, the part
+//! of `rt_busy` whose CUs hold BE blocks beside the RT ones (what
+//! `streams` does everywhere and `reef-max`'s `share` within a budget;
+//! REEF's padding gives the RT kernel whole CUs, §5.2 Fig. 12), and
+//! `be_occupancy`, the mean BE blocks resident on a BE-only CU (a CU's BE
+//! work rate rises with them up to the kernel's occupancy limit; the
+//! simulator's groups say how many blocks each CU holds).
+//!
 //! `killed` is the CU time of BE launches that were killed (REEF §4.3:
 //! a killed kernel re-executes from its start on restore; the blocks it
 //! completed before the kill are thrown away too). All figures are
@@ -35,8 +43,17 @@ pub struct Lost {
     pub rt_busy: f64,
     /// CU time holding only BE blocks (killed ones included).
     pub be_busy: f64,
+    /// Of `rt_busy`: CU time holding RT and BE blocks together (BE
+    /// blocks sharing the RT kernel's CUs, as under `streams` or
+    /// `reef-max`'s `share`).
+    pub be_shared: f64,
     /// BE CU time thrown away by kills.
     pub killed: f64,
+    /// Mean BE blocks resident on a CU that holds only BE blocks, over
+    /// `be_busy`'s time: a CU's BE work rate rises with its resident
+    /// blocks up to the kernel's occupancy limit, so equal `be_busy` at
+    /// a lower `be_occupancy` is less BE work.
+    pub be_occupancy: f64,
     pub gpu_idle: f64,
     pub beside_rt_refused: f64,
     pub beside_rt: f64,
@@ -61,6 +78,8 @@ pub struct Accountant {
     last: u64,
     rt_busy: u128,
     be_busy: u128,
+    be_blocks: u128,
+    be_shared: u128,
     killed: u128,
     gpu_idle: u128,
     beside_rt_refused: u128,
@@ -69,6 +88,8 @@ pub struct Accountant {
     be_waiting: u128,
     /// BE CU time per launch still on the device.
     be_launch: HashMap<LaunchId, u128>,
+    /// The BE groups of one interval (reused, not reallocated).
+    scratch: Vec<(CuSet, u32)>,
 }
 
 impl Accountant {
@@ -78,6 +99,8 @@ impl Accountant {
             last: 0,
             rt_busy: 0,
             be_busy: 0,
+            be_blocks: 0,
+            be_shared: 0,
             killed: 0,
             gpu_idle: 0,
             beside_rt_refused: 0,
@@ -85,6 +108,7 @@ impl Accountant {
             beside_be: 0,
             be_waiting: 0,
             be_launch: HashMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -108,18 +132,26 @@ impl Accountant {
         let (mut rt, mut be) = (CuSet::default(), CuSet::default());
         let mut any_refused = false;
         let be_launch = &mut self.be_launch;
-        sim.for_each_resident(|id, tags, cus| {
+        let mut be_groups = std::mem::take(&mut self.scratch);
+        be_groups.clear();
+        sim.for_each_resident(|id, tags, cus, per_cu| {
             if is_rt(tags) {
                 rt = rt.or(cus);
                 any_refused |= refused(tags);
             } else {
                 be = be.or(cus);
+                be_groups.push((*cus, per_cu));
                 *be_launch.entry(id).or_default() += cus.len() as u128 * dt;
             }
         });
         let (nrt, nbe) = (rt.len(), be.minus(&rt).len());
+        for (cus, per_cu) in &be_groups {
+            self.be_blocks += (cus.minus(&rt).len() as u128) * (*per_cu as u128) * dt;
+        }
+        self.scratch = be_groups;
         self.rt_busy += nrt as u128 * dt;
         self.be_busy += nbe as u128 * dt;
+        self.be_shared += be.and(&rt).len() as u128 * dt;
         if !be_waits {
             return;
         }
@@ -159,7 +191,9 @@ impl Accountant {
         Lost {
             rt_busy: f(self.rt_busy),
             be_busy: f(self.be_busy),
+            be_shared: f(self.be_shared),
             killed: f(self.killed),
+            be_occupancy: self.be_blocks as f64 / self.be_busy.max(1) as f64,
             gpu_idle: f(self.gpu_idle),
             beside_rt_refused: f(self.beside_rt_refused),
             beside_rt: f(self.beside_rt),
@@ -178,12 +212,14 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
         "where BE throughput goes (shares of CU time, from the simulator's trace; lost shares count only while a BE request waits)\n",
     );
     s.push_str(&format!(
-        "{:<22} {:<14} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "{:<22} {:<14} {:>7} {:>7} {:>7} {:>7} {:>6} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
         "workload",
         "policy",
         "BE thr",
         "RT busy",
+        "of: +BE",
         "BE busy",
+        "BE occ",
         "killed",
         "GPU idle",
         "refused",
@@ -195,12 +231,14 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
     ));
     for (w, p, be, l) in rows {
         s.push_str(&format!(
-            "{:<22} {:<14} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}\n",
+            "{:<22} {:<14} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6.2} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}\n",
             w,
             p,
             be,
             l.rt_busy,
+            l.be_shared,
             l.be_busy,
+            l.be_occupancy,
             l.killed,
             l.gpu_idle,
             l.beside_rt_refused,

@@ -70,14 +70,14 @@ impl Sim {
         self.l2_peak as f64 / self.spec.l2_bytes as f64
     }
 
-    /// Every resident block group now: its launch, the launch's tags and
-    /// the CUs it occupies. For observers that account device time from
-    /// the event trace (`reef-bench lost`): between two events the
-    /// resident groups do not change.
-    pub fn for_each_resident(&self, mut f: impl FnMut(LaunchId, &Tags, &CuSet)) {
+    /// Every resident block group now: its launch, the launch's tags,
+    /// the CUs it occupies and its blocks on each of them. For observers
+    /// that account device time from the event trace (`reef-bench
+    /// lost`): between two events the resident groups do not change.
+    pub fn for_each_resident(&self, mut f: impl FnMut(LaunchId, &Tags, &CuSet, u32)) {
         for g in self.groups.iter().filter(|g| g.live) {
             let l = &self.launches[g.launch as usize];
-            f(l.id, &l.req.tags, &g.cus);
+            f(l.id, &l.req.tags, &g.cus, g.per_cu);
         }
     }
 
