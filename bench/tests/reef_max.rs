@@ -325,3 +325,27 @@ fn spread_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
     let (ps, pw) = (spread.padding.unwrap(), without.padding.unwrap());
     assert!(ps.chained_blocks > pw.chained_blocks, "{ps:?} vs {pw:?}");
 }
+
+#[test]
+fn rate_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
+    // densenet's short RT kernels beside bert: the shortest version alone
+    // of bert's kernels often fits one block per slot where a finer one
+    // fits several (`reef_sched::dkp::rate`).
+    let rate = run("densenet", "bert", "reef-max", None, 0.5, true);
+    let without = run("densenet", "bert", "reef-max:-rate", None, 0.5, false);
+    assert_eq!(rate.corrupted_outputs, 0);
+    assert!(
+        rt_mean(&rate) <= 1.01 * rt_mean(&without),
+        "{} vs {}",
+        rt_mean(&rate),
+        rt_mean(&without)
+    );
+    let (r, w) = (rate.clients[1].completed, without.clients[1].completed);
+    assert!(r > w, "{r} vs {w}");
+    // More of bert's kernels end inside padded launches.
+    let (pr, pw) = (rate.padding.unwrap(), without.padding.unwrap());
+    assert!(
+        pr.be_kernels_completed_by_padding > pw.be_kernels_completed_by_padding,
+        "{pr:?} vs {pw:?}"
+    );
+}

@@ -335,6 +335,7 @@ impl RunSched {
                 .with_waves(m.waves)
                 .with_most(m.most)
                 .with_spread(m.spread)
+                .with_rate(m.rate)
                 .with_share(share)
                 .with_chain(m.chain.then(|| pad::barrier_ns(spec)));
             let table = Arc::new(t);

@@ -234,6 +234,7 @@ fn main() {
         .with_waves(true)
         .with_most(true)
         .with_spread(true)
+        .with_rate(true)
         .with_share(BUDGET_PERMILLE)
         .with_chain(Some(barrier));
     let n: usize = std::env::var("REEF_BENCH_SELECTIONS")

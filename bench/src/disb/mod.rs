@@ -36,7 +36,7 @@ pub struct DisbArgs {
     /// preemption only, reef: preemption and dynamic kernel padding,
     /// reef-dkp-mv: padding with multi-version kernels, reef-max: issue
     /// 28's combination, ablations reef-max:-X / reef-max:+X+Y with X in
-    /// preempt, pad, mv, waves, tail, share, chain, most, spread
+    /// preempt, pad, mv, waves, tail, share, chain, most, spread, rate
     /// (docs/results-max.md), fikit: FIKIT's
     /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
     /// are its ablations; aker, baymax, tacker: Aker's kernel managers,

@@ -49,6 +49,11 @@
 //!   soonest, so that `chain`'s next kernels start sooner (REEF §5.2,
 //!   Fig. 12: best-effort parts on the CUs the real-time kernel leaves);
 //!   needs `pad` ([`super::spread`]).
+//! - `rate`: with `mv`, among the versions the rules admit, the one
+//!   whose slots complete the most of its kernel per CU within the
+//!   real-time kernel's time rather than the shortest kernel alone (REEF
+//!   §5.3's choice, over Fig. 13's block-time curves and the
+//!   implementation's `be_iters`); needs `mv` ([`super::rate`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -63,12 +68,13 @@ use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
 pub const MECHANISMS: &[&str] = &[
-    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most", "spread",
+    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most", "spread", "rate",
 ];
 
-/// Mechanisms that are a form of another (`most` of `waves`' slots): off,
-/// and not named, where that one is off.
-const FORM_OF: &[(&str, &str)] = &[("most", "waves")];
+/// Mechanisms that are a form of another (`most` of `waves`' slots,
+/// `rate` of `mv`'s choice among versions): off, and not named, where that
+/// one is off.
+const FORM_OF: &[(&str, &str)] = &[("most", "waves"), ("rate", "mv")];
 
 /// Which mechanisms a `reef-max` policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,6 +88,7 @@ pub struct MaxConfig {
     pub chain: bool,
     pub most: bool,
     pub spread: bool,
+    pub rate: bool,
 }
 
 impl Default for MaxConfig {
@@ -103,6 +110,7 @@ impl MaxConfig {
             chain: true,
             most: true,
             spread: true,
+            rate: true,
         }
     }
 
@@ -118,6 +126,7 @@ impl MaxConfig {
             chain: false,
             most: false,
             spread: false,
+            rate: false,
         }
     }
 
@@ -132,6 +141,7 @@ impl MaxConfig {
             "chain" => &mut self.chain,
             "most" => &mut self.most,
             "spread" => &mut self.spread,
+            "rate" => &mut self.rate,
             _ => return None,
         })
     }
@@ -175,8 +185,11 @@ impl MaxConfig {
             if on && FORM_OF.iter().any(|&(f, _)| f == m) {
                 asked_form.push(m);
             }
-            asked_shape |=
-                on && matches!(m, "mv" | "waves" | "share" | "chain" | "most" | "spread");
+            asked_shape |= on
+                && matches!(
+                    m,
+                    "mv" | "waves" | "share" | "chain" | "most" | "spread" | "rate"
+                );
         }
         // A form of a mechanism that is off is off too; asking for it then
         // is an error.
@@ -224,7 +237,7 @@ impl MaxConfig {
     }
 
     /// [`Self::name`] as a `&'static str` (policy names are static; the
-    /// 2^9 configurations are interned once each).
+    /// 2^10 configurations are interned once each).
     pub fn static_name(&self) -> &'static str {
         static NAMES: Mutex<Option<HashMap<MaxConfig, &'static str>>> = Mutex::new(None);
         let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,8 +248,8 @@ impl MaxConfig {
 
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
-    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain`, `most`
-    /// and `spread` off.
+    /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain`, `most`,
+    /// `spread` and `rate` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
@@ -245,6 +258,7 @@ impl MaxConfig {
         self.chain = false;
         self.most = false;
         self.spread = false;
+        self.rate = false;
         self
     }
 }
@@ -323,7 +337,23 @@ mod tests {
             MaxConfig::parse("reef-max:+pad+waves+most").map(|c| c.name()),
             Some("reef-max:-mv-tail-share-chain-spread".into())
         );
-        for bad in ["reef-max:+pad+most", "reef-max:-waves+most"] {
+        let c = MaxConfig::parse("reef-max:-rate").unwrap();
+        assert!(!c.rate && c.mv && c.most && c.spread);
+        assert_eq!(c.name(), "reef-max:-rate");
+        let c = MaxConfig::parse("reef-max:-mv").unwrap();
+        assert!(!c.rate && !c.mv && c.waves);
+        assert_eq!(c.name(), "reef-max:-mv");
+        assert_eq!(
+            MaxConfig::parse("reef-max:+pad+mv").map(|c| c.name()),
+            Some("reef-max:-waves-tail-share-chain-spread-rate".into())
+        );
+        assert!(MaxConfig::parse("reef-max:+pad+mv+rate").is_some_and(|c| c.rate));
+        for bad in [
+            "reef-max:+pad+most",
+            "reef-max:-waves+most",
+            "reef-max:+pad+rate",
+            "reef-max:-mv+rate",
+        ] {
             assert_eq!(MaxConfig::parse(bad), None, "{bad}");
         }
         assert_eq!(

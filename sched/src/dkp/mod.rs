@@ -25,6 +25,8 @@
 //!   padded slot.
 //! - [`spread`]: `reef-max`'s left-over CUs for a part that ends its
 //!   kernel, so that `chain` starts sooner.
+//! - [`rate`]: `reef-max`'s version choice by the share of its kernel a
+//!   version completes per CU in the launch.
 //!
 //! See docs/padding.md.
 
@@ -35,6 +37,7 @@ pub mod max;
 pub mod most;
 pub mod padded;
 pub mod profile;
+pub mod rate;
 pub mod select;
 pub mod share;
 pub mod spread;

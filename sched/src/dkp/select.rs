@@ -38,7 +38,9 @@
 //! A task's kernel may be spread over several padded launches by block
 //! ranges: [`Candidate::next_block`] is the task's block offset. With several
 //! versions of a kernel (§5.3), the shortest kernel (kernel execution time)
-//! among the versions that satisfy both rules is taken; once a kernel has
+//! among the versions that satisfy both rules is taken (with `reef-max`'s
+//! `rate`, the one that completes the most of its kernel per CU in the
+//! launch, [`super::rate`]); once a kernel has
 //! started under a version ([`Candidate::locked`]) its remaining blocks use
 //! the shortest of that version and the coarser ones whose block boundary
 //! its planned prefix ends on, among those satisfying both rules, and
@@ -144,6 +146,10 @@ pub struct Selector {
     /// Parts that end their kernel take left-over CUs to end sooner
     /// (`reef-max`'s `spread`, [`super::spread`]).
     pub(super) spread: bool,
+    /// The admitted version that completes the most of its kernel per CU
+    /// in the launch rather than the shortest kernel (`reef-max`'s
+    /// `rate`, [`super::rate`]).
+    pub(super) rate: bool,
 }
 
 impl Selector {
@@ -156,6 +162,7 @@ impl Selector {
             chain: None,
             most: false,
             spread: false,
+            rate: false,
         }
     }
 
@@ -275,7 +282,7 @@ impl Selector {
                         continue;
                     }
                     if let Some(b) = best {
-                        if k.kernel_ns >= b.2 {
+                        if !self.rate && k.kernel_ns >= b.2 {
                             continue;
                         }
                     }
@@ -305,6 +312,12 @@ impl Selector {
                     let p = k.max_coresidency_within(cap, rt.kernel_ns);
                     if p == 0 {
                         continue;
+                    }
+                    if let Some(b) = best.filter(|_| self.rate) {
+                        let kb = &c.versions[b.0 as usize];
+                        if !self.higher_rate(rt.kernel_ns, (k, p), (kb, b.1)) {
+                            continue;
+                        }
                     }
                     best = Some((v as u16, p, k.kernel_ns, level, lds, offset));
                 }
