@@ -16,10 +16,10 @@
 //! where the measured kernel's fit once with most of the slot left idle,
 //! or its coarser blocks may fit where a finer one's contention is steep;
 //! the shortest kernel alone says neither. With `rate` the selection takes
-//! the admitted version of the highest such share (the co-residency of
-//! each as the part would get it: the highest rule 1 admits, or with
-//! `most` the one of the most blocks, [`super::most`]); equal shares keep
-//! the shorter kernel, REEF's choice. Without `waves`, `w = 1`.
+//! the admitted version of the highest such share, each read at the
+//! highest co-residency rule 1 admits for it (the part may then run at
+//! `most`'s, [`super::most`]); equal shares keep the shorter kernel,
+//! REEF's choice. Without `waves`, `w = 1`.
 //!
 //! Rules 1 and 2 are checked for every version as before, and the locked
 //! version of a started kernel still limits which versions may continue
@@ -44,14 +44,16 @@ impl Selector {
         self
     }
 
-    /// Blocks one CU runs of `k` within `rt_ns` at the co-residency a part
-    /// of it would get, `p` ≥ 1 being the highest rule 1 admits.
+    /// Blocks one CU runs of `k` within `rt_ns` at `p` ≥ 1, the highest
+    /// co-residency rule 1 admits. (Reading it at `most`'s co-residency
+    /// instead, a walk over `1..=p` per version, chose the same versions:
+    /// the same figures to the last digit on 10 s of DISB A–E on both
+    /// presets, 2026-11-28, at a higher decision cost.)
     fn blocks_per_cu(&self, k: &KernelChar, p: u32, rt_ns: u64) -> u64 {
         if !self.waves() {
             return p as u64;
         }
-        let q = self.most_coresidency(k, p, rt_ns, u32::MAX, u32::MAX);
-        q as u64 * waves_at(k, q, rt_ns) as u64
+        p as u64 * waves_at(k, p, rt_ns) as u64
     }
 
     /// Whether version `a` (admitted at co-residency `pa`) completes a
