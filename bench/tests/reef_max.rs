@@ -106,6 +106,25 @@ fn rt_mean(o: &RunOutcome) -> f64 {
     l.iter().sum::<u64>() as f64 / l.len() as f64
 }
 
+/// Runs closed-loop RT `rt` beside closed-loop BE `be` for 0.5 s under
+/// `with` (value tracking on) and `without`, and asserts what every
+/// mechanism must keep: no output corrupted, the RT mean within 1 % of
+/// the run without it, and more BE requests completed. Returns both runs.
+fn gains(rt: &str, be: &str, with: &str, without: &str) -> (RunOutcome, RunOutcome) {
+    let on = run(rt, be, with, None, 0.5, true);
+    let off = run(rt, be, without, None, 0.5, false);
+    assert_eq!(on.corrupted_outputs, 0, "{with}");
+    assert!(
+        rt_mean(&on) <= 1.01 * rt_mean(&off),
+        "{with}: {} vs {}",
+        rt_mean(&on),
+        rt_mean(&off)
+    );
+    let (n, w) = (on.clients[1].completed, off.clients[1].completed);
+    assert!(n > w, "{with}: {n} vs {without}: {w}");
+    (on, off)
+}
+
 /// A signature of what the device ran.
 fn trace(o: &RunOutcome) -> (u64, u64, u64, u64, u64) {
     let p = o.padding.clone().unwrap_or_default();
@@ -258,23 +277,12 @@ fn share_keeps_rt_latency_within_the_target_and_raises_be_throughput() {
     // co-residency (the shared parts are placed first). Without `spread`,
     // with which `share` changes nothing on this pair (the trace test
     // above).
-    let share = run("vgg", "resnet152", "reef-max:-spread", None, 0.5, true);
-    let without = run(
+    gains(
         "vgg",
         "resnet152",
+        "reef-max:-spread",
         "reef-max:-spread-share",
-        None,
-        0.5,
-        false,
     );
-    assert_eq!(share.corrupted_outputs, 0);
-    assert!(
-        rt_mean(&share) <= 1.01 * rt_mean(&without),
-        "{} vs {}",
-        rt_mean(&share),
-        rt_mean(&without)
-    );
-    assert!(share.clients[1].completed > without.clients[1].completed);
 }
 
 #[test]
@@ -283,18 +291,10 @@ fn chain_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
     // CUs beside the RT kernels idle (docs/results-max.md): `chain` runs
     // the task's next kernels in the same padded launch behind a grid
     // barrier (`reef_sched::dkp::chain`, `reef_sim::KernelLaunch::after`).
-    let chain = run("vgg", "resnet152", "reef-max", None, 0.5, true);
-    let without = run("vgg", "resnet152", "reef-max:-chain", None, 0.5, false);
-    assert_eq!(chain.corrupted_outputs, 0);
+    let (chain, without) = gains("vgg", "resnet152", "reef-max", "reef-max:-chain");
     let pad = chain.padding.clone().unwrap();
     assert!(pad.chained_parts > 0 && pad.chained_blocks > 0, "{pad:?}");
     assert_eq!(without.padding.clone().unwrap().chained_parts, 0);
-    assert!(
-        rt_mean(&chain) <= 1.01 * rt_mean(&without),
-        "{} vs {}",
-        rt_mean(&chain),
-        rt_mean(&without)
-    );
     // More than a tenth more BE requests (0.5 s: 0.73 -> 0.97 of stand-alone
     // throughput over DISB B's 60 s, docs/results-max.md).
     let (c, w) = (chain.clients[1].completed, without.clients[1].completed);
@@ -310,17 +310,7 @@ fn spread_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
     // few blocks onto a few CUs in waves, and the task's next kernels
     // (`chain`) started late; `spread` gives it the CUs no part took
     // (`reef_sched::dkp::spread`).
-    let spread = run("vgg", "resnet152", "reef-max", None, 0.5, true);
-    let without = run("vgg", "resnet152", "reef-max:-spread", None, 0.5, false);
-    assert_eq!(spread.corrupted_outputs, 0);
-    assert!(
-        rt_mean(&spread) <= 1.01 * rt_mean(&without),
-        "{} vs {}",
-        rt_mean(&spread),
-        rt_mean(&without)
-    );
-    let (s, w) = (spread.clients[1].completed, without.clients[1].completed);
-    assert!(s > w, "{s} vs {w}");
+    let (spread, without) = gains("vgg", "resnet152", "reef-max", "reef-max:-spread");
     // More chained blocks run: the chain starts sooner.
     let (ps, pw) = (spread.padding.unwrap(), without.padding.unwrap());
     assert!(ps.chained_blocks > pw.chained_blocks, "{ps:?} vs {pw:?}");
@@ -331,17 +321,7 @@ fn rate_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
     // densenet's short RT kernels beside bert: the shortest version alone
     // of bert's kernels often fits one block per slot where a finer one
     // fits several (`reef_sched::dkp::rate`).
-    let rate = run("densenet", "bert", "reef-max", None, 0.5, true);
-    let without = run("densenet", "bert", "reef-max:-rate", None, 0.5, false);
-    assert_eq!(rate.corrupted_outputs, 0);
-    assert!(
-        rt_mean(&rate) <= 1.01 * rt_mean(&without),
-        "{} vs {}",
-        rt_mean(&rate),
-        rt_mean(&without)
-    );
-    let (r, w) = (rate.clients[1].completed, without.clients[1].completed);
-    assert!(r > w, "{r} vs {w}");
+    let (rate, without) = gains("densenet", "bert", "reef-max", "reef-max:-rate");
     // More of bert's kernels end inside padded launches.
     let (pr, pw) = (rate.padding.unwrap(), without.padding.unwrap());
     assert!(
