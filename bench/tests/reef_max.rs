@@ -318,9 +318,11 @@ fn spread_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
 
 #[test]
 fn rate_keeps_rt_latency_and_raises_be_throughput_with_every_value_right() {
-    // densenet's short RT kernels beside bert: the shortest version alone
-    // of bert's kernels often fits one block per slot where a finer one
-    // fits several (`reef_sched::dkp::rate`).
+    // densenet's RT kernels beside bert: `rate` takes the version that
+    // completes the most of a kernel per padded CU rather than the
+    // shortest alone (`reef_sched::dkp::rate`); on this pair it raised the
+    // BE share from 0.181 to 0.328 in `reef-bench dkp --duration 0.5`
+    // (docs/results-max.md's dkp pairs, 2 s: 0.189 → 0.328).
     let (rate, without) = gains("densenet", "bert", "reef-max", "reef-max:-rate");
     // More of bert's kernels end inside padded launches.
     let (pr, pw) = (rate.padding.unwrap(), without.padding.unwrap());

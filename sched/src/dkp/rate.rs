@@ -28,8 +28,12 @@
 //! was measured side by side before it was a switch (a temporary
 //! environment toggle, 10 s of DISB A–E on both presets, 2026-11-28):
 //! overall throughput +0.000 to +0.062, never lower, RT latency unchanged
-//! to the third digit; its share in the whole is in docs/results-max.md's
-//! ablation.
+//! to the third digit. In `reef-bench dkp`'s 25 pairs it raised twelve
+//! (up to +0.136), lowered two (densenet as BE beside resnet152 or vgg,
+//! −0.040 and −0.038; not traced) and left the rest. Its share in the
+//! whole is in docs/results-max.md's ablation; its decision cost (p99
+//! +14 % to +49 %: every version that passes rule 1 at one block is
+//! read) in the same document's "Decision cost".
 
 use super::most::waves_at;
 use super::profile::KernelChar;
