@@ -81,9 +81,10 @@ pub struct DisbArgs {
     #[arg(long)]
     pub check_values: bool,
     /// Also print where best-effort throughput goes: each run's CU time
-    /// accounted from the simulator's event trace (RT busy, BE busy, BE
-    /// killed, GPU idle, idle beside RT kernels with and without a padding
-    /// refusal, idle beside BE only), `disb::lost`.
+    /// accounted from the simulator's event trace (RT busy and the part of
+    /// it with BE blocks on the same CUs, BE busy and its BE blocks per
+    /// CU, BE killed, GPU idle, idle beside RT kernels with and without a
+    /// padding refusal, idle beside BE only), `disb::lost`.
     #[arg(long)]
     pub lost: bool,
     /// Also print the scheduler's own time per decision (p50, p99, p99.9,
