@@ -334,6 +334,7 @@ pub fn run_pair(
             dq_capacity: crate::run::REEF_DQ_CAPACITY,
             track_values: false,
             account: args.lost,
+            alone_ns: vec![standalone[rt], standalone[be]],
             ..RunOptions::default()
         },
     )?;

@@ -400,6 +400,7 @@ fn run_inplace(groups: &[usize]) -> InplaceRun {
             kernels: 6,
             idempotence: Some(meta(groups)),
             successors_clear: None,
+            alone_ns: None,
         },
     ];
     let mut s = Scheduler::new(

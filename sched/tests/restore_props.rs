@@ -95,6 +95,7 @@ fn run(
             kernels: m.kernels.len() as u32,
             idempotence: Some(meta(groups)),
             successors_clear: None,
+            alone_ns: None,
         });
         dev_models.push(m.clone());
         clients.push(ClientSpec {

@@ -36,7 +36,8 @@ pub struct DisbArgs {
     /// preemption only, reef: preemption and dynamic kernel padding,
     /// reef-dkp-mv: padding with multi-version kernels, reef-max: issue
     /// 28's combination, ablations reef-max:-X / reef-max:+X+Y with X in
-    /// preempt, pad, mv, waves, tail, share, chain, most, spread, rate
+    /// preempt, pad, mv, waves, tail, share, chain, most, spread, rate,
+    /// guard
     /// (docs/results-max.md), fikit: FIKIT's
     /// profiled gap filling at ten priorities; fikit-nofill, fikit-noearly
     /// are its ablations; aker, baymax, tacker: Aker's kernel managers,
@@ -282,6 +283,7 @@ pub fn run_one(
             aker_profiles: set.aker_profiles.clone(),
             account: args.lost,
             decision_cost: args.decision_cost,
+            alone_ns: set.standalone_ns.clone(),
             ..RunOptions::default()
         },
     )

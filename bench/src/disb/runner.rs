@@ -178,6 +178,10 @@ pub struct RunOptions {
     /// Time the scheduler's every decision (`--decision-cost`,
     /// `reef_exec::drive::cost`).
     pub decision_cost: bool,
+    /// Per model, its stand-alone latency, ns, as measured before the run
+    /// (`reef_sched::ModelInfo::alone_ns`: `reef-max`'s `guard` holds the
+    /// real-time requests to a target over it); empty: not given.
+    pub alone_ns: Vec<f64>,
 }
 
 impl Default for RunOptions {
@@ -197,6 +201,7 @@ impl Default for RunOptions {
             aker_profiles: None,
             account: false,
             decision_cost: false,
+            alone_ns: Vec::new(),
         }
     }
 }
@@ -584,12 +589,14 @@ pub fn simulate(
 ) -> anyhow::Result<RunOutcome> {
     let infos: Vec<ModelInfo> = models
         .iter()
-        .map(|m| ModelInfo {
+        .enumerate()
+        .map(|(i, m)| ModelInfo {
             name: m.name.clone(),
             kernels: m.shapes.len() as u32,
             idempotence: None,
             // More than any BE device queue (`dq_capacity`) holds.
             successors_clear: Some(m.model.successors_clear_of(16)),
+            alone_ns: opts.alone_ns.get(i).map(|&a| a.round() as u64),
         })
         .collect();
     let specs: Vec<ClientSpec> = clients

@@ -30,6 +30,7 @@ fn driver_on<D: Device>(
             kernels: m.shapes.len() as u32,
             idempotence: None,
             successors_clear: None,
+            alone_ns: None,
         })
         .collect();
     let clients = vec![

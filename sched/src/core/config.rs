@@ -21,6 +21,10 @@ pub struct ModelInfo {
     /// or writes (`reef_model::Model::successors_clear_of`); `None`:
     /// unknown, taken as 0.
     pub successors_clear: Option<Vec<u32>>,
+    /// Its latency alone on the device, ns, where known (the benchmark
+    /// measures it before its runs); `reef-max`'s `guard` learns it
+    /// otherwise ([`crate::dkp::guard`]).
+    pub alone_ns: Option<u64>,
 }
 
 impl ModelInfo {
@@ -31,6 +35,7 @@ impl ModelInfo {
             kernels,
             idempotence: None,
             successors_clear: None,
+            alone_ns: None,
         }
     }
 

@@ -54,6 +54,13 @@
 //!   real-time kernel's time rather than the shortest kernel alone (REEF
 //!   §5.3's choice, over Fig. 13's block-time curves and the
 //!   implementation's `be_iters`); needs `mv` ([`super::rate`]).
+//! - `guard`: padding only as far as the real-time requests' measured mean
+//!   latency stays within 1.02 of their latency alone: a controller that
+//!   pads only the real-time kernels leaving enough CUs free, raising that
+//!   share while the mean is above the target (REEF §6.5, Fig. 25: every
+//!   padded block, the real-time kernel's own included, pays 0.8 %; §6.2:
+//!   with several real-time clients a late request delays the ones queued
+//!   behind it); needs `pad` ([`super::guard`]).
 //!
 //! Aker-style fusion (Aker §5) is not part of it (docs/results-max.md says
 //! why).
@@ -68,13 +75,13 @@ use std::sync::Mutex;
 
 /// The mechanisms, in the order names list them.
 pub const MECHANISMS: &[&str] = &[
-    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most", "spread", "rate",
+    "preempt", "pad", "mv", "waves", "tail", "share", "chain", "most", "spread", "rate", "guard",
 ];
 
 /// Mechanisms that are a form of another (`most` of `waves`' slots,
-/// `rate` of `mv`'s choice among versions): off, and not named, where that
-/// one is off.
-const FORM_OF: &[(&str, &str)] = &[("most", "waves"), ("rate", "mv")];
+/// `rate` of `mv`'s choice among versions, `guard` of how far `pad`
+/// pads): off, and not named, where that one is off.
+const FORM_OF: &[(&str, &str)] = &[("most", "waves"), ("rate", "mv"), ("guard", "pad")];
 
 /// Which mechanisms a `reef-max` policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,6 +96,7 @@ pub struct MaxConfig {
     pub most: bool,
     pub spread: bool,
     pub rate: bool,
+    pub guard: bool,
 }
 
 impl Default for MaxConfig {
@@ -111,6 +119,7 @@ impl MaxConfig {
             most: true,
             spread: true,
             rate: true,
+            guard: true,
         }
     }
 
@@ -127,6 +136,7 @@ impl MaxConfig {
             most: false,
             spread: false,
             rate: false,
+            guard: false,
         }
     }
 
@@ -142,6 +152,7 @@ impl MaxConfig {
             "most" => &mut self.most,
             "spread" => &mut self.spread,
             "rate" => &mut self.rate,
+            "guard" => &mut self.guard,
             _ => return None,
         })
     }
@@ -188,7 +199,7 @@ impl MaxConfig {
             asked_shape |= on
                 && matches!(
                     m,
-                    "mv" | "waves" | "share" | "chain" | "most" | "spread" | "rate"
+                    "mv" | "waves" | "share" | "chain" | "most" | "spread" | "rate" | "guard"
                 );
         }
         // A form of a mechanism that is off is off too; asking for it then
@@ -249,7 +260,7 @@ impl MaxConfig {
     /// The configuration where a mechanism does not exist on the device
     /// (padding needs block placement, REEF §5.5: not on the CUDA or HIP
     /// launch paths here): `pad`, `mv`, `waves`, `share`, `chain`, `most`,
-    /// `spread` and `rate` off.
+    /// `spread`, `rate` and `guard` off.
     pub fn without_padding(mut self) -> Self {
         self.pad = false;
         self.mv = false;
@@ -259,6 +270,7 @@ impl MaxConfig {
         self.most = false;
         self.spread = false;
         self.rate = false;
+        self.guard = false;
         self
     }
 }
@@ -284,7 +296,7 @@ mod tests {
         );
         assert_eq!(
             c.static_name(),
-            "reef-max:-mv-waves-tail-share-chain-spread"
+            "reef-max:-mv-waves-tail-share-chain-spread-guard"
         );
         assert_eq!(
             MaxConfig::base().name(),
@@ -335,7 +347,7 @@ mod tests {
         assert_eq!(c.name(), "reef-max:-waves");
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+waves+most").map(|c| c.name()),
-            Some("reef-max:-mv-tail-share-chain-spread".into())
+            Some("reef-max:-mv-tail-share-chain-spread-guard".into())
         );
         let c = MaxConfig::parse("reef-max:-rate").unwrap();
         assert!(!c.rate && c.mv && c.most && c.spread);
@@ -345,14 +357,20 @@ mod tests {
         assert_eq!(c.name(), "reef-max:-mv");
         assert_eq!(
             MaxConfig::parse("reef-max:+pad+mv").map(|c| c.name()),
-            Some("reef-max:-waves-tail-share-chain-spread-rate".into())
+            Some("reef-max:-waves-tail-share-chain-spread-rate-guard".into())
         );
+        let c = MaxConfig::parse("reef-max:-guard").unwrap();
+        assert!(!c.guard && c.pad && c.rate && c.share);
+        assert_eq!(c.name(), "reef-max:-guard");
+        assert!(MaxConfig::parse("reef-max:+pad+guard").is_some_and(|c| c.guard && !c.mv));
         assert!(MaxConfig::parse("reef-max:+pad+mv+rate").is_some_and(|c| c.rate));
         for bad in [
             "reef-max:+pad+most",
             "reef-max:-waves+most",
             "reef-max:+pad+rate",
             "reef-max:-mv+rate",
+            "reef-max:+guard",
+            "reef-max:-pad+guard",
         ] {
             assert_eq!(MaxConfig::parse(bad), None, "{bad}");
         }
@@ -363,6 +381,11 @@ mod tests {
                 share: true,
                 ..MaxConfig::base()
             })
+        );
+        // A form of pad: not named where pad is off.
+        assert_eq!(
+            MaxConfig::parse("reef-max:-pad-guard").map(|c| c.name()),
+            Some("reef-max:-pad-mv-waves-share-chain-spread".into())
         );
         assert_eq!(
             MaxConfig::parse("reef-max:-pad"),

@@ -32,6 +32,7 @@
 
 pub mod chain;
 pub mod floor;
+pub mod guard;
 pub mod hot;
 pub mod max;
 pub mod most;

@@ -186,6 +186,9 @@ pub struct DkpCounters {
     /// preempted best-effort task's reset was heard (`reset`: REEF §3.1
     /// pads after its synchronous reset).
     pub reset_waits: u64,
+    /// Real-time kernels `reef-max`'s `guard` launched unpadded
+    /// ([`super::guard`]): too few free CUs for its level, or a probe.
+    pub guard_held: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -306,6 +309,8 @@ pub struct PaddingScheduler {
     /// The real-time kernel the transmitter holds for a best-effort task's
     /// reset (`reset`), counted once.
     held: Option<KernelTag>,
+    /// `reef-max`'s `guard` ([`super::guard`]), when on.
+    guard: Option<super::guard::Guard>,
 }
 
 impl PaddingScheduler {
@@ -346,7 +351,8 @@ impl PaddingScheduler {
         clients: Vec<ClientSpec>,
         window: usize,
     ) -> Result<Self, ConfigError> {
-        Self::with_policy(
+        let alone: Vec<Option<u64>> = models.iter().map(|m| m.alone_ns).collect();
+        let mut s = Self::with_policy(
             Preemptive::reef_max(max.static_name(), max.preempt, max.tail),
             max.tail,
             table,
@@ -354,7 +360,11 @@ impl PaddingScheduler {
             models,
             clients,
             window,
-        )
+        )?;
+        if max.guard {
+            s.guard = Some(super::guard::Guard::new(alone));
+        }
+        Ok(s)
     }
 
     fn with_policy(
@@ -399,6 +409,7 @@ impl PaddingScheduler {
             last_refused: false,
             tail_fill,
             held: None,
+            guard: None,
         };
         s.drain_inner(0);
         Ok(s)
@@ -451,6 +462,11 @@ impl PaddingScheduler {
         match &ev {
             Event::RequestArrived { req, client, .. } => {
                 self.req_client.insert(*req, *client);
+                if let (Some(g), Some(c)) = (&mut self.guard, self.clients.get(client.0 as usize)) {
+                    if c.class == Class::RealTime {
+                        g.arrived(now, *req, c.model.0 as usize);
+                    }
+                }
             }
             Event::KernelCompleted { stream, tag } if *stream == self.rt => {
                 self.rt_finished(now, *tag, RtEnd::Completed);
@@ -592,14 +608,26 @@ impl PaddingScheduler {
             // With the fill after the last kernel, the last one goes
             // unpadded: its best-effort streams resume beside it.
             let last = tag.kernel + 1 == self.models[model.0 as usize];
+            let guarded = self.guard.as_ref().is_some_and(|g| {
+                let n = self.table.selector.limits().compute_units;
+                let rt_cus = self.table.versions(model, tag.kernel)[0].rt_cus.min(n);
+                !g.admits(tag.req, n - rt_cus, n)
+            });
             let parts = if self.tail_fill && last {
                 self.last_refused = false;
+                None
+            } else if guarded {
+                self.last_refused = false;
+                self.counters.guard_held += 1;
                 None
             } else {
                 self.select_for(model, tag)
             };
             match parts {
                 Some(l) => {
+                    if let Some(g) = &mut self.guard {
+                        g.padded(tag.req);
+                    }
                     self.counters.padded_launches += 1;
                     self.counters.be_blocks_padded +=
                         l.parts.iter().map(|p| p.blocks.len() as u64).sum::<u64>();

@@ -37,6 +37,8 @@ impl<D: EngineDevice> SchedEngine<D> {
                 kernels: m.shapes.len() as u32,
                 idempotence: m.idempotence.clone(),
                 successors_clear: Some(m.model.successors_clear_of(SUCCESSORS_CHECKED)),
+                // Learned by `reef-max`'s guard from the requests (reef_sched::dkp::guard).
+                alone_ns: None,
             })
             .collect();
         let mut specs = Vec::new();

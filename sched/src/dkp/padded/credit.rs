@@ -102,7 +102,7 @@ impl PaddingScheduler {
     /// Moves the core's actions out, holding real-time launches for the DKP
     /// transmitter and turning relaunches of partly padded kernels into
     /// [`DkpAction::Rest`].
-    pub(super) fn drain_inner(&mut self, _now: Time) {
+    pub(super) fn drain_inner(&mut self, now: Time) {
         let mut acts = std::mem::take(&mut self.scratch);
         self.inner.drain_actions(&mut acts);
         for a in acts.drain(..) {
@@ -200,6 +200,13 @@ impl PaddingScheduler {
                 }
                 Action::RequestDone { req, .. } | Action::RequestRejected { req, .. } => {
                     self.req_client.remove(&req);
+                    if let Some(g) = &mut self.guard {
+                        if matches!(a, Action::RequestDone { .. }) {
+                            g.completed(now, req);
+                        } else {
+                            g.forget(req);
+                        }
+                    }
                     for b in &mut self.be {
                         if b.req.map(|r| r.0) == Some(req) {
                             *b = BeState::default();
