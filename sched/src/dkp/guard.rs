@@ -57,6 +57,7 @@
 //! anything; what it costs in best-effort throughput is what the
 //! measurements show.
 
+use super::hot::IdHash;
 use crate::types::{RequestId, Time};
 use std::collections::HashMap;
 
@@ -81,7 +82,10 @@ pub struct Guard {
     fixed: Vec<bool>,
     /// Real-time requests in flight: (model, arrival, still clean, when
     /// it would complete under `rt-only`).
-    inflight: HashMap<RequestId, (usize, Time, bool, Option<Time>)>,
+    inflight: HashMap<RequestId, (usize, Time, bool, Option<Time>), IdHash>,
+    /// Every model's latency alone is known (no probes left): level 0
+    /// then admits without looking the request up.
+    all_known: bool,
     /// When the `rt-only` schedule of the requests so far ends: one FIFO
     /// real-time queue (REEF §3.1), each request its latency alone.
     rt_only_end: Time,
@@ -101,12 +105,14 @@ impl Guard {
     }
 
     pub fn with_target(alone: Vec<Option<u64>>, target_permille: u32) -> Self {
-        let fixed = alone.iter().map(|a| a.is_some_and(|a| a > 0)).collect();
+        let fixed: Vec<bool> = alone.iter().map(|a| a.is_some_and(|a| a > 0)).collect();
+        let all_known = fixed.iter().all(|&f| f);
         Self {
             target_permille,
             alone: alone.into_iter().map(|a| a.filter(|&a| a > 0)).collect(),
             fixed,
-            inflight: HashMap::new(),
+            inflight: HashMap::default(),
+            all_known,
             rt_only_end: 0,
             mean_ppm: 1_000_000,
             seen: 0,
@@ -127,6 +133,9 @@ impl Guard {
     /// CUs may be padded. A request whose model's latency alone is not
     /// known yet runs unpadded (a probe).
     pub fn admits(&self, req: RequestId, free: u32, cus: u32) -> bool {
+        if self.level == 0 && self.all_known {
+            return true;
+        }
         let Some(&(model, ..)) = self.inflight.get(&req) else {
             return self.level == 0;
         };
@@ -159,6 +168,7 @@ impl Guard {
         if clean && !self.fixed[model] {
             let a = &mut self.alone[model];
             *a = Some(a.map_or(latency, |a| a.min(latency)));
+            self.all_known = self.alone.iter().all(|a| a.is_some());
         }
         // Against the request's latency under `rt-only`: its latency alone
         // plus what it would wait there behind earlier requests, so that
