@@ -343,7 +343,7 @@ impl AkerScheduler {
     pub fn core(&self) -> &Core {
         self.sched.core()
     }
-    /// The scheduler holding the core (its policy is [`AkerPolicy`]).
+    /// The scheduler holding the core (its policy is `AkerPolicy`).
     pub fn inner(&self) -> &Scheduler {
         &self.sched
     }

@@ -58,7 +58,7 @@
 //!   latency stays within 1.02 of their latency alone: a controller that
 //!   pads only the real-time kernels leaving enough CUs free, raising that
 //!   share while the mean is above the target (REEF §6.5, Fig. 25: every
-//!   padded block, the real-time kernel's own included, pays 0.8 %; §6.2:
+//!   padded block, the real-time kernel's own included, pays 0.8 %; §6.3:
 //!   with several real-time clients a late request delays the ones queued
 //!   behind it); needs `pad` ([`super::guard`]).
 //!

@@ -23,7 +23,7 @@
 //!
 //! Rules 1 and 2 are checked for every version as before, and the locked
 //! version of a started kernel still limits which versions may continue
-//! it ([`super::select::continue_at`]), so the launch keeps the real-time
+//! it (`select::continue_at`), so the launch keeps the real-time
 //! kernel's time and every continuation converts exactly. What it changes
 //! was measured side by side before it was a switch (a temporary
 //! environment toggle, 10 s of DISB A–E on both presets, 2026-11-28):

@@ -8,7 +8,7 @@
 //! Algorithms 2 and 3), §IV (the prototype: the device id is returned by
 //! `task_begin`; "once a GPU task completes and associated resources are
 //! released, MGB will attempt to pack more processes in the newly available
-//! space"; the SA and CG baselines) and §V-E (schedGPU, Reaño et al. [11]).
+//! space"; the SA and CG baselines) and §V-E (schedGPU, Reaño et al. \[11\]).
 //!
 //! Sans-IO, like the rest of reef-sched: [`Placer::task_begin`] answers at
 //! once with a device or "wait"; [`Placer::task_end`] and [`Placer::job_end`]
@@ -17,7 +17,7 @@
 //! thread, no I/O.
 //!
 //! # Policies ([`PlacePolicy`]), named as the paper names them
-//! - **SA** (§IV, "single assignment", as Slurm [12]): a job (process) is
+//! - **SA** (§IV, "single assignment", as Slurm \[12\]): a job (process) is
 //!   bound at its first task to the first device no job holds and keeps it
 //!   until [`Placer::job_end`]; one job per device. It knows no needs: a job
 //!   larger than a device is placed anyway (and crashes on the device).
@@ -25,7 +25,7 @@
 //!   task to devices in round-robin order until each device holds
 //!   `jobs_per_device` jobs (the CG ratio). It knows no needs either, so it
 //!   may oversubscribe memory (Table II's crashes).
-//! - **schedGPU** (§V-E, [11]): memory is the only criterion and there is
+//! - **schedGPU** (§V-E, \[11\]): memory is the only criterion and there is
 //!   no device reassignment: every task goes to device 0, waiting while its
 //!   memory does not fit ("schedGPU would schedule all jobs to run on one
 //!   device, since the memory capacity is not exceeded").
