@@ -130,7 +130,7 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
     };
     println!();
     println!(
-        "RT interleaved under BE load: {pairs} pairs (native, gRPC priority=1), 4 native BE clients; load average {} before",
+        "RT interleaved under BE load: {pairs} rounds (native, gRPC priority=1 over tonic's Channel, the same over a bare HTTP/2 connection), 4 native BE clients; load average {} before",
         load_avg()
     );
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -143,6 +143,27 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
             .await?;
         Ok::<_, anyhow::Error>(GrpcInferenceServiceClient::new(ch))
     })?;
+    // The same gRPC client code over a bare HTTP/2 connection: hyper's
+    // `SendRequest` in place of tonic's `Channel` (no buffer task, no
+    // reconnecting service stack), so that the client library's own share
+    // of the gRPC round trip shows beside the daemon's.
+    let mut gd = rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(d.grpc.as_str()).await?;
+        tcp.set_nodelay(true)?;
+        let (send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let origin: tonic::codegen::http::Uri = format!("http://{}", d.grpc).parse()?;
+        Ok::<_, anyhow::Error>(GrpcInferenceServiceClient::with_origin(
+            direct::Direct(send),
+            origin,
+        ))
+    })?;
     let mut c = Client::connect(&d.socket)?;
     let s = c.register(Priority::Rt, Some("bench-rt"))?;
     let x = input();
@@ -154,7 +175,9 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
     }];
     let stop = AtomicBool::new(false);
     let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    let mut bare = (Vec::new(), Vec::new());
     let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
+    let mut bare_steps = Vec::new();
     let mut last_grpc = None;
     let be = std::thread::scope(|sc| -> anyhow::Result<u64> {
         let load: Vec<_> = (0..4)
@@ -174,10 +197,19 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(200));
         let mut run = || -> anyhow::Result<()> {
             for i in 0..pairs {
-                for grpc_turn in [i % 2 == 1, i % 2 == 0] {
+                // The three paths in a rotating order.
+                for k in 0..3 {
+                    let turn = (i + k) % 3;
                     let t = Instant::now();
                     let c0 = reefd::protocol::monotonic_ns();
-                    if grpc_turn {
+                    if turn == 2 {
+                        let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
+                        let c1 = reefd::protocol::monotonic_ns();
+                        bare.0.push(t.elapsed().as_secs_f64() * 1e6);
+                        let r = r.into_inner();
+                        bare.1.push(reef_latency(&r));
+                        bare_steps.push(steps::grpc(&r, c0, c1));
+                    } else if turn == 1 {
                         let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
                         let c1 = reefd::protocol::monotonic_ns();
                         grpc.0.push(t.elapsed().as_secs_f64() * 1e6);
@@ -213,7 +245,11 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
         "path", "p50 us", "mean us", "p99 us", "reefd p50", "reefd mean", "reefd p99"
     );
     let mut sums = Vec::new();
-    for (name, (rtt, own)) in [("native RT", &native), ("gRPC priority=1", &grpc)] {
+    for (name, (rtt, own)) in [
+        ("native RT", &native),
+        ("gRPC priority=1", &grpc),
+        ("gRPC, bare h2 client", &bare),
+    ] {
         let (a, b) = (
             summarize(rtt.iter().copied()),
             summarize(own.iter().copied()),
@@ -224,19 +260,26 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
         );
         sums.push((a, b));
     }
-    let (n, g) = (&sums[0], &sums[1]);
-    println!(
-        "  gRPC/native: reefd's own p50 {:.3}, mean {:.3}, p99 {:.3}; client p50 {:.3}, mean {:.3}, p99 {:.3}",
-        g.1.p50_us / n.1.p50_us,
-        g.1.mean_us / n.1.mean_us,
-        g.1.p99_us / n.1.p99_us,
-        g.0.p50_us / n.0.p50_us,
-        g.0.mean_us / n.0.mean_us,
-        g.0.p99_us / n.0.p99_us
+    let n = &sums[0];
+    for (name, g) in [("gRPC", &sums[1]), ("gRPC, bare h2", &sums[2])] {
+        println!(
+            "  {name}/native: reefd's own p50 {:.3}, mean {:.3}, p99 {:.3}; client p50 {:.3}, mean {:.3}, p99 {:.3}; client added p50 {:+.1} us, p99 {:+.1} us",
+            g.1.p50_us / n.1.p50_us,
+            g.1.mean_us / n.1.mean_us,
+            g.1.p99_us / n.1.p99_us,
+            g.0.p50_us / n.0.p50_us,
+            g.0.mean_us / n.0.mean_us,
+            g.0.p99_us / n.0.p99_us,
+            g.0.p50_us - n.0.p50_us,
+            g.0.p99_us - n.0.p99_us
+        );
+    }
+    steps::breakdown(
+        &native_steps,
+        &[("gRPC priority=1", &grpc_steps), ("gRPC, bare h2 client", &bare_steps)],
+        last_grpc.as_ref(),
+        &|| grpc_request_rt_stamped(model),
     );
-    steps::breakdown(&native_steps, &grpc_steps, last_grpc.as_ref(), &|| {
-        grpc_request_rt_stamped(model)
-    });
     Ok(())
 }
 
@@ -772,4 +815,31 @@ async fn grpc_clients_at(
         out.push(r.unwrap_or_else(|e| Err(e.into())));
     }
     out
+}
+
+/// A bare HTTP/2 connection as a gRPC transport: hyper's `SendRequest`
+/// behind tower's `Service`, which tonic's generated client takes in place
+/// of its `Channel`.
+mod direct {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tonic::codegen::http;
+
+    #[derive(Clone)]
+    pub struct Direct(pub hyper::client::conn::http2::SendRequest<tonic::body::Body>);
+
+    impl tower::Service<http::Request<tonic::body::Body>> for Direct {
+        type Response = http::Response<hyper::body::Incoming>;
+        type Error = hyper::Error;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.0.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            Box::pin(self.0.send_request(req))
+        }
+    }
 }

@@ -88,7 +88,7 @@ pub fn grpc(r: &pb::ModelInferResponse, c0: u64, c1: u64) -> Steps {
 /// that hold them can be split.
 pub fn breakdown(
     native: &[Steps],
-    grpc: &[Steps],
+    grpc: &[(&str, &[Steps])],
     last: Option<&pb::ModelInferResponse>,
     request: &dyn Fn() -> pb::ModelInferRequest,
 ) {
@@ -106,8 +106,10 @@ pub fn breakdown(
     };
     println!("  native RT:");
     show(&NATIVE_STEPS, native);
-    println!("  gRPC priority=1:");
-    show(&GRPC_STEPS, grpc);
+    for (name, rows) in grpc {
+        println!("  {name}:");
+        show(&GRPC_STEPS, rows);
+    }
     let req = request();
     let n = 200;
     let time = |f: &mut dyn FnMut()| {
