@@ -391,4 +391,3 @@ fn the_guard_holds_disb_d_within_the_rt_target_and_still_pads() {
         off.be_throughput_norm
     );
 }
-

@@ -276,7 +276,10 @@ fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
     }
     steps::breakdown(
         &native_steps,
-        &[("gRPC priority=1", &grpc_steps), ("gRPC, bare h2 client", &bare_steps)],
+        &[
+            ("gRPC priority=1", &grpc_steps),
+            ("gRPC, bare h2 client", &bare_steps),
+        ],
         last_grpc.as_ref(),
         &|| grpc_request_rt_stamped(model),
     );
