@@ -730,6 +730,15 @@ fn a_users_regions_and_inline_bytes_are_limited() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // That client's region goes when the daemon hears its connection close,
+    // which may be after the client has exited: until then it still counts
+    // against the uid, and the next client would be refused for it (a CI
+    // run at 106decc failed the assertion below so, the "first" client
+    // refused and the "second" served once the old region went).
+    assert!(
+        wait_until(Duration::from_secs(10), || region_maps(pid) == 0),
+        "the single request's region outlived its connection"
+    );
     // One region per uid: a second connection of the same user is refused
     // while the first holds its region.
     let mut first = nobody(&[
