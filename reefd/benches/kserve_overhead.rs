@@ -28,6 +28,16 @@ use std::time::{Duration, Instant};
 #[path = "kserve_overhead/steps.rs"]
 mod steps;
 
+/// The gRPC client over a bare HTTP/2 connection (the interleaved phase's
+/// third path).
+#[path = "kserve_overhead/direct.rs"]
+mod direct;
+
+/// The interleaved RT comparison (`REEF_BENCH_PHASES=interleaved`).
+#[path = "kserve_overhead/interleaved.rs"]
+mod interleaved;
+use interleaved::rt_interleaved;
+
 fn main() -> anyhow::Result<()> {
     let per: usize = std::env::var("REEF_BENCH_REQUESTS")
         .ok()
@@ -105,185 +115,6 @@ fn main() -> anyhow::Result<()> {
     println!("added: the path's round trip less the native socket's, same model, same run");
     rt_under_load(&daemon, &model, per.min(1000))?;
     rt_interleaved(&daemon, &model, per)
-}
-
-/// `priority=1` over gRPC against RT over the native socket under the
-/// same BE load, robustly (issue 27: "RT latency within 5 % of the same
-/// requests over the native socket"): one closed-loop client sends `pairs`
-/// pairs of RT requests, one native and one gRPC each, their order
-/// alternating from pair to pair, beside 4 closed-loop native BE clients.
-/// Both paths thus meet the same load and the same moments of this shared
-/// machine, which two phases one after the other do not. Compared by the
-/// daemon's own stamps (arrival to completion, what the scheduler gives
-/// the request) and by the client's round trip, at the median (robust to
-/// the machine's wake-up tails) and at p99.
-fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
-    use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let load_avg = || {
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .next()
-            .unwrap_or("?")
-            .to_string()
-    };
-    println!();
-    println!(
-        "RT interleaved under BE load: {pairs} rounds (native, gRPC priority=1 over tonic's Channel, the same over a bare HTTP/2 connection), 4 native BE clients; load average {} before",
-        load_avg()
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let mut g = rt.block_on(async {
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", d.grpc))?
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
-        Ok::<_, anyhow::Error>(GrpcInferenceServiceClient::new(ch))
-    })?;
-    // The same gRPC client code over a bare HTTP/2 connection: hyper's
-    // `SendRequest` in place of tonic's `Channel` (no buffer task, no
-    // reconnecting service stack), so that the client library's own share
-    // of the gRPC round trip shows beside the daemon's.
-    let mut gd = rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(d.grpc.as_str()).await?;
-        tcp.set_nodelay(true)?;
-        let (send, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tcp),
-        )
-        .await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let origin: tonic::codegen::http::Uri = format!("http://{}", d.grpc).parse()?;
-        Ok::<_, anyhow::Error>(GrpcInferenceServiceClient::with_origin(
-            direct::Direct(send),
-            origin,
-        ))
-    })?;
-    let mut c = Client::connect(&d.socket)?;
-    let s = c.register(Priority::Rt, Some("bench-rt"))?;
-    let x = input();
-    let inputs = [reefd::client::Input::Inline {
-        name: &x.name,
-        dtype: "float32",
-        shape: &x.shape,
-        data: &x.bytes,
-    }];
-    let stop = AtomicBool::new(false);
-    let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
-    let mut bare = (Vec::new(), Vec::new());
-    let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
-    let mut bare_steps = Vec::new();
-    let mut last_grpc = None;
-    let be = std::thread::scope(|sc| -> anyhow::Result<u64> {
-        let load: Vec<_> = (0..4)
-            .map(|_| {
-                sc.spawn(|| -> anyhow::Result<u64> {
-                    let mut c = Client::connect(&d.socket)?;
-                    let st = c.register(Priority::Be, Some("load"))?;
-                    let mut k = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        c.infer(st.stream, model)?;
-                        k += 1;
-                    }
-                    Ok(k)
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(200));
-        let mut run = || -> anyhow::Result<()> {
-            for i in 0..pairs {
-                // The three paths in a rotating order.
-                for k in 0..3 {
-                    let turn = (i + k) % 3;
-                    let t = Instant::now();
-                    let c0 = reefd::protocol::monotonic_ns();
-                    if turn == 2 {
-                        let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
-                        let c1 = reefd::protocol::monotonic_ns();
-                        bare.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        let r = r.into_inner();
-                        bare.1.push(reef_latency(&r));
-                        bare_steps.push(steps::grpc(&r, c0, c1));
-                    } else if turn == 1 {
-                        let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
-                        let c1 = reefd::protocol::monotonic_ns();
-                        grpc.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        let r = r.into_inner();
-                        grpc.1.push(reef_latency(&r));
-                        grpc_steps.push(steps::grpc(&r, c0, c1));
-                        last_grpc = Some(r);
-                    } else {
-                        let r = c.infer_tensors(s.stream, model, &inputs, &[])?;
-                        let c1 = reefd::protocol::monotonic_ns();
-                        native.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        native.1.push(r.latency_us);
-                        native_steps.push(steps::native(&r, c0, c.last_send_monotonic_ns(), c1));
-                    }
-                }
-            }
-            Ok(())
-        };
-        let r = run();
-        stop.store(true, Ordering::Relaxed);
-        let be: u64 = load
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .sum::<anyhow::Result<u64>>()?;
-        r.map(|_| be)
-    })?;
-    println!(
-        "  ({be} best-effort requests served beside them; load average {} after)",
-        load_avg()
-    );
-    println!(
-        "{:<24} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
-        "path", "p50 us", "mean us", "p99 us", "reefd p50", "reefd mean", "reefd p99"
-    );
-    let mut sums = Vec::new();
-    for (name, (rtt, own)) in [
-        ("native RT", &native),
-        ("gRPC priority=1", &grpc),
-        ("gRPC, bare h2 client", &bare),
-    ] {
-        let (a, b) = (
-            summarize(rtt.iter().copied()),
-            summarize(own.iter().copied()),
-        );
-        println!(
-            "{:<24} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>12.1} {:>12.1}",
-            name, a.p50_us, a.mean_us, a.p99_us, b.p50_us, b.mean_us, b.p99_us
-        );
-        sums.push((a, b));
-    }
-    let n = &sums[0];
-    for (name, g) in [("gRPC", &sums[1]), ("gRPC, bare h2", &sums[2])] {
-        println!(
-            "  {name}/native: reefd's own p50 {:.3}, mean {:.3}, p99 {:.3}; client p50 {:.3}, mean {:.3}, p99 {:.3}; client added p50 {:+.1} us, p99 {:+.1} us",
-            g.1.p50_us / n.1.p50_us,
-            g.1.mean_us / n.1.mean_us,
-            g.1.p99_us / n.1.p99_us,
-            g.0.p50_us / n.0.p50_us,
-            g.0.mean_us / n.0.mean_us,
-            g.0.p99_us / n.0.p99_us,
-            g.0.p50_us - n.0.p50_us,
-            g.0.p99_us - n.0.p99_us
-        );
-    }
-    steps::breakdown(
-        &native_steps,
-        &[
-            ("gRPC priority=1", &grpc_steps),
-            ("gRPC, bare h2 client", &bare_steps),
-        ],
-        last_grpc.as_ref(),
-        &|| grpc_request_rt_stamped(model),
-    );
-    Ok(())
 }
 
 /// A gRPC inference request of the bench's input at `priority`.
@@ -818,31 +649,4 @@ async fn grpc_clients_at(
         out.push(r.unwrap_or_else(|e| Err(e.into())));
     }
     out
-}
-
-/// A bare HTTP/2 connection as a gRPC transport: hyper's `SendRequest`
-/// behind tower's `Service`, which tonic's generated client takes in place
-/// of its `Channel`.
-mod direct {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-    use tonic::codegen::http;
-
-    #[derive(Clone)]
-    pub struct Direct(pub hyper::client::conn::http2::SendRequest<tonic::body::Body>);
-
-    impl tower::Service<http::Request<tonic::body::Body>> for Direct {
-        type Response = http::Response<hyper::body::Incoming>;
-        type Error = hyper::Error;
-        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.0.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-            Box::pin(self.0.send_request(req))
-        }
-    }
 }

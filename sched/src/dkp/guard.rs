@@ -348,29 +348,26 @@ mod tests {
         // second completes at 2 ms and the third at 3 ms, and so they do
         // here. The mean stays at 1 and the level at 0.
         let mut g = Guard::new(vec![Some(1_000_000)]);
-        for round in 0..50u64 {
-            let t0 = round * 10_000_000;
-            for i in 0..3 {
-                g.arrived(t0, req(round * 3 + i), 0);
+        // Rounds `rounds` of three requests arriving together, each taking
+        // `each` ns after the one before it.
+        let run = |g: &mut Guard, rounds: std::ops::Range<u64>, each: u64| {
+            for round in rounds {
+                let t0 = round * 10_000_000;
+                for i in 0..3 {
+                    g.arrived(t0, req(round * 3 + i), 0);
+                }
+                for i in 0..3 {
+                    g.completed(t0 + (i + 1) * each, req(round * 3 + i));
+                }
             }
-            for i in 0..3 {
-                g.completed(t0 + (i + 1) * 1_000_000, req(round * 3 + i));
-            }
-        }
+        };
+        run(&mut g, 0..50, 1_000_000);
         assert_eq!(g.mean_permille(), 1000);
         assert_eq!(g.level(), 0);
         // Each 3 % late on its own (the next starts when the one before it
         // ends): 1.03 of rt-only for the first, and the lateness carried
         // along the queue is charged too, as padding caused it.
-        for round in 50..100u64 {
-            let t0 = round * 10_000_000;
-            for i in 0..3 {
-                g.arrived(t0, req(round * 3 + i), 0);
-            }
-            for i in 0..3 {
-                g.completed(t0 + (i + 1) * 1_030_000, req(round * 3 + i));
-            }
-        }
+        run(&mut g, 50..100, 1_030_000);
         assert!(g.mean_permille() >= 1029, "{}", g.mean_permille());
         assert!(g.level() > 0);
     }
