@@ -149,6 +149,8 @@ pub struct Client {
     next_id: u64,
     events: VecDeque<Event>,
     last_send_ns: u64,
+    /// When the first read since `last_send_ns` returned bytes.
+    first_read_ns: u64,
     /// The socket's send buffer was enlarged for large tensors.
     big_sndbuf: bool,
 }
@@ -185,6 +187,7 @@ impl Client {
             next_id: 1,
             events: VecDeque::new(),
             last_send_ns: 0,
+            first_read_ns: 0,
             big_sndbuf: false,
         })
     }
@@ -232,7 +235,12 @@ impl Client {
             let mut buf = [0u8; 65536];
             match self.sock.read(&mut buf) {
                 Ok(0) => return Err(ClientError::Closed),
-                Ok(n) => self.decoder.push(&buf[..n]),
+                Ok(n) => {
+                    if self.first_read_ns <= self.last_send_ns {
+                        self.first_read_ns = crate::protocol::monotonic_ns();
+                    }
+                    self.decoder.push(&buf[..n])
+                }
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock
                         || e.kind() == std::io::ErrorKind::TimedOut =>
@@ -249,6 +257,14 @@ impl Client {
     /// CLOCK_MONOTONIC nanoseconds ([`crate::protocol::monotonic_ns`]).
     pub fn last_send_monotonic_ns(&self) -> u64 {
         self.last_send_ns
+    }
+
+    /// When the first read after the last request's send returned bytes,
+    /// in CLOCK_MONOTONIC nanoseconds (0 or earlier than
+    /// [`Client::last_send_monotonic_ns`]: none yet). With one request at a
+    /// time, the moment its answer reached this client.
+    pub fn first_read_monotonic_ns(&self) -> u64 {
+        self.first_read_ns
     }
 
     /// Sends a request and returns its id without waiting.

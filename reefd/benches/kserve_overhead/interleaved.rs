@@ -48,7 +48,7 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
         tcp.set_nodelay(true)?;
         let (send, conn) = hyper::client::conn::http2::handshake(
             hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tcp),
+            hyper_util::rt::TokioIo::new(direct::Stamped(tcp)),
         )
         .await?;
         tokio::spawn(async move {
@@ -73,7 +73,7 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
     let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     let mut bare = (Vec::new(), Vec::new());
     let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
-    let mut bare_steps = Vec::new();
+    let (mut bare_steps, mut bare_io, mut native_io) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_grpc = None;
     let be = std::thread::scope(|sc| -> anyhow::Result<u64> {
         let load: Vec<_> = (0..4)
@@ -99,12 +99,14 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
                     let t = Instant::now();
                     let c0 = reefd::protocol::monotonic_ns();
                     if turn == 2 {
+                        direct::IO.reset();
                         let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
                         let c1 = reefd::protocol::monotonic_ns();
                         bare.0.push(t.elapsed().as_secs_f64() * 1e6);
                         let r = r.into_inner();
                         bare.1.push(reef_latency(&r));
                         bare_steps.push(steps::grpc(&r, c0, c1));
+                        bare_io.push(direct::socket_split(&r, c0, c1, direct::IO.take()));
                     } else if turn == 1 {
                         let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
                         let c1 = reefd::protocol::monotonic_ns();
@@ -118,7 +120,9 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
                         let c1 = reefd::protocol::monotonic_ns();
                         native.0.push(t.elapsed().as_secs_f64() * 1e6);
                         native.1.push(r.latency_us);
-                        native_steps.push(steps::native(&r, c0, c.last_send_monotonic_ns(), c1));
+                        let (sent, got) = (c.last_send_monotonic_ns(), c.first_read_monotonic_ns());
+                        native_steps.push(steps::native(&r, c0, sent, c1));
+                        native_io.push(direct::native_split(c0, sent, got, c1));
                     }
                 }
             }
@@ -179,5 +183,6 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
         last_grpc.as_ref(),
         &|| grpc_request_rt_stamped(model),
     );
+    direct::show_socket(&native_io, &bare_io);
     Ok(())
 }

@@ -6,7 +6,7 @@
 //! the gRPC answer's `reef_timeline` parameters (docs/kserve.md, "Where
 //! the round trip goes").
 
-use reefd::kserve::grpc::pb;
+pub use reefd::kserve::grpc::pb;
 use reefd::metrics::summarize;
 use std::time::Instant;
 
@@ -57,10 +57,7 @@ pub fn native(r: &reefd::protocol::TaskResult, c0: u64, sent: u64, c1: u64) -> S
 /// The gRPC answer's `reef_timeline` stamps (docs/kserve.md, "Where the
 /// round trip goes") on the client's time line.
 pub fn grpc(r: &pb::ModelInferResponse, c0: u64, c1: u64) -> Steps {
-    let t = |k: &str| match r.parameters.get(k).and_then(|p| p.parameter_choice.clone()) {
-        Some(pb::infer_parameter::ParameterChoice::Uint64Param(x)) => x,
-        _ => 0,
-    };
+    let t = |k: &str| stamp(r, k);
     let (read, entered, called, done, seen, answered, built) = (
         t("reef_read_ns"),
         t("reef_entered_ns"),
@@ -82,6 +79,25 @@ pub fn grpc(r: &pb::ModelInferResponse, c0: u64, c1: u64) -> Steps {
     ]
 }
 
+/// The answer's `reef_timeline` stamp `k` (0: absent).
+pub fn stamp(r: &pb::ModelInferResponse, k: &str) -> u64 {
+    match r.parameters.get(k).and_then(|p| p.parameter_choice.clone()) {
+        Some(pb::infer_parameter::ParameterChoice::Uint64Param(x)) => x,
+        _ => 0,
+    }
+}
+
+/// Prints the median and mean of each of `rows`' columns, named `names`.
+pub fn show(names: &[&str], rows: &[Steps]) {
+    let mut total = 0.0;
+    for (k, name) in names.iter().enumerate() {
+        let s = summarize(rows.iter().map(|r| r[k]));
+        total += s.mean_us;
+        println!("  {:<30} {:>9.1} {:>9.1}", name, s.p50_us, s.mean_us);
+    }
+    println!("  {:<30} {:>9} {:>9.1}", "sum of means", "", total);
+}
+
 /// Prints the median and mean of each step of both paths, and what
 /// protobuf's encoding and decoding of this request and answer cost on
 /// their own (prost, the code tonic runs on both sides), so the steps
@@ -95,15 +111,6 @@ pub fn breakdown(
     use prost::Message;
     println!("  where the round trip goes (us; stamps on CLOCK_MONOTONIC):");
     println!("  {:<30} {:>9} {:>9}", "step", "p50", "mean");
-    let show = |names: &[&str], rows: &[Steps]| {
-        let mut total = 0.0;
-        for (k, name) in names.iter().enumerate() {
-            let s = summarize(rows.iter().map(|r| r[k]));
-            total += s.mean_us;
-            println!("  {:<30} {:>9.1} {:>9.1}", name, s.p50_us, s.mean_us);
-        }
-        println!("  {:<30} {:>9} {:>9.1}", "sum of means", "", total);
-    };
     println!("  native RT:");
     show(&NATIVE_STEPS, native);
     for (name, rows) in grpc {

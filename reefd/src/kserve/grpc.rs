@@ -46,16 +46,6 @@ pub struct GrpcPeer {
     last_read: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
-impl tonic::transport::server::Connected for super::limit::Conn<super::limit::Stream> {
-    type ConnectInfo = GrpcPeer;
-    fn connect_info(&self) -> GrpcPeer {
-        GrpcPeer {
-            peer: self.peer(),
-            last_read: self.last_read(),
-        }
-    }
-}
-
 /// When the connection of `req` last read bytes (ns of CLOCK_MONOTONIC;
 /// 0: unknown). Read at the call's entry it is when the last of the
 /// request's bytes came in, for a client with one call at a time on its
@@ -109,66 +99,67 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     let svc = GrpcInferenceServiceServer::new(Service { front })
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    type Incoming = Result<super::limit::Conn<super::limit::Stream>, std::io::Error>;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Incoming>(16);
+    // The settings tonic's `Server` was given before inline.rs (and its
+    // defaults for the rest): tonic's default is no limit on streams;
+    // h2watch's MAX_OPEN bounds open request halves, this the calls a
+    // connection runs at once. HTTP/2's default frame, 16 KiB, cuts a
+    // 48 KiB tensor into four DATA frames, which the client writes one at
+    // a time and the connection reads one at a time; with 64 KiB it goes
+    // as one (docs/kserve.md, "Where the round trip goes"). h2watch then
+    // wants a frame whole within header_read_timeout_ms: 6.4 KiB/s at the
+    // default 10 s. The age alone goes to the connection: it sends GOAWAY
+    // then, and h2watch closes the connection after the grace.
+    let settings = super::inline::Settings {
+        max_concurrent_streams: 128,
+        max_frame_size: MAX_FRAME,
+        max_age: age,
+    };
     let mut limited = super::limit::Limited::new(listener, conns);
     let close_after = age.map(|a| a + grace);
-    let acceptor = tokio::spawn(async move {
-        loop {
-            let (c, addr) = limited.accept_limited().await;
-            let Some(tls) = &tls else {
-                let c = c
+    loop {
+        let (c, addr) = limited.accept_limited().await;
+        let (svc, tls) = (svc.clone(), tls.clone());
+        // Each connection, its TLS handshake included, on a task of its
+        // own: a client that trickles its handshake holds only its slot.
+        tokio::spawn(async move {
+            let c = match tls {
+                None => c
                     .plain()
-                    .watch_http2(frame_within, request_within, close_after);
-                if tx.send(Ok(c)).await.is_err() {
-                    break;
-                }
-                continue;
-            };
-            let (tls, tx) = (Arc::clone(tls), tx.clone());
-            tokio::spawn(async move {
-                let c = c.watch_tls_records(frame_within, request_within);
-                match super::tls::handshake(tls, c, frame_within).await {
-                    Ok((s, client_cert)) => {
-                        let c = super::limit::Conn::over_tls(s, client_cert).watch_http2(
-                            frame_within,
-                            request_within,
-                            close_after,
-                        );
-                        let _ = tx.send(Ok(c)).await;
+                    .watch_http2(frame_within, request_within, close_after),
+                Some(tls) => {
+                    let c = c.watch_tls_records(frame_within, request_within);
+                    match super::tls::handshake(tls, c, frame_within).await {
+                        Ok((s, client_cert)) => super::limit::Conn::over_tls(s, client_cert)
+                            .watch_http2(frame_within, request_within, close_after),
+                        Err(e) => {
+                            tracing::debug!(peer = %addr, error = %e, "gRPC TLS handshake failed");
+                            return;
+                        }
                     }
-                    Err(e) => {
-                        tracing::debug!(peer = %addr, error = %e, "gRPC TLS handshake failed")
+                }
+            };
+            let peer = GrpcPeer {
+                peer: c.peer(),
+                last_read: c.last_read(),
+            };
+            let call = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+                req.extensions_mut().insert(peer.clone());
+                let deadline = super::inline::grpc_timeout(req.headers());
+                let call = tower::ServiceExt::oneshot(svc.clone(), req);
+                async move {
+                    let Some(d) = deadline else { return call.await };
+                    match tokio::time::timeout(d, call).await {
+                        Ok(r) => r,
+                        Err(_) => Ok(Status::deadline_exceeded("Timeout expired").into_http()),
                     }
                 }
             });
-        }
-    });
-    let incoming = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let mut server = tonic::transport::Server::builder();
-    if let Some(age) = age {
-        // The age alone: tonic given a grace too never sends GOAWAY (see
-        // h2watch); the watch closes the connection after the grace.
-        server = server.max_connection_age(age);
+            let io = hyper_util::rt::TokioIo::new(c);
+            if let Err(e) = super::inline::serve(io, call, settings).await {
+                tracing::debug!(peer = %addr, error = %e, "gRPC connection ended");
+            }
+        });
     }
-    if let Err(e) = server
-        // tonic's default is no limit; h2watch's MAX_OPEN bounds open
-        // request halves, this the calls a connection runs at once.
-        .max_concurrent_streams(Some(128))
-        // HTTP/2's default, 16 KiB, cuts a 48 KiB tensor into four DATA
-        // frames, which the client writes one at a time and the
-        // connection reads one at a time; with 64 KiB it goes as one
-        // (docs/kserve.md, "Where the round trip goes"). h2watch then
-        // wants a frame whole within header_read_timeout_ms: 6.4 KiB/s
-        // at the default 10 s.
-        .max_frame_size(Some(MAX_FRAME))
-        .add_service(svc)
-        .serve_with_incoming(incoming)
-        .await
-    {
-        tracing::error!(error = %e, "gRPC front stopped");
-    }
-    acceptor.abort();
 }
 
 /// The largest HTTP/2 frame the gRPC front accepts (SETTINGS_MAX_FRAME_SIZE,

@@ -32,6 +32,7 @@
 pub mod grpc;
 pub mod h2watch;
 pub mod http;
+pub mod inline;
 pub mod limit;
 pub mod shm;
 pub mod tensor;
