@@ -11,8 +11,11 @@
 //! 2000; at 64 each client sends a 64th of it. REEF_BENCH_DEVICE: default
 //! cuda:0 on the simulated libcuda as an H100. REEF_BENCH_MODEL: a model directory to serve, default the
 //! two-kernel test model of reef-libcuda-sim. REEF_BENCH_HOSTILE_ROUNDS:
-//! rounds of the hostile phase, default 2. REEF_BENCH_PHASES=interleaved:
-//! only the interleaved RT comparison, [`rt_interleaved`].)
+//! rounds of the hostile phase, default 2. REEF_BENCH_PHASES: which of the
+//! phases `paths` (each path at 1 and 64 clients), `load` (RT beside BE
+//! load and beside hostile connections, [`rt_under_load`]) and
+//! `interleaved` (the interleaved RT comparison, [`rt_interleaved`]) run,
+//! comma-separated; default all three, in that order.)
 
 use reefd::client::Client;
 use reefd::kserve::grpc::pb;
@@ -81,9 +84,28 @@ fn main() -> anyhow::Result<()> {
         info.kernels,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
-    if std::env::var("REEF_BENCH_PHASES").as_deref() == Ok("interleaved") {
-        return rt_interleaved(&daemon, &model, per);
+    let phases = std::env::var("REEF_BENCH_PHASES").unwrap_or_else(|_| PHASES.join(","));
+    let phases: Vec<&str> = phases.split(',').map(str::trim).collect();
+    if let Some(bad) = phases.iter().find(|p| !PHASES.contains(p)) {
+        anyhow::bail!("REEF_BENCH_PHASES: unknown phase {bad:?}; the phases are {PHASES:?}");
     }
+    if phases.contains(&"paths") {
+        paths(&daemon, &model, per)?;
+    }
+    if phases.contains(&"load") {
+        rt_under_load(&daemon, &model, per.min(1000))?;
+    }
+    if phases.contains(&"interleaved") {
+        rt_interleaved(&daemon, &model, per)?;
+    }
+    Ok(())
+}
+
+/// The bench's phases, in the order they run (REEF_BENCH_PHASES).
+const PHASES: [&str; 3] = ["paths", "load", "interleaved"];
+
+/// Each path at 1 and 64 closed-loop clients.
+fn paths(daemon: &Daemon, model: &str, per: usize) -> anyhow::Result<()> {
     println!(
         "{:<12} {:>7} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9}",
         "path", "clients", "p50 us", "p99 us", "reefd p50", "added p50", "added p99", "req/s"
@@ -93,7 +115,7 @@ fn main() -> anyhow::Result<()> {
         let n = (per / clients).max(10);
         let mut native_p = (0.0, 0.0);
         for path in paths {
-            let r = run(&daemon, path, &model, clients, n)?;
+            let r = run(daemon, path, model, clients, n)?;
             let rtt = summarize(r.rtt.iter().copied());
             let own = summarize(r.own.iter().copied());
             if path == "native" {
@@ -113,8 +135,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!("added: the path's round trip less the native socket's, same model, same run");
-    rt_under_load(&daemon, &model, per.min(1000))?;
-    rt_interleaved(&daemon, &model, per)
+    Ok(())
 }
 
 /// A gRPC inference request of the bench's input at `priority`.
