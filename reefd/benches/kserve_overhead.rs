@@ -1,6 +1,6 @@
 //! What the Open Inference Protocol fronts add (issue 27, docs/kserve.md):
 //! the same inference of one small model, over the native Unix socket, HTTP
-//! with JSON tensors, HTTP with binary tensors and gRPC, side by side in
+//! with JSON tensors, HTTP with binary tensors both ways (`binary_data_size`, `binary_data_output`) and gRPC, side by side in
 //! one run against one daemon, with 1 and 64 concurrent closed-loop
 //! clients. Prints each path's round trip p50/p99 as the client sees it,
 //! the daemon's own share (its `latency_us` stamp: arrival to completion),
@@ -544,7 +544,7 @@ fn http_client(
     let (header, payload) = if binary {
         (
             format!(
-                r#"{{"inputs":[{{"name":{:?},"datatype":"FP32","shape":{shape},"parameters":{{"binary_data_size":{}}}}}],"parameters":{{"priority":10}}}}"#,
+                r#"{{"inputs":[{{"name":{:?},"datatype":"FP32","shape":{shape},"parameters":{{"binary_data_size":{}}}}}],"parameters":{{"priority":10,"binary_data_output":true}}}}"#,
                 x.name,
                 x.bytes.len()
             ),
@@ -585,6 +585,8 @@ fn http_client(
         let t = Instant::now();
         w.write_all(&msg)?;
         let mut len = 0usize;
+        // With binary outputs the body is the JSON header, then the data.
+        let mut json_len = None;
         let mut status = 0u16;
         loop {
             line.clear();
@@ -600,6 +602,9 @@ fn http_client(
             if let Some(v) = l.strip_prefix("content-length:") {
                 len = v.trim().parse()?;
             }
+            if let Some(v) = l.strip_prefix("inference-header-content-length:") {
+                json_len = Some(v.trim().parse::<usize>()?);
+            }
             if line == "\r\n" {
                 break;
             }
@@ -612,7 +617,12 @@ fn http_client(
             "HTTP {status}: {}",
             String::from_utf8_lossy(&b)
         );
-        let v: serde_json::Value = serde_json::from_slice(&b)?;
+        let v: serde_json::Value = serde_json::from_slice(&b[..json_len.unwrap_or(len).min(len)])?;
+        anyhow::ensure!(
+            binary == json_len.is_some(),
+            "binary outputs asked: {binary}, answered: {}",
+            json_len.is_some()
+        );
         own.push(
             v["parameters"]["reef_latency_us"]
                 .as_f64()
