@@ -187,6 +187,38 @@ fn reef_latency(r: &pb::ModelInferResponse) -> f64 {
     }
 }
 
+/// Runs `f` beside four closed-loop native BE clients of `model` (started
+/// 200 ms before it, stopped after it), and returns what it returned with
+/// the BE requests they were served.
+fn beside_be_load<T>(d: &Daemon, model: &str, f: impl FnOnce() -> T) -> anyhow::Result<(T, u64)> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let load: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| -> anyhow::Result<u64> {
+                    let mut c = Client::connect(&d.socket)?;
+                    let st = c.register(Priority::Be, Some("load"))?;
+                    let mut k = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        c.infer(st.stream, model)?;
+                        k += 1;
+                    }
+                    Ok(k)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let r = f();
+        stop.store(true, Ordering::Relaxed);
+        let be = load
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum::<anyhow::Result<u64>>()?;
+        Ok((r, be))
+    })
+}
+
 /// Real-time requests beside loads (issue 27, "Must show": `priority=1`
 /// served as RT under BE load within 5 % of the same requests over the
 /// native socket; RT latency beside 1000 open connections and a client
@@ -240,33 +272,14 @@ fn rt_under_load(d: &Daemon, model: &str, n: usize) -> anyhow::Result<()> {
         "native RT alone",
         &native_client_at(&d.socket, model, n, Priority::Rt)?,
     );
-    let stop = AtomicBool::new(false);
-    let (native_be, grpc_be) = std::thread::scope(|s| -> anyhow::Result<_> {
-        let load: Vec<_> = (0..4)
-            .map(|_| {
-                s.spawn(|| -> anyhow::Result<u64> {
-                    let mut c = Client::connect(&d.socket)?;
-                    let st = c.register(Priority::Be, Some("load"))?;
-                    let mut k = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        c.infer(st.stream, model)?;
-                        k += 1;
-                    }
-                    Ok(k)
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(200));
-        let a = native_client_at(&d.socket, model, n, Priority::Rt);
-        let b = grpc_rt(n);
-        stop.store(true, Ordering::Relaxed);
-        let be: u64 = load
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .sum::<anyhow::Result<u64>>()?;
-        println!("  (BE load: {be} best-effort requests served during the two phases)");
-        Ok((a?, b?))
+    let ((a, b), be) = beside_be_load(d, model, || {
+        (
+            native_client_at(&d.socket, model, n, Priority::Rt),
+            grpc_rt(n),
+        )
     })?;
+    println!("  (BE load: {be} best-effort requests served during the two phases)");
+    let (native_be, grpc_be) = (a?, b?);
     let nb = show("native RT, BE load", &native_be);
     let gb = show("gRPC priority=1, BE load", &grpc_be);
     println!(

@@ -15,7 +15,6 @@ use super::*;
 /// the machine's wake-up tails) and at p99.
 pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<()> {
     use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
-    use std::sync::atomic::{AtomicBool, Ordering};
     let load_avg = || {
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
@@ -69,73 +68,50 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
         shape: &x.shape,
         data: &x.bytes,
     }];
-    let stop = AtomicBool::new(false);
     let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     let mut bare = (Vec::new(), Vec::new());
     let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
     let (mut bare_steps, mut bare_io, mut native_io) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_grpc = None;
-    let be = std::thread::scope(|sc| -> anyhow::Result<u64> {
-        let load: Vec<_> = (0..4)
-            .map(|_| {
-                sc.spawn(|| -> anyhow::Result<u64> {
-                    let mut c = Client::connect(&d.socket)?;
-                    let st = c.register(Priority::Be, Some("load"))?;
-                    let mut k = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        c.infer(st.stream, model)?;
-                        k += 1;
-                    }
-                    Ok(k)
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(200));
-        let mut run = || -> anyhow::Result<()> {
-            for i in 0..pairs {
-                // The three paths in a rotating order.
-                for k in 0..3 {
-                    let turn = (i + k) % 3;
-                    let t = Instant::now();
-                    let c0 = reefd::protocol::monotonic_ns();
-                    if turn == 2 {
-                        direct::IO.reset();
-                        let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
-                        let c1 = reefd::protocol::monotonic_ns();
-                        bare.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        let r = r.into_inner();
-                        bare.1.push(reef_latency(&r));
-                        bare_steps.push(steps::grpc(&r, c0, c1));
-                        bare_io.push(direct::socket_split(&r, c0, c1, direct::IO.take()));
-                    } else if turn == 1 {
-                        let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
-                        let c1 = reefd::protocol::monotonic_ns();
-                        grpc.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        let r = r.into_inner();
-                        grpc.1.push(reef_latency(&r));
-                        grpc_steps.push(steps::grpc(&r, c0, c1));
-                        last_grpc = Some(r);
-                    } else {
-                        let r = c.infer_tensors(s.stream, model, &inputs, &[])?;
-                        let c1 = reefd::protocol::monotonic_ns();
-                        native.0.push(t.elapsed().as_secs_f64() * 1e6);
-                        native.1.push(r.latency_us);
-                        let (sent, got) = (c.last_send_monotonic_ns(), c.first_read_monotonic_ns());
-                        native_steps.push(steps::native(&r, c0, sent, c1));
-                        native_io.push(direct::native_split(c0, sent, got, c1));
-                    }
+    let run = || -> anyhow::Result<()> {
+        for i in 0..pairs {
+            // The three paths in a rotating order.
+            for k in 0..3 {
+                let turn = (i + k) % 3;
+                let t = Instant::now();
+                let c0 = reefd::protocol::monotonic_ns();
+                if turn == 2 {
+                    direct::IO.reset();
+                    let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
+                    let c1 = reefd::protocol::monotonic_ns();
+                    bare.0.push(t.elapsed().as_secs_f64() * 1e6);
+                    let r = r.into_inner();
+                    bare.1.push(reef_latency(&r));
+                    bare_steps.push(steps::grpc(&r, c0, c1));
+                    bare_io.push(direct::socket_split(&r, c0, c1, direct::IO.take()));
+                } else if turn == 1 {
+                    let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
+                    let c1 = reefd::protocol::monotonic_ns();
+                    grpc.0.push(t.elapsed().as_secs_f64() * 1e6);
+                    let r = r.into_inner();
+                    grpc.1.push(reef_latency(&r));
+                    grpc_steps.push(steps::grpc(&r, c0, c1));
+                    last_grpc = Some(r);
+                } else {
+                    let r = c.infer_tensors(s.stream, model, &inputs, &[])?;
+                    let c1 = reefd::protocol::monotonic_ns();
+                    native.0.push(t.elapsed().as_secs_f64() * 1e6);
+                    native.1.push(r.latency_us);
+                    let (sent, got) = (c.last_send_monotonic_ns(), c.first_read_monotonic_ns());
+                    native_steps.push(steps::native(&r, c0, sent, c1));
+                    native_io.push(direct::native_split(c0, sent, got, c1));
                 }
             }
-            Ok(())
-        };
-        let r = run();
-        stop.store(true, Ordering::Relaxed);
-        let be: u64 = load
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .sum::<anyhow::Result<u64>>()?;
-        r.map(|_| be)
-    })?;
+        }
+        Ok(())
+    };
+    let (r, be) = beside_be_load(d, model, run)?;
+    r?;
     println!(
         "  ({be} best-effort requests served beside them; load average {} after)",
         load_avg()
