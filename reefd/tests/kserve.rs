@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{free_port, Daemon};
+use common::{free_ports, Daemon};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -26,7 +26,7 @@ fn start(device: &str, extra: &str) -> Fronts {
 }
 
 fn start_full(device: &str, device_extra: &str, extra: &str) -> Fronts {
-    let (h, g) = (free_port(), free_port());
+    let [h, g] = free_ports();
     let http = format!("127.0.0.1:{h}");
     let grpc = format!("127.0.0.1:{g}");
     let d = Daemon::start_full(

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{free_port, Daemon};
+use common::{free_ports, Daemon};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -91,10 +91,8 @@ struct Fronts {
 
 /// reefd on sim:mi50 with both fronts over TLS; mutual if `mutual`.
 fn start(pki: &Pki, mutual: bool, extra: &str) -> Fronts {
-    let (http, grpc) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
+    let [h, g] = free_ports();
+    let (http, grpc) = (format!("127.0.0.1:{h}"), format!("127.0.0.1:{g}"));
     let client_ca = if mutual {
         format!("tls_client_ca = {:?}\n", pki.path("ca.pem"))
     } else {

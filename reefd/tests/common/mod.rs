@@ -212,13 +212,15 @@ impl Drop for Daemon {
     }
 }
 
-/// A free loopback port (bound, then released for the daemon).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free loopback ports (bound, then released for the
+/// daemon). All `N` are held until all are picked: one released before
+/// the next is bound can be handed out again, and two fronts then ask
+/// for the same port ("Address already in use").
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<_> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 /// A test that cannot run here logs why (stderr, and a line in the file
