@@ -14,8 +14,10 @@
 //! rounds of the hostile phase, default 2. REEF_BENCH_PHASES: which of the
 //! phases `paths` (each path at 1 and 64 clients), `load` (RT beside BE
 //! load and beside hostile connections, [`rt_under_load`]) and
-//! `interleaved` (the interleaved RT comparison, [`rt_interleaved`]) run,
-//! comma-separated; default all three, in that order.)
+//! `interleaved` (the interleaved RT comparison, [`rt_interleaved`]) and
+//! `tritonclient` (where a tritonclient round trip goes,
+//! [`tritonclient_split`]) run, comma-separated; default all four, in that
+//! order.)
 
 use reefd::client::Client;
 use reefd::kserve::grpc::pb;
@@ -98,11 +100,58 @@ fn main() -> anyhow::Result<()> {
     if phases.contains(&"interleaved") {
         rt_interleaved(&daemon, &model, per)?;
     }
+    if phases.contains(&"tritonclient") {
+        tritonclient_split(&daemon, &model, per)?;
+    }
     Ok(())
 }
 
 /// The bench's phases, in the order they run (REEF_BENCH_PHASES).
-const PHASES: [&str; 3] = ["paths", "load", "interleaved"];
+const PHASES: [&str; 4] = ["paths", "load", "interleaved", "tritonclient"];
+
+/// Where the round trip of Triton's own Python client goes, against the
+/// daemon's stamps (issue 27: "the wall time a tritonclient round trip
+/// spends in reefd against the time in the client library"):
+/// `kserve_overhead/tritonclient_split.py` in the project's `.venv`
+/// sends RT requests natively (reef_client), over gRPC and over HTTP
+/// (tritonclient, `priority=1`) in a rotating order, beside 4 closed-loop
+/// native BE clients, and prints its table.
+fn tritonclient_split(d: &Daemon, model: &str, rounds: usize) -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let py = root.join(".venv/bin/python");
+    anyhow::ensure!(
+        py.is_file(),
+        "the tritonclient phase needs {}: run scripts/setup.sh (it installs tritonclient there), or leave the phase out with REEF_BENCH_PHASES",
+        py.display()
+    );
+    let rounds = rounds.min(1000);
+    println!();
+    println!(
+        "tritonclient's round trip under BE load: {rounds} rounds (native reef_client, tritonclient gRPC and HTTP binary, priority=1), 4 native BE clients; python and Triton's client in {}",
+        py.display()
+    );
+    let (out, be) = beside_be_load(d, model, || {
+        Command::new(&py)
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("benches/kserve_overhead/tritonclient_split.py"),
+            )
+            .arg(&d.socket)
+            .args([&d.grpc, &d.http, model, &rounds.to_string()])
+            .env("PYTHONPATH", root.join("python"))
+            .stderr(Stdio::inherit())
+            .output()
+    })?;
+    let out = out?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    anyhow::ensure!(
+        out.status.success(),
+        "tritonclient_split.py failed ({})",
+        out.status
+    );
+    println!("  ({be} best-effort requests served beside them)");
+    Ok(())
+}
 
 /// Each path at 1 and 64 closed-loop clients.
 fn paths(daemon: &Daemon, model: &str, per: usize) -> anyhow::Result<()> {
@@ -400,20 +449,18 @@ impl Drop for Daemon {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two free ports, picked while both are held (two probes one after the
+/// other could be handed the same ephemeral port).
+fn free_ports() -> [u16; 2] {
+    let l = [(); 2].map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    l.map(|l| l.local_addr().unwrap().port())
 }
 
 impl Daemon {
     fn start(device: &str) -> anyhow::Result<Daemon> {
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join("reefd.sock");
-        let http = format!("127.0.0.1:{}", free_port());
-        let grpc = format!("127.0.0.1:{}", free_port());
+        let [http, grpc] = free_ports().map(|p| format!("127.0.0.1:{p}"));
         let cfg = dir.path().join("reefd.toml");
         let cuda = if device.starts_with("cuda:") {
             // The simulated libcuda built beside this bench.

@@ -19,6 +19,7 @@ import asyncio
 import os
 import ssl
 import sys
+import time
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -242,18 +243,24 @@ def common(client, mod, admin, kind):
         r = client.infer(MODEL, ins, priority=prio)
         check(f"{kind}: infer priority={prio} answered", r.get_response() is not None)
     refused(f"{kind}: priority 11", lambda: client.infer(MODEL, ins, priority=11), "priority")
-    if kind == "grpc":
-        # The front's steps (docs/kserve.md, "Where the round trip goes"):
-        # CLOCK_MONOTONIC, in the order the request passed them.
-        r = client.infer(MODEL, ins, priority=1, parameters={"reef_timeline": True})
-        p = r.get_response().parameters
-        keys = ["reef_read_ns", "reef_entered_ns", "reef_called_ns", "reef_done_ns",
-                "reef_seen_ns", "reef_answered_ns", "reef_built_ns"]
+    # The front's steps (docs/kserve.md, "Where the round trip goes"):
+    # CLOCK_MONOTONIC, in the order the request passed them, on this
+    # process's clock (time.monotonic_ns) between its call and its return.
+    keys = ["reef_read_ns", "reef_entered_ns", "reef_called_ns", "reef_done_ns",
+            "reef_seen_ns", "reef_answered_ns", "reef_built_ns"]
+    t0 = time.monotonic_ns()
+    r = client.infer(MODEL, ins, priority=1, parameters={"reef_timeline": True})
+    t1 = time.monotonic_ns()
+    p = r.get_response()["parameters"] if kind == "http" else r.get_response().parameters
+    if kind == "http":
+        t = [int(p.get(k, 0)) for k in keys]
+    else:
         t = [p[k].uint64_param if k in p else 0 for k in keys]
-        check(f"{kind}: reef_timeline stamps in order {t}",
-              t[0] > 0 and all(a <= b for a, b in zip(t, t[1:])))
-        check(f"{kind}: no reef_timeline unless asked",
-              "reef_read_ns" not in client.infer(MODEL, ins, priority=1).get_response().parameters)
+    check(f"{kind}: reef_timeline stamps in order within the call {t0} {t} {t1}",
+          all(a <= b for a, b in zip([t0] + t, t + [t1])))
+    plain = client.infer(MODEL, ins, priority=1).get_response()
+    plain = plain["parameters"] if kind == "http" else plain.parameters
+    check(f"{kind}: no reef_timeline unless asked", "reef_read_ns" not in plain)
     outs = meta_outputs(meta)
     if outs:
         data_checks(client, mod, kind, meta, ins, arrays, outs)

@@ -47,6 +47,22 @@ impl IntoResponse for V2Error {
 type Ctx = State<Arc<Front>>;
 type Peer = ConnectInfo<super::limit::PeerAddr>;
 
+/// When the request's connection last read bytes
+/// ([`super::limit::Conn::last_read`]): read at the handler's entry, when
+/// the last of the request's body came in (the body is read whole before
+/// the handler runs, [`read_body_in_time`]); where `reef_timeline` begins.
+#[derive(Clone)]
+struct ReadAt(Option<Arc<std::sync::atomic::AtomicU64>>);
+
+impl ReadAt {
+    fn ns(read_at: &Option<axum::Extension<ReadAt>>) -> u64 {
+        read_at
+            .as_ref()
+            .and_then(|r| r.0 .0.as_ref())
+            .map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 /// The token a request presents, if any.
 fn bearer(h: &HeaderMap) -> Option<&str> {
     h.get(axum::http::header::AUTHORIZATION)?
@@ -133,13 +149,14 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
     loop {
         let (conn, addr) = listener.accept_limited().await;
         let conn = conn.watch_writes(write_within);
+        let read_at = ReadAt(conn.last_read());
         let app = app.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let served = match tls {
                 None => {
                     let peer = conn.peer();
-                    serve_one(app, conn, peer, header_timeout).await
+                    serve_one(app, conn, (peer, read_at), header_timeout).await
                 }
                 Some(tls) => match super::tls::handshake(tls, conn, header_timeout).await {
                     Ok((s, client_cert)) => {
@@ -147,7 +164,7 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
                             addr: Some(addr),
                             client_cert,
                         };
-                        serve_one(app, s, peer, header_timeout).await
+                        serve_one(app, s, (peer, read_at), header_timeout).await
                     }
                     Err(e) => {
                         tracing::debug!(peer = %addr, error = %e, "HTTP TLS handshake failed");
@@ -166,7 +183,7 @@ pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener) {
 async fn serve_one<I>(
     app: Router,
     io: I,
-    peer: super::limit::PeerAddr,
+    (peer, read_at): (super::limit::PeerAddr, ReadAt),
     header_timeout: std::time::Duration,
 ) -> Result<(), hyper::Error>
 where
@@ -176,6 +193,7 @@ where
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let mut req = req.map(axum::body::Body::new);
         req.extensions_mut().insert(ConnectInfo(peer));
+        req.extensions_mut().insert(read_at.clone());
         app.clone().oneshot(req)
     });
     hyper::server::conn::http1::Builder::new()
@@ -512,21 +530,25 @@ async fn shm_unregister_all(
 async fn infer(
     State(f): Ctx,
     ConnectInfo(p): Peer,
+    read_at: Option<axum::Extension<ReadAt>>,
     h: HeaderMap,
     Path(model): Path<String>,
     body: Bytes,
 ) -> Result<Response, V2Error> {
+    let stamps = (ReadAt::ns(&read_at), crate::protocol::monotonic_ns());
     check(&f, &p, &h, false)?;
-    infer_on(&f, &h, &model, "", &body).await
+    infer_on(&f, &h, (&model, ""), &body, stamps).await
 }
 
 async fn infer_v(
     State(f): Ctx,
     ConnectInfo(p): Peer,
+    read_at: Option<axum::Extension<ReadAt>>,
     h: HeaderMap,
     Path((model, version)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, V2Error> {
+    let stamps = (ReadAt::ns(&read_at), crate::protocol::monotonic_ns());
     check(&f, &p, &h, false)?;
-    infer_on(&f, &h, &model, &version, &body).await
+    infer_on(&f, &h, (&model, &version), &body, stamps).await
 }

@@ -83,8 +83,8 @@ pub struct Conn<S = TcpStream> {
     /// [`Conn::watch_tls_records`]), and the timer armed at the next of
     /// them.
     watch: Option<(H2Watch, Pin<Box<tokio::time::Sleep>>)>,
-    /// When a read last returned bytes, in ns of CLOCK_MONOTONIC (the gRPC
-    /// front: where its `reef_timeline` begins; [`Conn::last_read`]).
+    /// When a read last returned bytes, in ns of CLOCK_MONOTONIC (where the
+    /// fronts' `reef_timeline` begins; [`Conn::last_read`]).
     last_read: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
@@ -153,6 +153,8 @@ impl<S> Conn<S> {
         let w = H2Watch::writes_only(write_within, now.into_std());
         let sleep = Box::pin(tokio::time::sleep_until(now + write_within));
         self.watch = Some((w, sleep));
+        // The HTTP front's `reef_timeline` begins at the last read too.
+        self.last_read = Some(Arc::default());
         self
     }
 
@@ -185,7 +187,7 @@ impl<S> Conn<S> {
     }
 
     /// When a read of this connection last returned bytes (ns of
-    /// CLOCK_MONOTONIC; 0: none yet), for connections watched as HTTP/2.
+    /// CLOCK_MONOTONIC; 0: none yet), for watched connections.
     pub fn last_read(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
         self.last_read.clone()
     }

@@ -64,12 +64,16 @@ pub fn schedule_of(f: &Front, params: Option<&Map<String, Value>>) -> Result<Sch
     })
 }
 
+/// One inference. `read_ns`: when the connection last read bytes before
+/// the handler ran (the body's last), `entered_ns`: the handler's entry,
+/// in ns of CLOCK_MONOTONIC; answered with the other stamps when the
+/// request's parameters ask `reef_timeline` (docs/kserve.md).
 pub(super) async fn infer_on(
     f: &Front,
     h: &HeaderMap,
-    model: &str,
-    version: &str,
+    (model, version): (&str, &str),
     body: &[u8],
+    (read_ns, entered_ns): (u64, u64),
 ) -> Result<Response, V2Error> {
     // The JSON header and the binary section.
     let (head, mut binary) = match h.get(HEADER_LENGTH) {
@@ -193,6 +197,11 @@ pub(super) async fn infer_on(
         }
     }
     let id = req.get("id").cloned();
+    let timeline = req
+        .get("parameters")
+        .and_then(|p| p.get("reef_timeline"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let answer = f.infer(&m, sched, inputs).await?;
     if wanted.is_empty() {
         wanted = answer
@@ -235,6 +244,19 @@ pub(super) async fn infer_on(
             "reef_preemptions": answer.task.preemptions,
         },
     });
+    if timeline {
+        // The gRPC front's stamps (grpc.rs, `infer_one`), on the same
+        // CLOCK_MONOTONIC.
+        let tl = answer.task.timeline.as_deref().copied().unwrap_or_default();
+        let p = &mut resp["parameters"];
+        p["reef_read_ns"] = json!(read_ns);
+        p["reef_entered_ns"] = json!(entered_ns);
+        p["reef_called_ns"] = json!(answer.called_ns);
+        p["reef_done_ns"] = json!(tl.done_ns);
+        p["reef_seen_ns"] = json!(tl.seen_ns);
+        p["reef_answered_ns"] = json!(answer.answered_ns);
+        p["reef_built_ns"] = json!(crate::protocol::monotonic_ns());
+    }
     if let Some(id) = id {
         resp["id"] = id;
     }
