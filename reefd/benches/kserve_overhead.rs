@@ -434,6 +434,18 @@ fn input() -> &'static Input {
     INPUT.get().expect("set in main")
 }
 
+impl Input {
+    /// The input as the native client sends it, inline in the request.
+    fn inline(&self) -> [reefd::client::Input<'_>; 1] {
+        [reefd::client::Input::Inline {
+            name: &self.name,
+            dtype: "float32",
+            shape: &self.shape,
+            data: &self.bytes,
+        }]
+    }
+}
+
 struct Daemon {
     child: std::process::Child,
     _dir: tempfile::TempDir,
@@ -571,13 +583,7 @@ fn native_client_at(
 ) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let mut c = Client::connect(socket)?;
     let s = c.register(priority, Some("bench"))?;
-    let x = input();
-    let inputs = [reefd::client::Input::Inline {
-        name: &x.name,
-        dtype: "float32",
-        shape: &x.shape,
-        data: &x.bytes,
-    }];
+    let inputs = input().inline();
     let (mut rtt, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let t = Instant::now();

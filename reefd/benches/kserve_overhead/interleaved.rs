@@ -61,13 +61,7 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
     })?;
     let mut c = Client::connect(&d.socket)?;
     let s = c.register(Priority::Rt, Some("bench-rt"))?;
-    let x = input();
-    let inputs = [reefd::client::Input::Inline {
-        name: &x.name,
-        dtype: "float32",
-        shape: &x.shape,
-        data: &x.bytes,
-    }];
+    let inputs = input().inline();
     let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
     let mut bare = (Vec::new(), Vec::new());
     let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
