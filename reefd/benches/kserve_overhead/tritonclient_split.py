@@ -46,6 +46,20 @@ def pct(xs, q):
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+# The fronts' stamps (docs/kserve.md, "Scheduling from the request"), in
+# the order a request passes them, and the steps between them.
+FRONT = ["reef_read_ns", "reef_entered_ns", "reef_called_ns", "reef_done_ns",
+         "reef_seen_ns", "reef_answered_ns", "reef_built_ns"]
+FRONT_STEPS = ["read to handler (decode)", "front: request to runtime",
+               "runtime: to the task's completion", "done to seen",
+               "seen to front (handoff)", "front: answer to response"]
+NATIVE_STEPS = ["arrival to done", "done to seen", "seen to writer (handoff)"]
+
+
+def between(t):
+    return [b - a for a, b in zip(t, t[1:])]
+
+
 def main():
     sock, grpc_addr, http_addr, model, rounds = sys.argv[1:6]
     rounds = int(rounds)
@@ -67,7 +81,8 @@ def main():
         tl = r["timeline"]
         arrival = tl["done_ns"] - int(r["latency_us"] * 1e3)
         assert set(o) == set(outs), f"native answer lacks outputs: {sorted(o)}"
-        return t1 - t0, tl["written_ns"] - arrival, r["latency_us"]
+        steps = between([arrival, tl["done_ns"], tl["seen_ns"], tl["written_ns"]])
+        return t1 - t0, tl["written_ns"] - arrival, r["latency_us"], steps
 
     def via_grpc():
         i = grpcclient.InferInput(x_info["name"], list(x.shape), "FP32")
@@ -78,8 +93,8 @@ def main():
         p = r.get_response().parameters
         for o in outs:
             assert r.as_numpy(o) is not None, f"gRPC answer lacks output {o}"
-        inside = p["reef_built_ns"].uint64_param - p["reef_read_ns"].uint64_param
-        return t1 - t0, inside, p["reef_latency_us"].double_param
+        t = [p[k].uint64_param for k in FRONT]
+        return t1 - t0, t[-1] - t[0], p["reef_latency_us"].double_param, between(t)
 
     def via_http():
         i = httpclient.InferInput(x_info["name"], list(x.shape), "FP32")
@@ -91,7 +106,8 @@ def main():
         p = r.get_response()["parameters"]
         for o in outs:
             assert r.as_numpy(o) is not None, f"HTTP answer lacks output {o}"
-        return t1 - t0, p["reef_built_ns"] - p["reef_read_ns"], p["reef_latency_us"]
+        t = [int(p[k]) for k in FRONT]
+        return t1 - t0, t[-1] - t[0], p["reef_latency_us"], between(t)
 
     paths = [("native RT (reef_client)", via_native),
              ("gRPC priority=1 (tritonclient)", via_grpc),
@@ -114,10 +130,10 @@ def main():
     print(f"{'(us, p50 / p99)':<38}" + "".join(f"{'p50 /     p99':>18}" for _ in heads))
     rows = {}
     for name, _ in paths:
-        rtt = [a / 1e3 for a, _, _ in got[name]]
-        inside = [b / 1e3 for _, b, _ in got[name]]
-        outside = [(a - b) / 1e3 for a, b, _ in got[name]]
-        sched = [c for _, _, c in got[name]]
+        rtt = [g[0] / 1e3 for g in got[name]]
+        inside = [g[1] / 1e3 for g in got[name]]
+        outside = [(g[0] - g[1]) / 1e3 for g in got[name]]
+        sched = [g[2] for g in got[name]]
         row = [(pct(v, 0.5), pct(v, 0.99)) for v in (rtt, inside, outside, sched)]
         rows[name] = row
         print(f"{name:<38}" + "".join(f"{a:>9.1f} /{b:>7.1f}" for a, b in row))
@@ -130,6 +146,12 @@ def main():
               f"{r[2][0] - base[2][0]:+.1f} / {r[2][1] - base[2][1]:+.1f}; scheduled "
               f"{r[3][0] / base[3][0]:.3f} / {r[3][1] / base[3][1]:.3f} of native")
     print("percentiles are of each column on its own: p99s do not add up")
+    print("in reefd, step medians (us):")
+    for name, _ in paths:
+        names = NATIVE_STEPS if name == paths[0][0] else FRONT_STEPS
+        cols = list(zip(*[g[3] for g in got[name]]))
+        print(f"  {name}: " + "; ".join(
+            f"{n} {pct(c, 0.5) / 1e3:.1f}" for n, c in zip(names, cols)))
 
 
 if __name__ == "__main__":
