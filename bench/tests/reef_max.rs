@@ -390,4 +390,17 @@ fn the_guard_holds_disb_d_within_the_rt_target_and_still_pads() {
         on.be_throughput_norm,
         off.be_throughput_norm
     );
+    // The `--json` record says so: the guard held some RT kernels
+    // unpadded and still padded others; without it none were held.
+    let (pon, poff) = (on.padding.unwrap(), off.padding.unwrap());
+    assert!(
+        pon.guard_held > 0 && pon.padded_launches > 0,
+        "with the guard: {pon:?}"
+    );
+    assert!(
+        pon.padded_launches + pon.guard_held <= pon.rt_launches,
+        "{pon:?}"
+    );
+    assert_eq!(poff.guard_held, 0, "without the guard: {poff:?}");
+    assert_eq!(nopad.padding.map_or(0, |p| p.padded_launches), 0);
 }

@@ -426,6 +426,7 @@ impl RunSched {
             st.be_kernels_completed_by_padding = c.be_kernels_completed;
             st.rest_launches = c.rest_launches;
             st.reset_waits = c.reset_waits;
+            st.guard_held = c.guard_held;
         }
         st
     }

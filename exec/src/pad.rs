@@ -15,6 +15,9 @@ pub struct PadStats {
     /// Real-time requests whose first kernel waited for a best-effort
     /// task's reset (`DkpCounters::reset_waits`).
     pub reset_waits: u64,
+    /// Real-time kernels `reef-max`'s `guard` launched unpadded
+    /// (`DkpCounters::guard_held`).
+    pub guard_held: u64,
     /// Per padded launch: its duration (real-time part start to the last
     /// part's completion) minus the real-time kernel's stand-alone
     /// execution time, ns (Fig. 27).

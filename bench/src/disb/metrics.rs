@@ -72,6 +72,28 @@ pub struct PolicyResult {
     /// The scheduler's own time per decision (`--decision-cost`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision_ns: Option<DecisionNs>,
+    /// The padding policies' launch counts; absent for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding: Option<PaddingCounts>,
+}
+
+/// What a padding policy did with the real-time kernels of a run
+/// (`reef_exec::pad::PadStats`, without its per-launch lists).
+#[derive(Debug, Clone, Serialize)]
+pub struct PaddingCounts {
+    pub rt_launches: u64,
+    /// Real-time kernels launched padded (REEF §5.1).
+    pub padded_launches: u64,
+    pub be_blocks_padded: u64,
+    /// Best-effort kernels completed entirely inside padded launches.
+    pub be_kernels_completed: u64,
+    pub rest_launches: u64,
+    /// Real-time requests whose first kernel waited for a best-effort
+    /// task's reset.
+    pub reset_waits: u64,
+    /// Real-time kernels `reef-max`'s `guard` launched unpadded to hold the
+    /// RT mean (docs/results-max.md, "The real-time guard").
+    pub guard_held: u64,
 }
 
 /// The scheduler's own time per decision over a run, ns
@@ -208,6 +230,15 @@ pub fn summarize(
             .decision_cost
             .as_ref()
             .and_then(|c| DecisionNs::of(c, reef_exec::drive::cost::timer_ns())),
+        padding: out.padding.as_ref().map(|p| PaddingCounts {
+            rt_launches: p.rt_launches,
+            padded_launches: p.padded_launches,
+            be_blocks_padded: p.be_blocks_padded,
+            be_kernels_completed: p.be_kernels_completed_by_padding,
+            rest_launches: p.rest_launches,
+            reset_waits: p.reset_waits,
+            guard_held: p.guard_held,
+        }),
     }
 }
 
