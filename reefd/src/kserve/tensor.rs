@@ -162,6 +162,11 @@ pub fn bytes_to_json(datatype: &str, bytes: &[u8]) -> Result<serde_json::Value, 
         "INT32" => each!(i32, Value::from),
         "UINT64" => each!(u64, Value::from),
         "INT64" => each!(i64, Value::from),
+        // Widened to f64 and written as that f64 (0.1f32 reads
+        // 0.10000000149011612), as Triton's server writes FP32 outputs
+        // (src/http_server.cc, `WriteDataToJson`: `AppendDouble` of each
+        // float): longer than the float's shortest form, but the same text
+        // a Triton client gets, and it reads back as the same f32.
         "FP32" => each!(f32, |x: f32| Value::from(x as f64)),
         "FP64" => each!(f64, |x: f64| Value::from(x)),
         other => {
