@@ -50,7 +50,8 @@ type Peer = ConnectInfo<super::limit::PeerAddr>;
 /// When the request's connection last read bytes
 /// ([`super::limit::Conn::last_read`]): read at the handler's entry, when
 /// the last of the request's body came in (the body is read whole before
-/// the handler runs, [`read_body_in_time`]); where `reef_timeline` begins.
+/// the handler runs, [`read_body_in_time`]), for a client with one request
+/// at a time on its connection; where `reef_timeline` begins.
 #[derive(Clone)]
 struct ReadAt(Option<Arc<std::sync::atomic::AtomicU64>>);
 
