@@ -61,6 +61,8 @@ def between(t):
 
 
 def main():
+    if len(sys.argv) != 6 or not sys.argv[5].isdigit():
+        sys.exit(__doc__)
     sock, grpc_addr, http_addr, model, rounds = sys.argv[1:6]
     rounds = int(rounds)
     native = Client(sock)
