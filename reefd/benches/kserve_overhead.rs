@@ -138,7 +138,6 @@ fn venv_python() -> PathBuf {
 /// (tritonclient, `priority=1`) in a rotating order, beside 4 closed-loop
 /// native BE clients, and prints its table.
 fn tritonclient_split(d: &Daemon, model: &str, rounds: usize) -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let py = venv_python();
     let rounds = rounds.min(1000);
     println!();
@@ -154,7 +153,6 @@ fn tritonclient_split(d: &Daemon, model: &str, rounds: usize) -> anyhow::Result<
             )
             .arg(&d.socket)
             .args([&d.grpc, &d.http, model, &rounds.to_string()])
-            .env("PYTHONPATH", root.join("python"))
             .stderr(Stdio::inherit())
             .output()
     })?;

@@ -33,12 +33,15 @@ Usage: tritonclient_split.py SOCKET GRPC_ADDR HTTP_ADDR MODEL ROUNDS
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from reef_client import Client
+# The project's native client, python/reef_client, beside this checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python"))
+from reef_client import Client  # noqa: E402
 
 
 def pct(xs, q):
