@@ -33,8 +33,9 @@
 //! back at the end); without `--policy` the daemon's current policy is used.
 //!
 //! What the daemon does not report is not made up: preemption latency,
-//! redundant kernels and device events are null or 0 and listed in
-//! `live.not_measured`; preemption counts, levels, restores and launched
+//! redundant kernels, device events and the padding counts of a virtual
+//! run (the daemon reports `live.padded_launches` only) are null or 0 and
+//! listed in `live.not_measured`; preemption counts, levels, restores and launched
 //! kernels are the daemon's counters over the run (other clients of the same
 //! daemon would be counted too: the run warns when the daemon is not idle).
 
@@ -125,6 +126,7 @@ const NOT_MEASURED: &[&str] = &[
     "preempt_latency_us_p99",
     "redundant_kernels",
     "device_events",
+    "padding",
 ];
 
 /// The socket `--live` talks to: `--socket`, else `$REEF_SOCKET`, else the

@@ -72,8 +72,8 @@ pub struct PolicyResult {
     /// The scheduler's own time per decision (`--decision-cost`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision_ns: Option<DecisionNs>,
-    /// The padding policies' launch counts; absent for the others.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The padding policies' launch counts; null for the others and for a
+    /// live run (its `live.padded_launches` is what the daemon reports).
     pub padding: Option<PaddingCounts>,
 }
 
