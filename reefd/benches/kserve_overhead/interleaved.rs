@@ -77,19 +77,11 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
                 if turn == 2 {
                     direct::IO.reset();
                     let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
-                    let c1 = reefd::protocol::monotonic_ns();
-                    bare.0.push(t.elapsed().as_secs_f64() * 1e6);
-                    let r = r.into_inner();
-                    bare.1.push(reef_latency(&r));
-                    bare_steps.push(steps::grpc(&r, c0, c1));
+                    let (r, c1) = record_grpc(r, (t, c0), &mut bare, &mut bare_steps);
                     bare_io.push(direct::socket_split(&r, c0, c1, direct::IO.take()));
                 } else if turn == 1 {
                     let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
-                    let c1 = reefd::protocol::monotonic_ns();
-                    grpc.0.push(t.elapsed().as_secs_f64() * 1e6);
-                    let r = r.into_inner();
-                    grpc.1.push(reef_latency(&r));
-                    grpc_steps.push(steps::grpc(&r, c0, c1));
+                    let (r, _) = record_grpc(r, (t, c0), &mut grpc, &mut grpc_steps);
                     last_grpc = Some(r);
                 } else {
                     let r = c.infer_tensors(s.stream, model, &inputs, &[])?;
@@ -155,4 +147,21 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
     );
     direct::show_socket(&native_io, &bare_io);
     Ok(())
+}
+
+/// Records one gRPC answer of the interleaved phase, the moment its call
+/// returned: the round trip since `t` (and `c0` on CLOCK_MONOTONIC), the
+/// daemon's own stamp and the steps; returns the answer and that moment.
+fn record_grpc(
+    r: tonic::Response<pb::ModelInferResponse>,
+    (t, c0): (Instant, u64),
+    (rtt, own): &mut (Vec<f64>, Vec<f64>),
+    steps_out: &mut Vec<steps::Steps>,
+) -> (pb::ModelInferResponse, u64) {
+    let c1 = reefd::protocol::monotonic_ns();
+    rtt.push(t.elapsed().as_secs_f64() * 1e6);
+    let r = r.into_inner();
+    own.push(reef_latency(&r));
+    steps_out.push(steps::grpc(&r, c0, c1));
+    (r, c1)
 }
