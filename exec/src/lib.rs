@@ -440,6 +440,31 @@ impl RunSched {
         }
     }
 
+    /// Makes the padding selection for the next real-time kernel ahead of
+    /// its launch ([`PaddingScheduler::prepare`]); true when one ran.
+    pub fn prepare(&mut self) -> bool {
+        match self {
+            RunSched::Padded(s) => s.prepare(),
+            _ => false,
+        }
+    }
+
+    /// How the selections made ahead fared; `None` without padding.
+    pub fn ahead_counts(&self) -> Option<reef_sched::dkp::padded::AheadCounts> {
+        match self {
+            RunSched::Padded(s) => Some(s.ahead_counts()),
+            _ => None,
+        }
+    }
+
+    /// Selects ahead of the launch or only at it (the decisions are the
+    /// same; [`PaddingScheduler::set_select_ahead`]).
+    pub fn set_select_ahead(&mut self, on: bool) {
+        if let RunSched::Padded(s) = self {
+            s.set_select_ahead(on);
+        }
+    }
+
     pub fn handle(&mut self, now: Time, ev: Event) {
         match self {
             RunSched::Plain(s) => s.handle(now, ev),

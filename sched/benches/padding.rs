@@ -33,13 +33,21 @@
 //!   or memory, which is what a run's p99 pays (docs/results-max.md,
 //!   "Decision cost").
 //!
+//! Beside `reef-max`, the same selector with one of its mechanisms off
+//! (`-share`, `-chain`, `-spread`, `-rate`): where its cost sits.
+//!
+//! Padding policies make this selection ahead of the launch it is for
+//! (`reef_sched::dkp::padded::ahead`): in a run most launches take a
+//! selection made ahead and pay none of this on their own path;
+//! `reef-bench disb W --decision-cost` prints both.
+//!
 //! Not criterion: criterion reports the mean of batches, not the p99 of
 //! single calls the issue asks about. Run: `cargo bench -p reef-sched
 //! --bench padding` (set `REEF_SHARED` to use another shared directory).
 
 use reef_sched::dkp::share::BUDGET_PERMILLE;
 use reef_sched::dkp::{build_table, BlockCost, Candidate, DeviceLimits, Padding, Variant};
-use reef_sched::dkp::{floor::Floors, DkpTable, KernelChar};
+use reef_sched::dkp::{floor::Floors, DkpTable, KernelChar, Selector};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -251,8 +259,25 @@ fn main() {
         "{:<10} {:>3} {:<8} {:>6} {:>6} {:>7} {:>8} {:>7}",
         "policy", "be", "cache", "p50", "p99", "p99.9", "mean", "padded"
     );
+    // `reef-max` with one mechanism off at a time: where its cost sits.
+    let off = |f: fn(Selector) -> Selector| {
+        let mut t = max.clone();
+        t.selector = f(t.selector);
+        t
+    };
+    let no_share = off(|s| s.with_share(0));
+    let no_chain = off(|s| s.with_chain(None));
+    let no_spread = off(|s| s.with_spread(false));
+    let no_rate = off(|s| s.with_rate(false));
     let mut buf = vec![0u8; 4 << 20];
-    for (name, t) in [("reef", &reef), ("reef-max", &max)] {
+    for (name, t) in [
+        ("reef", &reef),
+        ("reef-max", &max),
+        ("-share", &no_share),
+        ("-chain", &no_chain),
+        ("-spread", &no_spread),
+        ("-rate", &no_rate),
+    ] {
         if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
             continue;
         }

@@ -451,6 +451,8 @@ fn run_one(
         aker: None,
         lost: None,
         decision_cost: None,
+        prepare_cost: None,
+        ahead: None,
     };
     let mut r = metrics::summarize(
         &w.name,

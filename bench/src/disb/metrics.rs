@@ -72,6 +72,13 @@ pub struct PolicyResult {
     /// The scheduler's own time per decision (`--decision-cost`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision_ns: Option<DecisionNs>,
+    /// With it, for a padding policy: each selection made ahead of its
+    /// launch, timed apart from the decisions, and how many launches took
+    /// one (`reef_sched::dkp::padded::ahead`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prepare_ns: Option<DecisionNs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead: Option<AheadCounts>,
     /// The padding policies' launch counts; null for the others and for a
     /// live run (its `live.padded_launches` is what the daemon reports).
     pub padding: Option<PaddingCounts>,
@@ -94,6 +101,18 @@ pub struct PaddingCounts {
     /// Real-time kernels `reef-max`'s `guard` launched unpadded to hold the
     /// RT mean (docs/results-max.md, "The real-time guard").
     pub guard_held: u64,
+}
+
+/// How a padding policy's selections made ahead of their launch fared
+/// (`reef_sched::dkp::padded::ahead`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AheadCounts {
+    /// Selections made ahead.
+    pub made: u64,
+    /// Padded-launch selections that took one made ahead.
+    pub hits: u64,
+    /// Selections made on the launch's own path.
+    pub misses: u64,
 }
 
 /// The scheduler's own time per decision over a run, ns
@@ -230,6 +249,18 @@ pub fn summarize(
             .decision_cost
             .as_ref()
             .and_then(|c| DecisionNs::of(c, reef_exec::drive::cost::timer_ns())),
+        prepare_ns: out
+            .prepare_cost
+            .as_ref()
+            .and_then(|c| DecisionNs::of(c, reef_exec::drive::cost::timer_ns())),
+        ahead: out
+            .ahead
+            .filter(|_| out.decision_cost.is_some())
+            .map(|a| AheadCounts {
+                made: a.made,
+                hits: a.hits,
+                misses: a.misses,
+            }),
         padding: out.padding.as_ref().map(|p| PaddingCounts {
             rt_launches: p.rt_launches,
             padded_launches: p.padded_launches,

@@ -93,6 +93,13 @@ pub struct DisbArgs {
     /// selection included), measured in the run (`reef_exec::drive::cost`).
     #[arg(long)]
     pub decision_cost: bool,
+    /// Padding policies select the best-effort blocks for a real-time
+    /// kernel only when it is launched, not ahead of it once the previous
+    /// launch is out (the same decisions either way; the default selects
+    /// ahead, `reef_sched::dkp::padded::ahead`): to compare the decision
+    /// cost of both.
+    #[arg(long)]
+    pub select_at_launch: bool,
     /// Drive the workload on the wall clock against a running reefd through
     /// its client API instead of in virtual time (see `disb::live`).
     #[arg(long)]
@@ -283,6 +290,7 @@ pub fn run_one(
             aker_profiles: set.aker_profiles.clone(),
             account: args.lost,
             decision_cost: args.decision_cost,
+            select_ahead: !args.select_at_launch,
             alone_ns: set.standalone_ns.clone(),
             ..RunOptions::default()
         },
@@ -554,6 +562,39 @@ pub fn main(args: DisbArgs) -> Result<()> {
                         d.p999,
                         d.max,
                         d.timer_ns
+                    );
+                }
+            }
+            let ahead: Vec<_> = out.iter().filter_map(|r| Some((r, r.ahead?))).collect();
+            if !ahead.is_empty() {
+                println!(
+                    "padding selections made ahead of their launch (timed apart from the decisions above), ns:"
+                );
+                println!(
+                    "{:<10} {:<26} {:>10} {:>10} {:>10} {:>8} {:>6} {:>6} {:>7}",
+                    "workload",
+                    "policy",
+                    "made",
+                    "taken",
+                    "at launch",
+                    "mean",
+                    "p50",
+                    "p99",
+                    "p99.9"
+                );
+                for (r, a) in ahead {
+                    let p = r.prepare_ns.as_ref();
+                    println!(
+                        "{:<10} {:<26} {:>10} {:>10} {:>10} {:>8.1} {:>6} {:>6} {:>7}",
+                        r.workload,
+                        r.policy,
+                        a.made,
+                        a.hits,
+                        a.misses,
+                        p.map_or(0.0, |p| p.mean),
+                        p.map_or(0, |p| p.p50),
+                        p.map_or(0, |p| p.p99),
+                        p.map_or(0, |p| p.p999)
                     );
                 }
             }

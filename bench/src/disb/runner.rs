@@ -131,6 +131,10 @@ pub struct RunOutcome {
     /// The scheduler's own time per decision (with
     /// [`RunOptions::decision_cost`]).
     pub decision_cost: Option<reef_exec::drive::cost::DecisionCost>,
+    /// With it, the time of each padding selection made ahead of its
+    /// launch, and how they fared (`reef_sched::dkp::padded::ahead`).
+    pub prepare_cost: Option<reef_exec::drive::cost::DecisionCost>,
+    pub ahead: Option<reef_sched::dkp::padded::AheadCounts>,
 }
 
 /// Per-operator CPU time of an eager-mode framework: 3.3 us, PyTorch's own
@@ -178,6 +182,11 @@ pub struct RunOptions {
     /// Time the scheduler's every decision (`--decision-cost`,
     /// `reef_exec::drive::cost`).
     pub decision_cost: bool,
+    /// Padding policies make the selection for the next real-time kernel
+    /// ahead of its launch (`reef_sched::dkp::padded::ahead`; the same
+    /// decisions either way); false: only at the launch
+    /// (`--select-at-launch`).
+    pub select_ahead: bool,
     /// Per model, its stand-alone latency, ns, as measured before the run
     /// (`reef_sched::ModelInfo::alone_ns`: `reef-max`'s `guard` holds the
     /// real-time requests to a target over it); empty: not given.
@@ -201,6 +210,7 @@ impl Default for RunOptions {
             aker_profiles: None,
             account: false,
             decision_cost: false,
+            select_ahead: true,
             alone_ns: Vec::new(),
         }
     }
@@ -633,7 +643,9 @@ pub fn simulate(
     }
     if opts.decision_cost {
         drv.decision_cost = Some(reef_exec::drive::cost::DecisionCost::new());
+        drv.prepare_cost = Some(reef_exec::drive::cost::DecisionCost::new());
     }
+    drv.sched.set_select_ahead(opts.select_ahead);
     let n = clients.len();
     let mut state = vec![CState::Waiting; n];
     for (i, c) in clients.iter_mut().enumerate() {
@@ -716,6 +728,8 @@ pub fn simulate(
             l
         }),
         decision_cost: run.drv.decision_cost.take(),
+        prepare_cost: run.drv.prepare_cost.take(),
+        ahead: run.drv.sched.ahead_counts(),
     })
 }
 

@@ -145,6 +145,10 @@ pub struct Driver<D: Device = Sim> {
     /// When `Some`, the scheduler's own time per decision is recorded
     /// ([`cost`]); the caller reads it.
     pub decision_cost: Option<cost::DecisionCost>,
+    /// With [`Self::decision_cost`], the time of each selection made ahead
+    /// of its launch (`PaddingScheduler::prepare`), apart from the
+    /// decisions: it runs after the actions are performed.
+    pub prepare_cost: Option<cost::DecisionCost>,
     evbuf: Vec<DeviceEvent>,
     /// Launches the device refused while earlier launches of the same
     /// stream were still on it: the scheduler is told each is over once
@@ -193,6 +197,7 @@ impl<D: Device> Driver<D> {
             device_events: 0,
             event_log: None,
             decision_cost: None,
+            prepare_cost: None,
             evbuf: Vec::new(),
             refused: Vec::new(),
         };
@@ -532,6 +537,26 @@ impl<D: Device> Driver<D> {
                             self.handle(now, Event::KernelCompleted { stream, tag });
                         }
                     }
+                }
+            }
+        }
+        self.prepare();
+    }
+
+    /// The padding selection for the next real-time kernel, made now that
+    /// the actions are performed (`PaddingScheduler::prepare`), timed apart
+    /// from the decisions when [`Self::prepare_cost`] is on.
+    fn prepare(&mut self) {
+        match self.prepare_cost.as_mut() {
+            None => {
+                self.sched.prepare();
+            }
+            Some(_) => {
+                let t0 = Instant::now();
+                let made = self.sched.prepare();
+                let ns = t0.elapsed().as_nanos() as u64;
+                if let (true, Some(c)) = (made, self.prepare_cost.as_mut()) {
+                    c.record(ns);
                 }
             }
         }

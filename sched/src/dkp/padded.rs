@@ -40,9 +40,12 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
+mod ahead;
 mod credit;
 mod plan;
 mod reset;
+
+pub use ahead::AheadCounts;
 
 /// Most kernels a padded part is followed by (`reef-max`'s `chain`).
 const CHAIN_MAX: u32 = 8;
@@ -311,6 +314,8 @@ pub struct PaddingScheduler {
     held: Option<KernelTag>,
     /// `reef-max`'s `guard` ([`super::guard`]), when on.
     guard: Option<super::guard::Guard>,
+    /// The selection made ahead of its launch ([`ahead`]).
+    ahead: ahead::Ahead,
 }
 
 impl PaddingScheduler {
@@ -410,6 +415,7 @@ impl PaddingScheduler {
             tail_fill,
             held: None,
             guard: None,
+            ahead: ahead::Ahead::new(),
         };
         s.drain_inner(0);
         Ok(s)

@@ -125,6 +125,8 @@ fn the_measured_base_normalises_the_run() {
         aker: None,
         lost: None,
         decision_cost: None,
+        prepare_cost: None,
+        ahead: None,
     };
     let r = metrics::summarize(
         "a",

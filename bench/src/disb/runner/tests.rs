@@ -441,3 +441,44 @@ fn decision_cost_times_every_decision_and_changes_nothing() {
         );
     }
 }
+
+/// The padding selection made ahead of its launch
+/// (`reef_sched::dkp::padded::ahead`, the default) changes no outcome of a
+/// run on the measured models: every client's latencies, the launches, the
+/// device events and the padding figures are those of selecting only at
+/// the launch; and most padded launches take a selection made ahead.
+#[test]
+fn selecting_ahead_changes_no_outcome() {
+    let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/D.json")).unwrap();
+    let (spec, models, sa) = setup(&w);
+    let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+    let plans = plan_clients(&w, &idx, &sa, 7);
+    for policy in ["reef", "reef-max"] {
+        let run = |ahead: bool| {
+            let o = RunOptions {
+                select_ahead: ahead,
+                ..opts(policy, false)
+            };
+            simulate(&spec, &models, plans.clone(), 1_000_000_000, &o).unwrap()
+        };
+        let (on, off) = (run(true), run(false));
+        for (a, b) in on.clients.iter().zip(&off.clients) {
+            assert_eq!(a.latencies, b.latencies, "{policy}");
+            assert_eq!((a.issued, a.completed), (b.issued, b.completed));
+        }
+        assert_eq!(on.kernels_launched, off.kernels_launched, "{policy}");
+        assert_eq!(on.device_events, off.device_events, "{policy}");
+        let pad = |o: &RunOutcome| serde_json::to_string(&o.padding).unwrap();
+        assert_eq!(pad(&on), pad(&off), "{policy}");
+        let (a, b) = (on.ahead.unwrap(), off.ahead.unwrap());
+        assert_eq!((b.made, b.hits), (0, 0), "{policy}: {b:?}");
+        let padded = on.padding.as_ref().unwrap().padded_launches;
+        assert!(padded > 0, "{policy}");
+        // Only a request's first kernels (transmitted together on its
+        // arrival, `window` of them) have nothing prepared.
+        assert!(
+            a.hits * 2 > a.hits + a.misses,
+            "{policy}: {a:?} of {padded} padded launches"
+        );
+    }
+}

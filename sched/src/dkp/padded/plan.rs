@@ -190,35 +190,33 @@ impl PaddingScheduler {
             self.tasks = tasks;
             return None;
         }
-        let table = &*self.table;
-        let rt_char = &table.versions(model, tag.kernel)[0];
-        let chains = table.selector.chains();
-        let core = self.inner.core();
-        let mut cands: Vec<Candidate<'_>> = recycle(std::mem::take(&mut self.cands));
-        cands.extend(tasks.iter().map(|&(_, _, m, k, locked, next_block)| {
-            let ks = &table.kernels[m.0 as usize];
-            let l = if chains {
-                let info = &core.models()[m.0 as usize];
-                crate::dkp::chain::chain_len(k, ks.len() as u32, CHAIN_MAX, |i| {
-                    info.successors_clear(i)
-                })
-            } else {
-                0
-            };
-            Candidate {
-                versions: table.versions(m, k),
-                locked,
-                next_block,
-                following: &ks[k as usize + 1..(k + 1 + l) as usize],
-                rule1_floor: table.floors.get(m.0 as usize, k as usize),
-            }
-        }));
-        let start = self.rr % cands.len();
+        let start = self.rr % tasks.len();
         self.rr = self.rr.wrapping_add(1);
-        let padded = table
-            .selector
-            .select(rt_char, &cands, start, &mut self.padding);
-        self.cands = recycle(cands);
+        // The selection made ahead for this kernel from these very tasks
+        // ([`Self::prepare`]) is the one made now: taken, not repeated.
+        let padded = match self
+            .ahead
+            .take(&self.table, model, tag.kernel, start, &tasks)
+        {
+            Some(padded) => {
+                std::mem::swap(&mut self.padding, &mut self.ahead.padding);
+                padded
+            }
+            None => {
+                let cands = std::mem::take(&mut self.cands);
+                let (padded, cands) = select_over(
+                    &self.table,
+                    self.inner.core(),
+                    &tasks,
+                    (model, tag.kernel),
+                    start,
+                    cands,
+                    &mut self.padding,
+                );
+                self.cands = cands;
+                padded
+            }
+        };
         if !padded {
             self.tasks = tasks;
             self.last_refused = true;
@@ -261,4 +259,42 @@ impl PaddingScheduler {
             parts,
         })
     }
+}
+
+/// Runs the selection for real-time kernel `kernel` of `model` over
+/// `tasks` from task `start` on into `out`, building the candidates in
+/// `cands` (returned emptied, its allocation kept); whether any block was
+/// chosen. What `select_for` and [`PaddingScheduler::prepare`] both run.
+pub(super) fn select_over(
+    table: &DkpTable,
+    core: &crate::core::Core,
+    tasks: &[Task],
+    (model, kernel): (ModelId, u32),
+    start: usize,
+    cands: Vec<Candidate<'static>>,
+    out: &mut Padding,
+) -> (bool, Vec<Candidate<'static>>) {
+    let rt_char = &table.versions(model, kernel)[0];
+    let chains = table.selector.chains();
+    let mut cands: Vec<Candidate<'_>> = recycle(cands);
+    cands.extend(tasks.iter().map(|&(_, _, m, k, locked, next_block)| {
+        let ks = &table.kernels[m.0 as usize];
+        let l = if chains {
+            let info = &core.models()[m.0 as usize];
+            crate::dkp::chain::chain_len(k, ks.len() as u32, CHAIN_MAX, |i| {
+                info.successors_clear(i)
+            })
+        } else {
+            0
+        };
+        Candidate {
+            versions: table.versions(m, k),
+            locked,
+            next_block,
+            following: &ks[k as usize + 1..(k + 1 + l) as usize],
+            rule1_floor: table.floors.get(m.0 as usize, k as usize),
+        }
+    }));
+    let padded = table.selector.select(rt_char, &cands, start, out);
+    (padded, recycle(cands))
 }

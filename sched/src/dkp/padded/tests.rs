@@ -130,6 +130,64 @@ fn rehearsing_the_selection_changes_no_decision() {
     assert!(selected > 0, "the rehearsal never found a task to pad");
 }
 
+/// The selection made ahead (`prepare`, [`ahead`]) must change nothing:
+/// a scheduler preparing after every step decides exactly as one that
+/// selects only at the launch, and its launches take what it prepared.
+#[test]
+fn ahead_changes_no_decision() {
+    let (mut a, mut b) = (setup(1), setup(1));
+    b.set_select_ahead(false);
+    let (rt, be) = (StreamId(0), StreamId(1));
+    let arrived = |req: u64, client: u32| Event::RequestArrived {
+        req: RequestId(req),
+        client: ClientId(client),
+        deadline: None,
+    };
+    let done = |stream: StreamId, req: u64, k: u32| Event::KernelCompleted {
+        stream,
+        tag: tag(req, k),
+    };
+    let mut events = vec![
+        (0, arrived(100, 1)),
+        (10, arrived(1, 0)),
+        (
+            12,
+            Event::KernelKilled {
+                stream: be,
+                tag: tag(100, 0),
+            },
+        ),
+        (
+            13,
+            Event::KernelEvicted {
+                stream: be,
+                tag: tag(100, 1),
+            },
+        ),
+    ];
+    for k in 0..4 {
+        events.push((50 * (k as Time + 1), done(rt, 1, k)));
+    }
+    events.push((210, done(be, 100, 0)));
+    events.push((220, done(be, 100, 1)));
+    let _ = std::iter::from_fn(|| a.poll_action()).count();
+    let _ = std::iter::from_fn(|| b.poll_action()).count();
+    for (t, ev) in events {
+        assert_eq!(step(&mut a, t, ev.clone()), step(&mut b, t, ev));
+        a.prepare();
+        assert!(!b.prepare(), "prepare selected while switched off");
+    }
+    assert_eq!(a.dkp_counters(), b.dkp_counters());
+    let padded = a.dkp_counters().padded_launches;
+    assert!(padded >= 2, "{padded} padded launches");
+    let (ah, bh) = (a.ahead_counts(), b.ahead_counts());
+    assert_eq!(bh, AheadCounts::default());
+    // Every RT kernel after the first was prepared for and taken; the
+    // first was selected on its own path.
+    assert!(ah.hits >= 1 && ah.hits + ah.misses >= padded, "{ah:?}");
+    assert!(ah.made >= ah.hits, "{ah:?}");
+}
+
 /// Selections are made when the caller polls (the first RT kernel is
 /// issued before the selections for the kernels behind it), yet from
 /// the state they were due in: a caller that handles the next events
