@@ -423,7 +423,11 @@ impl Policy for Preemptive {
     }
     fn schedule(&mut self, core: &mut Core) {
         let rt = StreamId(0);
-        let be: Vec<StreamId> = (1..core.stream_count() as u32).map(StreamId).collect();
+        // Built only when the mode changes, not on every call: `schedule`
+        // runs for every event (issue 28's decision cost).
+        let be = |core: &Core| -> Vec<StreamId> {
+            (1..core.stream_count() as u32).map(StreamId).collect()
+        };
         // The fill after the last kernel: the running request no longer
         // holds the best-effort streams once its last kernel has started.
         let tail = self.tail_fill
@@ -434,14 +438,14 @@ impl Policy for Preemptive {
         if core.rt_waiting() > 0 || (core.has_request(rt) && !tail) {
             if self.mode == Mode::Normal {
                 self.mode = Mode::RealTime;
-                core.preempt_streams(&be, self.level);
+                core.preempt_streams(&be(core), self.level);
             }
             if !(self.rt_waits && core.preemption_in_progress()) {
                 serve_rt(core);
             }
         } else if self.mode == Mode::RealTime {
             self.mode = Mode::Normal;
-            for &s in &be {
+            for s in be(core) {
                 core.resume(s);
             }
         }

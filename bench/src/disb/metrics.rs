@@ -129,10 +129,15 @@ pub struct DecisionNs {
     pub p999: u64,
     pub max: u64,
     pub timer_ns: u64,
+    /// p50, p99 and p99.9 net of the clock: less `timer_ns` per timed
+    /// call of the decision (`reef_exec::drive::cost::DecisionCost`).
+    pub net_p50: u64,
+    pub net_p99: u64,
+    pub net_p999: u64,
 }
 
 impl DecisionNs {
-    pub fn of(c: &reef_exec::drive::cost::DecisionCost, timer_ns: u64) -> Option<Self> {
+    pub fn of(c: &reef_exec::drive::cost::DecisionCost) -> Option<Self> {
         Some(Self {
             decisions: c.len(),
             mean: c.mean()?,
@@ -140,7 +145,10 @@ impl DecisionNs {
             p99: c.quantile(0.99)?,
             p999: c.quantile(0.999)?,
             max: c.quantile(1.0)?,
-            timer_ns,
+            timer_ns: c.timer(),
+            net_p50: c.net_quantile(0.5)?,
+            net_p99: c.net_quantile(0.99)?,
+            net_p999: c.net_quantile(0.999)?,
         })
     }
 }
@@ -245,14 +253,8 @@ pub fn summarize(
         qos_missed: out.aker.map(|a| a.qos_missed),
         qos_queries: out.aker.map(|a| a.qos_met + a.qos_missed),
         lost: out.lost.clone(),
-        decision_ns: out
-            .decision_cost
-            .as_ref()
-            .and_then(|c| DecisionNs::of(c, reef_exec::drive::cost::timer_ns())),
-        prepare_ns: out
-            .prepare_cost
-            .as_ref()
-            .and_then(|c| DecisionNs::of(c, reef_exec::drive::cost::timer_ns())),
+        decision_ns: out.decision_cost.as_ref().and_then(DecisionNs::of),
+        prepare_ns: out.prepare_cost.as_ref().and_then(DecisionNs::of),
         ahead: out
             .ahead
             .filter(|_| out.decision_cost.is_some())

@@ -448,6 +448,7 @@ impl<D: Device> Driver<D> {
                 let ns = t0.elapsed().as_nanos() as u64;
                 if let Some(c) = self.decision_cost.as_mut() {
                     c.acc += ns;
+                    c.calls += 1;
                 }
             }
         }
@@ -464,9 +465,9 @@ impl<D: Device> Driver<D> {
         let ns = t0.elapsed().as_nanos() as u64;
         if let Some(c) = self.decision_cost.as_mut() {
             c.acc += ns;
+            c.calls += 1;
             if a.is_none() {
-                let d = std::mem::take(&mut c.acc);
-                c.record(d);
+                c.close();
             }
         }
         a
@@ -556,7 +557,7 @@ impl<D: Device> Driver<D> {
                 let made = self.sched.prepare();
                 let ns = t0.elapsed().as_nanos() as u64;
                 if let (true, Some(c)) = (made, self.prepare_cost.as_mut()) {
-                    c.record(ns);
+                    c.record(ns, 1);
                 }
             }
         }
