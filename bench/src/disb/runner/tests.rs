@@ -23,6 +23,17 @@ fn setup_on(w: &Workload, device: &str) -> (DeviceSpec, Vec<PreparedModel>, Vec<
     (spec, models, sa)
 }
 
+/// DISB workload `wl` on the MI50: the device, its models and the
+/// clients' plans (seed 7).
+fn planned(wl: &str) -> (DeviceSpec, Vec<PreparedModel>, Vec<ClientPlan>) {
+    let path = reef_model::shared_dir().join(format!("disb/workloads/{wl}.json"));
+    let w = Workload::load(&path).unwrap();
+    let (spec, models, sa) = setup(&w);
+    let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
+    let plans = plan_clients(&w, &idx, &sa, 7);
+    (spec, models, plans)
+}
+
 fn opts(policy: &str, track: bool) -> RunOptions {
     RunOptions {
         policy: policy.into(),
@@ -405,10 +416,7 @@ fn periodic_clients_of_equal_frequency_are_staggered() {
 /// (timing reads the clock, never the simulation).
 #[test]
 fn decision_cost_times_every_decision_and_changes_nothing() {
-    let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/A.json")).unwrap();
-    let (spec, models, sa) = setup(&w);
-    let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
-    let plans = plan_clients(&w, &idx, &sa, 7);
+    let (spec, models, plans) = planned("A");
     for policy in ["reef", "reef-max"] {
         let plain = simulate(
             &spec,
@@ -449,10 +457,7 @@ fn decision_cost_times_every_decision_and_changes_nothing() {
 /// the launch; and most padded launches take a selection made ahead.
 #[test]
 fn selecting_ahead_changes_no_outcome() {
-    let w = Workload::load(&reef_model::shared_dir().join("disb/workloads/D.json")).unwrap();
-    let (spec, models, sa) = setup(&w);
-    let idx = |d: &str| models.iter().position(|m| m.name == d).unwrap();
-    let plans = plan_clients(&w, &idx, &sa, 7);
+    let (spec, models, plans) = planned("D");
     for policy in ["reef", "reef-max"] {
         let run = |ahead: bool| {
             let o = RunOptions {

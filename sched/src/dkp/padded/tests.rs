@@ -78,12 +78,10 @@ pub(super) fn tag(req: u64, kernel: u32) -> KernelTag {
     }
 }
 
-/// `rehearse` (reefd calls it between requests) must change nothing:
-/// a scheduler rehearsing before every event decides exactly as one
-/// that never does, through preemption, padding and completion.
-#[test]
-fn rehearsing_the_selection_changes_no_decision() {
-    let (mut a, mut b) = (setup(2), setup(2));
+/// An RT request arriving over a BE one, the BE task's kill and
+/// eviction, the RT kernels' completions and the BE kernels': the script
+/// the tests that must change no decision replay.
+fn scripted_events() -> Vec<(Time, Event)> {
     let (rt, be) = (StreamId(0), StreamId(1));
     let arrived = |req: u64, client: u32| Event::RequestArrived {
         req: RequestId(req),
@@ -117,6 +115,16 @@ fn rehearsing_the_selection_changes_no_decision() {
     }
     events.push((210, done(be, 100, 0)));
     events.push((220, done(be, 100, 1)));
+    events
+}
+
+/// `rehearse` (reefd calls it between requests) must change nothing:
+/// a scheduler rehearsing before every event decides exactly as one
+/// that never does, through preemption, padding and completion.
+#[test]
+fn rehearsing_the_selection_changes_no_decision() {
+    let (mut a, mut b) = (setup(2), setup(2));
+    let events = scripted_events();
     let _ = std::iter::from_fn(|| a.poll_action()).count();
     let _ = std::iter::from_fn(|| b.poll_action()).count();
     let mut selected = 0;
@@ -137,39 +145,7 @@ fn rehearsing_the_selection_changes_no_decision() {
 fn ahead_changes_no_decision() {
     let (mut a, mut b) = (setup(1), setup(1));
     b.set_select_ahead(false);
-    let (rt, be) = (StreamId(0), StreamId(1));
-    let arrived = |req: u64, client: u32| Event::RequestArrived {
-        req: RequestId(req),
-        client: ClientId(client),
-        deadline: None,
-    };
-    let done = |stream: StreamId, req: u64, k: u32| Event::KernelCompleted {
-        stream,
-        tag: tag(req, k),
-    };
-    let mut events = vec![
-        (0, arrived(100, 1)),
-        (10, arrived(1, 0)),
-        (
-            12,
-            Event::KernelKilled {
-                stream: be,
-                tag: tag(100, 0),
-            },
-        ),
-        (
-            13,
-            Event::KernelEvicted {
-                stream: be,
-                tag: tag(100, 1),
-            },
-        ),
-    ];
-    for k in 0..4 {
-        events.push((50 * (k as Time + 1), done(rt, 1, k)));
-    }
-    events.push((210, done(be, 100, 0)));
-    events.push((220, done(be, 100, 1)));
+    let events = scripted_events();
     let _ = std::iter::from_fn(|| a.poll_action()).count();
     let _ = std::iter::from_fn(|| b.poll_action()).count();
     for (t, ev) in events {
