@@ -368,6 +368,25 @@ fn no_daemon_at_the_socket_is_a_clear_error() {
         )),
         "{e}"
     );
+    // A virtual-time switch is refused before any daemon is looked for.
+    let out = bench()
+        .args([
+            "disb",
+            "A",
+            "--live",
+            "--no-plot",
+            "--select-at-launch",
+            "--socket",
+        ])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("--select-at-launch") && e.contains("leave out --live"),
+        "{e}"
+    );
     // --socket without --live is refused by the argument parser.
     let out = bench()
         .args(["disb", "A", "--socket", "/tmp/x.sock"])

@@ -538,6 +538,12 @@ pub fn main(args: DisbArgs) -> Result<()> {
              (the daemon's own costs: `reefctl stats`, docs/daemon.md)"
         );
     }
+    if args.select_at_launch {
+        bail!(
+            "--select-at-launch changes how a virtual-time run schedules; the daemon always selects \
+             padding ahead of the launch (docs/padding.md): leave out --live for it"
+        );
+    }
     let shared = reef_model::shared_dir();
     let mut workloads = Vec::new();
     for p in workload::resolve(&args.workload, &shared) {
