@@ -20,7 +20,9 @@
 //! versions, floors and chain lengths are the table's and the models'
 //! fixed metadata), so the launch is the same either way: this changes
 //! when the work is done, never what is decided
-//! (`tests::ahead_changes_no_decision`).
+//! (`tests::ahead_changes_no_decision`; on the measured models and DISB
+//! D, reef-bench's `selecting_ahead_changes_no_outcome`, which fails when
+//! the tasks are left out of the comparison).
 //!
 //! What it costs: the selection's time moves from the transmit path to
 //! the moment after the scheduler's actions are handed over, when the
