@@ -172,12 +172,8 @@ impl PaddingScheduler {
         let mut tasks = std::mem::take(&mut self.ahead.scratch);
         tasks.clear();
         for si in 0..self.be.len() {
-            let Some((plan, client, m)) = self.next_plan(si, &self.table) else {
-                continue;
-            };
-            if plan.kernel < self.models[m.0 as usize] {
-                let s = StreamId(si as u32);
-                tasks.push((s, client, m, plan.kernel, plan.locked, plan.next_block));
+            if let Some((_, Some(task))) = self.pad_task(si) {
+                tasks.push(task);
             }
         }
         if tasks.is_empty() {

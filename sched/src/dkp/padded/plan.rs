@@ -83,6 +83,23 @@ impl PaddingScheduler {
         Some(self.plan_of(b, client, table))
     }
 
+    /// The plan best-effort stream `si` would pad with now
+    /// ([`Self::next_plan`]) and, unless that plan lies past its model's
+    /// last kernel, the task it offers the selection. What `select_for`
+    /// and [`Self::prepare`] both select over.
+    pub(super) fn pad_task(&self, si: usize) -> Option<(Plan, Option<Task>)> {
+        let (plan, client, m) = self.next_plan(si, &self.table)?;
+        let task = (plan.kernel < self.models[m.0 as usize]).then_some((
+            StreamId(si as u32),
+            client,
+            m,
+            plan.kernel,
+            plan.locked,
+            plan.next_block,
+        ));
+        Some((plan, task))
+    }
+
     /// The plan of `b` (its stored one, or one started from its credit or
     /// completed prefix), moved past a version whose blocks are all
     /// planned, with its client and model.
@@ -171,20 +188,11 @@ impl PaddingScheduler {
         let mut tasks = std::mem::take(&mut self.tasks);
         tasks.clear();
         for si in 0..self.be.len() {
-            let Some((plan, client, m)) = self.next_plan(si, &self.table) else {
+            let Some((plan, task)) = self.pad_task(si) else {
                 continue;
             };
             self.be[si].plan = Some(plan);
-            if plan.kernel < self.models[m.0 as usize] {
-                tasks.push((
-                    StreamId(si as u32),
-                    client,
-                    m,
-                    plan.kernel,
-                    plan.locked,
-                    plan.next_block,
-                ));
-            }
+            tasks.extend(task);
         }
         if tasks.is_empty() {
             self.tasks = tasks;
