@@ -11,7 +11,9 @@
 //! 2000; at 64 each client sends a 64th of it. REEF_BENCH_DEVICE: default
 //! cuda:0 on the simulated libcuda as an H100. REEF_BENCH_MODEL: a model directory to serve, default the
 //! two-kernel test model of reef-libcuda-sim. REEF_BENCH_HOSTILE_ROUNDS:
-//! rounds of the hostile phase, default 2. REEF_BENCH_PHASES: which of the
+//! rounds of the hostile phase, default 2. REEF_BENCH_REEFD: the reefd
+//! binary to run, default the one cargo built beside the bench (for
+//! side-by-side runs of two builds). REEF_BENCH_PHASES: which of the
 //! phases `paths` (each path at 1 and 64 clients), `load` (RT beside BE
 //! load and beside hostile connections, [`rt_under_load`]) and
 //! `interleaved` (the interleaved RT comparison, [`rt_interleaved`]) and
@@ -37,6 +39,11 @@ mod steps;
 /// third path).
 #[path = "kserve_overhead/direct.rs"]
 mod direct;
+
+/// A lean gRPC client on h2 directly (the `grpc-lean` path and the
+/// interleaved phase's fourth).
+#[path = "kserve_overhead/lean.rs"]
+mod lean;
 
 /// The interleaved RT comparison (`REEF_BENCH_PHASES=interleaved`).
 #[path = "kserve_overhead/interleaved.rs"]
@@ -173,7 +180,7 @@ fn paths(daemon: &Daemon, model: &str, per: usize) -> anyhow::Result<()> {
         "{:<12} {:>7} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9}",
         "path", "clients", "p50 us", "p99 us", "reefd p50", "added p50", "added p99", "req/s"
     );
-    let paths = ["native", "http-json", "http-binary", "grpc"];
+    let paths = ["native", "http-json", "http-binary", "grpc", "grpc-lean"];
     for clients in [1usize, 64] {
         let n = (per / clients).max(10);
         let mut native_p = (0.0, 0.0);
@@ -512,7 +519,12 @@ impl Daemon {
                 dir.path().join("reefd.pid")
             ),
         )?;
-        let child = Command::new(env!("CARGO_BIN_EXE_reefd"))
+        // REEF_BENCH_REEFD: another build of reefd to run, for side-by-side
+        // runs of two daemons under one bench binary.
+        let reefd = std::env::var_os("REEF_BENCH_REEFD")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_reefd")));
+        let child = Command::new(reefd)
             .env(
                 "REEF_LIBCUDA_SIM_DEVICE",
                 std::env::var("REEF_LIBCUDA_SIM_DEVICE").unwrap_or_else(|_| "h100".into()),
@@ -566,6 +578,7 @@ fn run(d: &Daemon, path: &str, model: &str, clients: usize, n: usize) -> anyhow:
                         match path {
                             "native" => native_client(&d.socket, model, n),
                             "http-json" => http_client(&d.http, model, n, false),
+                            "grpc-lean" => lean_client(&d.grpc, model, n),
                             _ => http_client(&d.http, model, n, true),
                         }
                     })
@@ -583,6 +596,21 @@ fn run(d: &Daemon, path: &str, model: &str, clients: usize, n: usize) -> anyhow:
         own.extend(b);
     }
     Ok(Run { rtt, own, wall })
+}
+
+/// One closed-loop client of the lean gRPC client ([`lean::Lean`]) on a
+/// connection of its own, BE requests.
+fn lean_client(addr: &str, model: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut c = lean::Lean::connect(addr)?;
+    let (mut rtt, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let req = grpc_request(model, 10);
+        let t = Instant::now();
+        let r = c.infer(&req)?;
+        rtt.push(t.elapsed().as_secs_f64() * 1e6);
+        own.push(reef_latency(&r));
+    }
+    Ok((rtt, own))
 }
 
 fn native_client(socket: &Path, model: &str, n: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {

@@ -204,9 +204,9 @@ pub fn native_split(c0: u64, sent: u64, got: u64, c1: u64) -> [f64; 3] {
 /// last byte written to the answer's first byte read (the daemon, both
 /// ends of the loopback socket and the client's wake-up: what the daemon
 /// adds whichever client sends), and in the client around it.
-pub fn show_socket(native: &[[f64; 3]], rows: &[super::steps::Steps]) {
+pub fn show_socket(client: &str, native: &[[f64; 3]], rows: &[super::steps::Steps]) {
     use reefd::metrics::summarize;
-    println!("  gRPC, bare h2 client, at its socket calls:");
+    println!("  gRPC, {client} client, at its socket calls:");
     for (k, name) in SOCKET_STEPS.iter().enumerate() {
         let s = summarize(rows.iter().map(|r| r[k]));
         println!("  {:<30} {:>9.1} {:>9.1}", name, s.p50_us, s.mean_us);
@@ -216,12 +216,12 @@ pub fn show_socket(native: &[[f64; 3]], rows: &[super::steps::Steps]) {
     let g_wire = summarize(rows.iter().map(|r| r[8]));
     let g_client = summarize(rows.iter().map(|r| r[0] + r[1] + r[4] + r[5]));
     println!(
-        "  last request byte written to first answer byte read: native p50 {:.1} p99 {:.1} us, gRPC (bare h2) p50 {:.1} p99 {:.1} us: added p50 {:+.1}, p99 {:+.1} us",
+        "  last request byte written to first answer byte read: native p50 {:.1} p99 {:.1} us, gRPC ({client}) p50 {:.1} p99 {:.1} us: added p50 {:+.1}, p99 {:+.1} us",
         n_wire.p50_us, n_wire.p99_us, g_wire.p50_us, g_wire.p99_us,
         g_wire.p50_us - n_wire.p50_us, g_wire.p99_us - n_wire.p99_us
     );
     println!(
-        "  in the client around it: native p50 {:.1} p99 {:.1} us, gRPC (bare h2) p50 {:.1} p99 {:.1} us: added p50 {:+.1}, p99 {:+.1} us",
+        "  in the client around it: native p50 {:.1} p99 {:.1} us, gRPC ({client}) p50 {:.1} p99 {:.1} us: added p50 {:+.1}, p99 {:+.1} us",
         n_client.p50_us, n_client.p99_us, g_client.p50_us, g_client.p99_us,
         g_client.p50_us - n_client.p50_us, g_client.p99_us - n_client.p99_us
     );

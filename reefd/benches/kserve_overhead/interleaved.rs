@@ -25,7 +25,7 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
     };
     println!();
     println!(
-        "RT interleaved under BE load: {pairs} rounds (native, gRPC priority=1 over tonic's Channel, the same over a bare HTTP/2 connection), 4 native BE clients; load average {} before",
+        "RT interleaved under BE load: {pairs} rounds (native, gRPC priority=1 over tonic's Channel, the same over a bare HTTP/2 connection, the same request over the lean h2 client), 4 native BE clients; load average {} before",
         load_avg()
     );
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -59,29 +59,38 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
             origin,
         ))
     })?;
+    // The same request by a client as lean as the native one: h2 directly,
+    // one task, one write per request (`lean`).
+    let mut lean = lean::Lean::connect(&d.grpc)?;
     let mut c = Client::connect(&d.socket)?;
     let s = c.register(Priority::Rt, Some("bench-rt"))?;
     let inputs = input().inline();
     let (mut native, mut grpc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
-    let mut bare = (Vec::new(), Vec::new());
+    let (mut bare, mut lean_rt) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    let (mut lean_steps, mut lean_io) = (Vec::new(), Vec::new());
     let (mut native_steps, mut grpc_steps) = (Vec::new(), Vec::new());
     let (mut bare_steps, mut bare_io, mut native_io) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_grpc = None;
     let run = || -> anyhow::Result<()> {
         for i in 0..pairs {
-            // The three paths in a rotating order.
-            for k in 0..3 {
-                let turn = (i + k) % 3;
+            // The four paths in a rotating order.
+            for k in 0..4 {
+                let turn = (i + k) % 4;
                 let t = Instant::now();
                 let c0 = reefd::protocol::monotonic_ns();
-                if turn == 2 {
+                if turn == 3 {
+                    direct::IO.reset();
+                    let r = lean.infer(&grpc_request_rt_stamped(model))?;
+                    let (r, c1) = record_grpc(r, (t, c0), &mut lean_rt, &mut lean_steps);
+                    lean_io.push(direct::socket_split(&r, c0, c1, direct::IO.take()));
+                } else if turn == 2 {
                     direct::IO.reset();
                     let r = rt.block_on(gd.model_infer(grpc_request_rt_stamped(model)))?;
-                    let (r, c1) = record_grpc(r, (t, c0), &mut bare, &mut bare_steps);
+                    let (r, c1) = record_grpc(r.into_inner(), (t, c0), &mut bare, &mut bare_steps);
                     bare_io.push(direct::socket_split(&r, c0, c1, direct::IO.take()));
                 } else if turn == 1 {
                     let r = rt.block_on(g.model_infer(grpc_request_rt_stamped(model)))?;
-                    let (r, _) = record_grpc(r, (t, c0), &mut grpc, &mut grpc_steps);
+                    let (r, _) = record_grpc(r.into_inner(), (t, c0), &mut grpc, &mut grpc_steps);
                     last_grpc = Some(r);
                 } else {
                     let r = c.infer_tensors(s.stream, model, &inputs, &[])?;
@@ -111,6 +120,7 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
         ("native RT", &native),
         ("gRPC priority=1", &grpc),
         ("gRPC, bare h2 client", &bare),
+        ("gRPC, lean h2 client", &lean_rt),
     ] {
         let (a, b) = (
             summarize(rtt.iter().copied()),
@@ -123,7 +133,11 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
         sums.push((a, b));
     }
     let n = &sums[0];
-    for (name, g) in [("gRPC", &sums[1]), ("gRPC, bare h2", &sums[2])] {
+    for (name, g) in [
+        ("gRPC", &sums[1]),
+        ("gRPC, bare h2", &sums[2]),
+        ("gRPC, lean h2", &sums[3]),
+    ] {
         println!(
             "  {name}/native: reefd's own p50 {:.3}, mean {:.3}, p99 {:.3}; client p50 {:.3}, mean {:.3}, p99 {:.3}; client added p50 {:+.1} us, p99 {:+.1} us",
             g.1.p50_us / n.1.p50_us,
@@ -141,11 +155,13 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
         &[
             ("gRPC priority=1", &grpc_steps),
             ("gRPC, bare h2 client", &bare_steps),
+            ("gRPC, lean h2 client", &lean_steps),
         ],
         last_grpc.as_ref(),
         &|| grpc_request_rt_stamped(model),
     );
-    direct::show_socket(&native_io, &bare_io);
+    direct::show_socket("bare h2", &native_io, &bare_io);
+    direct::show_socket("lean h2", &native_io, &lean_io);
     Ok(())
 }
 
@@ -153,14 +169,13 @@ pub fn rt_interleaved(d: &Daemon, model: &str, pairs: usize) -> anyhow::Result<(
 /// returned: the round trip since `t` (and `c0` on CLOCK_MONOTONIC), the
 /// daemon's own stamp and the steps; returns the answer and that moment.
 fn record_grpc(
-    r: tonic::Response<pb::ModelInferResponse>,
+    r: pb::ModelInferResponse,
     (t, c0): (Instant, u64),
     (rtt, own): &mut (Vec<f64>, Vec<f64>),
     steps_out: &mut Vec<steps::Steps>,
 ) -> (pb::ModelInferResponse, u64) {
     let c1 = reefd::protocol::monotonic_ns();
     rtt.push(t.elapsed().as_secs_f64() * 1e6);
-    let r = r.into_inner();
     own.push(reef_latency(&r));
     steps_out.push(steps::grpc(&r, c0, c1));
     (r, c1)
