@@ -1,7 +1,8 @@
 //! A lean gRPC client: one unary `ModelInfer` call on the `h2` crate
 //! directly, its connection polled in the caller's own task, the request's
 //! HEADERS and its one DATA frame (END_STREAM set) queued before the
-//! connection is polled, so that they leave in one write.
+//! connection is polled, so that they leave in one write, and the socket
+//! read through a buffer that takes an answer in one read ([`Buffered`]).
 //!
 //! Why: by its socket calls the tonic client (generated client, hyper's
 //! HTTP/2 client, tonic's body) writes a request in three writes, from a
@@ -27,7 +28,73 @@ use tonic::codegen::{http, Bytes};
 
 use super::steps::pb;
 
-type Conn = h2::client::Connection<super::direct::Stamped, Bytes>;
+type Conn = h2::client::Connection<Buffered, Bytes>;
+
+/// The socket read through a 64 KiB buffer: h2's reader asks for at most
+/// 8 KiB at a time (tokio-util's `FramedRead` starts its buffer there), so
+/// an answer of 8.5 KiB took two reads; here one read takes what the
+/// socket holds. Writes go straight through.
+pub struct Buffered {
+    io: super::direct::Stamped,
+    buf: Box<[u8]>,
+    at: usize,
+    end: usize,
+}
+
+impl tokio::io::AsyncRead for Buffered {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        out: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let me = &mut *self;
+        if me.at == me.end {
+            let mut rb = tokio::io::ReadBuf::new(&mut me.buf);
+            std::task::ready!(Pin::new(&mut me.io).poll_read(cx, &mut rb))?;
+            (me.at, me.end) = (0, rb.filled().len());
+        }
+        let n = (me.end - me.at).min(out.remaining());
+        out.put_slice(&me.buf[me.at..me.at + n]);
+        me.at += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Buffered {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        b: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, b)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        b: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, b)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
 
 /// One HTTP/2 connection to the daemon's gRPC port and the runtime that
 /// drives it; [`Lean::infer`] blocks for one call.
@@ -47,7 +114,13 @@ impl Lean {
         let (send, conn) = rt.block_on(async {
             let tcp = tokio::net::TcpStream::connect(addr).await?;
             tcp.set_nodelay(true)?;
-            Ok::<_, anyhow::Error>(h2::client::handshake(super::direct::Stamped(tcp)).await?)
+            let io = Buffered {
+                io: super::direct::Stamped(tcp),
+                buf: vec![0; 64 * 1024].into_boxed_slice(),
+                at: 0,
+                end: 0,
+            };
+            Ok::<_, anyhow::Error>(h2::client::handshake(io).await?)
         })?;
         let uri = format!("http://{addr}/inference.GRPCInferenceService/ModelInfer").parse()?;
         Ok(Lean {
