@@ -211,8 +211,10 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
     let mut s = String::from(
         "where BE throughput goes (shares of CU time, from the simulator's trace; lost shares count only while a BE request waits)\n",
     );
+    // The policy column as wide as its longest name (`reef-max:-spread`).
+    let pw = rows.iter().map(|r| r.1.len()).fold(14, usize::max);
     s.push_str(&format!(
-        "{:<22} {:<14} {:>7} {:>7} {:>7} {:>7} {:>6} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "{:<22} {:<pw$} {:>7} {:>7} {:>7} {:>7} {:>6} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
         "workload",
         "policy",
         "BE thr",
@@ -231,7 +233,7 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
     ));
     for (w, p, be, l) in rows {
         s.push_str(&format!(
-            "{:<22} {:<14} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6.2} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}\n",
+            "{:<22} {:<pw$} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6.2} {:>7.3} {:>8.3} {:>9.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}\n",
             w,
             p,
             be,
@@ -250,4 +252,29 @@ pub fn table(rows: &[(String, String, f64, Lost)]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy name longer than the column (`reef-max:-spread`) widens it
+    /// for every row: the rows keep one length, and the header's policy
+    /// column is as wide.
+    #[test]
+    fn the_table_stays_aligned_with_long_policy_names() {
+        let rows: Vec<(String, String, f64, Lost)> = ["reef", "reef-max:-spread", "streams-prio"]
+            .iter()
+            .map(|p| ("B".to_string(), p.to_string(), 0.5, Lost::default()))
+            .collect();
+        let t = table(&rows);
+        let lines: Vec<&str> = t.lines().skip(1).collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[1..].iter().all(|l| l.len() == lines[1].len()), "{t}");
+        // "BE thr" is right-aligned over the rows' first figure.
+        let head_end = lines[0].find("BE thr").unwrap() + "BE thr".len();
+        for l in &lines[1..] {
+            assert_eq!(l.find("0.500").unwrap() + "0.500".len(), head_end, "{t}");
+        }
+    }
 }

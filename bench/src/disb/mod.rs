@@ -362,9 +362,12 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 
 /// The human-readable table.
 pub fn table(results: &[PolicyResult]) -> String {
+    // The policy column as wide as its longest name (`streams-prio`,
+    // `reef-max:-spread`), so the columns stay aligned.
+    let w = results.iter().map(|r| r.policy.len()).fold(11, usize::max);
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<4} {:<11} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>3}\n",
+        "{:<4} {:<w$} {:>8} {:>8} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>3}\n",
         "wl",
         "policy",
         "rt_mean",
@@ -380,7 +383,7 @@ pub fn table(results: &[PolicyResult]) -> String {
     ));
     for r in results {
         s.push_str(&format!(
-            "{:<4} {:<11} {:>8} {:>8} {:>8} {:>10} {:>8.3} {:>8.3} {:>7} {:>10} {:>10} {:>3}\n",
+            "{:<4} {:<w$} {:>8} {:>8} {:>8} {:>10} {:>8.3} {:>8.3} {:>7} {:>10} {:>10} {:>3}\n",
             r.workload,
             r.policy,
             fmt_opt(r.rt_latency_norm_mean, 3),
@@ -397,7 +400,7 @@ pub fn table(results: &[PolicyResult]) -> String {
     }
     for r in results.iter().filter(|r| r.qos_queries.is_some()) {
         s.push_str(&format!(
-            "{:<4} {:<11} fused launches {}, RT queries beyond their QoS target {} of {}\n",
+            "{:<4} {:<w$} fused launches {}, RT queries beyond their QoS target {} of {}\n",
             r.workload,
             r.policy,
             r.fused_launches.unwrap_or(0),
